@@ -1,0 +1,66 @@
+//! The generated bindings and the glue the `export!` macro expands to.
+
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "topology",
+        pub_export_macro: true,
+        export_macro_name: "export_component",
+        default_bindings_module: "weir_sdk::__private::bindings",
+    });
+}
+
+use crate::operator::{BatchInfo, Error};
+use crate::{Topology, dispatch};
+use bindings::exports::weir::topology::operators::Guest;
+use bindings::weir::topology::types::{BatchContext, OperatorError};
+use std::marker::PhantomData;
+
+/// Gives the exports access to the component's topologies.
+pub trait Registry {
+    /// Runs `f` over the topologies.
+    fn with<R>(f: impl FnOnce(&[Topology]) -> R) -> R;
+}
+
+/// The component's exports, over the topologies of `R`.
+pub struct Exports<R>(PhantomData<R>);
+
+fn info(ctx: BatchContext) -> BatchInfo {
+    BatchInfo {
+        topology: ctx.topology,
+        operator: ctx.operator,
+        txid: ctx.txid,
+        attempt: ctx.attempt,
+        partition: ctx.partition,
+        fields: ctx.fields,
+    }
+}
+
+fn wit_error(error: Error) -> OperatorError {
+    match error {
+        Error::Retry(m) => OperatorError::Retry(m),
+        Error::Fatal(m) => OperatorError::Fatal(m),
+    }
+}
+
+impl<R: Registry> Guest for Exports<R> {
+    fn describe() -> String {
+        R::with(crate::describe)
+    }
+
+    fn run_function(ctx: BatchContext, input: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::run_function(t, &info(ctx), &input)).map_err(wit_error)
+    }
+
+    fn run_filter(ctx: BatchContext, input: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::run_filter(t, &info(ctx), &input)).map_err(wit_error)
+    }
+
+    fn combine_groups(ctx: BatchContext, groups: u32, input: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::combine_groups(t, &info(ctx), groups, &input)).map_err(wit_error)
+    }
+
+    fn combine_pairs(ctx: BatchContext, pairs: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::combine_pairs(t, &info(ctx), &pairs)).map_err(wit_error)
+    }
+}

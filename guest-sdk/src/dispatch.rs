@@ -1,0 +1,216 @@
+//! Runs a component's operators over packed batches: the logic behind each
+//! export of the WIT world, in plain Rust so that it is tested natively.
+
+use crate::codec::{Batch, BatchWriter, Value};
+use crate::operator::{BatchInfo, CombinerAggregator, Error};
+use crate::topology::Topology;
+use crate::tuple::{Emitter, Tuple};
+
+fn topology<'t>(topologies: &'t [Topology], info: &BatchInfo) -> Result<&'t Topology, Error> {
+    topologies
+        .iter()
+        .find(|t| t.definition().name == info.topology)
+        .ok_or_else(|| Error::fatal(format!("this component defines no topology {:?}", info.topology)))
+}
+
+fn decode<'a>(input: &'a [u8], info: &BatchInfo) -> Result<Batch<'a>, Error> {
+    let batch = Batch::decode(input).map_err(|e| Error::fatal(format!("operator {}: input {e}", info.operator)))?;
+    if batch.arity() != info.fields.len() {
+        return Err(Error::fatal(format!(
+            "operator {}: input rows hold {} values for {} fields",
+            info.operator,
+            batch.arity(),
+            info.fields.len()
+        )));
+    }
+    Ok(batch)
+}
+
+fn missing(kind: &str, info: &BatchInfo) -> Error {
+    Error::fatal(format!("topology {} has no {kind} {:?}", info.topology, info.operator))
+}
+
+/// Runs the function `info.operator` over every input row. Output rows are
+/// tagged with the index of the row they extend.
+pub fn run_function(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> Result<Vec<u8>, Error> {
+    let topology = topology(topologies, info)?;
+    let function = topology.function(&info.operator).ok_or_else(|| missing("function", info))?;
+    let arity = topology.output_arity(&info.operator).ok_or_else(|| missing("function", info))?;
+    let batch = decode(input, info)?;
+    let mut out = BatchWriter::with_capacity(arity, input.len());
+    for (index, row) in batch.rows().enumerate() {
+        function.execute(&Tuple::new(row, info), &mut Emitter::new(&mut out, index as u32))?;
+    }
+    Ok(out.finish())
+}
+
+/// Runs the filter `info.operator`: one byte per input row, 1 to keep it.
+pub fn run_filter(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> Result<Vec<u8>, Error> {
+    let filter = topology(topologies, info)?.filter(&info.operator).ok_or_else(|| missing("filter", info))?;
+    let batch = decode(input, info)?;
+    batch.rows().map(|row| filter.is_keep(&Tuple::new(row, info)).map(u8::from)).collect()
+}
+
+fn combiner<'t>(topologies: &'t [Topology], info: &BatchInfo) -> Result<&'t dyn CombinerAggregator, Error> {
+    topology(topologies, info)?.combiner(&info.operator).ok_or_else(|| missing("combiner aggregator", info))
+}
+
+/// Folds each group's rows into one value: `combine(zero, init(row))` for
+/// each row of the group, in order. Returns one row per group, tagged with it.
+pub fn combine_groups(topologies: &[Topology], info: &BatchInfo, groups: u32, input: &[u8]) -> Result<Vec<u8>, Error> {
+    let aggregator = combiner(topologies, info)?;
+    let batch = decode(input, info)?;
+    let mut partials: Vec<Option<Value>> = vec![None; groups as usize];
+    for row in batch.rows() {
+        let slot = partials.get_mut(row.tag() as usize).ok_or_else(|| {
+            Error::fatal(format!("operator {}: row tagged with group {} of {groups}", info.operator, row.tag()))
+        })?;
+        let acc = slot.take().unwrap_or_else(|| aggregator.zero());
+        *slot = Some(aggregator.combine(acc, aggregator.init(&Tuple::new(row, info))?)?);
+    }
+    let mut out = BatchWriter::new(1);
+    for (group, partial) in partials.into_iter().enumerate() {
+        let value = partial.unwrap_or_else(|| aggregator.zero());
+        out.push_row(group as u32, [value.as_ref()]).expect("one value per row");
+    }
+    Ok(out.finish())
+}
+
+/// Combines each input row's stored value with its partial.
+pub fn combine_pairs(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> Result<Vec<u8>, Error> {
+    let aggregator = combiner(topologies, info)?;
+    let batch = Batch::decode(input).map_err(|e| Error::fatal(format!("operator {}: input {e}", info.operator)))?;
+    if batch.arity() != 2 {
+        return Err(Error::fatal(format!("operator {}: pairs must hold 2 values", info.operator)));
+    }
+    let mut out = BatchWriter::new(1);
+    for row in batch.rows() {
+        let mut values = row.values();
+        let stored = values.next().expect("arity 2").to_owned();
+        let partial = values.next().expect("arity 2").to_owned();
+        let combined = aggregator.combine(stored, partial)?;
+        out.push_row(row.tag(), [combined.as_ref()]).expect("one value per row");
+    }
+    Ok(out.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::ValueRef;
+    use crate::operator::{Count, Function};
+    use crate::topology::{FileLines, State};
+
+    struct Split;
+    impl Function for Split {
+        fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+            if tuple.batch().txid == 3 && tuple.batch().attempt == 0 {
+                return Err(Error::retry("txid 3 fails once"));
+            }
+            for word in tuple.str("sentence")?.split_whitespace() {
+                out.emit([word])?;
+            }
+            Ok(())
+        }
+    }
+
+    struct Longest;
+    impl CombinerAggregator for Longest {
+        fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error> {
+            Ok(Value::I64(tuple.str(0)?.len() as i64))
+        }
+        fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
+            match (a, b) {
+                (Value::I64(a), Value::I64(b)) => Ok(Value::I64(a.max(b))),
+                _ => Err(Error::fatal("not integers")),
+            }
+        }
+        fn zero(&self) -> Value {
+            Value::I64(0)
+        }
+    }
+
+    fn topologies() -> Vec<Topology> {
+        vec![
+            Topology::new("wc")
+                .new_stream(FileLines::new("sentence"))
+                .each(["sentence"], Split, ["word"])
+                .name("split")
+                .group_by(["word"])
+                .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+                .build(),
+            Topology::new("longest")
+                .new_stream(FileLines::new("word"))
+                .persistent_aggregate_over(State::opaque("max"), ["word"], Longest, ["len"])
+                .name("longest")
+                .build(),
+        ]
+    }
+
+    fn info(topology: &str, operator: &str, fields: &[&str], txid: u64, attempt: u32) -> BatchInfo {
+        BatchInfo {
+            topology: topology.into(),
+            operator: operator.into(),
+            txid,
+            attempt,
+            partition: 0,
+            fields: fields.iter().map(|f| f.to_string()).collect(),
+        }
+    }
+
+    fn batch(rows: &[(u32, &str)]) -> Vec<u8> {
+        let mut w = BatchWriter::new(1);
+        for (tag, s) in rows {
+            w.push_row(*tag, [ValueRef::Str(s)]).unwrap();
+        }
+        w.finish()
+    }
+
+    fn rows(bytes: &[u8]) -> Vec<(u32, Vec<Value>)> {
+        Batch::decode(bytes).unwrap().rows().map(|r| (r.tag(), r.values().map(ValueRef::to_owned).collect())).collect()
+    }
+
+    #[test]
+    fn function_output_rows_are_tagged_with_their_input_row() {
+        let out = run_function(
+            &topologies(),
+            &info("wc", "split", &["sentence"], 1, 0),
+            &batch(&[(0, "a b"), (0, ""), (0, "c")]),
+        )
+        .unwrap();
+        assert_eq!(
+            rows(&out),
+            [(0, vec![Value::from("a")]), (0, vec![Value::from("b")]), (2, vec![Value::from("c")])]
+        );
+    }
+
+    #[test]
+    fn guest_errors_and_unknown_operators_come_back_as_errors() {
+        let t = topologies();
+        let err = run_function(&t, &info("wc", "split", &["sentence"], 3, 0), &batch(&[(0, "a")])).unwrap_err();
+        assert_eq!(err, Error::retry("txid 3 fails once"));
+        assert!(run_function(&t, &info("wc", "split", &["sentence"], 3, 1), &batch(&[(0, "a")])).is_ok());
+        let err = run_function(&t, &info("wc", "nope", &["sentence"], 1, 0), &batch(&[])).unwrap_err();
+        assert!(err.to_string().contains("no function \"nope\""), "{err}");
+        let err = run_function(&t, &info("wc", "split", &["sentence"], 1, 0), &[1, 2, 3]).unwrap_err();
+        assert!(err.to_string().contains("malformed batch"), "{err}");
+    }
+
+    #[test]
+    fn combiner_folds_groups_from_zero_and_combines_pairs() {
+        let t = topologies();
+        let ctx = info("longest", "longest", &["word"], 1, 0);
+        let out = combine_groups(&t, &ctx, 3, &batch(&[(0, "abc"), (1, "a"), (0, "ab")])).unwrap();
+        assert_eq!(
+            rows(&out),
+            [(0, vec![Value::I64(3)]), (1, vec![Value::I64(1)]), (2, vec![Value::I64(0)])]
+        );
+        let mut pairs = BatchWriter::new(2);
+        pairs.push_row(0, [ValueRef::I64(5), ValueRef::I64(2)]).unwrap();
+        pairs.push_row(1, [ValueRef::I64(1), ValueRef::I64(4)]).unwrap();
+        let out = combine_pairs(&t, &ctx, &pairs.finish()).unwrap();
+        assert_eq!(rows(&out), [(0, vec![Value::I64(5)]), (1, vec![Value::I64(4)])]);
+        let err = combine_groups(&t, &ctx, 1, &batch(&[(4, "x")])).unwrap_err();
+        assert!(err.to_string().contains("group 4 of 1"), "{err}");
+    }
+}

@@ -1,0 +1,141 @@
+//! Weir's Rust guest SDK: write a topology and its operators in Rust, build
+//! the crate for `wasm32-wasip2`, and hand the component to `weir run`.
+//!
+//! ```ignore
+//! use weir_sdk::prelude::*;
+//!
+//! struct Split;
+//! impl Function for Split {
+//!     fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+//!         for word in tuple.str("sentence")?.split_whitespace() {
+//!             out.emit([word])?;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! fn topology() -> Topology {
+//!     Topology::new("word-count")
+//!         .new_stream(FileLines::new("sentence"))
+//!         .each(["sentence"], Split, ["word"])
+//!         .group_by(["word"])
+//!         .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+//!         .build()
+//! }
+//!
+//! weir_sdk::export!(topology);
+//! ```
+//!
+//! Users never touch the generated bindings: [`export!`] wires the
+//! topologies to the component's exports. Off wasm the bindings are left out,
+//! so everything here runs under plain `cargo test`.
+
+extern crate self as weir_sdk;
+
+pub mod codec;
+pub mod dispatch;
+pub mod operator;
+pub mod topology;
+pub mod tuple;
+
+pub use codec::{Value, ValueRef};
+pub use operator::{BatchInfo, Builtin, CombinerAggregator, Count, Error, Filter, Function, Sum};
+pub use topology::{FileLines, State, Stream, Topology, describe};
+pub use tuple::{Emitter, Tuple};
+
+/// Everything a topology crate needs, in one import.
+pub mod prelude {
+    pub use crate::codec::{Value, ValueRef};
+    pub use crate::operator::{BatchInfo, CombinerAggregator, Count, Error, Filter, Function, Sum};
+    pub use crate::topology::{FileLines, State, Topology};
+    pub use crate::tuple::{Emitter, Tuple};
+}
+
+/// What a component's topology function may return: one topology or several.
+pub trait Topologies {
+    /// The topologies, as a list.
+    fn into_topologies(self) -> Vec<Topology>;
+}
+
+impl Topologies for Topology {
+    fn into_topologies(self) -> Vec<Topology> {
+        vec![self]
+    }
+}
+
+impl Topologies for Vec<Topology> {
+    fn into_topologies(self) -> Vec<Topology> {
+        self
+    }
+}
+
+/// Makes this crate a Weir component whose topologies come from `$topologies`,
+/// a function returning a [`Topology`] or a `Vec<Topology>`. It is called
+/// once, on the component's first call.
+#[macro_export]
+macro_rules! export {
+    ($topologies:path) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            struct Registry;
+            ::std::thread_local! {
+                static TOPOLOGIES: ::std::vec::Vec<$crate::Topology> =
+                    $crate::Topologies::into_topologies($topologies());
+            }
+            impl $crate::__private::Registry for Registry {
+                fn with<R>(f: impl FnOnce(&[$crate::Topology]) -> R) -> R {
+                    TOPOLOGIES.with(|t| f(t))
+                }
+            }
+            type Exports = $crate::__private::Exports<Registry>;
+            $crate::__private::bindings::export_component!(Exports with_types_in $crate::__private::bindings);
+        };
+    };
+}
+
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod __private;
+
+#[cfg(test)]
+mod vectors {
+    //! The packed-batch vectors under `tests/vectors`, shared by every SDK.
+    use crate::codec::Value;
+
+    fn value(json: &serde_json::Value) -> Value {
+        let (kind, v) = json.as_object().and_then(|o| o.iter().next()).expect("{kind: value}");
+        match kind.as_str() {
+            "null" => Value::Null,
+            "bool" => Value::Bool(v.as_bool().unwrap()),
+            "i64" => Value::I64(v.as_i64().unwrap()),
+            "f64" => Value::F64(v.as_f64().unwrap()),
+            "str" => Value::Str(v.as_str().unwrap().to_owned()),
+            "bytes" => Value::Bytes(hex(v.as_str().unwrap())),
+            other => panic!("unknown kind {other}"),
+        }
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    /// (name, encoded bytes, rows as (tag, values)).
+    pub fn all() -> Vec<(String, Vec<u8>, Vec<(u32, Vec<Value>)>)> {
+        let cases: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/vectors/batches.json")).expect("vectors parse");
+        cases
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|case| {
+                let rows = case["rows"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|row| (row[0].as_u64().unwrap() as u32, row[1].as_array().unwrap().iter().map(value).collect()))
+                    .collect();
+                (case["name"].as_str().unwrap().to_owned(), hex(case["hex"].as_str().unwrap()), rows)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,130 @@
+//! Typed access to an input tuple's fields, and the emitter for outputs.
+
+use crate::codec::{BatchWriter, Row, ValueRef};
+use crate::operator::{BatchInfo, Error};
+
+/// One input tuple: the fields the operator declared, read in place.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuple<'a> {
+    row: Row<'a>,
+    info: &'a BatchInfo,
+}
+
+/// Names a field by position or by name.
+pub trait FieldRef: Copy + std::fmt::Display {
+    /// Position of the field among the tuple's fields.
+    fn position(self, fields: &[String]) -> Option<usize>;
+}
+
+impl FieldRef for usize {
+    fn position(self, fields: &[String]) -> Option<usize> {
+        (self < fields.len()).then_some(self)
+    }
+}
+
+impl FieldRef for &str {
+    fn position(self, fields: &[String]) -> Option<usize> {
+        fields.iter().position(|f| f == self)
+    }
+}
+
+/// Converts a field value into a Rust type.
+pub trait FromValue<'a>: Sized {
+    /// The type's name in error messages.
+    const NAME: &'static str;
+    /// The value as this type, if it is one.
+    fn from_value(value: ValueRef<'a>) -> Option<Self>;
+}
+
+macro_rules! from_value {
+    ($($t:ty, $name:literal, $pat:pat => $out:expr);* $(;)?) => {$(
+        impl<'a> FromValue<'a> for $t {
+            const NAME: &'static str = $name;
+            fn from_value(value: ValueRef<'a>) -> Option<Self> {
+                match value { $pat => Some($out), _ => None }
+            }
+        }
+    )*};
+}
+from_value! {
+    &'a str, "string", ValueRef::Str(s) => s;
+    &'a [u8], "bytes", ValueRef::Bytes(b) => b;
+    i64, "i64", ValueRef::I64(i) => i;
+    f64, "f64", ValueRef::F64(f) => f;
+    bool, "bool", ValueRef::Bool(b) => b;
+}
+
+impl<'a> Tuple<'a> {
+    /// A tuple over `row`, whose fields are named in `info.fields`.
+    pub fn new(row: Row<'a>, info: &'a BatchInfo) -> Tuple<'a> {
+        Tuple { row, info }
+    }
+
+    /// The batch this tuple belongs to.
+    pub fn batch(&self) -> &'a BatchInfo {
+        self.info
+    }
+
+    /// Names of the tuple's fields, in order.
+    pub fn fields(&self) -> &'a [String] {
+        &self.info.fields
+    }
+
+    /// The raw value of a field.
+    pub fn value(&self, field: impl FieldRef) -> Result<ValueRef<'a>, Error> {
+        field
+            .position(&self.info.fields)
+            .and_then(|i| self.row.get(i))
+            .ok_or_else(|| {
+                Error::fatal(format!(
+                    "operator {} has no input field {field} (it has {:?})",
+                    self.info.operator, self.info.fields
+                ))
+            })
+    }
+
+    /// A field's value as type `T`; an error names the field and both types.
+    pub fn get<T: FromValue<'a>>(&self, field: impl FieldRef) -> Result<T, Error> {
+        let value = self.value(field)?;
+        T::from_value(value).ok_or_else(|| {
+            Error::fatal(format!(
+                "operator {}: field {field} is {}, not {}",
+                self.info.operator,
+                value.type_name(),
+                T::NAME
+            ))
+        })
+    }
+
+    /// A string field.
+    pub fn str(&self, field: impl FieldRef) -> Result<&'a str, Error> {
+        self.get(field)
+    }
+
+    /// An integer field.
+    pub fn i64(&self, field: impl FieldRef) -> Result<i64, Error> {
+        self.get(field)
+    }
+}
+
+/// Collects a function's output tuples for one input tuple.
+#[derive(Debug)]
+pub struct Emitter<'w> {
+    writer: &'w mut BatchWriter,
+    parent: u32,
+}
+
+impl<'w> Emitter<'w> {
+    /// An emitter whose rows extend input row `parent`.
+    pub fn new(writer: &'w mut BatchWriter, parent: u32) -> Emitter<'w> {
+        Emitter { writer, parent }
+    }
+
+    /// Emits one tuple: exactly as many values as the operator's output
+    /// fields, or the call fails naming both counts.
+    pub fn emit<'v, V: Into<ValueRef<'v>>>(&mut self, values: impl IntoIterator<Item = V>) -> Result<(), Error> {
+        self.writer
+            .push_row(self.parent, values.into_iter().map(Into::into))
+            .map_err(|e| Error::fatal(format!("emitted {e}")))
+    }
+}

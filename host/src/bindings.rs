@@ -1,0 +1,12 @@
+//! Host bindings generated from `wit/`, the one place the contract is read.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "topology",
+});
+
+pub use exports::weir::topology::operators::Guest as Operators;
+pub use weir::topology::types::{BatchContext, OperatorError};
+
+/// The WIT package this host implements.
+pub const WIT_PACKAGE: &str = "weir:topology@0.1.0";

@@ -1,0 +1,22 @@
+//! Runs guest components: the engine, the compiled-component cache, and one
+//! sandboxed instance per operator.
+
+mod cache;
+mod guest_output;
+mod instance;
+
+pub use cache::ComponentCache;
+pub use instance::{CallError, Guest, LoadedComponent};
+
+use anyhow::Result;
+use wasmtime::{Config, Engine, OptLevel};
+
+/// The engine every component of a host process is compiled for.
+pub fn engine() -> Result<Engine> {
+    let mut config = Config::new();
+    config.cranelift_opt_level(OptLevel::Speed);
+    // Backtraces with function names and source lines, where the guest
+    // carries them: a guest panic must be actionable.
+    config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
+    Ok(Engine::new(&config)?)
+}

@@ -1,0 +1,292 @@
+//! All state a host keeps, in one redb database per data directory.
+//!
+//! Tables, per topology:
+//! - `state/<topology>/<state>`: key (order-preserving, see [`keys`]) to a
+//!   [`rules::Stored`] value;
+//! - `meta/<topology>`: the progress record (last committed txid);
+//! - `meta/<topology>/batches`: per txid, the attempt and the spout's
+//!   metadata, written before the batch is processed so that a replay emits
+//!   exactly the same tuples; pruned below the last committed txid.
+//!
+//! A batch's state changes and its progress record commit in one durable
+//! write transaction.
+
+pub mod keys;
+pub mod rules;
+
+use anyhow::{Context, Result, bail};
+use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
+use rules::{Step, Stored};
+use std::path::{Path, PathBuf};
+use weir_sdk::codec::Value;
+use weir_sdk::topology::StateDef;
+
+const DB_FILE: &str = "weir.redb";
+const LAST_COMMITTED: &str = "last-committed";
+
+/// The host's database.
+pub struct Db {
+    db: Database,
+    path: PathBuf,
+}
+
+/// What the host recorded about a batch before processing it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchRecord {
+    /// The attempt being processed.
+    pub attempt: u32,
+    /// The spout's metadata for the batch (opaque to the store).
+    pub spout: Vec<u8>,
+}
+
+impl BatchRecord {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = self.attempt.to_le_bytes().to_vec();
+        out.extend_from_slice(&self.spout);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<BatchRecord> {
+        let Some((attempt, spout)) = bytes.split_first_chunk::<4>() else { bail!("truncated batch record") };
+        Ok(BatchRecord { attempt: u32::from_le_bytes(*attempt), spout: spout.to_vec() })
+    }
+}
+
+/// Where a topology stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Last committed txid; 0 before the first commit.
+    pub last_committed: u64,
+    /// Recorded batches from the last committed one on, in txid order.
+    pub batches: Vec<(u64, BatchRecord)>,
+}
+
+/// One state's changes from a batch: a partial per key, keys sorted.
+#[derive(Clone, Debug)]
+pub struct StateUpdate {
+    /// The state written to.
+    pub state: StateDef,
+    /// Encoded key and the batch's partial for it, sorted by key.
+    pub partials: Vec<(Vec<u8>, Value)>,
+}
+
+/// What a commit did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Keys written.
+    pub written: usize,
+    /// Keys skipped because the batch was applied to them already.
+    pub skipped: usize,
+}
+
+fn state_table(topology: &str, state: &str) -> String {
+    format!("state/{topology}/{state}")
+}
+
+fn meta_table(topology: &str) -> String {
+    format!("meta/{topology}")
+}
+
+fn batches_table(topology: &str) -> String {
+    format!("meta/{topology}/batches")
+}
+
+fn bytes_table(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
+}
+
+fn meta_def(name: &str) -> TableDefinition<'_, &'static str, u64> {
+    TableDefinition::new(name)
+}
+
+fn batches_def(name: &str) -> TableDefinition<'_, u64, &'static [u8]> {
+    TableDefinition::new(name)
+}
+
+impl Db {
+    /// Opens (creating if needed) the database of `data_dir`. Fails with a
+    /// clear message when another process has it open.
+    pub fn open(data_dir: &Path) -> Result<Db> {
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+        let path = data_dir.join(DB_FILE);
+        let db = Database::create(&path).map_err(|e| match e {
+            DatabaseError::DatabaseAlreadyOpen => anyhow::anyhow!(
+                "data dir {} is in use by another weir process (its database {} is locked)",
+                data_dir.display(),
+                path.display()
+            ),
+            other => anyhow::Error::from(other).context(format!("cannot open database {}", path.display())),
+        })?;
+        Ok(Db { db, path })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The topology's last committed txid and the batches recorded since.
+    pub fn progress(&self, topology: &str) -> Result<Progress> {
+        let txn = self.db.begin_read()?;
+        let meta_name = meta_table(topology);
+        let last_committed = match txn.open_table(meta_def(&meta_name)) {
+            Ok(table) => table.get(LAST_COMMITTED)?.map_or(0, |v| v.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        let batches_name = batches_table(topology);
+        let mut batches = Vec::new();
+        match txn.open_table(batches_def(&batches_name)) {
+            Ok(table) => {
+                for entry in table.range(last_committed..)? {
+                    let (txid, record) = entry?;
+                    batches.push((txid.value(), BatchRecord::decode(record.value())?));
+                }
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Progress { last_committed, batches })
+    }
+
+    /// Records a batch's attempt and spout metadata before it is processed.
+    /// Not flushed on its own: the batch's durable commit flushes it, and a
+    /// batch whose commit never happened may be emitted afresh.
+    pub fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::None)?;
+        {
+            let name = batches_table(topology);
+            let mut table = txn.open_table(batches_def(&name))?;
+            table.insert(txid, record.encode().as_slice())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Commits batch `txid`: every state update and the progress record, in
+    /// one durable write transaction. `combine(i, pairs)` combines stored
+    /// values with partials for `updates[i]`, one call per state.
+    pub fn commit(
+        &self,
+        topology: &str,
+        txid: u64,
+        updates: &[StateUpdate],
+        mut combine: impl FnMut(usize, &[(Value, Value)]) -> Result<Vec<Value>>,
+    ) -> Result<CommitStats> {
+        let txn = self.db.begin_write()?;
+        let meta_name = meta_table(topology);
+        let mut stats = CommitStats::default();
+        {
+            let mut meta = txn.open_table(meta_def(&meta_name))?;
+            let last = meta.get(LAST_COMMITTED)?.map_or(0, |v| v.value());
+            if txid != last + 1 {
+                bail!("cannot commit txid {txid} of topology {topology}: the last committed txid is {last}");
+            }
+            for (index, update) in updates.iter().enumerate() {
+                let name = state_table(topology, &update.state.name);
+                let mut table = txn.open_table(bytes_table(&name))?;
+                let kind = update.state.kind;
+                // Read every stored value first, so that the combining is
+                // one call for the whole batch.
+                let mut stored_values = Vec::with_capacity(update.partials.len());
+                let mut pairs = Vec::new();
+                let mut steps = Vec::with_capacity(update.partials.len());
+                for (key, partial) in &update.partials {
+                    let stored = table
+                        .get(key.as_slice())?
+                        .map(|v| Stored::decode(v.value()))
+                        .transpose()
+                        .with_context(|| format!("state {} has an unreadable value", update.state.name))?;
+                    let step = rules::step(kind, stored.as_ref(), txid)
+                        .with_context(|| format!("state {}, key {}", update.state.name, describe_key(key)))?;
+                    if let Step::Combine(base) = &step {
+                        pairs.push((base.clone(), partial.clone()));
+                    }
+                    steps.push(step);
+                    stored_values.push(stored);
+                }
+                let mut combined = if pairs.is_empty() { Vec::new() } else { combine(index, &pairs)? }.into_iter();
+                if combined.len() != pairs.len() {
+                    bail!("combining for state {} returned {} values for {} keys", update.state.name, combined.len(), pairs.len());
+                }
+                for (((key, partial), step), stored) in update.partials.iter().zip(steps).zip(stored_values) {
+                    let value = match step {
+                        Step::Skip => {
+                            stats.skipped += 1;
+                            continue;
+                        }
+                        Step::Fresh => partial.clone(),
+                        Step::Combine(_) => combined.next().expect("one combined value per pair"),
+                    };
+                    let new = rules::updated(kind, stored, txid, value);
+                    table.insert(key.as_slice(), new.encode().as_slice())?;
+                    stats.written += 1;
+                }
+            }
+            meta.insert(LAST_COMMITTED, txid)?;
+            let batches_name = batches_table(topology);
+            let mut batches = txn.open_table(batches_def(&batches_name))?;
+            batches.retain_in(..txid, |_, _| false)?;
+        }
+        txn.commit().with_context(|| format!("committing txid {txid} of topology {topology}"))?;
+        Ok(stats)
+    }
+
+    /// Every key of a state with its stored value, sorted by key.
+    pub fn scan(&self, topology: &str, state: &str) -> Result<Vec<(Vec<Value>, Stored)>> {
+        let txn = self.db.begin_read()?;
+        let name = state_table(topology, state);
+        let table = self.open_state(&txn, topology, state, &name)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            out.push((keys::decode(key.value())?, Stored::decode(value.value())?));
+        }
+        Ok(out)
+    }
+
+    /// The stored value of one key.
+    pub fn get(&self, topology: &str, state: &str, key: &[Value]) -> Result<Option<Stored>> {
+        let txn = self.db.begin_read()?;
+        let name = state_table(topology, state);
+        let table = self.open_state(&txn, topology, state, &name)?;
+        let encoded = keys::encode(key.iter().map(Value::as_ref));
+        table.get(encoded.as_slice())?.map(|v| Stored::decode(v.value())).transpose()
+    }
+
+    fn open_state(
+        &self,
+        txn: &redb::ReadTransaction,
+        topology: &str,
+        state: &str,
+        name: &str,
+    ) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
+        match txn.open_table(bytes_table(name)) {
+            Ok(table) => Ok(table),
+            Err(redb::TableError::TableDoesNotExist(_)) => {
+                let known = self.states(topology)?;
+                bail!("topology {topology} has no state {state} in {} (states: {known:?})", self.path.display())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Names of the states stored for `topology`.
+    pub fn states(&self, topology: &str) -> Result<Vec<String>> {
+        let txn = self.db.begin_read()?;
+        let prefix = format!("state/{topology}/");
+        Ok(txn
+            .list_tables()?
+            .filter_map(|t| t.name().strip_prefix(&prefix).map(str::to_owned))
+            .collect())
+    }
+}
+
+fn describe_key(key: &[u8]) -> String {
+    match keys::decode(key) {
+        Ok(values) => format!("{values:?}"),
+        Err(_) => format!("{key:?}"),
+    }
+}

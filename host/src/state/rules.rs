@@ -1,0 +1,282 @@
+//! Trident's state rules: how a batch's partial meets a stored value so that
+//! a replay of the same txid never counts twice.
+//!
+//! - transactional `{txid, value}`: stored txid == batch txid means the batch
+//!   was applied already: skip. Otherwise combine and store the batch txid.
+//! - opaque `{txid, curr, prev}`: stored txid == batch txid means a replay
+//!   whose tuples may differ: recompute `curr = prev ⊕ partial`. Otherwise
+//!   `prev = curr, curr = curr ⊕ partial`.
+//! - non-transactional: combine blindly.
+//!
+//! A stored txid ahead of the batch's is an error, never a silent double count.
+
+use anyhow::{Result, bail};
+use weir_sdk::codec::{self, Value};
+use weir_sdk::topology::StateKind;
+
+/// A value as stored, with the bookkeeping its kind needs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stored {
+    /// A transactional state's value.
+    Transactional {
+        /// Txid of the batch that wrote it.
+        txid: u64,
+        /// The value.
+        value: Value,
+    },
+    /// An opaque state's value.
+    Opaque {
+        /// Txid of the batch that wrote `curr`.
+        txid: u64,
+        /// The value as of `txid`.
+        curr: Value,
+        /// The value before `txid`, if there was one.
+        prev: Option<Value>,
+    },
+    /// A non-transactional state's value.
+    Plain(Value),
+}
+
+/// What a batch's partial does to one key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// The batch was applied to this key already.
+    Skip,
+    /// The new value is the partial itself.
+    Fresh,
+    /// The new value is `combine(base, partial)`.
+    Combine(Value),
+}
+
+const TAG_TRANSACTIONAL: u8 = 1;
+const TAG_OPAQUE: u8 = 2;
+const TAG_PLAIN: u8 = 3;
+
+impl Stored {
+    /// The kind of state this value belongs to.
+    pub fn kind(&self) -> StateKind {
+        match self {
+            Stored::Transactional { .. } => StateKind::Transactional,
+            Stored::Opaque { .. } => StateKind::Opaque,
+            Stored::Plain(_) => StateKind::NonTransactional,
+        }
+    }
+
+    /// The current value.
+    pub fn value(&self) -> &Value {
+        match self {
+            Stored::Transactional { value, .. } | Stored::Opaque { curr: value, .. } | Stored::Plain(value) => value,
+        }
+    }
+
+    /// Bytes as written to redb: a kind tag, the txid, then values in the
+    /// batch encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24);
+        match self {
+            Stored::Transactional { txid, value } => {
+                out.push(TAG_TRANSACTIONAL);
+                out.extend_from_slice(&txid.to_le_bytes());
+                codec::write_value(&mut out, value.as_ref());
+            }
+            Stored::Opaque { txid, curr, prev } => {
+                out.push(TAG_OPAQUE);
+                out.extend_from_slice(&txid.to_le_bytes());
+                codec::write_value(&mut out, curr.as_ref());
+                if let Some(prev) = prev {
+                    codec::write_value(&mut out, prev.as_ref());
+                }
+            }
+            Stored::Plain(value) => {
+                out.push(TAG_PLAIN);
+                codec::write_value(&mut out, value.as_ref());
+            }
+        }
+        out
+    }
+
+    /// Reads what [`Stored::encode`] wrote.
+    pub fn decode(bytes: &[u8]) -> Result<Stored> {
+        let Some((&tag, rest)) = bytes.split_first() else { bail!("empty stored value") };
+        let txid_and_rest = |rest: &[u8]| -> Result<(u64, Vec<u8>)> {
+            let Some((txid, rest)) = rest.split_first_chunk::<8>() else { bail!("truncated stored value") };
+            Ok((u64::from_le_bytes(*txid), rest.to_vec()))
+        };
+        Ok(match tag {
+            TAG_TRANSACTIONAL => {
+                let (txid, rest) = txid_and_rest(rest)?;
+                let (value, tail) = codec::read_value(&rest)?;
+                if !tail.is_empty() {
+                    bail!("trailing bytes in stored value");
+                }
+                Stored::Transactional { txid, value: value.to_owned() }
+            }
+            TAG_OPAQUE => {
+                let (txid, rest) = txid_and_rest(rest)?;
+                let (curr, tail) = codec::read_value(&rest)?;
+                let prev = if tail.is_empty() { None } else { Some(codec::read_value(tail)?.0.to_owned()) };
+                Stored::Opaque { txid, curr: curr.to_owned(), prev }
+            }
+            TAG_PLAIN => Stored::Plain(codec::read_value(rest)?.0.to_owned()),
+            other => bail!("unknown stored value tag {other}"),
+        })
+    }
+}
+
+fn ahead(stored: u64, txid: u64) -> anyhow::Error {
+    anyhow::anyhow!(
+        "stored txid {stored} is ahead of batch txid {txid}: this state was written by a later batch \
+         than the one being committed, so applying it could count twice"
+    )
+}
+
+/// What a batch with `txid` does to `stored`, for a state of `kind`.
+pub fn step(kind: StateKind, stored: Option<&Stored>, txid: u64) -> Result<Step> {
+    let Some(stored) = stored else { return Ok(Step::Fresh) };
+    if stored.kind() != kind {
+        bail!("the stored value is {:?} state, the topology declares {:?}", stored.kind(), kind);
+    }
+    Ok(match stored {
+        Stored::Transactional { txid: at, .. } if *at > txid => return Err(ahead(*at, txid)),
+        Stored::Transactional { txid: at, .. } if *at == txid => Step::Skip,
+        Stored::Transactional { value, .. } => Step::Combine(value.clone()),
+        Stored::Opaque { txid: at, .. } if *at > txid => return Err(ahead(*at, txid)),
+        Stored::Opaque { txid: at, prev, .. } if *at == txid => prev.clone().map_or(Step::Fresh, Step::Combine),
+        Stored::Opaque { curr, .. } => Step::Combine(curr.clone()),
+        Stored::Plain(value) => Step::Combine(value.clone()),
+    })
+}
+
+/// The value to store once the new value of a key is known.
+pub fn updated(kind: StateKind, stored: Option<Stored>, txid: u64, value: Value) -> Stored {
+    match kind {
+        StateKind::Transactional => Stored::Transactional { txid, value },
+        StateKind::Opaque => {
+            let prev = match stored {
+                Some(Stored::Opaque { txid: at, prev, .. }) if at == txid => prev,
+                Some(Stored::Opaque { curr, .. }) => Some(curr),
+                _ => None,
+            };
+            Stored::Opaque { txid, curr: value, prev }
+        }
+        StateKind::NonTransactional => Stored::Plain(value),
+    }
+}
+
+/// Applies `partial` at `txid` to `stored` with `combine`: the whole rule,
+/// for one key.
+pub fn apply(
+    kind: StateKind,
+    stored: Option<Stored>,
+    txid: u64,
+    partial: Value,
+    combine: impl FnOnce(Value, Value) -> Result<Value>,
+) -> Result<Option<Stored>> {
+    let value = match step(kind, stored.as_ref(), txid)? {
+        Step::Skip => return Ok(stored),
+        Step::Fresh => partial,
+        Step::Combine(base) => combine(base, partial)?,
+    };
+    Ok(Some(updated(kind, stored, txid, value)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn add(a: Value, b: Value) -> Result<Value> {
+        Ok(weir_sdk::operator::add(a, b)?)
+    }
+
+    fn tx(value: i64, txid: u64) -> Stored {
+        Stored::Transactional { txid, value: Value::I64(value) }
+    }
+
+    fn opaque(curr: i64, prev: Option<i64>, txid: u64) -> Stored {
+        Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) }
+    }
+
+    /// A map state of one kind, updated the way a commit does: each key's
+    /// batch partial (the sum of its updates) applied once.
+    fn apply_batch(kind: StateKind, map: &mut BTreeMap<&'static str, Stored>, txid: u64, updates: &[(&'static str, i64)]) {
+        let mut partials: BTreeMap<&str, i64> = BTreeMap::new();
+        for (key, amount) in updates {
+            *partials.entry(key).or_default() += amount;
+        }
+        for (key, partial) in partials {
+            let stored = map.remove(key);
+            if let Some(new) = apply(kind, stored, txid, Value::I64(partial), add).unwrap() {
+                map.insert(key, new);
+            }
+        }
+    }
+
+    #[test]
+    fn transactional_batch_skips_keys_it_already_applied() {
+        let mut map = BTreeMap::from([("man", tx(3, 1)), ("dog", tx(4, 3)), ("apple", tx(10, 2))]);
+        apply_batch(StateKind::Transactional, &mut map, 3, &[("man", 1), ("man", 1), ("dog", 1)]);
+        assert_eq!(map, BTreeMap::from([("man", tx(5, 3)), ("dog", tx(4, 3)), ("apple", tx(10, 2))]));
+    }
+
+    #[test]
+    fn opaque_value_moves_forward_or_recomputes_from_prev() {
+        let stored = opaque(4, Some(1), 2);
+        let next = apply(StateKind::Opaque, Some(stored.clone()), 3, Value::I64(2), add).unwrap();
+        assert_eq!(next, Some(opaque(6, Some(4), 3)));
+        let replay = apply(StateKind::Opaque, Some(stored), 2, Value::I64(2), add).unwrap();
+        assert_eq!(replay, Some(opaque(3, Some(1), 2)));
+    }
+
+    #[test]
+    fn opaque_map_replay_replaces_the_first_attempt() {
+        let mut map = BTreeMap::new();
+        apply_batch(StateKind::Opaque, &mut map, 1, &[("k", 1), ("k", 2)]);
+        assert_eq!(map["k"].value(), &Value::I64(3));
+        apply_batch(StateKind::Opaque, &mut map, 1, &[("k", 2)]);
+        assert_eq!(map["k"].value(), &Value::I64(2));
+        apply_batch(StateKind::Opaque, &mut map, 2, &[("k", 3), ("k", 1)]);
+        assert_eq!(map["k"].value(), &Value::I64(6));
+    }
+
+    #[test]
+    fn transactional_map_replay_is_skipped() {
+        let mut map = BTreeMap::new();
+        apply_batch(StateKind::Transactional, &mut map, 1, &[("k", 1), ("k", 2)]);
+        assert_eq!(map["k"].value(), &Value::I64(3));
+        apply_batch(StateKind::Transactional, &mut map, 1, &[("k", 1), ("k", 2)]);
+        assert_eq!(map["k"].value(), &Value::I64(3));
+        apply_batch(StateKind::Transactional, &mut map, 2, &[("k", 3), ("k", 1)]);
+        assert_eq!(map["k"].value(), &Value::I64(7));
+    }
+
+    #[test]
+    fn stored_txid_ahead_of_the_batch_is_an_error() {
+        for (kind, stored) in [(StateKind::Transactional, tx(1, 5)), (StateKind::Opaque, opaque(1, None, 5))] {
+            let err = apply(kind, Some(stored), 4, Value::I64(1), add).unwrap_err();
+            assert!(err.to_string().contains("stored txid 5 is ahead of batch txid 4"), "{err}");
+        }
+    }
+
+    #[test]
+    fn non_transactional_state_updates_blindly() {
+        let once = apply(StateKind::NonTransactional, None, 1, Value::I64(2), add).unwrap();
+        let twice = apply(StateKind::NonTransactional, once, 1, Value::I64(2), add).unwrap();
+        assert_eq!(twice, Some(Stored::Plain(Value::I64(4))));
+    }
+
+    #[test]
+    fn a_value_of_another_kind_is_refused() {
+        let err = apply(StateKind::Opaque, Some(tx(1, 1)), 2, Value::I64(1), add).unwrap_err();
+        assert!(err.to_string().contains("Transactional"), "{err}");
+    }
+
+    #[test]
+    fn stored_values_round_trip() {
+        for stored in [tx(3, 7), opaque(6, Some(4), 3), opaque(2, None, 1), Stored::Plain(Value::Str("x".into()))] {
+            assert_eq!(Stored::decode(&stored.encode()).unwrap(), stored);
+        }
+        assert!(Stored::decode(&[9]).is_err());
+        assert!(Stored::decode(&[1, 0]).is_err());
+    }
+}
