@@ -314,11 +314,7 @@ impl BatchWriter {
 
     /// Appends a whole row. A row with the wrong number of values is not
     /// written, and the error says how many it had.
-    pub fn push_row<'v>(
-        &mut self,
-        tag: u32,
-        values: impl IntoIterator<Item = ValueRef<'v>>,
-    ) -> Result<(), ArityError> {
+    pub fn push_row<'v>(&mut self, tag: u32, values: impl IntoIterator<Item = ValueRef<'v>>) -> Result<(), ArityError> {
         let row_start = self.buf.len();
         self.begin_row(tag);
         let mut found = 0usize;
@@ -366,10 +362,8 @@ impl<'a> Batch<'a> {
         // row count the buffer cannot hold before allocating for it.
         let min_row = 4 + arity;
         if rows.saturating_mul(min_row) > buf.len() - HEADER_LEN {
-            return Err(cursor.err(format!(
-                "header claims {rows} rows of {arity} values, the buffer holds {} bytes",
-                buf.len()
-            )));
+            return Err(cursor
+                .err(format!("header claims {rows} rows of {arity} values, the buffer holds {} bytes", buf.len())));
         }
         let mut row_starts = Vec::with_capacity(rows);
         for _ in 0..rows {

@@ -178,10 +178,7 @@ mod tests {
             &batch(&[(0, "a b"), (0, ""), (0, "c")]),
         )
         .unwrap();
-        assert_eq!(
-            rows(&out),
-            [(0, vec![Value::from("a")]), (0, vec![Value::from("b")]), (2, vec![Value::from("c")])]
-        );
+        assert_eq!(rows(&out), [(0, vec![Value::from("a")]), (0, vec![Value::from("b")]), (2, vec![Value::from("c")])]);
     }
 
     #[test]
@@ -201,10 +198,7 @@ mod tests {
         let t = topologies();
         let ctx = info("longest", "longest", &["word"], 1, 0);
         let out = combine_groups(&t, &ctx, 3, &batch(&[(0, "abc"), (1, "a"), (0, "ab")])).unwrap();
-        assert_eq!(
-            rows(&out),
-            [(0, vec![Value::I64(3)]), (1, vec![Value::I64(1)]), (2, vec![Value::I64(0)])]
-        );
+        assert_eq!(rows(&out), [(0, vec![Value::I64(3)]), (1, vec![Value::I64(1)]), (2, vec![Value::I64(0)])]);
         let mut pairs = BatchWriter::new(2);
         pairs.push_row(0, [ValueRef::I64(5), ValueRef::I64(2)]).unwrap();
         pairs.push_row(1, [ValueRef::I64(1), ValueRef::I64(4)]).unwrap();

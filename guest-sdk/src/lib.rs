@@ -88,7 +88,7 @@ macro_rules! export {
                 }
             }
             type Exports = $crate::__private::Exports<Registry>;
-            $crate::__private::bindings::export_component!(Exports with_types_in $crate::__private::bindings);
+    $crate::__private::bindings::export_component!(Exports with_types_in $crate::__private::bindings);
         };
     };
 }
@@ -132,7 +132,9 @@ mod vectors {
                     .as_array()
                     .unwrap()
                     .iter()
-                    .map(|row| (row[0].as_u64().unwrap() as u32, row[1].as_array().unwrap().iter().map(value).collect()))
+                    .map(|row| {
+                        (row[0].as_u64().unwrap() as u32, row[1].as_array().unwrap().iter().map(value).collect())
+                    })
                     .collect();
                 (case["name"].as_str().unwrap().to_owned(), hex(case["hex"].as_str().unwrap()), rows)
             })

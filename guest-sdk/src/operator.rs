@@ -135,17 +135,12 @@ impl CombinerAggregator for Sum {
 /// makes the sum a float, null counts as nothing.
 pub fn add(a: Value, b: Value) -> Result<Value, Error> {
     match (a, b) {
-        (Value::I64(x), Value::I64(y)) => x
-            .checked_add(y)
-            .map(Value::I64)
-            .ok_or_else(|| Error::fatal(format!("integer overflow adding {x} and {y}"))),
+        (Value::I64(x), Value::I64(y)) => {
+            x.checked_add(y).map(Value::I64).ok_or_else(|| Error::fatal(format!("integer overflow adding {x} and {y}")))
+        }
         (Value::F64(x), Value::F64(y)) => Ok(Value::F64(x + y)),
         (Value::I64(x), Value::F64(y)) | (Value::F64(y), Value::I64(x)) => Ok(Value::F64(x as f64 + y)),
         (Value::Null, v) | (v, Value::Null) => Ok(v),
-        (a, b) => Err(Error::fatal(format!(
-            "cannot add {} and {}",
-            a.as_ref().type_name(),
-            b.as_ref().type_name()
-        ))),
+        (a, b) => Err(Error::fatal(format!("cannot add {} and {}", a.as_ref().type_name(), b.as_ref().type_name()))),
     }
 }

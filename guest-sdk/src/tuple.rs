@@ -72,15 +72,12 @@ impl<'a> Tuple<'a> {
 
     /// The raw value of a field.
     pub fn value(&self, field: impl FieldRef) -> Result<ValueRef<'a>, Error> {
-        field
-            .position(&self.info.fields)
-            .and_then(|i| self.row.get(i))
-            .ok_or_else(|| {
-                Error::fatal(format!(
-                    "operator {} has no input field {field} (it has {:?})",
-                    self.info.operator, self.info.fields
-                ))
-            })
+        field.position(&self.info.fields).and_then(|i| self.row.get(i)).ok_or_else(|| {
+            Error::fatal(format!(
+                "operator {} has no input field {field} (it has {:?})",
+                self.info.operator, self.info.fields
+            ))
+        })
     }
 
     /// A field's value as type `T`; an error names the field and both types.

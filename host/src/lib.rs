@@ -2,5 +2,12 @@
 //! WebAssembly components, with state in redb.
 
 pub mod bindings;
+pub mod config;
+pub mod coordinator;
+pub mod guest_build;
+pub mod plan;
+pub mod process;
 pub mod runtime;
+pub mod spout;
 pub mod state;
+pub mod topology;

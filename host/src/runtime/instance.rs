@@ -58,9 +58,7 @@ impl LoadedComponent {
             .instantiate_pre(&component)
             .and_then(TopologyPre::new)
             .map_err(anyhow::Error::from)
-            .with_context(|| {
-                format!("{} does not implement the {WIT_PACKAGE} world `topology`", path.display())
-            })?;
+            .with_context(|| format!("{} does not implement the {WIT_PACKAGE} world `topology`", path.display()))?;
         Ok(LoadedComponent { path: path.to_owned(), engine: engine.clone(), pre, cache_outcome })
     }
 

@@ -5,7 +5,7 @@ mod cache;
 mod guest_output;
 mod instance;
 
-pub use cache::ComponentCache;
+pub use cache::{CacheOutcome, ComponentCache, default_cache_dir};
 pub use instance::{CallError, Guest, LoadedComponent};
 
 use anyhow::Result;

@@ -107,8 +107,7 @@ impl Db {
     /// Opens (creating if needed) the database of `data_dir`. Fails with a
     /// clear message when another process has it open.
     pub fn open(data_dir: &Path) -> Result<Db> {
-        std::fs::create_dir_all(data_dir)
-            .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+        std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
         let path = data_dir.join(DB_FILE);
         let db = Database::create(&path).map_err(|e| match e {
             DatabaseError::DatabaseAlreadyOpen => anyhow::anyhow!(
@@ -209,7 +208,12 @@ impl Db {
                 }
                 let mut combined = if pairs.is_empty() { Vec::new() } else { combine(index, &pairs)? }.into_iter();
                 if combined.len() != pairs.len() {
-                    bail!("combining for state {} returned {} values for {} keys", update.state.name, combined.len(), pairs.len());
+                    bail!(
+                        "combining for state {} returned {} values for {} keys",
+                        update.state.name,
+                        combined.len(),
+                        pairs.len()
+                    );
                 }
                 for (((key, partial), step), stored) in update.partials.iter().zip(steps).zip(stored_values) {
                     let value = match step {
@@ -277,10 +281,7 @@ impl Db {
     pub fn states(&self, topology: &str) -> Result<Vec<String>> {
         let txn = self.db.begin_read()?;
         let prefix = format!("state/{topology}/");
-        Ok(txn
-            .list_tables()?
-            .filter_map(|t| t.name().strip_prefix(&prefix).map(str::to_owned))
-            .collect())
+        Ok(txn.list_tables()?.filter_map(|t| t.name().strip_prefix(&prefix).map(str::to_owned)).collect())
     }
 }
 

@@ -199,7 +199,12 @@ mod tests {
 
     /// A map state of one kind, updated the way a commit does: each key's
     /// batch partial (the sum of its updates) applied once.
-    fn apply_batch(kind: StateKind, map: &mut BTreeMap<&'static str, Stored>, txid: u64, updates: &[(&'static str, i64)]) {
+    fn apply_batch(
+        kind: StateKind,
+        map: &mut BTreeMap<&'static str, Stored>,
+        txid: u64,
+        updates: &[(&'static str, i64)],
+    ) {
         let mut partials: BTreeMap<&str, i64> = BTreeMap::new();
         for (key, amount) in updates {
             *partials.entry(key).or_default() += amount;

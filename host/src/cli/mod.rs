@@ -1,0 +1,47 @@
+//! The `weir` verbs, one file each.
+
+mod json;
+mod run;
+mod state;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// Weir runs exactly-once stream topologies whose operators are WebAssembly
+/// components: batches with transaction ids, state in redb, every operator
+/// in its own sandbox.
+#[derive(Parser, Debug)]
+#[command(name = "weir", version, about, long_about = None)]
+#[command(after_help = "Logs go to stderr; set WEIR_LOG (e.g. WEIR_LOG=weir=debug) to see more.")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a topology over an input file until every batch is committed.
+    Run(run::RunArgs),
+    /// Read a topology's stored state.
+    #[command(subcommand)]
+    State(state::StateCommand),
+}
+
+/// Sends logs to stderr, filtered by `WEIR_LOG` (default: info for Weir).
+pub fn init_logging() {
+    let filter = EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| EnvFilter::new("weir=info,warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}
+
+/// Runs the chosen verb.
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::State(command) => state::run(command),
+    }
+}

@@ -1,0 +1,334 @@
+//! The process phase: a batch through the plan's steps, in guest operators,
+//! into one partial per key; and the combining of partials with stored
+//! values at commit.
+
+use crate::bindings::BatchContext;
+use crate::plan::{Aggregation, Input, Plan, Sink, Step};
+use crate::runtime::{CallError, Guest, LoadedComponent};
+use crate::state::keys;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use weir_sdk::codec::{Batch, BatchWriter, Row, Value};
+use weir_sdk::operator::add;
+
+/// Why a batch failed, and whether replaying it may help.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchError {
+    /// The operator at fault (or the state, for storage errors).
+    pub operator: String,
+    /// False when the topology must halt at once.
+    pub retryable: bool,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl BatchError {
+    /// An error that replaying the batch may cure.
+    pub fn retry(operator: &str, message: impl Into<String>) -> BatchError {
+        BatchError { operator: operator.to_owned(), retryable: true, message: message.into() }
+    }
+
+    /// An error that halts the topology.
+    pub fn fatal(operator: &str, message: impl Into<String>) -> BatchError {
+        BatchError { operator: operator.to_owned(), retryable: false, message: message.into() }
+    }
+}
+
+impl fmt::Display for BatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "operator {}: {}", self.operator, self.message)
+    }
+}
+
+/// The guest instances of one thread: one store per operator, created on
+/// first use and replaced after a trap (a trapped instance cannot be entered
+/// again).
+pub struct Operators {
+    component: Arc<LoadedComponent>,
+    topology: String,
+    instances: HashMap<String, Guest>,
+}
+
+impl Operators {
+    /// Instances of `component`'s operators for `topology`.
+    pub fn new(component: Arc<LoadedComponent>, topology: &str) -> Operators {
+        Operators { component, topology: topology.to_owned(), instances: HashMap::new() }
+    }
+
+    fn call<T>(
+        &mut self,
+        operator: &str,
+        txid: u64,
+        attempt: u32,
+        fields: &[String],
+        call: impl FnOnce(&mut Guest, &BatchContext) -> Result<T, CallError>,
+    ) -> Result<T, BatchError> {
+        if !self.instances.contains_key(operator) {
+            let guest = self
+                .component
+                .instantiate(operator)
+                .map_err(|e| BatchError::retry(operator, format!("cannot instantiate: {e:#}")))?;
+            self.instances.insert(operator.to_owned(), guest);
+        }
+        let guest = self.instances.get_mut(operator).expect("instantiated above");
+        let ctx = BatchContext {
+            topology: self.topology.clone(),
+            operator: operator.to_owned(),
+            txid,
+            attempt,
+            partition: 0,
+            fields: fields.to_vec(),
+        };
+        call(guest, &ctx).map_err(|e| match e {
+            CallError::Retry(m) => BatchError::retry(operator, format!("retry: {m}")),
+            CallError::Fatal(m) => BatchError::fatal(operator, format!("fatal: {m}")),
+            CallError::Trap(m) => {
+                self.instances.remove(operator);
+                BatchError::retry(operator, format!("trap: {m}"))
+            }
+        })
+    }
+}
+
+fn malformed(operator: &str, what: impl fmt::Display) -> BatchError {
+    BatchError::retry(operator, format!("returned a malformed batch: {what}"))
+}
+
+/// Copies the fields at `positions` of every row into a new batch.
+fn project(batch: &Batch<'_>, positions: &[usize]) -> Vec<u8> {
+    let mut writer = BatchWriter::new(positions.len());
+    for row in batch.rows() {
+        writer.begin_row(row.tag());
+        push_kept(&mut writer, row, positions);
+    }
+    writer.finish()
+}
+
+fn guest_input<'b>(batch: &Batch<'_>, whole: &'b [u8], input: &Input) -> Cow<'b, [u8]> {
+    if input.whole_tuple { Cow::Borrowed(whole) } else { Cow::Owned(project(batch, &input.positions)) }
+}
+
+/// Appends the encoded values at `positions` of `row` to the current row.
+fn push_kept(writer: &mut BatchWriter, row: Row<'_>, positions: &[usize]) {
+    for &p in positions {
+        writer.push_encoded(row.encoded_values().nth(p).expect("position within arity"));
+    }
+}
+
+/// Runs the process phase of a plan.
+pub struct Processor {
+    plan: Arc<Plan>,
+    operators: Operators,
+}
+
+impl Processor {
+    /// A processor with its own operator instances.
+    pub fn new(plan: Arc<Plan>, component: Arc<LoadedComponent>) -> Processor {
+        let operators = Operators::new(component, &plan.topology);
+        Processor { plan, operators }
+    }
+
+    /// Runs `batch` (the spout's tuples) through every step and aggregates
+    /// it: one partial per key, sorted by key.
+    pub fn process(&mut self, txid: u64, attempt: u32, batch: Vec<u8>) -> Result<Vec<(Vec<u8>, Value)>, BatchError> {
+        let plan = Arc::clone(&self.plan);
+        let mut current = batch;
+        for step in &plan.steps {
+            current = match step {
+                Step::Function { id, input, outputs, kept } => {
+                    self.function(id, input, *outputs, kept, txid, attempt, &current)?
+                }
+                Step::Filter { id, input, kept } => self.filter(id, input, kept, txid, attempt, &current)?,
+            };
+        }
+        self.aggregate(&plan.sink, txid, attempt, &current)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn function(
+        &mut self,
+        id: &str,
+        input: &Input,
+        outputs: usize,
+        kept: &[usize],
+        txid: u64,
+        attempt: u32,
+        current: &[u8],
+    ) -> Result<Vec<u8>, BatchError> {
+        let batch = Batch::decode(current).expect("the host writes valid batches");
+        let guest_in = guest_input(&batch, current, input);
+        let out = self.operators.call(id, txid, attempt, &input.names, |g, ctx| g.run_function(ctx, &guest_in))?;
+        let emitted = Batch::decode(&out).map_err(|e| malformed(id, e))?;
+        if emitted.arity() != outputs {
+            return Err(BatchError::retry(
+                id,
+                format!("emitted rows of {} values, but it declares {outputs} output fields", emitted.arity()),
+            ));
+        }
+        if let Some(row) = emitted.rows().find(|r| r.tag() as usize >= batch.len()) {
+            return Err(malformed(id, format!("a row extends input row {} of {}", row.tag(), batch.len())));
+        }
+        if kept.is_empty() {
+            return Ok(out);
+        }
+        let mut writer = BatchWriter::with_capacity(kept.len() + outputs, out.len() * 2);
+        for row in emitted.rows() {
+            writer.begin_row(0);
+            push_kept(&mut writer, batch.row(row.tag() as usize), kept);
+            for value in row.encoded_values() {
+                writer.push_encoded(value);
+            }
+        }
+        Ok(writer.finish())
+    }
+
+    fn filter(
+        &mut self,
+        id: &str,
+        input: &Input,
+        kept: &[usize],
+        txid: u64,
+        attempt: u32,
+        current: &[u8],
+    ) -> Result<Vec<u8>, BatchError> {
+        let batch = Batch::decode(current).expect("the host writes valid batches");
+        let guest_in = guest_input(&batch, current, input);
+        let keep = self.operators.call(id, txid, attempt, &input.names, |g, ctx| g.run_filter(ctx, &guest_in))?;
+        if keep.len() != batch.len() {
+            return Err(malformed(id, format!("{} verdicts for {} rows", keep.len(), batch.len())));
+        }
+        let mut writer = BatchWriter::new(kept.len());
+        for (row, verdict) in batch.rows().zip(keep) {
+            if verdict != 0 {
+                writer.begin_row(0);
+                push_kept(&mut writer, row, kept);
+            }
+        }
+        Ok(writer.finish())
+    }
+
+    fn aggregate(
+        &mut self,
+        sink: &Sink,
+        txid: u64,
+        attempt: u32,
+        current: &[u8],
+    ) -> Result<Vec<(Vec<u8>, Value)>, BatchError> {
+        let batch = Batch::decode(current).expect("the host writes valid batches");
+        let mut key = Vec::new();
+        let key_of = |key: &mut Vec<u8>, row: Row<'_>| {
+            key.clear();
+            for &p in &sink.group {
+                keys::encode_value(key, row.get(p).expect("position within arity"));
+            }
+        };
+        let mut partials: Vec<(Vec<u8>, Value)> = match &sink.aggregation {
+            Aggregation::Count => {
+                let mut counts: HashMap<Vec<u8>, i64> = HashMap::new();
+                for row in batch.rows() {
+                    key_of(&mut key, row);
+                    match counts.get_mut(key.as_slice()) {
+                        Some(count) => *count += 1,
+                        None => {
+                            counts.insert(key.clone(), 1);
+                        }
+                    }
+                }
+                counts.into_iter().map(|(k, c)| (k, Value::I64(c))).collect()
+            }
+            Aggregation::Sum(position) => {
+                let mut sums: HashMap<Vec<u8>, Value> = HashMap::new();
+                for row in batch.rows() {
+                    key_of(&mut key, row);
+                    let value = row.get(*position).expect("position within arity").to_owned();
+                    let sum = sums.remove(key.as_slice()).unwrap_or(Value::I64(0));
+                    let sum = add(sum, value).map_err(|e| BatchError::fatal(&sink.id, e.to_string()))?;
+                    sums.insert(key.clone(), sum);
+                }
+                sums.into_iter().collect()
+            }
+            Aggregation::Combiner(input) => {
+                let mut groups: HashMap<Vec<u8>, u32> = HashMap::new();
+                let mut order = Vec::new();
+                if sink.group.is_empty() {
+                    groups.insert(Vec::new(), 0);
+                    order.push(Vec::new());
+                }
+                let mut writer = BatchWriter::new(input.positions.len());
+                for row in batch.rows() {
+                    key_of(&mut key, row);
+                    let next = groups.len() as u32;
+                    let group = *groups.entry(key.clone()).or_insert_with(|| {
+                        order.push(key.clone());
+                        next
+                    });
+                    writer.begin_row(group);
+                    push_kept(&mut writer, row, &input.positions);
+                }
+                let rows = writer.finish();
+                let count = order.len() as u32;
+                let out = self
+                    .operators
+                    .call(&sink.id, txid, attempt, &input.names, |g, ctx| g.combine_groups(ctx, count, &rows))?;
+                let results = single_values(&sink.id, &out, order.len())?;
+                order.into_iter().zip(results).collect()
+            }
+        };
+        if sink.group.is_empty() && partials.is_empty() {
+            // An ungrouped aggregate yields a value even for an empty batch.
+            partials.push((Vec::new(), Value::I64(0)));
+        }
+        partials.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(partials)
+    }
+}
+
+/// Reads a guest's answer of one value per row, `expected` rows tagged 0, 1, ...
+fn single_values(operator: &str, out: &[u8], expected: usize) -> Result<Vec<Value>, BatchError> {
+    let batch = Batch::decode(out).map_err(|e| malformed(operator, e))?;
+    if batch.arity() != 1 || batch.len() != expected {
+        return Err(malformed(
+            operator,
+            format!("{} rows of {} values, expected {expected} rows of 1", batch.len(), batch.arity()),
+        ));
+    }
+    let mut values = Vec::with_capacity(expected);
+    for (index, row) in batch.rows().enumerate() {
+        if row.tag() as usize != index {
+            return Err(malformed(operator, format!("row {index} is tagged {}", row.tag())));
+        }
+        values.push(row.get(0).expect("arity 1").to_owned());
+    }
+    Ok(values)
+}
+
+/// Combines stored values with partials at commit: natively for the host's
+/// built-ins, in one guest call for a combiner aggregator.
+pub fn combine_at_commit(
+    sink: &Sink,
+    operators: &mut Operators,
+    txid: u64,
+    attempt: u32,
+    pairs: &[(Value, Value)],
+) -> Result<Vec<Value>, BatchError> {
+    match &sink.aggregation {
+        Aggregation::Count | Aggregation::Sum(_) => pairs
+            .iter()
+            .map(|(stored, partial)| {
+                add(stored.clone(), partial.clone()).map_err(|e| BatchError::fatal(&sink.id, e.to_string()))
+            })
+            .collect(),
+        Aggregation::Combiner(_) => {
+            let mut writer = BatchWriter::new(2);
+            for (index, (stored, partial)) in pairs.iter().enumerate() {
+                writer.push_row(index as u32, [stored.as_ref(), partial.as_ref()]).expect("two values");
+            }
+            let input = writer.finish();
+            let fields = ["stored".to_owned(), "partial".to_owned()];
+            let out = operators.call(&sink.id, txid, attempt, &fields, |g, ctx| g.combine_pairs(ctx, &input))?;
+            single_values(&sink.id, &out, pairs.len())
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The built-in transactional spout over the lines of a file.
+//!
+//! A batch is a byte range of whole lines. The range of txid n is recorded
+//! before the batch is processed; a replay reads exactly that range again, so
+//! it emits exactly the same tuples. Lines appended to the file later are
+//! picked up by the next batches.
+
+use anyhow::{Context, Result, bail};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use weir_sdk::codec::{BatchWriter, ValueRef};
+
+/// The lines of a batch: bytes `start..end` of the file, `lines` lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineRange {
+    /// Offset of the first line.
+    pub start: u64,
+    /// Offset just past the last line (and its newline).
+    pub end: u64,
+    /// Number of lines.
+    pub lines: u64,
+}
+
+impl LineRange {
+    /// The metadata stored for the batch.
+    pub fn encode(&self) -> Vec<u8> {
+        [self.start, self.end, self.lines].iter().flat_map(|n| n.to_le_bytes()).collect()
+    }
+
+    /// Reads what [`LineRange::encode`] wrote.
+    pub fn decode(bytes: &[u8]) -> Result<LineRange> {
+        let Ok(bytes) = <[u8; 24]>::try_from(bytes) else {
+            bail!("stored line range has {} bytes, expected 24", bytes.len())
+        };
+        let n = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        Ok(LineRange { start: n(0), end: n(1), lines: n(2) })
+    }
+}
+
+/// Reads batches of lines from a file.
+pub struct FileLines {
+    path: PathBuf,
+    reader: BufReader<File>,
+    position: u64,
+    line: Vec<u8>,
+}
+
+impl FileLines {
+    /// Opens the input file.
+    pub fn open(path: &Path) -> Result<FileLines> {
+        let file = File::open(path).with_context(|| format!("cannot read input {}", path.display()))?;
+        if file.metadata()?.is_dir() {
+            bail!("cannot read input {}: it is a directory", path.display());
+        }
+        Ok(FileLines {
+            path: path.to_owned(),
+            reader: BufReader::with_capacity(1 << 20, file),
+            position: 0,
+            line: Vec::new(),
+        })
+    }
+
+    fn seek(&mut self, offset: u64) -> Result<()> {
+        if offset != self.position {
+            self.reader.seek(SeekFrom::Start(offset))?;
+            self.position = offset;
+        }
+        Ok(())
+    }
+
+    /// Reads one line into `self.line` (without its line ending); false at
+    /// the end of the file.
+    fn read_line(&mut self) -> Result<bool> {
+        self.line.clear();
+        let n = self.reader.read_until(b'\n', &mut self.line)?;
+        self.position += n as u64;
+        if self.line.last() == Some(&b'\n') {
+            self.line.pop();
+            if self.line.last() == Some(&b'\r') {
+                self.line.pop();
+            }
+        }
+        Ok(n > 0)
+    }
+
+    fn push_line(&self, writer: &mut BatchWriter) -> Result<()> {
+        let line = std::str::from_utf8(&self.line).map_err(|e| {
+            let offset = self.position - self.line.len() as u64;
+            anyhow::anyhow!("input {}: the line at byte {offset} is not UTF-8 ({e})", self.path.display())
+        })?;
+        writer.push_row(0, [ValueRef::Str(line)]).expect("one value per row");
+        Ok(())
+    }
+
+    /// The next batch: up to `max_lines` lines from byte `start`, packed one
+    /// line per tuple. `None` when no line is left.
+    pub fn next_batch(&mut self, start: u64, max_lines: usize) -> Result<Option<(LineRange, Vec<u8>)>> {
+        self.seek(start)?;
+        let mut writer = BatchWriter::with_capacity(1, max_lines * 64);
+        while writer.rows() < max_lines && self.read_line()? {
+            self.push_line(&mut writer)?;
+        }
+        if writer.rows() == 0 {
+            return Ok(None);
+        }
+        let range = LineRange { start, end: self.position, lines: writer.rows() as u64 };
+        Ok(Some((range, writer.finish())))
+    }
+
+    /// The batch of a recorded range, exactly as first emitted.
+    pub fn replay(&mut self, range: &LineRange) -> Result<Vec<u8>> {
+        self.seek(range.start)?;
+        let mut writer = BatchWriter::with_capacity(1, (range.end - range.start) as usize + 16 * range.lines as usize);
+        while self.position < range.end && self.read_line()? {
+            self.push_line(&mut writer)?;
+        }
+        if self.position != range.end || writer.rows() as u64 != range.lines {
+            bail!(
+                "input {} changed: bytes {}..{} no longer hold the {} lines recorded for this batch",
+                self.path.display(),
+                range.start,
+                range.end,
+                range.lines
+            );
+        }
+        Ok(writer.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_sdk::codec::Batch;
+
+    fn lines(batch: &[u8]) -> Vec<String> {
+        Batch::decode(batch).unwrap().rows().map(|r| r.get(0).map(|v| format!("{v:?}")).unwrap()).collect()
+    }
+
+    #[test]
+    fn batches_cover_the_file_and_replay_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, "a b\r\nc\n\nlast").unwrap();
+        let mut spout = FileLines::open(&path).unwrap();
+        let (first, batch1) = spout.next_batch(0, 2).unwrap().unwrap();
+        assert_eq!(first, LineRange { start: 0, end: 7, lines: 2 });
+        assert_eq!(lines(&batch1), ["Str(\"a b\")", "Str(\"c\")"]);
+        let (second, batch2) = spout.next_batch(first.end, 2).unwrap().unwrap();
+        assert_eq!(second, LineRange { start: 7, end: 12, lines: 2 });
+        assert_eq!(lines(&batch2), ["Str(\"\")", "Str(\"last\")"]);
+        assert!(spout.next_batch(second.end, 2).unwrap().is_none());
+        assert_eq!(spout.replay(&first).unwrap(), batch1);
+        assert_eq!(LineRange::decode(&second.encode()).unwrap(), second);
+    }
+
+    #[test]
+    fn a_changed_file_is_an_error_on_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, "one\ntwo\n").unwrap();
+        let mut spout = FileLines::open(&path).unwrap();
+        let (range, _) = spout.next_batch(0, 10).unwrap().unwrap();
+        std::fs::write(&path, "one\n").unwrap();
+        let err = FileLines::open(&path).unwrap().replay(&range).unwrap_err();
+        assert!(err.to_string().contains("changed"), "{err}");
+    }
+
+    #[test]
+    fn missing_input_is_a_clear_error() {
+        let err = FileLines::open(Path::new("/nonexistent/input.txt")).err().unwrap();
+        assert!(err.to_string().contains("cannot read input /nonexistent/input.txt"), "{err}");
+    }
+}

@@ -1,0 +1,166 @@
+//! The `weir` command's verbs, help and errors, through the real binary.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+/// A data dir holding a committed word count, and its state as scanned.
+fn committed() -> (tempfile::TempDir, Vec<serde_json::Value>) {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    weir_ok(&run_args(WORD_COUNT, data.path(), &corpus.path, &["--batch-size", "5000"]));
+    let state = scan(data.path(), "word-count", "counts");
+    assert_eq!(state.len(), corpus.truth.len());
+    (data, state)
+}
+
+fn assert_fails_with(args: &[&str], message: &str) {
+    let output = weir_output(args);
+    assert!(!output.status.success(), "weir {args:?} succeeded:\n{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(message), "weir {args:?}: expected {message:?} in:\n{stderr}");
+}
+
+#[test]
+fn bad_components_are_refused_and_committed_state_is_kept() {
+    let (data, before) = committed();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let garbage = write("garbage.wasm", b"this is not wasm");
+    let core_module = write("core.wasm", b"\0asm\x01\0\0\0");
+    let empty_component = write("empty.wasm", b"\0asm\x0d\0\x01\0");
+    let truncated = {
+        let bytes = std::fs::read(WORD_COUNT).unwrap();
+        write("truncated.wasm", &bytes[..bytes.len() / 2])
+    };
+    let input = corpus_20k().path.to_str().unwrap().to_owned();
+    let data_dir = data.path().to_str().unwrap();
+    let cases = [
+        (dir.path().join("missing.wasm").to_str().unwrap().to_owned(), "cannot read component"),
+        (garbage, "is not a WebAssembly file"),
+        (core_module, "is a core WebAssembly module, not a component"),
+        (empty_component, "does not implement the weir:topology@0.1.0 world"),
+        (truncated, "is not a valid component"),
+    ];
+    for (component, message) in &cases {
+        assert_fails_with(&["run", component, "--data", data_dir, "--input", &input], message);
+    }
+    assert_eq!(scan(data.path(), "word-count", "counts"), before);
+}
+
+#[test]
+fn unreadable_input_and_a_busy_data_dir_are_refused_and_committed_state_is_kept() {
+    let (data, before) = committed();
+    let data_dir = data.path().to_str().unwrap();
+    assert_fails_with(
+        &["run", WORD_COUNT, "--data", data_dir, "--input", "/nonexistent/corpus.txt"],
+        "cannot read input",
+    );
+    {
+        let _held = weir::state::Db::open(data.path()).unwrap();
+        let input = corpus_20k().path.to_str().unwrap();
+        assert_fails_with(
+            &["run", WORD_COUNT, "--data", data_dir, "--input", input],
+            "is in use by another weir process",
+        );
+        assert_fails_with(
+            &["state", "scan", "--data", data_dir, "--topology", "word-count", "--state", "counts"],
+            "is in use by another weir process",
+        );
+    }
+    assert_eq!(scan(data.path(), "word-count", "counts"), before);
+}
+
+#[test]
+fn state_scan_is_sorted_and_get_prints_one_key() {
+    let (data, state) = committed();
+    let keys: Vec<String> = state.iter().map(|e| e["key"][0].as_str().unwrap().to_owned()).collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    let data_dir = data.path().to_str().unwrap();
+    let base = ["state", "get", "--data", data_dir, "--topology", "word-count", "--state", "counts"];
+    let get = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+        let out = weir_ok(&args);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let w1 = get(&["--key", r#"["w1"]"#]);
+    assert_eq!(w1, serde_json::json!({"key": ["w1"], "value": corpus_20k().truth["w1"]}));
+    let raw = get(&["--key", r#"["w1"]"#, "--raw"]);
+    assert_eq!(raw["txid"], 4);
+    let raw_scan =
+        weir_ok(&["state", "scan", "--data", data_dir, "--topology", "word-count", "--state", "counts", "--raw"]);
+    let first: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&raw_scan.stdout).lines().next().unwrap()).unwrap();
+    assert!(first["txid"].as_u64().is_some(), "{first}");
+
+    let missing: Vec<&str> = base.iter().copied().chain(["--key", r#"["nope"]"#]).collect();
+    assert_fails_with(&missing, "has no key [\"nope\"]");
+    let not_array: Vec<&str> = base.iter().copied().chain(["--key", r#""w1""#]).collect();
+    assert_fails_with(&not_array, "--key must be a JSON array");
+    assert_fails_with(
+        &["state", "scan", "--data", data_dir, "--topology", "word-count", "--state", "nope"],
+        "topology word-count has no state nope",
+    );
+    let empty = tempfile::tempdir().unwrap();
+    assert_fails_with(
+        &["state", "scan", "--data", empty.path().to_str().unwrap(), "--topology", "t", "--state", "s"],
+        "holds no Weir database",
+    );
+}
+
+#[test]
+fn run_builds_a_guest_crate_directory() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    let crate_dir = Path::new(REPO_ROOT).join("examples/word-count");
+    let output = weir()
+        .env("CARGO_TARGET_DIR", GUEST_TARGET_DIR)
+        .args(run_args(crate_dir.to_str().unwrap(), data.path(), &corpus.path, &[]))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+    let not_a_crate = tempfile::tempdir().unwrap();
+    assert_fails_with(
+        &run_args(not_a_crate.path().to_str().unwrap(), data.path(), &corpus.path, &[]),
+        "is neither a .wasm component nor a guest crate",
+    );
+}
+
+#[test]
+fn a_component_with_several_topologies_needs_one_chosen() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    assert_fails_with(&run_args(TEST_TOPOLOGIES, data.path(), &corpus.path, &[]), "choose one with --topology");
+    assert_fails_with(
+        &run_args(TEST_TOPOLOGIES, data.path(), &corpus.path, &["--topology", "nope"]),
+        "defines no topology \"nope\"",
+    );
+}
+
+#[test]
+fn every_verb_explains_itself() {
+    for (args, expected) in [
+        (vec!["--help"], vec!["run", "state"]),
+        (
+            vec!["run", "--help"],
+            vec!["--data", "--input", "--batch-size", "--max-pending", "--max-attempts", "--cache-dir"],
+        ),
+        (vec!["state", "--help"], vec!["scan", "get"]),
+        (vec!["state", "scan", "--help"], vec!["--data", "--topology", "--state", "--raw"]),
+        (vec!["state", "get", "--help"], vec!["--key"]),
+    ] {
+        let out = text(&weir_ok(&args));
+        for word in expected {
+            assert!(out.contains(word), "weir {args:?} --help lacks {word}:\n{out}");
+        }
+    }
+    assert_fails_with(&["run", WORD_COUNT, "--data", "x", "--input", "y", "--batch-size", "0"], "--batch-size");
+}

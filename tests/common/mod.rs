@@ -1,0 +1,105 @@
+//! What the integration tests share: the real `weir` binary, the canonical
+//! corpus and its ground truth, and reading state back through the CLI.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub use weir_test_guests::{GUEST_TARGET_DIR, REPO_ROOT, TEST_TOPOLOGIES, WORD_COUNT};
+
+/// The `weir` binary, with a compiled-component cache shared by every test
+/// of the run, so that each component is compiled once.
+pub fn weir() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command.env("WEIR_CACHE_DIR", Path::new(GUEST_TARGET_DIR).join("compiled-cache"));
+    command.env("WEIR_LOG", "weir=info");
+    command
+}
+
+/// Runs `weir` with `args`, returning its output whatever its status.
+pub fn weir_output(args: &[&str]) -> Output {
+    weir().args(args).output().expect("run weir")
+}
+
+/// Text of stdout and stderr together.
+pub fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// Runs `weir` and asserts it succeeded.
+pub fn weir_ok(args: &[&str]) -> Output {
+    let output = weir_output(args);
+    assert!(output.status.success(), "weir {args:?} failed:\n{}", text(&output));
+    output
+}
+
+/// A corpus of `sentences` sentences from the canonical generator.
+pub struct Corpus {
+    _dir: tempfile::TempDir,
+    /// The sentences, one per line.
+    pub path: PathBuf,
+    /// The exact count of each word.
+    pub truth: BTreeMap<String, i64>,
+}
+
+fn generate(sentences: usize) -> Corpus {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("corpus.txt");
+    let script = Path::new(REPO_ROOT).join("../shared/bench/gen_corpus.py");
+    assert!(script.exists(), "the canonical corpus generator is missing: {}", script.display());
+    let status = Command::new("python3")
+        .arg(&script)
+        .args(["-n", &sentences.to_string(), "-o"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run python3");
+    assert!(status.success());
+    let truth_text = std::fs::read_to_string(dir.path().join("corpus.counts.json")).unwrap();
+    let truth = serde_json::from_str(&truth_text).unwrap();
+    Corpus { _dir: dir, path, truth }
+}
+
+/// The 20,000-sentence corpus, generated once per test binary.
+pub fn corpus_20k() -> &'static Corpus {
+    static CORPUS: OnceLock<Corpus> = OnceLock::new();
+    CORPUS.get_or_init(|| generate(20_000))
+}
+
+/// A state's entries as `weir state scan` prints them.
+pub fn scan(data: &Path, topology: &str, state: &str) -> Vec<serde_json::Value> {
+    let output =
+        weir_ok(&["state", "scan", "--data", data.to_str().unwrap(), "--topology", topology, "--state", state]);
+    String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A word-count state read back as word => count.
+pub fn counts(data: &Path, topology: &str) -> BTreeMap<String, i64> {
+    scan(data, topology, "counts")
+        .into_iter()
+        .map(|entry| (entry["key"][0].as_str().unwrap().to_owned(), entry["value"].as_i64().unwrap()))
+        .collect()
+}
+
+/// Asserts two count maps are equal, naming the first difference.
+pub fn assert_counts_eq(got: &BTreeMap<String, i64>, want: &BTreeMap<String, i64>) {
+    if got != want {
+        let diff = want
+            .iter()
+            .find(|(k, v)| got.get(*k) != Some(v))
+            .map(|(k, v)| format!("{k}: got {:?}, want {v}", got.get(k)))
+            .or_else(|| got.keys().find(|k| !want.contains_key(*k)).map(|k| format!("unexpected word {k}")))
+            .unwrap();
+        panic!("counts differ ({} words, want {}): {diff}", got.len(), want.len());
+    }
+}
+
+/// `weir run` arguments for `component` over `input` into `data`.
+pub fn run_args<'a>(component: &'a str, data: &'a Path, input: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", component, "--data", data.to_str().unwrap(), "--input", input.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args
+}

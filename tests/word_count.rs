@@ -1,0 +1,174 @@
+//! Word count end to end: the real `weir` binary, real guest components, a
+//! real redb file, counts compared with the corpus's ground truth.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+fn exact_counts(batch_size: &str, max_pending: &str) {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    let output = weir_ok(&run_args(
+        WORD_COUNT,
+        data.path(),
+        &corpus.path,
+        &["--batch-size", batch_size, "--max-pending", max_pending],
+    ));
+    let batches = 20_000usize.div_ceil(batch_size.parse().unwrap());
+    assert!(text(&output).contains(&format!("committed {batches} batches (20000 tuples)")), "{}", text(&output));
+    assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+}
+
+#[test]
+fn counts_are_exact_with_batches_of_1_line_one_pending() {
+    exact_counts("1", "1");
+}
+
+#[test]
+fn counts_are_exact_with_batches_of_1_line_four_pending() {
+    exact_counts("1", "4");
+}
+
+#[test]
+fn counts_are_exact_with_batches_of_100_lines() {
+    exact_counts("100", "1");
+    exact_counts("100", "4");
+}
+
+#[test]
+fn counts_are_exact_with_batches_of_1000_lines() {
+    exact_counts("1000", "1");
+    exact_counts("1000", "4");
+}
+
+#[test]
+fn a_guest_combiner_aggregator_counts_exactly() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    weir_ok(&run_args(
+        TEST_TOPOLOGIES,
+        data.path(),
+        &corpus.path,
+        &["--topology", "guest-count", "--batch-size", "700"],
+    ));
+    assert_counts_eq(&counts(data.path(), "guest-count"), &corpus.truth);
+}
+
+#[test]
+fn a_retry_error_replays_the_batch_and_counts_stay_exact() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    let output = weir_ok(&run_args(
+        TEST_TOPOLOGIES,
+        data.path(),
+        &corpus.path,
+        &["--topology", "flaky-word-count", "--batch-size", "1000", "--max-pending", "4"],
+    ));
+    let log = text(&output);
+    assert!(log.contains("txid 3 attempt 0 failed: operator split: retry: txid 3 fails on its first attempt"), "{log}");
+    assert!(log.contains("replaying txids 3..="), "{log}");
+    assert!(log.contains("1 failed attempts replayed"), "{log}");
+    assert_counts_eq(&counts(data.path(), "flaky-word-count"), &corpus.truth);
+    let w0 = &scan(data.path(), "flaky-word-count", "counts")[0];
+    assert_eq!(w0["key"][0], "w0");
+}
+
+/// Starts a run, waits until its log shows `txid` committed, and kills it
+/// with SIGKILL. Returns whether the run was still going when killed.
+fn kill_after_commit(
+    component: &str,
+    topology: &str,
+    data: &std::path::Path,
+    input: &std::path::Path,
+    txid: u64,
+) -> bool {
+    let mut child = weir()
+        .env("WEIR_LOG", "weir=debug")
+        .args(run_args(component, data, input, &["--topology", topology, "--batch-size", "10", "--max-pending", "4"]))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let marker = format!("committed txid {txid} ");
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = false;
+    for line in stderr.lines() {
+        if line.unwrap().contains(&marker) {
+            seen = true;
+            break;
+        }
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    seen && !status.success()
+}
+
+fn killed_runs_recover_exactly(component: &str, topology: &str) {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    for txid in [37, 401, 1283] {
+        assert!(
+            kill_after_commit(component, topology, data.path(), &corpus.path, txid),
+            "the run ended before txid {txid} was committed"
+        );
+    }
+    let output =
+        weir_ok(&run_args(component, data.path(), &corpus.path, &["--topology", topology, "--batch-size", "10"]));
+    assert!(text(&output).contains("last committed txid 2000"), "{}", text(&output));
+    assert_counts_eq(&counts(data.path(), topology), &corpus.truth);
+}
+
+#[test]
+fn sigkill_mid_run_then_rerun_gives_exact_counts_with_transactional_state() {
+    killed_runs_recover_exactly(WORD_COUNT, "word-count");
+}
+
+#[test]
+fn sigkill_mid_run_then_rerun_gives_exact_counts_with_opaque_state() {
+    killed_runs_recover_exactly(TEST_TOPOLOGIES, "word-count-opaque");
+}
+
+#[test]
+fn a_rerun_resumes_after_the_last_commit_and_takes_appended_lines() {
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("growing.txt");
+    let all = std::fs::read_to_string(&corpus.path).unwrap();
+    let half = all.match_indices('\n').nth(9_999).unwrap().0 + 1;
+    std::fs::write(&input, &all[..half]).unwrap();
+    let data = dir.path().join("data");
+    weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "1000"]));
+    let again = weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "1000"]));
+    assert!(text(&again).contains("committed 0 batches (0 tuples)"), "{}", text(&again));
+    std::fs::write(&input, &all).unwrap();
+    let rest = weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "1000"]));
+    assert!(text(&rest).contains("committed 10 batches (10000 tuples)"), "{}", text(&rest));
+    assert!(text(&rest).contains("last committed txid 20"), "{}", text(&rest));
+    assert_counts_eq(&counts(&data, "word-count"), &corpus.truth);
+}
+
+#[test]
+fn a_second_run_loads_the_compiled_component_from_the_cache() {
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let run = |data: &str| {
+        let output = weir()
+            .args(run_args(WORD_COUNT, &dir.path().join(data), &corpus.path, &["--cache-dir", cache.to_str().unwrap()]))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output));
+        text(&output)
+    };
+    let first = run("a");
+    assert!(first.contains("(compiled)"), "{first}");
+    let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let modified = std::fs::metadata(&entries[0]).unwrap().modified().unwrap();
+    let second = run("b");
+    assert!(second.contains("(compiled component loaded from cache)"), "{second}");
+    assert_eq!(std::fs::metadata(&entries[0]).unwrap().modified().unwrap(), modified);
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+}
