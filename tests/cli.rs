@@ -164,3 +164,21 @@ fn every_verb_explains_itself() {
     }
     assert_fails_with(&["run", WORD_COUNT, "--data", "x", "--input", "y", "--batch-size", "0"], "--batch-size");
 }
+
+#[test]
+fn the_corpus_script_writes_the_canonical_benchmark_corpus() {
+    // The benchmark's own generator sits beside the repository where the
+    // shared benchmark workload is checked out (as on CI).
+    let canonical = Path::new(REPO_ROOT).join("../shared/bench/gen_corpus.py");
+    if !canonical.exists() {
+        eprintln!("skipped: {} is not checked out here", canonical.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_corpus(&canonical, 3000, &dir.path().join("canonical.txt"));
+    write_corpus(&Path::new(REPO_ROOT).join("scripts/gen_corpus.py"), 3000, &dir.path().join("ours.txt"));
+    for suffix in ["txt", "counts.json"] {
+        let read = |name: &str| std::fs::read(dir.path().join(format!("{name}.{suffix}"))).unwrap();
+        assert!(read("canonical") == read("ours"), "the .{suffix} files differ");
+    }
+}

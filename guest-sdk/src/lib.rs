@@ -72,9 +72,19 @@ impl Topologies for Vec<Topology> {
 /// Makes this crate a Weir component whose topologies come from `$topologies`,
 /// a function returning a [`Topology`] or a `Vec<Topology>`. It is called
 /// once, on the component's first call.
+///
+/// Built natively (not for wasm), the crate instead gets a public
+/// `weir_topologies()` returning them, to test the operators or run them in
+/// a native host.
 #[macro_export]
 macro_rules! export {
     ($topologies:path) => {
+        /// The topologies this crate defines, built natively.
+        #[cfg(not(target_arch = "wasm32"))]
+        pub fn weir_topologies() -> ::std::vec::Vec<$crate::Topology> {
+            $crate::Topologies::into_topologies($topologies())
+        }
+
         #[cfg(target_arch = "wasm32")]
         const _: () = {
             struct Registry;
@@ -119,8 +129,11 @@ mod vectors {
         (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
-    /// (name, encoded bytes, rows as (tag, values)).
-    pub fn all() -> Vec<(String, Vec<u8>, Vec<(u32, Vec<Value>)>)> {
+    /// A vector's rows: (tag, values).
+    pub type Rows = Vec<(u32, Vec<Value>)>;
+
+    /// (name, encoded bytes, rows).
+    pub fn all() -> Vec<(String, Vec<u8>, Rows)> {
         let cases: serde_json::Value =
             serde_json::from_str(include_str!("../../tests/vectors/batches.json")).expect("vectors parse");
         cases

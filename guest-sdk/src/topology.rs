@@ -176,6 +176,8 @@ pub struct Topology {
 
 impl Topology {
     /// Starts a topology named `name`.
+    // Trident's shape: a topology starts from its name, then its stream.
+    #[allow(clippy::new_ret_no_self)]
     pub fn new(name: &str) -> TopologyBuilder {
         TopologyBuilder { name: name.to_owned() }
     }

@@ -48,19 +48,23 @@ pub struct Corpus {
 fn generate(sentences: usize) -> Corpus {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("corpus.txt");
-    let script = Path::new(REPO_ROOT).join("../shared/bench/gen_corpus.py");
-    assert!(script.exists(), "the canonical corpus generator is missing: {}", script.display());
-    let status = Command::new("python3")
-        .arg(&script)
-        .args(["-n", &sentences.to_string(), "-o"])
-        .arg(&path)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("run python3");
-    assert!(status.success());
+    write_corpus(&Path::new(REPO_ROOT).join("scripts/gen_corpus.py"), sentences, &path);
     let truth_text = std::fs::read_to_string(dir.path().join("corpus.counts.json")).unwrap();
     let truth = serde_json::from_str(&truth_text).unwrap();
     Corpus { _dir: dir, path, truth }
+}
+
+/// Writes the canonical corpus of `sentences` sentences with `script` into
+/// `out` (and its ground truth beside it).
+pub fn write_corpus(script: &Path, sentences: usize, out: &Path) {
+    let status = Command::new("python3")
+        .arg(script)
+        .args(["-n", &sentences.to_string(), "-o"])
+        .arg(out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run python3");
+    assert!(status.success(), "{} failed", script.display());
 }
 
 /// The 20,000-sentence corpus, generated once per test binary.
