@@ -10,6 +10,10 @@ fn main() -> ExitCode {
     cli::init_logging();
     match cli::dispatch(args) {
         Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`weir state scan | head`) is the reader's choice.
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
