@@ -172,3 +172,48 @@ fn a_second_run_loads_the_compiled_component_from_the_cache() {
     assert_eq!(std::fs::metadata(&entries[0]).unwrap().modified().unwrap(), modified);
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
 }
+
+#[test]
+fn guest_output_reaches_the_host_log_prefixed_with_the_operator() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    let output = weir_ok(&run_args(
+        TEST_TOPOLOGIES,
+        data.path(),
+        &corpus.path,
+        &["--topology", "chatty-word-count", "--batch-size", "10000"],
+    ));
+    let log = String::from_utf8_lossy(&output.stderr);
+    for line in ["[split] stdout: split starts txid 1", "[split] stderr: split warns about txid 2"] {
+        assert!(log.contains(line), "{line:?} missing from:\n{log}");
+    }
+}
+
+#[test]
+fn a_batch_failing_every_attempt_halts_the_run_and_keeps_what_was_committed() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    let output = weir_output(&run_args(
+        TEST_TOPOLOGIES,
+        data.path(),
+        &corpus.path,
+        &["--topology", "poison-word-count", "--batch-size", "1000", "--max-pending", "1", "--max-attempts", "3"],
+    ));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let error = stderr.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error in:\n{stderr}"));
+    for part in
+        ["topology poison-word-count halted: txid 2 failed 3 times", "last error at attempt 2", "operator split: trap"]
+    {
+        assert!(error.contains(part), "{part:?} missing from {error:?}");
+    }
+    assert!(stderr.contains("split cannot go on at txid 2"), "the panic message is missing:\n{stderr}");
+    // Only txid 1, the first 1000 sentences, is committed.
+    let first_batch: String =
+        std::fs::read_to_string(&corpus.path).unwrap().lines().take(1000).collect::<Vec<_>>().join(" ");
+    let mut want = std::collections::BTreeMap::new();
+    for word in first_batch.split_whitespace() {
+        *want.entry(word.to_owned()).or_insert(0) += 1;
+    }
+    assert_counts_eq(&counts(data.path(), "poison-word-count"), &want);
+}

@@ -19,6 +19,7 @@
 //! emitted row extends, or the group a row belongs to. Decoding validates the
 //! whole buffer once; reading fields afterwards borrows from it in place.
 
+use std::borrow::Cow;
 use std::fmt;
 
 const NULL: u8 = 0;
@@ -257,12 +258,24 @@ impl fmt::Display for ArityError {
 
 impl std::error::Error for ArityError {}
 
+/// One value's encoded bytes, taken from a valid batch's row, to copy into
+/// another batch without decoding it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncodedValue<'a>(&'a [u8]);
+
+impl<'a> EncodedValue<'a> {
+    /// The encoded bytes.
+    pub fn bytes(self) -> &'a [u8] {
+        self.0
+    }
+}
+
 /// Builds a packed batch row by row, with no allocation per row.
 #[derive(Debug)]
 pub struct BatchWriter {
     buf: Vec<u8>,
     arity: u32,
-    rows: u32,
+    row_starts: Vec<u32>,
     values_in_row: u32,
 }
 
@@ -277,7 +290,7 @@ impl BatchWriter {
         let mut buf = Vec::with_capacity(HEADER_LEN + bytes);
         buf.extend_from_slice(&0u32.to_le_bytes());
         buf.extend_from_slice(&(arity as u32).to_le_bytes());
-        BatchWriter { buf, arity: arity as u32, rows: 0, values_in_row: arity as u32 }
+        BatchWriter { buf, arity: arity as u32, row_starts: Vec::new(), values_in_row: arity as u32 }
     }
 
     /// Number of values each row holds.
@@ -287,14 +300,14 @@ impl BatchWriter {
 
     /// Number of rows started so far.
     pub fn rows(&self) -> usize {
-        self.rows as usize
+        self.row_starts.len()
     }
 
     /// Starts a row with `tag`; push exactly `arity` values after it.
     pub fn begin_row(&mut self, tag: u32) {
         assert_eq!(self.values_in_row, self.arity, "previous row is incomplete");
+        self.row_starts.push(self.buf.len() as u32);
         self.buf.extend_from_slice(&tag.to_le_bytes());
-        self.rows += 1;
         self.values_in_row = 0;
     }
 
@@ -305,10 +318,10 @@ impl BatchWriter {
         self.values_in_row += 1;
     }
 
-    /// Appends an already encoded value (as found in a [`Row`]) to the current row.
-    pub fn push_encoded(&mut self, encoded: &[u8]) {
+    /// Appends a value copied from another batch's row.
+    pub fn push_encoded(&mut self, value: EncodedValue<'_>) {
         assert!(self.values_in_row < self.arity, "row has more values than the batch's arity");
-        self.buf.extend_from_slice(encoded);
+        self.buf.extend_from_slice(value.0);
         self.values_in_row += 1;
     }
 
@@ -326,7 +339,7 @@ impl BatchWriter {
         }
         if found != self.arity as usize {
             self.buf.truncate(row_start);
-            self.rows -= 1;
+            self.row_starts.pop();
             self.values_in_row = self.arity;
             return Err(ArityError { expected: self.arity as usize, found });
         }
@@ -334,49 +347,79 @@ impl BatchWriter {
     }
 
     /// Finishes the batch and returns its bytes.
-    pub fn finish(mut self) -> Vec<u8> {
+    pub fn finish(self) -> Vec<u8> {
+        self.finish_batch().into_bytes()
+    }
+
+    /// Finishes the batch, ready to read without decoding it again.
+    pub fn finish_batch(mut self) -> Batch<'static> {
         assert_eq!(self.values_in_row, self.arity, "last row is incomplete");
-        self.buf[..4].copy_from_slice(&self.rows.to_le_bytes());
-        self.buf
+        let rows = self.row_starts.len() as u32;
+        self.buf[..4].copy_from_slice(&rows.to_le_bytes());
+        Batch { buf: Cow::Owned(self.buf), arity: self.arity as usize, row_starts: self.row_starts }
     }
 }
 
-/// A validated packed batch, read in place.
+/// A valid packed batch, read in place. Every way to get one checks the
+/// encoding (or writes it), so reading rows never fails.
 #[derive(Clone, Debug)]
 pub struct Batch<'a> {
-    buf: &'a [u8],
+    buf: Cow<'a, [u8]>,
     arity: usize,
     row_starts: Vec<u32>,
 }
 
+/// Checks a whole batch; returns its arity and where each row starts.
+fn validate(buf: &[u8]) -> Result<(usize, Vec<u32>), DecodeError> {
+    if buf.len() > u32::MAX as usize {
+        return Err(DecodeError { offset: 0, reason: "batch is larger than 4 GiB".into() });
+    }
+    let mut cursor = Cursor { buf, pos: 0 };
+    let rows = cursor.u32()? as usize;
+    let arity = cursor.u32()? as usize;
+    // Each row takes at least its tag and one byte per value: refuse a row
+    // count the buffer cannot hold before allocating for it.
+    let min_row = 4 + arity;
+    if rows.saturating_mul(min_row) > buf.len() - HEADER_LEN {
+        return Err(
+            cursor.err(format!("header claims {rows} rows of {arity} values, the buffer holds {} bytes", buf.len()))
+        );
+    }
+    let mut row_starts = Vec::with_capacity(rows);
+    for _ in 0..rows {
+        row_starts.push(cursor.pos as u32);
+        cursor.u32()?;
+        for _ in 0..arity {
+            cursor.value()?;
+        }
+    }
+    if cursor.pos != buf.len() {
+        return Err(cursor.err(format!("{} bytes after the last row", buf.len() - cursor.pos)));
+    }
+    Ok((arity, row_starts))
+}
+
 impl<'a> Batch<'a> {
-    /// Validates `buf` as a packed batch. Every later read borrows from it.
+    /// Checks `buf` as a packed batch. Every later read borrows from it.
     pub fn decode(buf: &'a [u8]) -> Result<Batch<'a>, DecodeError> {
-        if buf.len() > u32::MAX as usize {
-            return Err(DecodeError { offset: 0, reason: "batch is larger than 4 GiB".into() });
-        }
-        let mut cursor = Cursor { buf, pos: 0 };
-        let rows = cursor.u32()? as usize;
-        let arity = cursor.u32()? as usize;
-        // Each row takes at least its tag and one byte per value: refuse a
-        // row count the buffer cannot hold before allocating for it.
-        let min_row = 4 + arity;
-        if rows.saturating_mul(min_row) > buf.len() - HEADER_LEN {
-            return Err(cursor
-                .err(format!("header claims {rows} rows of {arity} values, the buffer holds {} bytes", buf.len())));
-        }
-        let mut row_starts = Vec::with_capacity(rows);
-        for _ in 0..rows {
-            row_starts.push(cursor.pos as u32);
-            cursor.u32()?;
-            for _ in 0..arity {
-                cursor.value()?;
-            }
-        }
-        if cursor.pos != buf.len() {
-            return Err(cursor.err(format!("{} bytes after the last row", buf.len() - cursor.pos)));
-        }
-        Ok(Batch { buf, arity, row_starts })
+        let (arity, row_starts) = validate(buf)?;
+        Ok(Batch { buf: Cow::Borrowed(buf), arity, row_starts })
+    }
+
+    /// Checks `buf` as a packed batch, keeping it.
+    pub fn decode_owned(buf: Vec<u8>) -> Result<Batch<'static>, DecodeError> {
+        let (arity, row_starts) = validate(&buf)?;
+        Ok(Batch { buf: Cow::Owned(buf), arity, row_starts })
+    }
+
+    /// The encoded batch.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The encoded batch, owned.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buf.into_owned()
     }
 
     /// Number of rows.
@@ -395,19 +438,19 @@ impl<'a> Batch<'a> {
     }
 
     /// The row at `index`.
-    pub fn row(&self, index: usize) -> Row<'a> {
+    pub fn row(&self, index: usize) -> Row<'_> {
         let start = self.row_starts[index] as usize;
         let end = self.row_starts.get(index + 1).map_or(self.buf.len(), |&e| e as usize);
         Row { bytes: &self.buf[start..end], arity: self.arity }
     }
 
     /// The rows, in order.
-    pub fn rows(&self) -> impl ExactSizeIterator<Item = Row<'a>> + '_ {
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = Row<'_>> + '_ {
         (0..self.len()).map(|i| self.row(i))
     }
 }
 
-/// One row of a validated [`Batch`].
+/// One row of a [`Batch`].
 #[derive(Clone, Copy, Debug)]
 pub struct Row<'a> {
     bytes: &'a [u8],
@@ -417,37 +460,58 @@ pub struct Row<'a> {
 impl<'a> Row<'a> {
     /// The row's tag.
     pub fn tag(self) -> u32 {
-        u32::from_le_bytes(self.bytes[..4].try_into().expect("validated row"))
+        u32::from_le_bytes(self.bytes[..4].try_into().expect("valid row"))
     }
 
     /// The row's values, in order.
     pub fn values(self) -> impl Iterator<Item = ValueRef<'a>> + 'a {
-        self.encoded_values().map(|bytes| read_value(bytes).expect("validated row").0)
+        self.encoded_values().map(EncodedValue::decode)
     }
 
     /// The value at `index`.
     pub fn get(self, index: usize) -> Option<ValueRef<'a>> {
-        self.values().nth(index)
+        self.encoded_values().nth(index).map(EncodedValue::decode)
     }
 
     /// Each value's encoded bytes, in order, to copy into another batch as is.
-    pub fn encoded_values(self) -> impl Iterator<Item = &'a [u8]> + 'a {
+    pub fn encoded_values(self) -> impl Iterator<Item = EncodedValue<'a>> + 'a {
         let mut rest = &self.bytes[4..];
         (0..self.arity).map(move |_| {
             let len = encoded_len(rest);
             let (value, tail) = rest.split_at(len);
             rest = tail;
-            value
+            EncodedValue(value)
         })
     }
 }
 
-/// Length of the (validated) value encoded at the start of `buf`.
+impl<'a> EncodedValue<'a> {
+    /// The value, without checking it again: it comes from a valid batch.
+    pub fn decode(self) -> ValueRef<'a> {
+        let payload = &self.0[1..];
+        match self.0[0] {
+            NULL => ValueRef::Null,
+            FALSE => ValueRef::Bool(false),
+            TRUE => ValueRef::Bool(true),
+            I64 => ValueRef::I64(i64::from_le_bytes(payload.try_into().expect("valid i64"))),
+            F64 => ValueRef::F64(f64::from_le_bytes(payload.try_into().expect("valid f64"))),
+            STR => {
+                // SAFETY: an `EncodedValue` only comes from a row of a
+                // `Batch`, whose strings were checked to be UTF-8 when it was
+                // decoded, or were written from a `&str` by `BatchWriter`.
+                ValueRef::Str(unsafe { std::str::from_utf8_unchecked(&payload[4..]) })
+            }
+            _ => ValueRef::Bytes(&payload[4..]),
+        }
+    }
+}
+
+/// Length of the (valid) value encoded at the start of `buf`.
 fn encoded_len(buf: &[u8]) -> usize {
     match buf[0] {
         NULL | FALSE | TRUE => 1,
         I64 | F64 => 9,
-        _ => 5 + u32::from_le_bytes(buf[1..5].try_into().expect("validated value")) as usize,
+        _ => 5 + u32::from_le_bytes(buf[1..5].try_into().expect("valid value")) as usize,
     }
 }
 
@@ -498,7 +562,9 @@ mod tests {
         for encoded in batch.row(0).encoded_values() {
             copy.push_encoded(encoded);
         }
-        assert_eq!(copy.finish(), bytes);
+        let copy = copy.finish_batch();
+        assert_eq!(copy.row(0).get(0), Some(ValueRef::Str("a")));
+        assert_eq!(copy.into_bytes(), bytes);
     }
 
     #[test]

@@ -30,6 +30,8 @@
 //! topologies to the component's exports. Off wasm the bindings are left out,
 //! so everything here runs under plain `cargo test`.
 
+#![warn(missing_docs)]
+
 extern crate self as weir_sdk;
 
 pub mod codec;

@@ -5,8 +5,8 @@ wasmtime::component::bindgen!({
     world: "topology",
 });
 
-pub use exports::weir::topology::operators::Guest as Operators;
-pub use weir::topology::types::{BatchContext, OperatorError};
+pub use self::exports::weir::topology::operators::Guest as Operators;
+pub use self::weir::topology::types::{BatchContext, OperatorError};
 
 /// The WIT package this host implements.
 pub const WIT_PACKAGE: &str = "weir:topology@0.1.0";

@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use weir_sdk::codec::Value;
+use weir_sdk::codec::{Batch, Value};
 
 /// What a run did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct RunReport {
 struct Work {
     txid: u64,
     attempt: u32,
-    batch: Vec<u8>,
+    batch: Batch<'static>,
 }
 
 type Partials = Vec<(Vec<u8>, Value)>;
@@ -159,7 +159,7 @@ impl Coordinator<'_> {
             let (txid, attempt, range) = (front.txid, front.attempt, front.range);
             let done = self.wait_for(txid, attempt)?;
             let outcome = match done.result {
-                Ok(partials) => self.commit(txid, attempt, partials),
+                Ok(partials) => self.commit(txid, attempt, range, partials),
                 Err(e) => Err(e),
             };
             match outcome {
@@ -179,7 +179,7 @@ impl Coordinator<'_> {
     }
 
     /// Records the batch, then hands it to the process phase.
-    fn start(&mut self, txid: u64, attempt: u32, range: LineRange, batch: Option<Vec<u8>>) -> Result<()> {
+    fn start(&mut self, txid: u64, attempt: u32, range: LineRange, batch: Option<Batch<'static>>) -> Result<()> {
         self.db.record_batch(self.topology(), txid, &BatchRecord { attempt, spout: range.encode() })?;
         let batch = match batch {
             Some(batch) => batch,
@@ -206,12 +206,13 @@ impl Coordinator<'_> {
         }
     }
 
-    fn commit(&mut self, txid: u64, attempt: u32, partials: Partials) -> Result<(), BatchError> {
+    fn commit(&mut self, txid: u64, attempt: u32, range: LineRange, partials: Partials) -> Result<(), BatchError> {
         let sink = &self.plan.sink;
+        let record = BatchRecord { attempt, spout: range.encode() };
         let update = StateUpdate { state: sink.state.clone(), partials };
         let committer = &mut self.committer;
         let mut guest_error = None;
-        let result = self.db.commit(&self.plan.topology, txid, std::slice::from_ref(&update), |_, pairs| {
+        let result = self.db.commit(&self.plan.topology, txid, &record, std::slice::from_ref(&update), |_, pairs| {
             combine_at_commit(sink, committer, txid, attempt, pairs).map_err(|e| {
                 guest_error = Some(e.clone());
                 anyhow!("{e}")

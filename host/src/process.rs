@@ -11,6 +11,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use weir_sdk::codec::{Batch, BatchWriter, Row, Value};
+
+/// Hash maps keyed by encoded group keys: short byte strings the host made,
+/// so a fast non-cryptographic hash is the right one.
+type KeyMap<V> = HashMap<Vec<u8>, V, rustc_hash::FxBuildHasher>;
 use weir_sdk::operator::add;
 
 /// Why a batch failed, and whether replaying it may help.
@@ -106,8 +110,8 @@ fn project(batch: &Batch<'_>, positions: &[usize]) -> Vec<u8> {
     writer.finish()
 }
 
-fn guest_input<'b>(batch: &Batch<'_>, whole: &'b [u8], input: &Input) -> Cow<'b, [u8]> {
-    if input.whole_tuple { Cow::Borrowed(whole) } else { Cow::Owned(project(batch, &input.positions)) }
+fn guest_input<'b>(batch: &'b Batch<'_>, input: &Input) -> Cow<'b, [u8]> {
+    if input.whole_tuple { Cow::Borrowed(batch.bytes()) } else { Cow::Owned(project(batch, &input.positions)) }
 }
 
 /// Appends the encoded values at `positions` of `row` to the current row.
@@ -132,7 +136,12 @@ impl Processor {
 
     /// Runs `batch` (the spout's tuples) through every step and aggregates
     /// it: one partial per key, sorted by key.
-    pub fn process(&mut self, txid: u64, attempt: u32, batch: Vec<u8>) -> Result<Vec<(Vec<u8>, Value)>, BatchError> {
+    pub fn process(
+        &mut self,
+        txid: u64,
+        attempt: u32,
+        batch: Batch<'static>,
+    ) -> Result<Vec<(Vec<u8>, Value)>, BatchError> {
         let plan = Arc::clone(&self.plan);
         let mut current = batch;
         for step in &plan.steps {
@@ -155,12 +164,11 @@ impl Processor {
         kept: &[usize],
         txid: u64,
         attempt: u32,
-        current: &[u8],
-    ) -> Result<Vec<u8>, BatchError> {
-        let batch = Batch::decode(current).expect("the host writes valid batches");
-        let guest_in = guest_input(&batch, current, input);
+        batch: &Batch<'_>,
+    ) -> Result<Batch<'static>, BatchError> {
+        let guest_in = guest_input(batch, input);
         let out = self.operators.call(id, txid, attempt, &input.names, |g, ctx| g.run_function(ctx, &guest_in))?;
-        let emitted = Batch::decode(&out).map_err(|e| malformed(id, e))?;
+        let emitted = Batch::decode_owned(out).map_err(|e| malformed(id, e))?;
         if emitted.arity() != outputs {
             return Err(BatchError::retry(
                 id,
@@ -171,9 +179,9 @@ impl Processor {
             return Err(malformed(id, format!("a row extends input row {} of {}", row.tag(), batch.len())));
         }
         if kept.is_empty() {
-            return Ok(out);
+            return Ok(emitted);
         }
-        let mut writer = BatchWriter::with_capacity(kept.len() + outputs, out.len() * 2);
+        let mut writer = BatchWriter::with_capacity(kept.len() + outputs, emitted.bytes().len() * 2);
         for row in emitted.rows() {
             writer.begin_row(0);
             push_kept(&mut writer, batch.row(row.tag() as usize), kept);
@@ -181,7 +189,7 @@ impl Processor {
                 writer.push_encoded(value);
             }
         }
-        Ok(writer.finish())
+        Ok(writer.finish_batch())
     }
 
     fn filter(
@@ -191,10 +199,9 @@ impl Processor {
         kept: &[usize],
         txid: u64,
         attempt: u32,
-        current: &[u8],
-    ) -> Result<Vec<u8>, BatchError> {
-        let batch = Batch::decode(current).expect("the host writes valid batches");
-        let guest_in = guest_input(&batch, current, input);
+        batch: &Batch<'_>,
+    ) -> Result<Batch<'static>, BatchError> {
+        let guest_in = guest_input(batch, input);
         let keep = self.operators.call(id, txid, attempt, &input.names, |g, ctx| g.run_filter(ctx, &guest_in))?;
         if keep.len() != batch.len() {
             return Err(malformed(id, format!("{} verdicts for {} rows", keep.len(), batch.len())));
@@ -206,7 +213,7 @@ impl Processor {
                 push_kept(&mut writer, row, kept);
             }
         }
-        Ok(writer.finish())
+        Ok(writer.finish_batch())
     }
 
     fn aggregate(
@@ -214,9 +221,8 @@ impl Processor {
         sink: &Sink,
         txid: u64,
         attempt: u32,
-        current: &[u8],
+        batch: &Batch<'_>,
     ) -> Result<Vec<(Vec<u8>, Value)>, BatchError> {
-        let batch = Batch::decode(current).expect("the host writes valid batches");
         let mut key = Vec::new();
         let key_of = |key: &mut Vec<u8>, row: Row<'_>| {
             key.clear();
@@ -226,7 +232,7 @@ impl Processor {
         };
         let mut partials: Vec<(Vec<u8>, Value)> = match &sink.aggregation {
             Aggregation::Count => {
-                let mut counts: HashMap<Vec<u8>, i64> = HashMap::new();
+                let mut counts: KeyMap<i64> = KeyMap::default();
                 for row in batch.rows() {
                     key_of(&mut key, row);
                     match counts.get_mut(key.as_slice()) {
@@ -239,7 +245,7 @@ impl Processor {
                 counts.into_iter().map(|(k, c)| (k, Value::I64(c))).collect()
             }
             Aggregation::Sum(position) => {
-                let mut sums: HashMap<Vec<u8>, Value> = HashMap::new();
+                let mut sums: KeyMap<Value> = KeyMap::default();
                 for row in batch.rows() {
                     key_of(&mut key, row);
                     let value = row.get(*position).expect("position within arity").to_owned();
@@ -250,7 +256,7 @@ impl Processor {
                 sums.into_iter().collect()
             }
             Aggregation::Combiner(input) => {
-                let mut groups: HashMap<Vec<u8>, u32> = HashMap::new();
+                let mut groups: KeyMap<u32> = KeyMap::default();
                 let mut order = Vec::new();
                 if sink.group.is_empty() {
                     groups.insert(Vec::new(), 0);

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use weir_sdk::codec::{BatchWriter, ValueRef};
+use weir_sdk::codec::{Batch, BatchWriter, ValueRef};
 
 /// The lines of a batch: bytes `start..end` of the file, `lines` lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +95,7 @@ impl FileLines {
 
     /// The next batch: up to `max_lines` lines from byte `start`, packed one
     /// line per tuple. `None` when no line is left.
-    pub fn next_batch(&mut self, start: u64, max_lines: usize) -> Result<Option<(LineRange, Vec<u8>)>> {
+    pub fn next_batch(&mut self, start: u64, max_lines: usize) -> Result<Option<(LineRange, Batch<'static>)>> {
         self.seek(start)?;
         let mut writer = BatchWriter::with_capacity(1, max_lines * 64);
         while writer.rows() < max_lines && self.read_line()? {
@@ -105,11 +105,11 @@ impl FileLines {
             return Ok(None);
         }
         let range = LineRange { start, end: self.position, lines: writer.rows() as u64 };
-        Ok(Some((range, writer.finish())))
+        Ok(Some((range, writer.finish_batch())))
     }
 
     /// The batch of a recorded range, exactly as first emitted.
-    pub fn replay(&mut self, range: &LineRange) -> Result<Vec<u8>> {
+    pub fn replay(&mut self, range: &LineRange) -> Result<Batch<'static>> {
         self.seek(range.start)?;
         let mut writer = BatchWriter::with_capacity(1, (range.end - range.start) as usize + 16 * range.lines as usize);
         while self.position < range.end && self.read_line()? {
@@ -124,17 +124,16 @@ impl FileLines {
                 range.lines
             );
         }
-        Ok(writer.finish())
+        Ok(writer.finish_batch())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_sdk::codec::Batch;
 
-    fn lines(batch: &[u8]) -> Vec<String> {
-        Batch::decode(batch).unwrap().rows().map(|r| r.get(0).map(|v| format!("{v:?}")).unwrap()).collect()
+    fn lines(batch: &Batch<'_>) -> Vec<String> {
+        batch.rows().map(|r| r.get(0).map(|v| format!("{v:?}")).unwrap()).collect()
     }
 
     #[test]
@@ -150,7 +149,7 @@ mod tests {
         assert_eq!(second, LineRange { start: 7, end: 12, lines: 2 });
         assert_eq!(lines(&batch2), ["Str(\"\")", "Str(\"last\")"]);
         assert!(spout.next_batch(second.end, 2).unwrap().is_none());
-        assert_eq!(spout.replay(&first).unwrap(), batch1);
+        assert_eq!(spout.replay(&first).unwrap().bytes(), batch1.bytes());
         assert_eq!(LineRange::decode(&second.encode()).unwrap(), second);
     }
 

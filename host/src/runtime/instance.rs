@@ -136,11 +136,14 @@ impl Guest {
             Ok(Err(OperatorError::Retry(m))) => Err(CallError::Retry(m)),
             Ok(Err(OperatorError::Fatal(m))) => Err(CallError::Fatal(m)),
             Err(trap) => {
-                let mut message = format!("{trap:?}");
-                let stderr = self.stderr.take_recent();
-                if !stderr.is_empty() {
-                    message = format!("{}\nguest stderr:\n  {}", message, stderr.join("\n  "));
-                }
+                // What the guest said last (a panic's message) comes first,
+                // the wasm backtrace after it.
+                let stderr: Vec<String> = self.stderr.take_recent().into_iter().filter(|l| !l.is_empty()).collect();
+                let message = if stderr.is_empty() {
+                    format!("{trap:?}")
+                } else {
+                    format!("guest stderr: {}\n{trap:?}", stderr.join("\n  "))
+                };
                 Err(CallError::Trap(message))
             }
         }

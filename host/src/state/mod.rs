@@ -164,13 +164,15 @@ impl Db {
         Ok(())
     }
 
-    /// Commits batch `txid`: every state update and the progress record, in
-    /// one durable write transaction. `combine(i, pairs)` combines stored
-    /// values with partials for `updates[i]`, one call per state.
+    /// Commits batch `txid`: every state update and the progress record (the
+    /// last committed txid and the batch's record), in one durable write
+    /// transaction. `combine(i, pairs)` combines stored values with partials
+    /// for `updates[i]`, one call per state.
     pub fn commit(
         &self,
         topology: &str,
         txid: u64,
+        record: &BatchRecord,
         updates: &[StateUpdate],
         mut combine: impl FnMut(usize, &[(Value, Value)]) -> Result<Vec<Value>>,
     ) -> Result<CommitStats> {
@@ -232,6 +234,7 @@ impl Db {
             meta.insert(LAST_COMMITTED, txid)?;
             let batches_name = batches_table(topology);
             let mut batches = txn.open_table(batches_def(&batches_name))?;
+            batches.insert(txid, record.encode().as_slice())?;
             batches.retain_in(..txid, |_, _| false)?;
         }
         txn.commit().with_context(|| format!("committing txid {txid} of topology {topology}"))?;

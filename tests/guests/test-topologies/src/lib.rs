@@ -2,17 +2,32 @@
 
 use weir_sdk::prelude::*;
 
-/// Splits sentences into words; with `fail_txid` set, the first attempt of
-/// that txid asks for a replay.
+use std::cell::Cell;
+
+/// How a test's `Split` misbehaves.
+#[derive(Default)]
 struct Split {
-    fail_txid: Option<u64>,
+    /// The first attempt of this txid asks for a replay.
+    retry_txid: Option<u64>,
+    /// Every attempt of this txid panics.
+    panic_txid: Option<u64>,
+    /// Writes a line to stdout and stderr at the start of each batch.
+    chatty: bool,
+    last_txid: Cell<u64>,
 }
 
 impl Function for Split {
     fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
         let batch = tuple.batch();
-        if Some(batch.txid) == self.fail_txid && batch.attempt == 0 {
+        if Some(batch.txid) == self.retry_txid && batch.attempt == 0 {
             return Err(Error::retry(format!("txid {} fails on its first attempt", batch.txid)));
+        }
+        if Some(batch.txid) == self.panic_txid {
+            panic!("split cannot go on at txid {}", batch.txid);
+        }
+        if self.chatty && self.last_txid.replace(batch.txid) != batch.txid {
+            println!("split starts txid {}", batch.txid);
+            eprintln!("split warns about txid {}", batch.txid);
         }
         for word in tuple.str("sentence")?.split_whitespace() {
             out.emit([word])?;
@@ -52,9 +67,26 @@ fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggr
 
 fn topologies() -> Vec<Topology> {
     vec![
-        word_count("word-count-opaque", Split { fail_txid: None }, State::opaque("counts"), Count),
-        word_count("flaky-word-count", Split { fail_txid: Some(3) }, State::transactional("counts"), Count),
-        word_count("guest-count", Split { fail_txid: None }, State::transactional("counts"), GuestCount),
+        word_count("word-count-opaque", Split::default(), State::opaque("counts"), Count),
+        word_count(
+            "flaky-word-count",
+            Split { retry_txid: Some(3), ..Split::default() },
+            State::transactional("counts"),
+            Count,
+        ),
+        word_count("guest-count", Split::default(), State::transactional("counts"), GuestCount),
+        word_count(
+            "chatty-word-count",
+            Split { chatty: true, ..Split::default() },
+            State::transactional("counts"),
+            Count,
+        ),
+        word_count(
+            "poison-word-count",
+            Split { panic_txid: Some(2), ..Split::default() },
+            State::transactional("counts"),
+            Count,
+        ),
     ]
 }
 
