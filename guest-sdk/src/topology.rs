@@ -39,6 +39,82 @@ pub struct TopologyDef {
     pub spout: SpoutDef,
     /// The stream's operations, in order.
     pub operations: Vec<OperationDef>,
+    /// Per operator id: the sandbox it asks for, where it differs from the
+    /// host's defaults.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sandbox: BTreeMap<String, SandboxDef>,
+}
+
+/// What an operator asks of its sandbox. Every limit is capped by the host's
+/// configuration; a topology asking for more is refused when it is loaded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxDef {
+    /// Largest linear memory, in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// CPU time one call may take, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_ms: Option<u64>,
+    /// Bytes one call may return, in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_mib: Option<u64>,
+    /// Tuples one call may emit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tuples: Option<u64>,
+    /// Host directories the operator reads, each mounted read-only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only_dirs: Vec<DirGrant>,
+}
+
+/// A host directory mounted read-only into an operator's sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirGrant {
+    /// The directory on the host.
+    pub host: String,
+    /// Where the guest sees it.
+    pub guest: String,
+}
+
+/// Limits an operator asks for, lower than the host's where it likes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limits {
+    memory_mib: Option<u64>,
+    call_ms: Option<u64>,
+    output_mib: Option<u64>,
+    output_tuples: Option<u64>,
+}
+
+impl Limits {
+    /// The host's limits.
+    pub fn new() -> Limits {
+        Limits::default()
+    }
+
+    /// Largest linear memory, in MiB.
+    pub fn memory_mib(mut self, mib: u64) -> Limits {
+        self.memory_mib = Some(mib);
+        self
+    }
+
+    /// CPU time one call may take, in milliseconds.
+    pub fn call_ms(mut self, ms: u64) -> Limits {
+        self.call_ms = Some(ms);
+        self
+    }
+
+    /// Bytes one call may return, in MiB.
+    pub fn output_mib(mut self, mib: u64) -> Limits {
+        self.output_mib = Some(mib);
+        self
+    }
+
+    /// Tuples one call may emit.
+    pub fn output_tuples(mut self, tuples: u64) -> Limits {
+        self.output_tuples = Some(tuples);
+        self
+    }
 }
 
 /// A spout: the source of a stream's batches.
@@ -225,6 +301,7 @@ impl TopologyBuilder {
                     name: self.name,
                     spout: SpoutDef::FileLines { field: spout.field },
                     operations: Vec::new(),
+                    sandbox: BTreeMap::new(),
                 },
                 functions: BTreeMap::new(),
                 filters: BTreeMap::new(),
@@ -313,20 +390,50 @@ impl Stream {
         self
     }
 
+    fn last_id(&mut self) -> Option<&mut String> {
+        match self.topology.def.operations.last_mut()? {
+            OperationDef::Each { id, .. }
+            | OperationDef::Filter { id, .. }
+            | OperationDef::PersistentAggregate { id, .. } => Some(id),
+            OperationDef::GroupBy { .. } => None,
+        }
+    }
+
+    fn last_sandbox(&mut self) -> &mut SandboxDef {
+        let id = self.last_id().expect("limits and grants follow an operator").clone();
+        self.topology.def.sandbox.entry(id).or_default()
+    }
+
+    /// Sets the last operator's limits (each capped by the host's).
+    pub fn limits(mut self, limits: Limits) -> Stream {
+        let sandbox = self.last_sandbox();
+        sandbox.memory_mib = limits.memory_mib;
+        sandbox.call_ms = limits.call_ms;
+        sandbox.output_mib = limits.output_mib;
+        sandbox.output_tuples = limits.output_tuples;
+        self
+    }
+
+    /// Mounts host directory `host` read-only at `guest` in the last
+    /// operator's sandbox. The host grants it only where its configuration
+    /// allows that directory.
+    pub fn read_only_dir(mut self, host: &str, guest: &str) -> Stream {
+        let grant = DirGrant { host: host.to_owned(), guest: guest.to_owned() };
+        self.last_sandbox().read_only_dirs.push(grant);
+        self
+    }
+
     /// Trident's `name`: gives the last operation the id `label`, used in
     /// logs, errors and metrics.
     pub fn name(mut self, label: &str) -> Stream {
-        let topology = &mut self.topology;
-        let Some(op) = topology.def.operations.last_mut() else {
+        let Some(id) = self.last_id() else {
             return self;
         };
-        let id = match op {
-            OperationDef::Each { id, .. }
-            | OperationDef::Filter { id, .. }
-            | OperationDef::PersistentAggregate { id, .. } => id,
-            OperationDef::GroupBy { .. } => return self,
-        };
         let old = std::mem::replace(id, label.to_owned());
+        let topology = &mut self.topology;
+        if let Some(sandbox) = topology.def.sandbox.remove(&old) {
+            topology.def.sandbox.insert(label.to_owned(), sandbox);
+        }
         if let Some(f) = topology.functions.remove(&old) {
             topology.functions.insert(label.to_owned(), f);
         }

@@ -33,3 +33,49 @@ impl Default for RunConfig {
         }
     }
 }
+
+/// Largest linear memory an operator instance may have, in MiB, unless the
+/// host is configured otherwise (`--max-memory-mib`).
+pub const DEFAULT_MAX_MEMORY_MIB: u64 = 64;
+
+/// CPU time one operator call may take, in milliseconds (`--max-call-ms`).
+/// A call handles a whole batch: word count spends about a millisecond on
+/// 10,000 sentences, so this only stops a guest that has lost its way.
+pub const DEFAULT_MAX_CALL_MS: u64 = 10_000;
+
+/// Bytes one operator call may return, in MiB (`--max-output-mib`).
+pub const DEFAULT_MAX_OUTPUT_MIB: u64 = 32;
+
+/// Tuples one operator call may emit (`--max-output-tuples`).
+pub const DEFAULT_MAX_OUTPUT_TUPLES: u64 = 10_000_000;
+
+/// How often the host checks a running guest against its CPU time limit.
+pub const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The most any operator of this host may get; topologies may ask for less.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// Linear memory per instance, in MiB.
+    pub max_memory_mib: u64,
+    /// CPU time per call, in milliseconds.
+    pub max_call_ms: u64,
+    /// Bytes a call may return, in MiB.
+    pub max_output_mib: u64,
+    /// Tuples a call may emit.
+    pub max_output_tuples: u64,
+    /// Directories (and everything under them) operators may be granted
+    /// read-only access to. Empty: no filesystem access at all.
+    pub allowed_dirs: Vec<std::path::PathBuf>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> SandboxConfig {
+        SandboxConfig {
+            max_memory_mib: DEFAULT_MAX_MEMORY_MIB,
+            max_call_ms: DEFAULT_MAX_CALL_MS,
+            max_output_mib: DEFAULT_MAX_OUTPUT_MIB,
+            max_output_tuples: DEFAULT_MAX_OUTPUT_TUPLES,
+            allowed_dirs: Vec::new(),
+        }
+    }
+}

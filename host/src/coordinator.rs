@@ -81,7 +81,7 @@ pub fn run(
         let mut coordinator = Coordinator {
             db,
             plan: &plan,
-            committer: Operators::new(component, &plan.topology),
+            committer: Operators::new(component, Arc::clone(&plan)),
             spout,
             config,
             work: work_tx,

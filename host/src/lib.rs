@@ -8,6 +8,7 @@ pub mod guest_build;
 pub mod plan;
 pub mod process;
 pub mod runtime;
+pub mod sandbox;
 pub mod spout;
 pub mod state;
 pub mod topology;

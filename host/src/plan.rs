@@ -5,6 +5,8 @@
 //! input fields sit in the tuple and which fields later steps still need, so
 //! tuples carry nothing that no one reads.
 
+use crate::config::SandboxConfig;
+use crate::sandbox::{Sandboxes, sandboxes};
 use anyhow::{Result, bail};
 use std::collections::HashSet;
 use weir_sdk::operator::Builtin;
@@ -21,6 +23,8 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Where each batch's results go at commit.
     pub sink: Sink,
+    /// What each operator's instances may use.
+    pub sandboxes: Sandboxes,
 }
 
 /// The input of a guest operator: which tuple fields it reads.
@@ -124,8 +128,8 @@ fn fields_read(ops: &[OperationDef]) -> HashSet<&str> {
         .collect()
 }
 
-/// Checks `def` and builds its plan.
-pub fn plan(def: &TopologyDef) -> Result<Plan> {
+/// Checks `def` against this host's `config` and builds its plan.
+pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
     let name = &def.name;
     check_name("topology", name)?;
     let SpoutDef::FileLines { field } = &def.spout;
@@ -205,7 +209,9 @@ pub fn plan(def: &TopologyDef) -> Result<Plan> {
                 }
                 let sink =
                     Sink { id: id.clone(), state: state.clone(), group: group.take().unwrap_or_default(), aggregation };
-                return Ok(Plan { topology: name.clone(), spout_field: field.clone(), steps, sink });
+                let ids: Vec<&str> = ids.into_iter().collect();
+                let sandboxes = sandboxes(def, &ids, config)?;
+                return Ok(Plan { topology: name.clone(), spout_field: field.clone(), steps, sink, sandboxes });
             }
         }
     }
@@ -217,7 +223,16 @@ mod tests {
     use super::*;
 
     fn def(ops: Vec<OperationDef>) -> TopologyDef {
-        TopologyDef { name: "t".into(), spout: SpoutDef::FileLines { field: "sentence".into() }, operations: ops }
+        TopologyDef {
+            name: "t".into(),
+            spout: SpoutDef::FileLines { field: "sentence".into() },
+            operations: ops,
+            sandbox: Default::default(),
+        }
+    }
+
+    fn plan_of(def: &TopologyDef) -> Result<Plan> {
+        plan(def, &SandboxConfig::default())
     }
 
     fn names(n: &[&str]) -> Vec<String> {
@@ -240,7 +255,7 @@ mod tests {
 
     #[test]
     fn word_count_drops_the_sentence_once_split() {
-        let plan = plan(&def(vec![
+        let plan = plan_of(&def(vec![
             each("split", &["sentence"], &["word"]),
             OperationDef::GroupBy { fields: names(&["word"]) },
             count(),
@@ -261,7 +276,7 @@ mod tests {
 
     #[test]
     fn fields_later_steps_read_are_kept() {
-        let plan = plan(&def(vec![
+        let plan = plan_of(&def(vec![
             each("split", &["sentence"], &["word"]),
             OperationDef::GroupBy { fields: names(&["sentence", "word"]) },
             count(),
@@ -274,22 +289,23 @@ mod tests {
 
     #[test]
     fn an_unknown_field_names_the_field_and_the_operator() {
-        let err = plan(&def(vec![each("split", &["line"], &["word"]), count()])).unwrap_err();
+        let err = plan_of(&def(vec![each("split", &["line"], &["word"]), count()])).unwrap_err();
         assert!(err.to_string().contains("operator split reads field \"line\""), "{err}");
     }
 
     #[test]
     fn malformed_streams_are_refused_with_the_reason() {
-        let err = plan(&def(vec![each("a", &["sentence"], &["w"]), each("a", &["w"], &["x"]), count()])).unwrap_err();
+        let err =
+            plan_of(&def(vec![each("a", &["sentence"], &["w"]), each("a", &["w"], &["x"]), count()])).unwrap_err();
         assert!(err.to_string().contains("two operators are named \"a\""), "{err}");
-        let err = plan(&def(vec![each("a", &["sentence"], &["sentence"]), count()])).unwrap_err();
+        let err = plan_of(&def(vec![each("a", &["sentence"], &["sentence"]), count()])).unwrap_err();
         assert!(err.to_string().contains("already has"), "{err}");
-        let err = plan(&def(vec![each("a", &["sentence"], &["w"])])).unwrap_err();
+        let err = plan_of(&def(vec![each("a", &["sentence"], &["w"])])).unwrap_err();
         assert!(err.to_string().contains("does not end in persistent_aggregate"), "{err}");
-        let err = plan(&def(vec![count(), each("a", &["sentence"], &["w"])])).unwrap_err();
+        let err = plan_of(&def(vec![count(), each("a", &["sentence"], &["w"])])).unwrap_err();
         assert!(err.to_string().contains("must end the stream"), "{err}");
         let mut bad = def(vec![count()]);
         bad.name = "a/b".into();
-        assert!(plan(&bad).unwrap_err().to_string().contains("without '/'"));
+        assert!(plan_of(&bad).unwrap_err().to_string().contains("without '/'"));
     }
 }

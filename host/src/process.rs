@@ -51,14 +51,14 @@ impl fmt::Display for BatchError {
 /// again).
 pub struct Operators {
     component: Arc<LoadedComponent>,
-    topology: String,
+    plan: Arc<Plan>,
     instances: HashMap<String, Guest>,
 }
 
 impl Operators {
-    /// Instances of `component`'s operators for `topology`.
-    pub fn new(component: Arc<LoadedComponent>, topology: &str) -> Operators {
-        Operators { component, topology: topology.to_owned(), instances: HashMap::new() }
+    /// Instances of `component`'s operators for `plan`'s topology.
+    pub fn new(component: Arc<LoadedComponent>, plan: Arc<Plan>) -> Operators {
+        Operators { component, plan, instances: HashMap::new() }
     }
 
     fn call<T>(
@@ -72,13 +72,13 @@ impl Operators {
         if !self.instances.contains_key(operator) {
             let guest = self
                 .component
-                .instantiate(operator)
+                .instantiate(operator, self.plan.sandboxes.of(operator))
                 .map_err(|e| BatchError::retry(operator, format!("cannot instantiate: {e:#}")))?;
             self.instances.insert(operator.to_owned(), guest);
         }
         let guest = self.instances.get_mut(operator).expect("instantiated above");
         let ctx = BatchContext {
-            topology: self.topology.clone(),
+            topology: self.plan.topology.clone(),
             operator: operator.to_owned(),
             txid,
             attempt,
@@ -130,7 +130,7 @@ pub struct Processor {
 impl Processor {
     /// A processor with its own operator instances.
     pub fn new(plan: Arc<Plan>, component: Arc<LoadedComponent>) -> Processor {
-        let operators = Operators::new(component, &plan.topology);
+        let operators = Operators::new(component, Arc::clone(&plan));
         Processor { plan, operators }
     }
 

@@ -1,7 +1,9 @@
 //! Loading a topology: the component, the definition it describes, the plan.
 
+use crate::config::SandboxConfig;
 use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
+use crate::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::Arc;
@@ -18,23 +20,38 @@ pub struct LoadedTopology {
     pub plan: Arc<Plan>,
 }
 
-/// Loads the component at `path` and the topology named `name` from it
-/// (the only one it defines, when `name` is `None`).
-pub fn load(engine: &Engine, cache: &ComponentCache, path: &Path, name: Option<&str>) -> Result<LoadedTopology> {
-    let component = LoadedComponent::load(engine, cache, path)?;
-    let json = component.instantiate("describe")?.describe()?;
+/// Loads the component at `path` and the topologies named in `names` from
+/// it (the only one it defines, when `names` is empty), checked against this
+/// host's sandbox `config`.
+pub fn load(
+    engine: &Engine,
+    cache: &ComponentCache,
+    path: &Path,
+    names: &[String],
+    config: &SandboxConfig,
+) -> Result<Vec<LoadedTopology>> {
+    let component = Arc::new(LoadedComponent::load(engine, cache, path)?);
+    let json = component.instantiate("describe", &OperatorSandbox::host_limits(config))?.describe()?;
     let definitions = parse_description(&json)
         .with_context(|| format!("{} describes its topologies in a form this host cannot read", path.display()))?;
-    let names: Vec<&str> = definitions.iter().map(|d| d.name.as_str()).collect();
-    let definition = match (name, definitions.as_slice()) {
-        (None, [only]) => only.clone(),
-        (None, []) => bail!("{} defines no topology", path.display()),
-        (None, _) => bail!("{} defines several topologies ({names:?}): choose one with --topology", path.display()),
-        (Some(name), defs) => match defs.iter().find(|d| d.name == name) {
-            Some(def) => def.clone(),
-            None => bail!("{} defines no topology {name:?} (it defines {names:?})", path.display()),
-        },
+    let defined: Vec<&str> = definitions.iter().map(|d| d.name.as_str()).collect();
+    let chosen: Vec<TopologyDef> = match (names, definitions.as_slice()) {
+        ([], [only]) => vec![only.clone()],
+        ([], []) => bail!("{} defines no topology", path.display()),
+        ([], _) => bail!("{} defines several topologies ({defined:?}): choose with --topology", path.display()),
+        (names, defs) => names
+            .iter()
+            .map(|name| match defs.iter().find(|d| &d.name == name) {
+                Some(def) => Ok(def.clone()),
+                None => bail!("{} defines no topology {name:?} (it defines {defined:?})", path.display()),
+            })
+            .collect::<Result<_>>()?,
     };
-    let plan = plan(&definition).with_context(|| format!("invalid topology in {}", path.display()))?;
-    Ok(LoadedTopology { component: Arc::new(component), definition, plan: Arc::new(plan) })
+    chosen
+        .into_iter()
+        .map(|definition| {
+            let plan = plan(&definition, config).with_context(|| format!("invalid topology in {}", path.display()))?;
+            Ok(LoadedTopology { component: Arc::clone(&component), definition, plan: Arc::new(plan) })
+        })
+        .collect()
 }

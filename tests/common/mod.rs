@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-pub use weir_test_guests::{GUEST_TARGET_DIR, REPO_ROOT, TEST_TOPOLOGIES, WORD_COUNT};
+#[allow(unused_imports)]
+pub use weir_test_guests::{
+    GUEST_TARGET_DIR, HOSTILE, RAW_GUEST, REPO_ROOT, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
+};
 
 /// The `weir` binary, with a compiled-component cache shared by every test
 /// of the run, so that each component is compiled once.

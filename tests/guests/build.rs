@@ -5,13 +5,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// (package, constant naming its component).
-const GUESTS: &[(&str, &str)] = &[("word-count", "WORD_COUNT"), ("test-topologies", "TEST_TOPOLOGIES")];
+const GUESTS: &[(&str, &str)] = &[
+    ("word-count", "WORD_COUNT"),
+    ("test-topologies", "TEST_TOPOLOGIES"),
+    ("hostile", "HOSTILE"),
+    ("raw-guest", "RAW_GUEST"),
+    ("unknown-import", "UNKNOWN_IMPORT"),
+];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().unwrap().parent().unwrap().to_owned();
     let target_dir = root.join("target").join("guests");
-    for dir in ["guest-sdk", "wit", "examples", "tests/guests/test-topologies"] {
+    for dir in ["guest-sdk", "wit", "examples", "tests/guests"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

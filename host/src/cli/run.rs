@@ -1,11 +1,16 @@
 //! `weir run`: run a topology over an input file.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
-use weir::config::{DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PENDING, RunConfig};
+use weir::config::{
+    DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB,
+    DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_PENDING, RunConfig, SandboxConfig,
+};
 use weir::coordinator::{self, RunReport};
 use weir::runtime::{self, ComponentCache};
 use weir::spout::FileLines;
@@ -33,9 +38,29 @@ pub struct RunArgs {
     /// Attempts a failing batch gets before the topology halts.
     #[arg(long, default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: u32,
-    /// Which topology to run, when the component defines several.
+    /// Which topology to run, when the component defines several. Repeat it
+    /// to run several at once, each over the whole input with its own
+    /// coordinator: one failing does not stop the others.
     #[arg(long)]
-    topology: Option<String>,
+    topology: Vec<String>,
+    /// Largest linear memory of an operator instance, in MiB. Topologies may
+    /// ask for less; one asking for more is refused.
+    #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_memory_mib: u64,
+    /// CPU time one operator call (a whole batch) may take, in milliseconds.
+    #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    max_call_ms: u64,
+    /// Bytes one operator call may return, in MiB.
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_output_mib: u64,
+    /// Tuples one operator call may emit.
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_TUPLES, value_parser = clap::value_parser!(u64).range(1..))]
+    max_output_tuples: u64,
+    /// A directory operators may be granted read-only access to (the
+    /// topology asks for it per operator). Repeatable; without it guests get
+    /// no filesystem at all.
+    #[arg(long)]
+    allow_dir: Vec<PathBuf>,
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else
     /// ~/.cache/weir].
     #[arg(long)]
@@ -53,6 +78,16 @@ fn rate(count: u64, elapsed: Duration) -> f64 {
     count as f64 / elapsed.as_secs_f64().max(1e-9)
 }
 
+fn status_line(reports: &BTreeMap<String, RunReport>) -> String {
+    let parts: Vec<String> = reports
+        .iter()
+        .map(|(name, r)| {
+            format!("{name}: txid {} committed · {:.0} tuples/s", r.last_committed, rate(r.tuples, r.elapsed))
+        })
+        .collect();
+    parts.join("  |  ")
+}
+
 pub fn run(args: RunArgs) -> Result<()> {
     let wasm = if args.path.is_dir() { guest_build::build(&args.path)? } else { args.path.clone() };
     let config = RunConfig {
@@ -60,36 +95,77 @@ pub fn run(args: RunArgs) -> Result<()> {
         max_pending: args.max_pending as usize,
         max_attempts: args.max_attempts,
     };
-    let mut spout = FileLines::open(&args.input)?;
-    let db = Db::open(&args.data)?;
+    let sandbox = SandboxConfig {
+        max_memory_mib: args.max_memory_mib,
+        max_call_ms: args.max_call_ms,
+        max_output_mib: args.max_output_mib,
+        max_output_tuples: args.max_output_tuples,
+        allowed_dirs: args.allow_dir.clone(),
+    };
+    // Fail on an unreadable input before anything else is opened.
+    FileLines::open(&args.input)?;
     let engine = runtime::engine()?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
-    let loaded = topology::load(&engine, &cache, &wasm, args.topology.as_deref())?;
-    let name = loaded.plan.topology.clone();
+    let topologies = topology::load(&engine, &cache, &wasm, &args.topology, &sandbox)?;
+    // Opened once the topologies are known good: a refused one leaves no trace.
+    let db = Db::open(&args.data)?;
+    let cached = topologies[0].component.was_cached();
     tracing::info!(
-        "topology {name} from {} ({})",
+        "{} from {} ({})",
+        topologies.iter().map(|t| format!("topology {}", t.plan.topology)).collect::<Vec<_>>().join(", "),
         wasm.display(),
-        if loaded.component.was_cached() { "compiled component loaded from cache" } else { "compiled" }
+        if cached { "compiled component loaded from cache" } else { "compiled" }
     );
     let bar = progress_bar();
-    let report = coordinator::run(&db, loaded.plan, loaded.component, &mut spout, &config, &mut |r: &RunReport| {
-        bar.set_message(format!(
-            "txid {} committed · {} batches · {:.0} tuples/s",
-            r.last_committed,
-            r.batches,
-            rate(r.tuples, r.elapsed)
-        ));
+    let reports = Mutex::new(BTreeMap::new());
+    let outcomes: Vec<(String, Result<RunReport>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = topologies
+            .into_iter()
+            .map(|loaded| {
+                let (db, config, bar, reports, input) = (&db, &config, &bar, &reports, &args.input);
+                let name = loaded.plan.topology.clone();
+                let handle = scope.spawn(move || {
+                    let mut spout = FileLines::open(input)?;
+                    coordinator::run(db, loaded.plan, loaded.component, &mut spout, config, &mut |r: &RunReport| {
+                        let mut reports = reports.lock().unwrap_or_else(|e| e.into_inner());
+                        reports.insert(loaded.definition.name.clone(), r.clone());
+                        bar.set_message(status_line(&reports));
+                    })
+                });
+                (name, handle)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(name, handle)| {
+                let outcome = handle.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the run panicked")));
+                (name, outcome)
+            })
+            .collect()
     });
     bar.finish_and_clear();
-    let report = report?;
-    println!(
-        "{name}: committed {} batches ({} tuples) in {:.2}s, {:.0} tuples/s; last committed txid {}{}",
-        report.batches,
-        report.tuples,
-        report.elapsed.as_secs_f64(),
-        rate(report.tuples, report.elapsed),
-        report.last_committed,
-        if report.replays > 0 { format!("; {} failed attempts replayed", report.replays) } else { String::new() }
-    );
-    Ok(())
+    let mut failures = Vec::new();
+    for (name, outcome) in outcomes {
+        match outcome {
+            Ok(report) => println!(
+                "{name}: committed {} batches ({} tuples) in {:.2}s, {:.0} tuples/s; last committed txid {}{}",
+                report.batches,
+                report.tuples,
+                report.elapsed.as_secs_f64(),
+                rate(report.tuples, report.elapsed),
+                report.last_committed,
+                if report.replays > 0 {
+                    format!("; {} failed attempts replayed", report.replays)
+                } else {
+                    String::new()
+                }
+            ),
+            Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+    match failures.len() {
+        0 => Ok(()),
+        1 => bail!("{}", failures[0]),
+        _ => bail!("{}", failures.join("\n")),
+    }
 }

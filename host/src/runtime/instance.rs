@@ -2,17 +2,22 @@
 
 use super::cache::{CacheOutcome, ComponentCache};
 use super::guest_output::GuestOutput;
+use super::limits::{MemoryLimiter, deadline_ticks};
+use super::random::BatchRandom;
 use crate::bindings::{BatchContext, OperatorError, Topology, TopologyPre, WIT_PACKAGE};
+use crate::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
-use wasmtime::component::{Linker, ResourceTable};
-use wasmtime::{Engine, Store};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Engine, Store, Trap};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-/// What a guest instance's store holds: WASI with nothing granted.
+/// What a guest instance's store holds: WASI with only what was granted, and
+/// the instance's memory limiter.
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
+    limiter: MemoryLimiter,
 }
 
 impl WasiView for HostState {
@@ -45,6 +50,25 @@ fn check_header(path: &Path, wasm: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// A guest may import WASI 0.2 (linked with nothing granted) and the types
+/// of our own package, and nothing else: name what else it asks for.
+fn refuse_unknown_imports(path: &Path, engine: &Engine, component: &Component) -> Result<()> {
+    let unknown: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_owned())
+        .filter(|name| !name.starts_with("wasi:") && !name.starts_with("weir:topology/types@"))
+        .collect();
+    if !unknown.is_empty() {
+        bail!(
+            "{} cannot be linked: it imports {}, which this host does not provide (guests may import WASI 0.2 only)",
+            path.display(),
+            unknown.join(", ")
+        );
+    }
+    Ok(())
+}
+
 impl LoadedComponent {
     /// Reads, compiles (or loads from `cache`) and links the component at `path`.
     pub fn load(engine: &Engine, cache: &ComponentCache, path: &Path) -> Result<LoadedComponent> {
@@ -52,6 +76,7 @@ impl LoadedComponent {
         check_header(path, &wasm)?;
         let (component, cache_outcome) =
             cache.load(engine, &wasm).with_context(|| format!("{} is not a valid component", path.display()))?;
+        refuse_unknown_imports(path, engine, &component)?;
         let mut linker = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         let pre = linker
@@ -72,18 +97,41 @@ impl LoadedComponent {
         &self.path
     }
 
-    /// A fresh instance, in a store of its own, for `operator`.
-    pub fn instantiate(&self, operator: &str) -> Result<Guest> {
+    /// A fresh instance, in a store of its own, for `operator`, with the
+    /// limits and capabilities of `sandbox` and nothing else.
+    pub fn instantiate(&self, operator: &str, sandbox: &OperatorSandbox) -> Result<Guest> {
         let stdout = GuestOutput::new(operator, "stdout");
         let stderr = GuestOutput::new(operator, "stderr");
-        let wasi = WasiCtxBuilder::new().stdout(stdout.clone()).stderr(stderr.clone()).build();
-        let mut store = Store::new(&self.engine, HostState { wasi, table: ResourceTable::new() });
+        let random = BatchRandom::default();
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .secure_random(random.clone())
+            .insecure_random(random.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .allow_blocking_current_thread(true);
+        for (host, guest) in &sandbox.read_only_dirs {
+            wasi.preopened_dir(host, guest, FsPerms::ReadOnly)
+                .map_err(anyhow::Error::from)
+                .with_context(|| format!("granting {} to operator {operator}", host.display()))?;
+        }
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(sandbox.memory_bytes),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        // Instantiation runs guest code too: it gets the same deadline.
+        store.set_epoch_deadline(deadline_ticks(sandbox.call_ms));
         let bindings = self
             .pre
             .instantiate(&mut store)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("instantiating {} for operator {operator}", self.path.display()))?;
-        Ok(Guest { operator: operator.to_owned(), store, bindings, stdout, stderr })
+        Ok(Guest { operator: operator.to_owned(), store, bindings, stdout, stderr, random, sandbox: sandbox.clone() })
     }
 }
 
@@ -94,8 +142,8 @@ pub enum CallError {
     Retry(String),
     /// The guest asked for the topology to halt.
     Fatal(String),
-    /// The guest trapped (a panic, an out-of-bounds access, ...); the
-    /// instance is dropped and the batch replayed.
+    /// The guest trapped (a panic, an out-of-bounds access, a limit hit,
+    /// ...); the instance is dropped and the batch replayed.
     Trap(String),
 }
 
@@ -116,6 +164,8 @@ pub struct Guest {
     bindings: Topology,
     stdout: GuestOutput,
     stderr: GuestOutput,
+    random: BatchRandom,
+    sandbox: OperatorSandbox,
 }
 
 type Call<T> = wasmtime::Result<Result<T, OperatorError>>;
@@ -126,56 +176,103 @@ impl Guest {
         &self.operator
     }
 
-    fn finish<T>(&mut self, result: Call<T>) -> Result<T, CallError> {
+    /// Readies the instance for a call on `ctx`'s batch: a fresh CPU
+    /// deadline, randomness seeded from the batch.
+    fn prepare(&mut self, ctx: &BatchContext) {
+        self.store.set_epoch_deadline(deadline_ticks(self.sandbox.call_ms));
+        self.random.reseed(&ctx.topology, &ctx.operator, ctx.txid, ctx.partition);
+    }
+
+    /// Why a call trapped, in words a user can act on.
+    fn explain_trap(&mut self, error: wasmtime::Error) -> String {
+        let limit = if let Some(bytes) = self.store.data_mut().limiter.exceeded.take() {
+            Some(format!(
+                "memory limit of {} MiB exceeded (the guest tried to grow its memory to {:.1} MiB)",
+                self.sandbox.memory_bytes >> 20,
+                bytes as f64 / f64::from(1 << 20)
+            ))
+        } else {
+            match error.downcast_ref::<Trap>() {
+                Some(Trap::Interrupt) => {
+                    Some(format!("CPU time limit of {} ms per call exceeded", self.sandbox.call_ms))
+                }
+                Some(Trap::StackOverflow) => Some("stack overflow: the guest exhausted its call stack".to_owned()),
+                _ => None,
+            }
+        };
+        // What the guest said last (a panic's message) comes first, the
+        // wasm backtrace after it.
+        let stderr: Vec<String> = self.stderr.take_recent().into_iter().filter(|l| !l.is_empty()).collect();
+        let mut message = limit.map(|l| format!("{l}\n")).unwrap_or_default();
+        if !stderr.is_empty() {
+            message.push_str(&format!("guest stderr: {}\n", stderr.join("\n  ")));
+        }
+        message.push_str(&format!("{error:?}"));
+        message
+    }
+
+    /// Checks a call's outcome against the sandbox's output limits. `packed`
+    /// says whether the output is a packed batch, whose header gives its
+    /// tuple count (the batch itself is checked in full by the caller).
+    fn finish(&mut self, result: Call<Vec<u8>>, packed: bool) -> Result<Vec<u8>, CallError> {
         match result {
             Ok(Ok(value)) => {
                 self.stderr.clear_recent();
                 self.stdout.clear_recent();
+                if value.len() as u64 > self.sandbox.output_bytes {
+                    return Err(CallError::Trap(format!(
+                        "output limit of {} MiB per call exceeded: the call returned {} bytes",
+                        self.sandbox.output_bytes >> 20,
+                        value.len()
+                    )));
+                }
+                let tuples = value.first_chunk::<4>().filter(|_| packed).map(|n| u64::from(u32::from_le_bytes(*n)));
+                if let Some(tuples) = tuples.filter(|&n| n > self.sandbox.output_tuples) {
+                    return Err(CallError::Trap(format!(
+                        "output limit of {} tuples per call exceeded: the call emitted {tuples}",
+                        self.sandbox.output_tuples
+                    )));
+                }
                 Ok(value)
             }
             Ok(Err(OperatorError::Retry(m))) => Err(CallError::Retry(m)),
             Ok(Err(OperatorError::Fatal(m))) => Err(CallError::Fatal(m)),
-            Err(trap) => {
-                // What the guest said last (a panic's message) comes first,
-                // the wasm backtrace after it.
-                let stderr: Vec<String> = self.stderr.take_recent().into_iter().filter(|l| !l.is_empty()).collect();
-                let message = if stderr.is_empty() {
-                    format!("{trap:?}")
-                } else {
-                    format!("guest stderr: {}\n{trap:?}", stderr.join("\n  "))
-                };
-                Err(CallError::Trap(message))
-            }
+            Err(error) => Err(CallError::Trap(self.explain_trap(error))),
         }
     }
 
     /// The component's topology definitions, as JSON.
     pub fn describe(&mut self) -> Result<String> {
+        self.store.set_epoch_deadline(deadline_ticks(self.sandbox.call_ms));
         let json = self.bindings.weir_topology_operators().call_describe(&mut self.store);
         json.map_err(|e| anyhow::Error::from(e).context("the component's describe call failed"))
     }
 
     /// Runs a function over `input`.
     pub fn run_function(&mut self, ctx: &BatchContext, input: &[u8]) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
         let result = self.bindings.weir_topology_operators().call_run_function(&mut self.store, ctx, input);
-        self.finish(result)
+        self.finish(result, true)
     }
 
     /// Runs a filter over `input`.
     pub fn run_filter(&mut self, ctx: &BatchContext, input: &[u8]) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
         let result = self.bindings.weir_topology_operators().call_run_filter(&mut self.store, ctx, input);
-        self.finish(result)
+        self.finish(result, false)
     }
 
     /// Folds grouped rows into one partial per group.
     pub fn combine_groups(&mut self, ctx: &BatchContext, groups: u32, input: &[u8]) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
         let result = self.bindings.weir_topology_operators().call_combine_groups(&mut self.store, ctx, groups, input);
-        self.finish(result)
+        self.finish(result, true)
     }
 
     /// Combines stored values with partials.
     pub fn combine_pairs(&mut self, ctx: &BatchContext, pairs: &[u8]) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
         let result = self.bindings.weir_topology_operators().call_combine_pairs(&mut self.store, ctx, pairs);
-        self.finish(result)
+        self.finish(result, true)
     }
 }

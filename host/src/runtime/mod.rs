@@ -4,6 +4,8 @@
 mod cache;
 mod guest_output;
 mod instance;
+mod limits;
+mod random;
 
 pub use cache::{CacheOutcome, ComponentCache, default_cache_dir};
 pub use instance::{CallError, Guest, LoadedComponent};
@@ -18,5 +20,10 @@ pub fn engine() -> Result<Engine> {
     // Backtraces with function names and source lines, where the guest
     // carries them: a guest panic must be actionable.
     config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
-    Ok(Engine::new(&config)?)
+    // Bounds each call's CPU time; checked at loop heads and calls, a few
+    // percent of a batch call's cost.
+    config.epoch_interruption(true);
+    let engine = Engine::new(&config)?;
+    limits::start_epoch_ticker(&engine)?;
+    Ok(engine)
 }

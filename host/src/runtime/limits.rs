@@ -1,0 +1,66 @@
+//! The limits a guest instance runs under: memory through a resource
+//! limiter, CPU time through epoch interruption.
+
+use crate::config::EPOCH_TICK;
+use anyhow::{Result, bail};
+use wasmtime::{Engine, ResourceLimiter};
+
+/// Tables a guest may grow to: far above what compiled languages use, low
+/// enough that a runaway table cannot take the host's memory.
+const MAX_TABLE_ELEMENTS: usize = 1_000_000;
+
+/// Caps one instance's linear memory, and remembers whether it was hit.
+pub struct MemoryLimiter {
+    max_bytes: usize,
+    /// Size the guest tried to grow to past the limit, if it did.
+    pub exceeded: Option<usize>,
+}
+
+impl MemoryLimiter {
+    /// A limiter allowing `max_bytes` of linear memory.
+    pub fn new(max_bytes: u64) -> MemoryLimiter {
+        MemoryLimiter { max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX), exceeded: None }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.exceeded = Some(desired);
+            // Trap rather than fail the growth: a guest's allocator would
+            // abort anyway, with a less helpful message.
+            wasmtime::bail!("memory limit of {} MiB exceeded", self.max_bytes >> 20);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// Epoch ticks a call of `call_ms` milliseconds may run for.
+pub fn deadline_ticks(call_ms: u64) -> u64 {
+    call_ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1)
+}
+
+/// Advances `engine`'s epoch every [`EPOCH_TICK`] on a thread of its own,
+/// outside any async runtime, until the engine is dropped. Guests run on
+/// their own threads too, so a spinning guest never starves the host's other
+/// work; the epoch only bounds how long one call may spin.
+pub fn start_epoch_ticker(engine: &Engine) -> Result<()> {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new().name("weir-epoch".into()).spawn(move || {
+        loop {
+            std::thread::sleep(EPOCH_TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        bail!("cannot start the epoch ticker: {e}");
+    }
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! One topology per attack on the sandbox. Each behaves like word count
+//! until a sentence holds the word `attack`; then it attacks. An attack that
+//! works emits what it got, so the batch commits and the test sees it; an
+//! attack the sandbox stops fails the batch with the reason.
+
+use std::hint::black_box;
+use weir_sdk::prelude::*;
+
+#[derive(Clone, Copy)]
+enum Attack {
+    None,
+    InfiniteLoop,
+    GrowMemory,
+    DeepRecursion,
+    HugeOutput,
+    FanOut,
+    Panic,
+    ReadPasswd,
+    OpenSocket,
+    ReadEnv,
+    ReadGranted,
+}
+
+struct Hostile(Attack);
+
+fn recurse(depth: u64) -> u64 {
+    if black_box(depth) == u64::MAX { 0 } else { depth + recurse(black_box(depth + 1)) }
+}
+
+impl Hostile {
+    fn attack(&self, out: &mut Emitter<'_>) -> Result<(), Error> {
+        match self.0 {
+            Attack::None => Ok(()),
+            Attack::InfiniteLoop => {
+                let mut n = 0u64;
+                loop {
+                    n = black_box(n.wrapping_add(1));
+                }
+            }
+            Attack::GrowMemory => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    black_box(&hoard);
+                }
+            }
+            Attack::DeepRecursion => {
+                black_box(recurse(0));
+                Ok(())
+            }
+            Attack::HugeOutput => out.emit(["x".repeat(8 << 20).as_str()]),
+            Attack::FanOut => {
+                for _ in 0..200_000 {
+                    out.emit(["a"])?;
+                }
+                Ok(())
+            }
+            Attack::Panic => panic!("the hostile guest panics on purpose"),
+            Attack::ReadPasswd => match std::fs::read_to_string("/etc/passwd") {
+                Ok(text) => out.emit([text.as_str()]),
+                Err(e) => Err(Error::retry(format!("reading /etc/passwd failed: {e}"))),
+            },
+            Attack::OpenSocket => match std::net::TcpStream::connect("127.0.0.1:9") {
+                Ok(_) => out.emit(["connected"]),
+                Err(e) => Err(Error::retry(format!("opening a socket failed: {e}"))),
+            },
+            Attack::ReadEnv => {
+                let seen: Vec<String> = std::env::vars().map(|(k, _)| k).chain(std::env::args().skip(1)).collect();
+                match std::env::var("HOME") {
+                    Ok(home) => out.emit([home.as_str()]),
+                    Err(e) if seen.is_empty() => {
+                        Err(Error::retry(format!("reading $HOME failed: {e}; no variables, no arguments")))
+                    }
+                    Err(_) => out.emit([seen.join(",").as_str()]),
+                }
+            }
+            Attack::ReadGranted => match std::fs::read_to_string("/data/words.txt") {
+                Ok(text) => {
+                    for word in text.split_whitespace() {
+                        out.emit([word])?;
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(Error::retry(format!("reading /data/words.txt failed: {e}"))),
+            },
+        }
+    }
+}
+
+impl Function for Hostile {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        let sentence = tuple.str("sentence")?;
+        if sentence.split_whitespace().any(|w| w == "attack") {
+            return self.attack(out);
+        }
+        for word in sentence.split_whitespace() {
+            out.emit([word])?;
+        }
+        Ok(())
+    }
+}
+
+fn topology(name: &str, attack: Attack) -> weir_sdk::Stream {
+    Topology::new(name)
+        .new_stream(FileLines::new("sentence"))
+        .each(["sentence"], Hostile(attack), ["word"])
+        .name("attacker")
+}
+
+fn counted(stream: weir_sdk::Stream) -> Topology {
+    stream.group_by(["word"]).persistent_aggregate(State::transactional("counts"), Count, ["count"]).build()
+}
+
+fn topologies() -> Vec<Topology> {
+    vec![
+        counted(topology("steady", Attack::None)),
+        counted(topology("infinite-loop", Attack::InfiniteLoop)),
+        counted(topology("grow-memory", Attack::GrowMemory).limits(Limits::new().memory_mib(16))),
+        counted(topology("deep-recursion", Attack::DeepRecursion)),
+        counted(topology("huge-output", Attack::HugeOutput)),
+        counted(topology("fan-out", Attack::FanOut)),
+        counted(topology("panic", Attack::Panic)),
+        counted(topology("read-passwd", Attack::ReadPasswd)),
+        counted(topology("open-socket", Attack::OpenSocket)),
+        counted(topology("read-env", Attack::ReadEnv)),
+        counted(topology("read-granted", Attack::ReadGranted).read_only_dir("granted", "/data")),
+        counted(topology("ask-too-much", Attack::None).limits(Limits::new().memory_mib(4096))),
+    ]
+}
+
+weir_sdk::export!(topologies);

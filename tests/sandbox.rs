@@ -1,0 +1,255 @@
+//! Hostile guests: each attack on the sandbox fails its batch (or is refused
+//! at load) with the cause named, the host stays up, and committed state is
+//! unchanged. Each test prints one line: the attack and the error it got.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+use std::process::Output;
+
+/// A data dir with one committed batch of a hostile topology (it behaves
+/// until a sentence holds the word `attack`), and that batch's input.
+struct Target {
+    dir: tempfile::TempDir,
+    input: std::path::PathBuf,
+    data: std::path::PathBuf,
+}
+
+fn prepare(component: &str, topology: &str) -> (Target, Vec<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let text = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    let first: Vec<&str> = text.lines().take(300).collect();
+    std::fs::write(&input, first.join("\n") + "\n").unwrap();
+    let data = dir.path().join("data");
+    weir_ok(&run_args(component, &data, &input, &["--topology", topology, "--batch-size", "100"]));
+    let before = scan(&data, topology, "counts");
+    let target = Target { dir, input, data };
+    assert!(!before.is_empty());
+    (target, before)
+}
+
+fn assert_refused(attack: &str, output: &Output, cause: &str) -> String {
+    assert_eq!(output.status.code(), Some(1), "{attack}: weir did not exit with an error:\n{}", text(output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let error = stderr.split("\nerror: ").nth(1).or_else(|| stderr.strip_prefix("error: ")).unwrap_or_else(|| {
+        panic!("{attack}: no error in:\n{stderr}");
+    });
+    assert!(error.contains(cause), "{attack}: expected {cause:?} in the error:\n{error}");
+    let first_line = error.lines().next().unwrap_or_default().to_owned();
+    // Straight to stderr, past the test harness's capture: the suite's
+    // report of what each attack got.
+    let _ = writeln!(std::io::stderr().lock(), "attack {attack}: {first_line}");
+    first_line
+}
+
+/// Feeds the attack to a prepared topology and checks it fails with `cause`
+/// naming the topology, operator, txid and attempt, leaving state as it was.
+fn attack(component: &str, topology: &str, extra: &[&str], cause: &str) {
+    let (target, before) = prepare(component, topology);
+    std::fs::OpenOptions::new().append(true).open(&target.input).unwrap().write_all(b"the attack begins\n").unwrap();
+    let mut args = run_args(component, &target.data, &target.input, &["--topology", topology, "--max-attempts", "2"]);
+    args.extend_from_slice(extra);
+    let output = weir_output(&args);
+    let error = assert_refused(topology, &output, cause);
+    assert!(
+        error.contains(&format!(
+            "topology {topology} halted: txid 4 failed 2 times; last error at attempt 1: operator "
+        )),
+        "{topology}: the error does not name the topology, txid, attempt and operator: {error}"
+    );
+    assert_eq!(scan(&target.data, topology, "counts"), before, "{topology}: committed state changed");
+}
+
+#[test]
+fn an_infinite_loop_hits_the_cpu_time_limit() {
+    attack(HOSTILE, "infinite-loop", &["--max-call-ms", "200"], "CPU time limit of 200 ms per call exceeded");
+}
+
+#[test]
+fn unbounded_memory_growth_hits_the_memory_limit_the_topology_asked_for() {
+    attack(HOSTILE, "grow-memory", &[], "memory limit of 16 MiB exceeded");
+}
+
+#[test]
+fn deep_recursion_overflows_the_stack() {
+    attack(HOSTILE, "deep-recursion", &[], "stack overflow");
+}
+
+#[test]
+fn a_huge_buffer_hits_the_output_limit() {
+    attack(HOSTILE, "huge-output", &["--max-output-mib", "4"], "output limit of 4 MiB per call exceeded");
+}
+
+#[test]
+fn fanning_out_too_far_hits_the_tuple_limit() {
+    attack(HOSTILE, "fan-out", &["--max-output-tuples", "100000"], "output limit of 100000 tuples per call exceeded");
+}
+
+#[test]
+fn a_panic_shows_its_message_and_a_wasm_backtrace() {
+    attack(HOSTILE, "panic", &[], "the hostile guest panics on purpose");
+    let (target, _) = prepare(HOSTILE, "panic");
+    std::fs::OpenOptions::new().append(true).open(&target.input).unwrap().write_all(b"attack\n").unwrap();
+    let output =
+        weir_output(&run_args(HOSTILE, &target.data, &target.input, &["--topology", "panic", "--max-attempts", "1"]));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("wasm backtrace"), "{stderr}");
+    assert!(stderr.contains("hostile::Hostile"), "the backtrace names no guest function:\n{stderr}");
+}
+
+#[test]
+fn reading_etc_passwd_finds_no_filesystem() {
+    attack(HOSTILE, "read-passwd", &[], "reading /etc/passwd failed:");
+}
+
+#[test]
+fn opening_a_socket_is_denied() {
+    attack(HOSTILE, "open-socket", &[], "opening a socket failed:");
+}
+
+#[test]
+fn the_environment_and_arguments_are_empty() {
+    attack(
+        HOSTILE,
+        "read-env",
+        &[],
+        "reading $HOME failed: environment variable not found; no variables, no arguments",
+    );
+}
+
+#[test]
+fn a_malformed_batch_buffer_fails_the_batch() {
+    attack(RAW_GUEST, "malformed-output", &[], "operator split: returned a malformed batch: malformed batch at byte 8");
+}
+
+#[test]
+fn emitting_more_fields_than_declared_fails_the_batch() {
+    attack(RAW_GUEST, "extra-fields", &[], "emitted rows of 2 values, but it declares 1 output fields");
+}
+
+#[test]
+fn a_row_extending_a_missing_input_row_fails_the_batch() {
+    attack(
+        RAW_GUEST,
+        "out-of-range-parent",
+        &[],
+        "operator split: returned a malformed batch: a row extends input row 4000000 of 1",
+    );
+}
+
+fn load_refused(attack: &str, component: &str, extra: &[&str], cause: &str) {
+    let (target, before) = prepare(WORD_COUNT, "word-count");
+    let args = run_args(component, &target.data, &target.input, extra);
+    assert_refused(attack, &weir_output(&args), cause);
+    assert_eq!(scan(&target.data, "word-count", "counts"), before, "{attack}: committed state changed");
+}
+
+#[test]
+fn importing_an_interface_the_host_lacks_is_refused_at_load() {
+    load_refused(
+        "unknown-import",
+        UNKNOWN_IMPORT,
+        &[],
+        "cannot be linked: it imports test:unknown-import/vault, which this host does not provide",
+    );
+}
+
+#[test]
+fn malformed_components_are_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let truncated = {
+        let bytes = std::fs::read(WORD_COUNT).unwrap();
+        write("truncated.wasm", &bytes[..bytes.len() / 2])
+    };
+    let cases = [
+        ("missing-file", dir.path().join("missing.wasm").to_str().unwrap().to_owned(), "cannot read component"),
+        ("garbage", write("garbage.wasm", b"this is not wasm"), "is not a WebAssembly file"),
+        ("core-module", write("core.wasm", b"\0asm\x01\0\0\0"), "is a core WebAssembly module, not a component"),
+        ("other-world", write("empty.wasm", b"\0asm\x0d\0\x01\0"), "does not implement the weir:topology@0.1.0 world"),
+        ("truncated", truncated, "is not a valid component"),
+    ];
+    for (attack, component, cause) in &cases {
+        load_refused(attack, component, &[], cause);
+    }
+}
+
+#[test]
+fn asking_for_more_than_the_host_allows_is_refused_at_load() {
+    load_refused(
+        "ask-too-much",
+        HOSTILE,
+        &["--topology", "ask-too-much"],
+        "operator attacker asks for a memory (MiB) limit of 4096, more than this host allows (64; see --max-memory-mib)",
+    );
+}
+
+#[test]
+fn a_directory_is_granted_only_where_the_host_allows_it() {
+    let (target, _) = prepare(HOSTILE, "steady");
+    let cwd = target.dir.path();
+    std::fs::create_dir(cwd.join("granted")).unwrap();
+    std::fs::write(cwd.join("granted/words.txt"), "granted granted words").unwrap();
+    std::fs::write(&target.input, "an attack reads a file\n").unwrap();
+    let data = cwd.join("granted-data");
+    let args = run_args(HOSTILE, &data, &target.input, &["--topology", "read-granted"]);
+    let refused = weir().current_dir(cwd).args(&args).output().unwrap();
+    assert_refused(
+        "read-granted-without-allow-dir",
+        &refused,
+        "operator attacker asks for read-only access to granted",
+    );
+    assert!(!data.exists(), "a refused topology left a data dir behind");
+
+    let mut allowed = args.clone();
+    allowed.extend_from_slice(&["--allow-dir", cwd.to_str().unwrap()]);
+    let output = weir().current_dir(cwd).args(&allowed).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let counts = counts(&data, "read-granted");
+    assert_eq!(counts.get("granted"), Some(&2), "{counts:?}");
+    assert_eq!(counts.get("words"), Some(&1), "{counts:?}");
+}
+
+#[test]
+fn another_topology_keeps_committing_while_a_hostile_one_fails() {
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let sentences = std::fs::read_to_string(&corpus.path).unwrap();
+    let lines: Vec<&str> = sentences.lines().take(5000).collect();
+    std::fs::write(&input, format!("attack\n{}\n", lines.join("\n"))).unwrap();
+    let data = dir.path().join("data");
+    let output = weir()
+        .env("WEIR_LOG", "weir=debug")
+        .args(run_args(
+            HOSTILE,
+            &data,
+            &input,
+            &["--topology", "steady", "--topology", "infinite-loop", "--batch-size", "20", "--max-call-ms", "300"],
+        ))
+        .output()
+        .unwrap();
+    let error = assert_refused("infinite-loop-beside-steady", &output, "topology infinite-loop halted");
+    assert!(!error.contains("topology steady"), "{error}");
+    let log = String::from_utf8_lossy(&output.stderr);
+    let first_failure = log.find("topology infinite-loop: txid 1 attempt 0 failed").expect("a first failure");
+    let last_failure = log.find("topology infinite-loop: txid 1 attempt 3 failed").expect("a fourth failure");
+    let committed_between = log[first_failure..last_failure].matches("topology steady: committed txid").count();
+    assert!(committed_between > 0, "steady committed nothing while infinite-loop failed:\n{log}");
+    let mut want = std::collections::BTreeMap::new();
+    // `steady` emits nothing for the `attack` line, and counts every other.
+    for word in lines.iter().flat_map(|l| l.split_whitespace()) {
+        *want.entry(word.to_owned()).or_insert(0) += 1;
+    }
+    assert_counts_eq(&counts(&data, "steady"), &want);
+    let data_dir = data.to_str().unwrap();
+    let hostile_state =
+        weir_output(&["state", "scan", "--data", data_dir, "--topology", "infinite-loop", "--state", "counts"]);
+    assert!(String::from_utf8_lossy(&hostile_state.stderr).contains("has no state counts"), "{}", text(&hostile_state));
+}
