@@ -8,11 +8,12 @@
 //! results of a superseded attempt are dropped when they arrive.
 
 use crate::config::RunConfig;
+use crate::metrics::Latencies;
+use crate::operators::{OperatorSource, Operators};
 use crate::plan::Plan;
-use crate::process::{BatchError, Operators, Processor, combine_at_commit};
-use crate::runtime::LoadedComponent;
+use crate::process::{BatchError, Processor, combine_at_commit};
 use crate::spout::{FileLines, LineRange};
-use crate::state::{BatchRecord, Db, StateUpdate};
+use crate::state::{BatchRecord, Combine, Db, StateUpdate};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -33,6 +34,10 @@ pub struct RunReport {
     pub replays: u64,
     /// Time since the run started.
     pub elapsed: Duration,
+    /// Time from the run's start until its first batch was processed.
+    pub first_batch_ready: Option<Duration>,
+    /// How long each batch's commit took.
+    pub commit_latency: Latencies,
 }
 
 struct Work {
@@ -59,7 +64,7 @@ struct InFlight {
 pub fn run(
     db: &Db,
     plan: Arc<Plan>,
-    component: Arc<LoadedComponent>,
+    source: OperatorSource,
     spout: &mut FileLines,
     config: &RunConfig,
     on_commit: &mut dyn FnMut(&RunReport),
@@ -68,20 +73,21 @@ pub fn run(
     let (done_tx, done_rx) = mpsc::channel::<Done>();
     std::thread::scope(|scope| {
         let processor_plan = Arc::clone(&plan);
-        let processor_component = Arc::clone(&component);
-        scope.spawn(move || {
-            let mut processor = Processor::new(processor_plan, processor_component);
+        let processor_source = source.clone();
+        let process_phase = std::thread::Builder::new().name("weir-process".into());
+        process_phase.spawn_scoped(scope, move || {
+            let mut processor = Processor::new(processor_plan, processor_source);
             for work in work_rx {
                 let result = processor.process(work.txid, work.attempt, work.batch);
                 if done_tx.send(Done { txid: work.txid, attempt: work.attempt, result }).is_err() {
                     break;
                 }
             }
-        });
+        })?;
         let mut coordinator = Coordinator {
             db,
             plan: &plan,
-            committer: Operators::new(component, Arc::clone(&plan)),
+            committer: Operators::new(source, Arc::clone(&plan)),
             spout,
             config,
             work: work_tx,
@@ -199,6 +205,7 @@ impl Coordinator<'_> {
                 return Ok(done);
             }
             let done = self.done.recv().map_err(|_| anyhow!("the process phase stopped"))?;
+            self.report.first_batch_ready.get_or_insert_with(|| self.started.elapsed());
             let current = self.pending.iter().find(|p| p.txid == done.txid).map(|p| p.attempt);
             if current == Some(done.attempt) {
                 self.arrived.insert(done.txid, done);
@@ -212,14 +219,19 @@ impl Coordinator<'_> {
         let update = StateUpdate { state: sink.state.clone(), partials };
         let committer = &mut self.committer;
         let mut guest_error = None;
-        let result = self.db.commit(&self.plan.topology, txid, &record, std::slice::from_ref(&update), |_, pairs| {
+        let mut in_guest = |pairs: &[(Value, Value)]| {
             combine_at_commit(sink, committer, txid, attempt, pairs).map_err(|e| {
                 guest_error = Some(e.clone());
                 anyhow!("{e}")
             })
-        });
+        };
+        let native = |stored: Value, partial: Value| Ok(weir_sdk::operator::add(stored, partial)?);
+        let combine = if sink.combiner_in_guest() { Combine::Batched(&mut in_guest) } else { Combine::Native(&native) };
+        let started = Instant::now();
+        let result = self.db.commit(&self.plan.topology, txid, &record, &update, combine);
         match result {
             Ok(stats) => {
+                self.report.commit_latency.record(started.elapsed());
                 tracing::debug!(
                     "topology {}: committed txid {txid} (attempt {attempt}): {} keys written, {} skipped",
                     self.plan.topology,

@@ -5,6 +5,8 @@ pub mod bindings;
 pub mod config;
 pub mod coordinator;
 pub mod guest_build;
+pub mod metrics;
+pub mod operators;
 pub mod plan;
 pub mod process;
 pub mod runtime;

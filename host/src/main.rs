@@ -6,9 +6,10 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    let started = std::time::Instant::now();
     let args = cli::Cli::parse();
     cli::init_logging();
-    match cli::dispatch(args) {
+    match cli::dispatch(args, started) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`weir state scan | head`) is the reader's choice.
         Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {

@@ -2,9 +2,8 @@
 //! into one partial per key; and the combining of partials with stored
 //! values at commit.
 
-use crate::bindings::BatchContext;
+use crate::operators::{OperatorSource, Operators, Request};
 use crate::plan::{Aggregation, Input, Plan, Sink, Step};
-use crate::runtime::{CallError, Guest, LoadedComponent};
 use crate::state::keys;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -46,56 +45,6 @@ impl fmt::Display for BatchError {
     }
 }
 
-/// The guest instances of one thread: one store per operator, created on
-/// first use and replaced after a trap (a trapped instance cannot be entered
-/// again).
-pub struct Operators {
-    component: Arc<LoadedComponent>,
-    plan: Arc<Plan>,
-    instances: HashMap<String, Guest>,
-}
-
-impl Operators {
-    /// Instances of `component`'s operators for `plan`'s topology.
-    pub fn new(component: Arc<LoadedComponent>, plan: Arc<Plan>) -> Operators {
-        Operators { component, plan, instances: HashMap::new() }
-    }
-
-    fn call<T>(
-        &mut self,
-        operator: &str,
-        txid: u64,
-        attempt: u32,
-        fields: &[String],
-        call: impl FnOnce(&mut Guest, &BatchContext) -> Result<T, CallError>,
-    ) -> Result<T, BatchError> {
-        if !self.instances.contains_key(operator) {
-            let guest = self
-                .component
-                .instantiate(operator, self.plan.sandboxes.of(operator))
-                .map_err(|e| BatchError::retry(operator, format!("cannot instantiate: {e:#}")))?;
-            self.instances.insert(operator.to_owned(), guest);
-        }
-        let guest = self.instances.get_mut(operator).expect("instantiated above");
-        let ctx = BatchContext {
-            topology: self.plan.topology.clone(),
-            operator: operator.to_owned(),
-            txid,
-            attempt,
-            partition: 0,
-            fields: fields.to_vec(),
-        };
-        call(guest, &ctx).map_err(|e| match e {
-            CallError::Retry(m) => BatchError::retry(operator, format!("retry: {m}")),
-            CallError::Fatal(m) => BatchError::fatal(operator, format!("fatal: {m}")),
-            CallError::Trap(m) => {
-                self.instances.remove(operator);
-                BatchError::retry(operator, format!("trap: {m}"))
-            }
-        })
-    }
-}
-
 fn malformed(operator: &str, what: impl fmt::Display) -> BatchError {
     BatchError::retry(operator, format!("returned a malformed batch: {what}"))
 }
@@ -129,8 +78,8 @@ pub struct Processor {
 
 impl Processor {
     /// A processor with its own operator instances.
-    pub fn new(plan: Arc<Plan>, component: Arc<LoadedComponent>) -> Processor {
-        let operators = Operators::new(component, Arc::clone(&plan));
+    pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Processor {
+        let operators = Operators::new(source, Arc::clone(&plan));
         Processor { plan, operators }
     }
 
@@ -167,7 +116,7 @@ impl Processor {
         batch: &Batch<'_>,
     ) -> Result<Batch<'static>, BatchError> {
         let guest_in = guest_input(batch, input);
-        let out = self.operators.call(id, txid, attempt, &input.names, |g, ctx| g.run_function(ctx, &guest_in))?;
+        let out = self.operators.call(id, txid, attempt, &input.names, Request::Function(&guest_in))?;
         let emitted = Batch::decode_owned(out).map_err(|e| malformed(id, e))?;
         if emitted.arity() != outputs {
             return Err(BatchError::retry(
@@ -202,7 +151,7 @@ impl Processor {
         batch: &Batch<'_>,
     ) -> Result<Batch<'static>, BatchError> {
         let guest_in = guest_input(batch, input);
-        let keep = self.operators.call(id, txid, attempt, &input.names, |g, ctx| g.run_filter(ctx, &guest_in))?;
+        let keep = self.operators.call(id, txid, attempt, &input.names, Request::Filter(&guest_in))?;
         if keep.len() != batch.len() {
             return Err(malformed(id, format!("{} verdicts for {} rows", keep.len(), batch.len())));
         }
@@ -275,9 +224,8 @@ impl Processor {
                 }
                 let rows = writer.finish();
                 let count = order.len() as u32;
-                let out = self
-                    .operators
-                    .call(&sink.id, txid, attempt, &input.names, |g, ctx| g.combine_groups(ctx, count, &rows))?;
+                let out =
+                    self.operators.call(&sink.id, txid, attempt, &input.names, Request::CombineGroups(count, &rows))?;
                 let results = single_values(&sink.id, &out, order.len())?;
                 order.into_iter().zip(results).collect()
             }
@@ -310,8 +258,8 @@ fn single_values(operator: &str, out: &[u8], expected: usize) -> Result<Vec<Valu
     Ok(values)
 }
 
-/// Combines stored values with partials at commit: natively for the host's
-/// built-ins, in one guest call for a combiner aggregator.
+/// Combines stored values with partials at commit in the guest's combiner
+/// aggregator, in one call.
 pub fn combine_at_commit(
     sink: &Sink,
     operators: &mut Operators,
@@ -319,22 +267,12 @@ pub fn combine_at_commit(
     attempt: u32,
     pairs: &[(Value, Value)],
 ) -> Result<Vec<Value>, BatchError> {
-    match &sink.aggregation {
-        Aggregation::Count | Aggregation::Sum(_) => pairs
-            .iter()
-            .map(|(stored, partial)| {
-                add(stored.clone(), partial.clone()).map_err(|e| BatchError::fatal(&sink.id, e.to_string()))
-            })
-            .collect(),
-        Aggregation::Combiner(_) => {
-            let mut writer = BatchWriter::new(2);
-            for (index, (stored, partial)) in pairs.iter().enumerate() {
-                writer.push_row(index as u32, [stored.as_ref(), partial.as_ref()]).expect("two values");
-            }
-            let input = writer.finish();
-            let fields = ["stored".to_owned(), "partial".to_owned()];
-            let out = operators.call(&sink.id, txid, attempt, &fields, |g, ctx| g.combine_pairs(ctx, &input))?;
-            single_values(&sink.id, &out, pairs.len())
-        }
+    let mut writer = BatchWriter::new(2);
+    for (index, (stored, partial)) in pairs.iter().enumerate() {
+        writer.push_row(index as u32, [stored.as_ref(), partial.as_ref()]).expect("two values");
     }
+    let input = writer.finish();
+    let fields = ["stored".to_owned(), "partial".to_owned()];
+    let out = operators.call(&sink.id, txid, attempt, &fields, Request::CombinePairs(&input))?;
+    single_values(&sink.id, &out, pairs.len())
 }

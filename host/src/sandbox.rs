@@ -54,6 +54,12 @@ impl Sandboxes {
 fn limit(topology: &str, operator: &str, what: &str, asked: Option<u64>, max: u64, flag: &str) -> Result<u64> {
     match asked {
         None => Ok(max),
+        // Only the CPU limit may be off (0): an operator asking for one on
+        // such a host could not get it.
+        Some(asked) if max == 0 => bail!(
+            "topology {topology}: operator {operator} asks for a {what} limit of {asked}, but this host runs \
+             without one ({flag} 0)"
+        ),
         Some(0) => bail!("topology {topology}: operator {operator} asks for a {what} limit of 0"),
         Some(asked) if asked > max => bail!(
             "topology {topology}: operator {operator} asks for a {what} limit of {asked}, \

@@ -38,10 +38,10 @@ pub fn init_logging() {
         .init();
 }
 
-/// Runs the chosen verb.
-pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+/// Runs the chosen verb; `started` is when the process started.
+pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(args, started),
         Command::State(command) => state::run(command),
     }
 }

@@ -1,17 +1,18 @@
 //! `weir run`: run a topology over an input file.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weir::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB,
     DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_PENDING, RunConfig, SandboxConfig,
 };
 use weir::coordinator::{self, RunReport};
+use weir::operators::OperatorSource;
 use weir::runtime::{self, ComponentCache};
 use weir::spout::FileLines;
 use weir::state::Db;
@@ -48,7 +49,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
     max_memory_mib: u64,
     /// CPU time one operator call (a whole batch) may take, in milliseconds.
-    #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    /// 0 runs without a CPU limit (and without its small cost).
+    #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS)]
     max_call_ms: u64,
     /// Bytes one operator call may return, in MiB.
     #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_MIB, value_parser = clap::value_parser!(u64).range(1..))]
@@ -61,6 +63,11 @@ pub struct RunArgs {
     /// no filesystem at all.
     #[arg(long)]
     allow_dir: Vec<PathBuf>,
+    /// Also write the run's figures (per topology: batches, tuples, wall
+    /// time, time to the first processed batch, commit latency p50/p99) to
+    /// this file, as JSON.
+    #[arg(long)]
+    report_json: Option<PathBuf>,
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else
     /// ~/.cache/weir].
     #[arg(long)]
@@ -88,7 +95,26 @@ fn status_line(reports: &BTreeMap<String, RunReport>) -> String {
     parts.join("  |  ")
 }
 
-pub fn run(args: RunArgs) -> Result<()> {
+fn millis(d: Option<Duration>) -> serde_json::Value {
+    d.map_or(serde_json::Value::Null, |d| serde_json::json!(d.as_secs_f64() * 1000.0))
+}
+
+/// A run's figures as JSON; `start` includes loading the component.
+fn report_json(name: &str, report: &RunReport, loaded_after: Duration) -> serde_json::Value {
+    serde_json::json!({
+        "topology": name,
+        "batches": report.batches,
+        "tuples": report.tuples,
+        "replays": report.replays,
+        "last_committed": report.last_committed,
+        "elapsed_s": report.elapsed.as_secs_f64(),
+        "start_ms": millis(report.first_batch_ready.map(|ready| loaded_after + ready)),
+        "commit_p50_ms": millis(report.commit_latency.quantile(0.5)),
+        "commit_p99_ms": millis(report.commit_latency.quantile(0.99)),
+    })
+}
+
+pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     let wasm = if args.path.is_dir() { guest_build::build(&args.path)? } else { args.path.clone() };
     let config = RunConfig {
         batch_size: args.batch_size as usize,
@@ -104,11 +130,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     // Fail on an unreadable input before anything else is opened.
     FileLines::open(&args.input)?;
-    let engine = runtime::engine()?;
+    let engine = runtime::engine(args.max_call_ms > 0)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
     let topologies = topology::load(&engine, &cache, &wasm, &args.topology, &sandbox)?;
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
+    let loaded_after = started.elapsed();
     let cached = topologies[0].component.was_cached();
     tracing::info!(
         "{} from {} ({})",
@@ -126,11 +153,18 @@ pub fn run(args: RunArgs) -> Result<()> {
                 let name = loaded.plan.topology.clone();
                 let handle = scope.spawn(move || {
                     let mut spout = FileLines::open(input)?;
-                    coordinator::run(db, loaded.plan, loaded.component, &mut spout, config, &mut |r: &RunReport| {
-                        let mut reports = reports.lock().unwrap_or_else(|e| e.into_inner());
-                        reports.insert(loaded.definition.name.clone(), r.clone());
-                        bar.set_message(status_line(&reports));
-                    })
+                    coordinator::run(
+                        db,
+                        loaded.plan,
+                        OperatorSource::Wasm(loaded.component),
+                        &mut spout,
+                        config,
+                        &mut |r: &RunReport| {
+                            let mut reports = reports.lock().unwrap_or_else(|e| e.into_inner());
+                            reports.insert(loaded.definition.name.clone(), r.clone());
+                            bar.set_message(status_line(&reports));
+                        },
+                    )
                 });
                 (name, handle)
             })
@@ -145,23 +179,31 @@ pub fn run(args: RunArgs) -> Result<()> {
     });
     bar.finish_and_clear();
     let mut failures = Vec::new();
+    let mut figures = Vec::new();
     for (name, outcome) in outcomes {
         match outcome {
-            Ok(report) => println!(
-                "{name}: committed {} batches ({} tuples) in {:.2}s, {:.0} tuples/s; last committed txid {}{}",
-                report.batches,
-                report.tuples,
-                report.elapsed.as_secs_f64(),
-                rate(report.tuples, report.elapsed),
-                report.last_committed,
-                if report.replays > 0 {
-                    format!("; {} failed attempts replayed", report.replays)
-                } else {
-                    String::new()
-                }
-            ),
+            Ok(report) => {
+                figures.push(report_json(&name, &report, loaded_after));
+                println!(
+                    "{name}: committed {} batches ({} tuples) in {:.2}s, {:.0} tuples/s; last committed txid {}{}",
+                    report.batches,
+                    report.tuples,
+                    report.elapsed.as_secs_f64(),
+                    rate(report.tuples, report.elapsed),
+                    report.last_committed,
+                    if report.replays > 0 {
+                        format!("; {} failed attempts replayed", report.replays)
+                    } else {
+                        String::new()
+                    }
+                )
+            }
             Err(e) => failures.push(format!("{e:#}")),
         }
+    }
+    if let Some(path) = &args.report_json {
+        let json = serde_json::to_string_pretty(&figures)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     match failures.len() {
         0 => Ok(()),

@@ -13,8 +13,9 @@ pub use instance::{CallError, Guest, LoadedComponent};
 use anyhow::Result;
 use wasmtime::{Config, Engine, OptLevel};
 
-/// The engine every component of a host process is compiled for.
-pub fn engine() -> Result<Engine> {
+/// The engine every component of a host process is compiled for; with
+/// `cpu_limit`, calls can be bounded in CPU time (see `limits`).
+pub fn engine(cpu_limit: bool) -> Result<Engine> {
     let mut config = Config::new();
     config.cranelift_opt_level(OptLevel::Speed);
     // Backtraces with function names and source lines, where the guest
@@ -22,8 +23,10 @@ pub fn engine() -> Result<Engine> {
     config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
     // Bounds each call's CPU time; checked at loop heads and calls, a few
     // percent of a batch call's cost.
-    config.epoch_interruption(true);
+    config.epoch_interruption(cpu_limit);
     let engine = Engine::new(&config)?;
-    limits::start_epoch_ticker(&engine)?;
+    if cpu_limit {
+        limits::start_epoch_ticker(&engine)?;
+    }
     Ok(engine)
 }

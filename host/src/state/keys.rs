@@ -40,10 +40,15 @@ pub fn encode_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
 
 fn encode_escaped(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
     out.push(kind);
-    for &b in bytes {
-        out.push(b);
-        if b == 0 {
-            out.push(0xff);
+    // Most keys hold no zero byte: copy them whole.
+    if !bytes.contains(&0) {
+        out.extend_from_slice(bytes);
+    } else {
+        for &b in bytes {
+            out.push(b);
+            if b == 0 {
+                out.push(0xff);
+            }
         }
     }
     out.extend_from_slice(&[0, 0]);

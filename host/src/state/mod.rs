@@ -70,6 +70,14 @@ pub struct StateUpdate {
     pub partials: Vec<(Vec<u8>, Value)>,
 }
 
+/// How a commit combines stored values with a batch's partials.
+pub enum Combine<'a> {
+    /// In the host, key by key.
+    Native(&'a dyn Fn(Value, Value) -> Result<Value>),
+    /// In one call for the whole batch.
+    Batched(&'a mut dyn FnMut(&[(Value, Value)]) -> Result<Vec<Value>>),
+}
+
 /// What a commit did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitStats {
@@ -164,73 +172,32 @@ impl Db {
         Ok(())
     }
 
-    /// Commits batch `txid`: every state update and the progress record (the
+    /// Commits batch `txid`: the state update and the progress record (the
     /// last committed txid and the batch's record), in one durable write
-    /// transaction. `combine(i, pairs)` combines stored values with partials
-    /// for `updates[i]`, one call per state.
+    /// transaction.
     pub fn commit(
         &self,
         topology: &str,
         txid: u64,
         record: &BatchRecord,
-        updates: &[StateUpdate],
-        mut combine: impl FnMut(usize, &[(Value, Value)]) -> Result<Vec<Value>>,
+        update: &StateUpdate,
+        combine: Combine<'_>,
     ) -> Result<CommitStats> {
         let txn = self.db.begin_write()?;
         let meta_name = meta_table(topology);
-        let mut stats = CommitStats::default();
+        let stats;
         {
             let mut meta = txn.open_table(meta_def(&meta_name))?;
             let last = meta.get(LAST_COMMITTED)?.map_or(0, |v| v.value());
             if txid != last + 1 {
                 bail!("cannot commit txid {txid} of topology {topology}: the last committed txid is {last}");
             }
-            for (index, update) in updates.iter().enumerate() {
-                let name = state_table(topology, &update.state.name);
-                let mut table = txn.open_table(bytes_table(&name))?;
-                let kind = update.state.kind;
-                // Read every stored value first, so that the combining is
-                // one call for the whole batch.
-                let mut stored_values = Vec::with_capacity(update.partials.len());
-                let mut pairs = Vec::new();
-                let mut steps = Vec::with_capacity(update.partials.len());
-                for (key, partial) in &update.partials {
-                    let stored = table
-                        .get(key.as_slice())?
-                        .map(|v| Stored::decode(v.value()))
-                        .transpose()
-                        .with_context(|| format!("state {} has an unreadable value", update.state.name))?;
-                    let step = rules::step(kind, stored.as_ref(), txid)
-                        .with_context(|| format!("state {}, key {}", update.state.name, describe_key(key)))?;
-                    if let Step::Combine(base) = &step {
-                        pairs.push((base.clone(), partial.clone()));
-                    }
-                    steps.push(step);
-                    stored_values.push(stored);
-                }
-                let mut combined = if pairs.is_empty() { Vec::new() } else { combine(index, &pairs)? }.into_iter();
-                if combined.len() != pairs.len() {
-                    bail!(
-                        "combining for state {} returned {} values for {} keys",
-                        update.state.name,
-                        combined.len(),
-                        pairs.len()
-                    );
-                }
-                for (((key, partial), step), stored) in update.partials.iter().zip(steps).zip(stored_values) {
-                    let value = match step {
-                        Step::Skip => {
-                            stats.skipped += 1;
-                            continue;
-                        }
-                        Step::Fresh => partial.clone(),
-                        Step::Combine(_) => combined.next().expect("one combined value per pair"),
-                    };
-                    let new = rules::updated(kind, stored, txid, value);
-                    table.insert(key.as_slice(), new.encode().as_slice())?;
-                    stats.written += 1;
-                }
-            }
+            let name = state_table(topology, &update.state.name);
+            let mut table = txn.open_table(bytes_table(&name))?;
+            stats = match combine {
+                Combine::Native(combine) => apply_native(&mut table, txid, update, combine)?,
+                Combine::Batched(combine) => apply_batched(&mut table, txid, update, combine)?,
+            };
             meta.insert(LAST_COMMITTED, txid)?;
             let batches_name = batches_table(topology);
             let mut batches = txn.open_table(batches_def(&batches_name))?;
@@ -286,6 +253,96 @@ impl Db {
         let prefix = format!("state/{topology}/");
         Ok(txn.list_tables()?.filter_map(|t| t.name().strip_prefix(&prefix).map(str::to_owned)).collect())
     }
+}
+
+type StateTable<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+
+fn read_stored(update: &StateUpdate, bytes: &[u8]) -> Result<Stored> {
+    Stored::decode(bytes).with_context(|| format!("state {} has an unreadable value", update.state.name))
+}
+
+fn step_for(update: &StateUpdate, key: &[u8], stored: Option<&Stored>, txid: u64) -> Result<Step> {
+    rules::step(update.state.kind, stored, txid)
+        .with_context(|| format!("state {}, key {}", update.state.name, describe_key(key)))
+}
+
+/// Applies the batch key by key, combining natively as each stored value is
+/// read: one tree lookup per key already stored, updated in place.
+fn apply_native(
+    table: &mut StateTable<'_>,
+    txid: u64,
+    update: &StateUpdate,
+    combine: &dyn Fn(Value, Value) -> Result<Value>,
+) -> Result<CommitStats> {
+    let kind = update.state.kind;
+    let mut stats = CommitStats::default();
+    let mut encoded = Vec::with_capacity(32);
+    for (key, partial) in &update.partials {
+        if let Some(mut guard) = table.get_mut(key.as_slice())? {
+            let stored = read_stored(update, guard.value())?;
+            let value = match step_for(update, key, Some(&stored), txid)? {
+                Step::Skip => {
+                    stats.skipped += 1;
+                    continue;
+                }
+                Step::Fresh => partial.clone(),
+                Step::Combine(base) => combine(base, partial.clone())?,
+            };
+            encoded.clear();
+            rules::updated(kind, Some(stored), txid, value).encode_into(&mut encoded);
+            guard.insert(encoded.as_slice())?;
+        } else {
+            encoded.clear();
+            rules::updated(kind, None, txid, partial.clone()).encode_into(&mut encoded);
+            table.insert(key.as_slice(), encoded.as_slice())?;
+        }
+        stats.written += 1;
+    }
+    Ok(stats)
+}
+
+/// Applies the batch reading every stored value first, so that combining is
+/// one call for the whole batch (a guest's combiner).
+fn apply_batched(
+    table: &mut StateTable<'_>,
+    txid: u64,
+    update: &StateUpdate,
+    combine: &mut dyn FnMut(&[(Value, Value)]) -> Result<Vec<Value>>,
+) -> Result<CommitStats> {
+    let kind = update.state.kind;
+    let mut stats = CommitStats::default();
+    let mut stored_values = Vec::with_capacity(update.partials.len());
+    let mut pairs = Vec::new();
+    let mut steps = Vec::with_capacity(update.partials.len());
+    for (key, partial) in &update.partials {
+        let stored = table.get(key.as_slice())?.map(|v| read_stored(update, v.value())).transpose()?;
+        let step = step_for(update, key, stored.as_ref(), txid)?;
+        if let Step::Combine(base) = &step {
+            pairs.push((base.clone(), partial.clone()));
+        }
+        steps.push(step);
+        stored_values.push(stored);
+    }
+    let mut combined = if pairs.is_empty() { Vec::new() } else { combine(&pairs)? }.into_iter();
+    if combined.len() != pairs.len() {
+        bail!("combining for state {} returned {} values for {} keys", update.state.name, combined.len(), pairs.len());
+    }
+    let mut encoded = Vec::with_capacity(32);
+    for (((key, partial), step), stored) in update.partials.iter().zip(steps).zip(stored_values) {
+        let value = match step {
+            Step::Skip => {
+                stats.skipped += 1;
+                continue;
+            }
+            Step::Fresh => partial.clone(),
+            Step::Combine(_) => combined.next().expect("one combined value per pair"),
+        };
+        encoded.clear();
+        rules::updated(kind, stored, txid, value).encode_into(&mut encoded);
+        table.insert(key.as_slice(), encoded.as_slice())?;
+        stats.written += 1;
+    }
+    Ok(stats)
 }
 
 fn describe_key(key: &[u8]) -> String {

@@ -73,26 +73,31 @@ impl Stored {
     /// batch encoding.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(24);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the bytes of [`Stored::encode`] to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         match self {
             Stored::Transactional { txid, value } => {
                 out.push(TAG_TRANSACTIONAL);
                 out.extend_from_slice(&txid.to_le_bytes());
-                codec::write_value(&mut out, value.as_ref());
+                codec::write_value(out, value.as_ref());
             }
             Stored::Opaque { txid, curr, prev } => {
                 out.push(TAG_OPAQUE);
                 out.extend_from_slice(&txid.to_le_bytes());
-                codec::write_value(&mut out, curr.as_ref());
+                codec::write_value(out, curr.as_ref());
                 if let Some(prev) = prev {
-                    codec::write_value(&mut out, prev.as_ref());
+                    codec::write_value(out, prev.as_ref());
                 }
             }
             Stored::Plain(value) => {
                 out.push(TAG_PLAIN);
-                codec::write_value(&mut out, value.as_ref());
+                codec::write_value(out, value.as_ref());
             }
         }
-        out
     }
 
     /// Reads what [`Stored::encode`] wrote.

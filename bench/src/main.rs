@@ -1,0 +1,348 @@
+//! Weir's benchmark harness (`scripts/bench`).
+//!
+//! Runs word count over the canonical corpus through the real path (the
+//! `weir` binary, the Wasm guest, durable redb commits) and, in the same run,
+//! the same topology with its operators compiled natively into the host
+//! through the same coordinator and commits: the baseline the Wasm figures
+//! are read against. Prints a table and writes JSON.
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value as Json, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weir::config::{RunConfig, SandboxConfig};
+use weir::coordinator;
+use weir::operators::OperatorSource;
+use weir::spout::FileLines;
+use weir::state::Db;
+
+const WORDS_PER_SENTENCE: u64 = 8;
+const SMALL: u64 = 1000;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("bench/ sits in the repository").to_owned()
+}
+
+/// Wall time and peak resident memory of one process.
+struct Measured {
+    wall: Duration,
+    peak_rss_kib: u64,
+    report: Json,
+}
+
+/// Runs `command` to completion, measuring it; fails if it fails.
+fn measure(mut command: Command, report: &Path) -> Result<Measured> {
+    let started = Instant::now();
+    let child = command.spawn().with_context(|| format!("starting {command:?}"))?;
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child's pid, with valid pointers to locals.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    let wall = started.elapsed();
+    if pid < 0 {
+        bail!("waiting for {command:?}: {}", std::io::Error::last_os_error());
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("{command:?} failed (wait status {status})");
+    }
+    let text = std::fs::read_to_string(report).with_context(|| format!("reading {}", report.display()))?;
+    let report: Json = serde_json::from_str(&text)?;
+    Ok(Measured { wall, peak_rss_kib: usage.ru_maxrss as u64, report: report[0].clone() })
+}
+
+struct Bench {
+    work: PathBuf,
+    weir: PathBuf,
+    wasm: PathBuf,
+    runs: usize,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    Wasm,
+    WasmNoCpuLimit,
+    Native,
+}
+
+impl Engine {
+    fn name(self) -> &'static str {
+        match self {
+            Engine::Wasm => "wasm",
+            Engine::WasmNoCpuLimit => "wasm, no CPU limit",
+            Engine::Native => "native",
+        }
+    }
+}
+
+struct Config {
+    engine: Engine,
+    sentences: u64,
+    batch_size: u64,
+    max_pending: u64,
+}
+
+impl Bench {
+    fn corpus(&self, sentences: u64) -> Result<PathBuf> {
+        let path = self.work.join(format!("corpus-{sentences}.txt"));
+        if !path.exists() {
+            let status = Command::new("python3")
+                .arg(repo().join("scripts/gen_corpus.py"))
+                .args(["-n", &sentences.to_string(), "-o"])
+                .arg(&path)
+                .status()
+                .context("running python3 scripts/gen_corpus.py")?;
+            if !status.success() {
+                bail!("generating the corpus failed");
+            }
+        }
+        Ok(path)
+    }
+
+    /// One run of `config` into a fresh data dir; returns the data dir too.
+    fn run_once(&self, config: &Config, index: usize) -> Result<(Measured, PathBuf)> {
+        let input = self.corpus(config.sentences)?;
+        let data = self.work.join(format!("data-{index}"));
+        let _ = std::fs::remove_dir_all(&data);
+        let report = self.work.join("report.json");
+        let batch = config.batch_size.to_string();
+        let pending = config.max_pending.to_string();
+        let mut command = match config.engine {
+            Engine::Native => {
+                let mut command = Command::new(std::env::current_exe()?);
+                command.arg("native");
+                command
+            }
+            Engine::Wasm | Engine::WasmNoCpuLimit => {
+                let mut command = Command::new(&self.weir);
+                command.arg("run").arg(&self.wasm).arg("--cache-dir").arg(self.work.join("cache"));
+                if config.engine == Engine::WasmNoCpuLimit {
+                    command.args(["--max-call-ms", "0"]);
+                }
+                command
+            }
+        };
+        command.arg("--data").arg(&data).arg("--input").arg(&input);
+        command.args(["--batch-size", &batch, "--max-pending", &pending, "--report-json"]).arg(&report);
+        command.stdout(std::process::Stdio::null()).env("WEIR_LOG", "warn");
+        Ok((measure(command, &report)?, data))
+    }
+
+    /// The median of `self.runs` runs, by wall time.
+    fn run(&self, config: &Config) -> Result<Measured> {
+        let mut runs = Vec::new();
+        for i in 0..self.runs {
+            runs.push(self.run_once(config, i)?.0);
+        }
+        runs.sort_by_key(|m| m.wall);
+        Ok(runs.swap_remove(runs.len() / 2))
+    }
+}
+
+/// Checks the stored counts of a run against the corpus's ground truth.
+fn check_counts(data: &Path, corpus: &Path) -> Result<usize> {
+    let truth_path = corpus.with_extension("counts.json");
+    let truth: BTreeMap<String, i64> = serde_json::from_str(&std::fs::read_to_string(&truth_path)?)?;
+    let db = Db::open(data)?;
+    let mut stored = BTreeMap::new();
+    for (key, value) in db.scan("word-count", "counts")? {
+        let (Some(weir_sdk::Value::Str(word)), weir_sdk::Value::I64(count)) = (key.first(), value.value()) else {
+            bail!("unexpected entry {key:?} => {value:?}");
+        };
+        stored.insert(word.clone(), *count);
+    }
+    if stored != truth {
+        bail!(
+            "stored counts differ from {} ({} words stored, {} expected)",
+            truth_path.display(),
+            stored.len(),
+            truth.len()
+        );
+    }
+    Ok(stored.len())
+}
+
+fn steady(sentences: u64, big: &Measured, small: &Measured) -> f64 {
+    let words = (WORDS_PER_SENTENCE * (sentences - SMALL)) as f64;
+    words / (big.wall.as_secs_f64() - small.wall.as_secs_f64()).max(1e-9)
+}
+
+fn figures(m: &Measured) -> Json {
+    json!({
+        "wall_s": m.wall.as_secs_f64(),
+        "peak_rss_mib": m.peak_rss_kib as f64 / 1024.0,
+        "commit_p50_ms": m.report["commit_p50_ms"],
+        "commit_p99_ms": m.report["commit_p99_ms"],
+        "start_ms": m.report["start_ms"],
+    })
+}
+
+fn ms(v: &Json) -> String {
+    v.as_f64().map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
+    let root = repo();
+    let work = root.join("target/bench");
+    std::fs::create_dir_all(&work)?;
+    let bench = Bench {
+        work,
+        weir: root.join("target/release/weir"),
+        wasm: root.join("target/guests/wasm32-wasip2/release/word_count.wasm"),
+        runs,
+    };
+    for needed in [&bench.weir, &bench.wasm] {
+        if !needed.exists() {
+            bail!("{} is missing: run scripts/bench, which builds it", needed.display());
+        }
+    }
+    let main = |engine, sentences| Config { engine, sentences, batch_size: 10_000, max_pending: 4 };
+    let mut results = serde_json::Map::new();
+    let mut rows = Vec::new();
+    let mut steady_rates = BTreeMap::new();
+    for engine in [Engine::Wasm, Engine::Native, Engine::WasmNoCpuLimit] {
+        eprintln!("measuring {} ({runs} runs each at {sentences} and {SMALL} sentences)", engine.name());
+        let big = bench.run(&main(engine, sentences))?;
+        let small = bench.run(&main(engine, SMALL))?;
+        let rate = steady(sentences, &big, &small);
+        steady_rates.insert(engine.name(), rate);
+        rows.push(format!(
+            "| {} | {:.2} | {:.2} M | {} / {} | {:.0} | {} |",
+            engine.name(),
+            big.wall.as_secs_f64(),
+            rate / 1e6,
+            ms(&big.report["commit_p50_ms"]),
+            ms(&big.report["commit_p99_ms"]),
+            big.peak_rss_kib as f64 / 1024.0,
+            ms(&small.report["start_ms"]),
+        ));
+        results.insert(
+            engine.name().into(),
+            json!({ "full": figures(&big), "small": figures(&small), "steady_words_per_s": rate }),
+        );
+    }
+    let (verify, data) = bench.run_once(&main(Engine::Wasm, sentences), 99)?;
+    let words = check_counts(&data, &bench.corpus(sentences)?)?;
+    let _ = verify;
+    let ratio = steady_rates["wasm"] / steady_rates["native"];
+    let epoch_cost = 1.0 - steady_rates["wasm"] / steady_rates["wasm, no CPU limit"];
+
+    eprintln!("sweeping batch size and max pending (1 run each)");
+    let mut sweep = Vec::new();
+    let mut sweep_rows = Vec::new();
+    for batch_size in [100, 1000, 10_000] {
+        for max_pending in [1, 4] {
+            let (m, _) = bench.run_once(&Config { engine: Engine::Wasm, sentences, batch_size, max_pending }, 0)?;
+            let rate = (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64();
+            sweep_rows.push(format!(
+                "| {batch_size} | {max_pending} | {:.2} | {:.2} M | {} / {} |",
+                m.wall.as_secs_f64(),
+                rate / 1e6,
+                ms(&m.report["commit_p50_ms"]),
+                ms(&m.report["commit_p99_ms"])
+            ));
+            sweep.push(json!({ "batch_size": batch_size, "max_pending": max_pending, "words_per_s": rate, "figures": figures(&m) }));
+        }
+    }
+
+    println!("word count, {sentences} sentences, batch 10,000, max pending 4, median of {runs} runs");
+    println!("| engine | wall s | steady words/s | commit p50 / p99 ms | peak RSS MiB | start ms (cached) |");
+    println!("|---|---|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    println!("Wasm/native ratio (steady words/s): {ratio:.2}");
+    println!("CPU-limit (epoch interruption) cost on Wasm: {:.1}%", epoch_cost * 100.0);
+    println!("counts check: {words} words, stored counts equal the ground truth");
+    println!();
+    println!("Wasm sweep (wall-clock words/s, start-up included), 1 run each");
+    println!("| batch size | max pending | wall s | words/s | commit p50 / p99 ms |");
+    println!("|---|---|---|---|---|");
+    for row in &sweep_rows {
+        println!("{row}");
+    }
+    println!("parallelism: every operator runs as one instance; parallelism_hint is not available yet");
+
+    let date = Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())?;
+    let results = json!({
+        "date": date,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "sentences": sentences,
+        "runs": runs,
+        "main": results,
+        "wasm_native_ratio": ratio,
+        "cpu_limit_cost": epoch_cost,
+        "counts_check": { "words": words, "exact": true },
+        "sweep": sweep,
+    });
+    std::fs::write(out, serde_json::to_string_pretty(&results)? + "\n")?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+/// The baseline: word count with its operators compiled into this program,
+/// through the same spout, coordinator and commits as `weir run`.
+fn native(args: &[String]) -> Result<()> {
+    let flag = |name: &str| -> Result<&str> {
+        let at = args.iter().position(|a| a == name).with_context(|| format!("native: {name} is required"))?;
+        args.get(at + 1).map(String::as_str).with_context(|| format!("native: {name} needs a value"))
+    };
+    let config = RunConfig {
+        batch_size: flag("--batch-size")?.parse()?,
+        max_pending: flag("--max-pending")?.parse()?,
+        ..RunConfig::default()
+    };
+    let topologies = word_count::weir_topologies();
+    let def = topologies[0].definition().clone();
+    let plan = Arc::new(weir::plan::plan(&def, &SandboxConfig::default())?);
+    let db = Db::open(Path::new(flag("--data")?))?;
+    let mut spout = FileLines::open(Path::new(flag("--input")?))?;
+    let started = Instant::now();
+    let loaded_after = started.elapsed();
+    let report = coordinator::run(
+        &db,
+        plan,
+        OperatorSource::Native(word_count::weir_topologies),
+        &mut spout,
+        &config,
+        &mut |_| {},
+    )?;
+    let figures = json!([{
+        "topology": def.name,
+        "batches": report.batches,
+        "tuples": report.tuples,
+        "elapsed_s": report.elapsed.as_secs_f64(),
+        "start_ms": report.first_batch_ready.map(|d| (loaded_after + d).as_secs_f64() * 1000.0),
+        "commit_p50_ms": report.commit_latency.quantile(0.5).map(|d| d.as_secs_f64() * 1000.0),
+        "commit_p99_ms": report.commit_latency.quantile(0.99).map(|d| d.as_secs_f64() * 1000.0),
+    }]);
+    std::fs::write(flag("--report-json")?, serde_json::to_string_pretty(&figures)?)?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("native") {
+        return native(&args[1..]);
+    }
+    let value = |name: &str, default: &str| -> String {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_owned())
+    };
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("weir-bench [--sentences N (1000000)] [--runs N (3)] [--out FILE (bench/results.json)]");
+        return Ok(());
+    }
+    let sentences: u64 = value("--sentences", "1000000").parse().context("--sentences")?;
+    if sentences <= SMALL {
+        bail!("--sentences must be more than {SMALL}: steady words/s subtracts a {SMALL}-sentence run");
+    }
+    let runs: usize = value("--runs", "3").parse().context("--runs")?;
+    let out = PathBuf::from(value("--out", &repo().join("bench/results.json").display().to_string()));
+    harness(sentences, runs.max(1), &out)
+}

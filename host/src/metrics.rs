@@ -1,0 +1,100 @@
+//! Latency figures that cost the same memory however long a run goes.
+
+use std::time::Duration;
+
+const EXACT: u64 = 16;
+const SUB_BUCKETS: u64 = 16;
+
+/// Latencies in log-spaced buckets of microseconds: exact below 16 µs, then
+/// 16 buckets per power of two (quantiles within about 6%).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Latencies {
+    buckets: Vec<u64>,
+    count: u64,
+}
+
+impl Default for Latencies {
+    fn default() -> Latencies {
+        Latencies { buckets: vec![0; bucket_of(u64::MAX) + 1], count: 0 }
+    }
+}
+
+fn bucket_of(micros: u64) -> usize {
+    if micros < EXACT {
+        return micros as usize;
+    }
+    let power = 63 - u64::from(micros.leading_zeros());
+    let sub = (micros >> (power - 4)) - SUB_BUCKETS;
+    (EXACT + (power - 4) * SUB_BUCKETS + sub) as usize
+}
+
+/// The smallest value that falls in `bucket`.
+fn lower_bound(bucket: usize) -> u64 {
+    let bucket = bucket as u64;
+    if bucket < EXACT {
+        return bucket;
+    }
+    let power = (bucket - EXACT) / SUB_BUCKETS + 4;
+    let sub = (bucket - EXACT) % SUB_BUCKETS;
+    (SUB_BUCKETS + sub) << (power - 4)
+}
+
+impl Latencies {
+    /// Records one latency.
+    pub fn record(&mut self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.buckets[bucket_of(micros)] += 1;
+        self.count += 1;
+    }
+
+    /// Number of latencies recorded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The latency below which `q` (0 to 1) of them fall, to a bucket's
+    /// precision; `None` when nothing was recorded.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (bucket, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(Duration::from_micros(lower_bound(bucket)));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_cover_every_value_in_order() {
+        let mut last = 0;
+        for micros in [0, 1, 15, 16, 17, 31, 32, 1000, 4_000_000, u64::MAX / 2, u64::MAX] {
+            let bucket = bucket_of(micros);
+            assert!(bucket >= last, "{micros}");
+            assert!(lower_bound(bucket) <= micros, "{micros}");
+            last = bucket;
+        }
+    }
+
+    #[test]
+    fn quantiles_are_within_a_bucket() {
+        let mut latencies = Latencies::default();
+        for ms in 1..=100 {
+            latencies.record(Duration::from_millis(ms));
+        }
+        let p50 = latencies.quantile(0.5).unwrap().as_secs_f64() * 1000.0;
+        let p99 = latencies.quantile(0.99).unwrap().as_secs_f64() * 1000.0;
+        assert!((47.0..=50.0).contains(&p50), "{p50}");
+        assert!((93.0..=99.0).contains(&p99), "{p99}");
+        assert_eq!(Latencies::default().quantile(0.5), None);
+    }
+}
