@@ -70,12 +70,15 @@ pub struct StateUpdate {
     pub partials: Vec<(Vec<u8>, Value)>,
 }
 
+/// Combines `(stored, partial)` pairs, one result per pair, in one call.
+pub type CombinePairs<'a> = dyn FnMut(&[(Value, Value)]) -> Result<Vec<Value>> + 'a;
+
 /// How a commit combines stored values with a batch's partials.
 pub enum Combine<'a> {
     /// In the host, key by key.
     Native(&'a dyn Fn(Value, Value) -> Result<Value>),
     /// In one call for the whole batch.
-    Batched(&'a mut dyn FnMut(&[(Value, Value)]) -> Result<Vec<Value>>),
+    Batched(&'a mut CombinePairs<'a>),
 }
 
 /// What a commit did.
@@ -307,7 +310,7 @@ fn apply_batched(
     table: &mut StateTable<'_>,
     txid: u64,
     update: &StateUpdate,
-    combine: &mut dyn FnMut(&[(Value, Value)]) -> Result<Vec<Value>>,
+    combine: &mut CombinePairs<'_>,
 ) -> Result<CommitStats> {
     let kind = update.state.kind;
     let mut stats = CommitStats::default();
