@@ -302,7 +302,7 @@ fn native(args: &[String]) -> Result<()> {
     let def = topologies[0].definition().clone();
     let plan = Arc::new(weir::plan::plan(&def, &SandboxConfig::default())?);
     let db = Db::open(Path::new(flag("--data")?))?;
-    let mut spout = FileLines::open(Path::new(flag("--input")?))?;
+    let mut spout = FileLines::open(Path::new(flag("--input")?), config.batch_size)?;
     let started = Instant::now();
     let loaded_after = started.elapsed();
     let report = coordinator::run(

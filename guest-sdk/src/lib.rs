@@ -42,14 +42,14 @@ pub mod tuple;
 
 pub use codec::{Value, ValueRef};
 pub use operator::{BatchInfo, Builtin, CombinerAggregator, Count, Error, Filter, Function, Sum};
-pub use topology::{FileLines, Limits, State, Stream, Topology, describe};
+pub use topology::{DirectoryLines, FileLines, Generator, Limits, Spout, State, Stream, Topology, describe};
 pub use tuple::{Emitter, Tuple};
 
 /// Everything a topology crate needs, in one import.
 pub mod prelude {
     pub use crate::codec::{Value, ValueRef};
     pub use crate::operator::{BatchInfo, CombinerAggregator, Count, Error, Filter, Function, Sum};
-    pub use crate::topology::{FileLines, Limits, State, Topology};
+    pub use crate::topology::{DirectoryLines, FileLines, Generator, Limits, State, Topology};
     pub use crate::tuple::{Emitter, Tuple};
 }
 

@@ -127,6 +127,31 @@ pub enum SpoutDef {
         /// Name of the field holding the line.
         field: String,
     },
+    /// Host built-in, transactional: the lines of the files of the run's
+    /// input directory, file by file in name order; files added later are
+    /// read when their turn comes.
+    DirectoryLines {
+        /// Name of the field holding the line.
+        field: String,
+    },
+    /// Host built-in, transactional: the integers 0 to `count` - 1.
+    Generator {
+        /// Name of the field holding the integer.
+        field: String,
+        /// How many integers.
+        count: u64,
+    },
+}
+
+impl SpoutDef {
+    /// The fields of the spout's tuples.
+    pub fn fields(&self) -> Vec<String> {
+        match self {
+            SpoutDef::FileLines { field } | SpoutDef::DirectoryLines { field } | SpoutDef::Generator { field, .. } => {
+                vec![field.clone()]
+            }
+        }
+    }
 }
 
 /// One operation of a stream.
@@ -229,6 +254,12 @@ impl State {
     }
 }
 
+/// Something a stream can start from.
+pub trait Spout {
+    /// The spout's definition, registering any guest code with `topology`.
+    fn define(self, topology: &mut Topology) -> SpoutDef;
+}
+
 /// The host's built-in spout over the lines of the run's input file.
 #[derive(Clone, Debug)]
 pub struct FileLines {
@@ -239,6 +270,52 @@ impl FileLines {
     /// A spout emitting each line of the input into `field`.
     pub fn new(field: &str) -> FileLines {
         FileLines { field: field.to_owned() }
+    }
+}
+
+impl Spout for FileLines {
+    fn define(self, _: &mut Topology) -> SpoutDef {
+        SpoutDef::FileLines { field: self.field }
+    }
+}
+
+/// The host's built-in spout over the lines of the files of the run's input
+/// directory, in name order.
+#[derive(Clone, Debug)]
+pub struct DirectoryLines {
+    field: String,
+}
+
+impl DirectoryLines {
+    /// A spout emitting each line into `field`.
+    pub fn new(field: &str) -> DirectoryLines {
+        DirectoryLines { field: field.to_owned() }
+    }
+}
+
+impl Spout for DirectoryLines {
+    fn define(self, _: &mut Topology) -> SpoutDef {
+        SpoutDef::DirectoryLines { field: self.field }
+    }
+}
+
+/// The host's built-in spout emitting the integers 0 to `count` - 1.
+#[derive(Clone, Debug)]
+pub struct Generator {
+    field: String,
+    count: u64,
+}
+
+impl Generator {
+    /// A spout emitting `count` integers into `field`.
+    pub fn new(field: &str, count: u64) -> Generator {
+        Generator { field: field.to_owned(), count }
+    }
+}
+
+impl Spout for Generator {
+    fn define(self, _: &mut Topology) -> SpoutDef {
+        SpoutDef::Generator { field: self.field, count: self.count }
     }
 }
 
@@ -293,21 +370,21 @@ pub struct TopologyBuilder {
 }
 
 impl TopologyBuilder {
-    /// Starts the topology's stream from the built-in file-lines spout.
-    pub fn new_stream(self, spout: FileLines) -> Stream {
-        Stream {
-            topology: Topology {
-                def: TopologyDef {
-                    name: self.name,
-                    spout: SpoutDef::FileLines { field: spout.field },
-                    operations: Vec::new(),
-                    sandbox: BTreeMap::new(),
-                },
-                functions: BTreeMap::new(),
-                filters: BTreeMap::new(),
-                combiners: BTreeMap::new(),
+    /// Starts the topology's stream from `spout`.
+    pub fn new_stream(self, spout: impl Spout) -> Stream {
+        let mut topology = Topology {
+            def: TopologyDef {
+                name: self.name,
+                spout: SpoutDef::FileLines { field: String::new() },
+                operations: Vec::new(),
+                sandbox: BTreeMap::new(),
             },
-        }
+            functions: BTreeMap::new(),
+            filters: BTreeMap::new(),
+            combiners: BTreeMap::new(),
+        };
+        topology.def.spout = spout.define(&mut topology);
+        Stream { topology }
     }
 }
 

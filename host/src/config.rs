@@ -13,6 +13,17 @@ pub const DEFAULT_MAX_PENDING: usize = 4;
 /// a poison batch here stops the run with its error instead).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 
+/// Wait before the first replay of a failed batch, in milliseconds; each
+/// further attempt waits twice as long, up to [`MAX_RETRY_BACKOFF`].
+pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 50;
+
+/// The longest wait between two attempts of a batch.
+pub const MAX_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Time a batch may take from being handed to the process phase until it
+/// is processed, in milliseconds; past it the batch fails and is replayed.
+pub const DEFAULT_BATCH_TIMEOUT_MS: u64 = 60_000;
+
 /// How a run cuts and pipelines its batches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunConfig {
@@ -22,6 +33,17 @@ pub struct RunConfig {
     pub max_pending: usize,
     /// Attempts per batch before the topology halts.
     pub max_attempts: u32,
+    /// Wait before the first replay; doubled for each later attempt.
+    pub retry_backoff: std::time::Duration,
+    /// Time a batch may take to be processed.
+    pub batch_timeout: std::time::Duration,
+}
+
+impl RunConfig {
+    /// The wait before replaying a batch whose attempt `attempt` failed.
+    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
+        self.retry_backoff.saturating_mul(1 << attempt.min(20)).min(MAX_RETRY_BACKOFF)
+    }
 }
 
 impl Default for RunConfig {
@@ -30,6 +52,8 @@ impl Default for RunConfig {
             batch_size: DEFAULT_BATCH_SIZE,
             max_pending: DEFAULT_MAX_PENDING,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            retry_backoff: std::time::Duration::from_millis(DEFAULT_RETRY_BACKOFF_MS),
+            batch_timeout: std::time::Duration::from_millis(DEFAULT_BATCH_TIMEOUT_MS),
         }
     }
 }

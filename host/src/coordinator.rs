@@ -5,14 +5,18 @@
 //! The process phase runs on a thread of its own, so that batch n+1 is
 //! processed while batch n commits. A failed batch is replayed with the same
 //! txid and the next attempt, together with every later batch in flight;
-//! results of a superseded attempt are dropped when they arrive.
+//! results of a superseded attempt are dropped when they arrive. How a batch
+//! is replayed follows its spout's kind: a transactional spout's metadata is
+//! recorded before the batch is processed and the replay re-reads it; an
+//! opaque spout's metadata is stored at commit and a replay is emitted
+//! afresh from the last committed metadata.
 
 use crate::config::RunConfig;
 use crate::metrics::Latencies;
 use crate::operators::{OperatorSource, Operators};
 use crate::plan::Plan;
 use crate::process::{BatchError, Processor, combine_at_commit};
-use crate::spout::{FileLines, LineRange};
+use crate::spout::{Emitted, Spout, SpoutKind};
 use crate::state::{BatchRecord, Combine, Db, StateUpdate};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{HashMap, VecDeque};
@@ -57,15 +61,18 @@ struct Done {
 struct InFlight {
     txid: u64,
     attempt: u32,
-    range: LineRange,
+    meta: Vec<u8>,
+    tuples: u64,
+    deadline: Instant,
 }
 
-/// Runs `plan` over the input until every line is committed.
+/// Runs `plan` over what `spout` emits until it has nothing left and every
+/// batch is committed.
 pub fn run(
     db: &Db,
     plan: Arc<Plan>,
     source: OperatorSource,
-    spout: &mut FileLines,
+    spout: &mut dyn Spout,
     config: &RunConfig,
     on_commit: &mut dyn FnMut(&RunReport),
 ) -> Result<RunReport> {
@@ -88,6 +95,7 @@ pub fn run(
             db,
             plan: &plan,
             committer: Operators::new(source, Arc::clone(&plan)),
+            kind: spout.kind(),
             spout,
             config,
             work: work_tx,
@@ -96,6 +104,10 @@ pub fn run(
             arrived: HashMap::new(),
             report: RunReport::default(),
             started: Instant::now(),
+            next_txid: 1,
+            last_meta: None,
+            committed_meta: None,
+            exhausted: false,
         };
         coordinator.run(on_commit)
     })
@@ -105,7 +117,8 @@ struct Coordinator<'a> {
     db: &'a Db,
     plan: &'a Plan,
     committer: Operators,
-    spout: &'a mut FileLines,
+    spout: &'a mut dyn Spout,
+    kind: SpoutKind,
     config: &'a RunConfig,
     work: mpsc::Sender<Work>,
     done: mpsc::Receiver<Done>,
@@ -113,6 +126,14 @@ struct Coordinator<'a> {
     arrived: HashMap<u64, Done>,
     report: RunReport,
     started: Instant,
+    /// Txid of the next batch to emit.
+    next_txid: u64,
+    /// Metadata of the last batch emitted: the next one follows it.
+    last_meta: Option<Vec<u8>>,
+    /// Metadata of the last batch committed: an opaque replay follows it.
+    committed_meta: Option<Vec<u8>>,
+    /// The spout had nothing more the last time it was asked.
+    exhausted: bool,
 }
 
 impl Coordinator<'_> {
@@ -122,58 +143,48 @@ impl Coordinator<'_> {
 
     fn run(&mut self, on_commit: &mut dyn FnMut(&RunReport)) -> Result<RunReport> {
         let progress = self.db.progress(self.topology())?;
-        self.report.last_committed = progress.last_committed;
-        let mut next_offset = 0;
-        let mut next_txid = progress.last_committed + 1;
-        for (txid, record) in &progress.batches {
-            let range = LineRange::decode(&record.spout)
-                .with_context(|| format!("topology {}: batch record of txid {txid}", self.topology()))?;
-            next_offset = range.end;
-            if *txid > progress.last_committed {
+        let last = progress.last_committed;
+        self.report.last_committed = last;
+        self.next_txid = last + 1;
+        self.committed_meta = progress.batches.iter().find(|(txid, _)| *txid == last).map(|(_, r)| r.spout.clone());
+        if last > 0 && self.committed_meta.is_none() {
+            bail!("topology {}: txid {last} is committed but its spout metadata is missing", self.topology());
+        }
+        self.last_meta = self.committed_meta.clone();
+        if self.kind == SpoutKind::Transactional {
+            for (txid, record) in progress.batches.iter().filter(|(txid, _)| *txid > last) {
                 // Processed or in flight when the last run stopped: replay
-                // exactly the recorded lines, as the next attempt.
-                tracing::info!(
-                    "topology {}: replaying uncommitted txid {txid} (lines at bytes {}..{})",
-                    self.topology(),
-                    range.start,
-                    range.end
-                );
-                self.start(*txid, record.attempt + 1, range, None)?;
-                next_txid = txid + 1;
+                // exactly what was recorded, as the next attempt.
+                tracing::info!("topology {}: replaying uncommitted txid {txid}", self.topology());
+                let batch = self.spout.replay(*txid, record.attempt + 1, &record.spout)?;
+                self.dispatch(*txid, record.attempt + 1, Emitted { meta: record.spout.clone(), batch })?;
             }
         }
-        if progress.last_committed > 0 && progress.batches.is_empty() {
-            bail!(
-                "topology {}: txid {} is committed but its spout metadata is missing",
-                self.topology(),
-                progress.last_committed
-            );
-        }
-        let mut exhausted = false;
         loop {
-            while !exhausted && self.pending.len() < self.config.max_pending {
-                match self.spout.next_batch(next_offset, self.config.batch_size)? {
-                    Some((range, batch)) => {
-                        self.start(next_txid, 0, range, Some(batch))?;
-                        next_offset = range.end;
-                        next_txid += 1;
-                    }
-                    None => exhausted = true,
+            while !self.exhausted && self.pending.len() < self.config.max_pending {
+                let txid = self.next_txid;
+                match self.spout.emit(txid, 0, self.last_meta.as_deref())? {
+                    Some(emitted) => self.dispatch(txid, 0, emitted)?,
+                    None => self.exhausted = true,
                 }
             }
             let Some(front) = self.pending.front() else { break };
-            let (txid, attempt, range) = (front.txid, front.attempt, front.range);
-            let done = self.wait_for(txid, attempt)?;
-            let outcome = match done.result {
-                Ok(partials) => self.commit(txid, attempt, range, partials),
-                Err(e) => Err(e),
+            let (txid, attempt, tuples, deadline) = (front.txid, front.attempt, front.tuples, front.deadline);
+            let outcome = match self.wait_for(txid, attempt, deadline)? {
+                Some(Done { result: Ok(partials), .. }) => self.commit(txid, attempt, partials),
+                Some(Done { result: Err(e), .. }) => Err(e),
+                None => Err(BatchError::retry(
+                    "(batch deadline)",
+                    format!("the batch was not processed within {} ms", self.config.batch_timeout.as_millis()),
+                )),
             };
             match outcome {
                 Ok(()) => {
-                    self.pending.pop_front();
+                    let done = self.pending.pop_front().expect("the front batch");
+                    self.committed_meta = Some(done.meta);
                     self.report.last_committed = txid;
                     self.report.batches += 1;
-                    self.report.tuples += range.lines;
+                    self.report.tuples += tuples;
                     self.report.elapsed = self.started.elapsed();
                     on_commit(&self.report);
                 }
@@ -184,27 +195,38 @@ impl Coordinator<'_> {
         Ok(self.report.clone())
     }
 
-    /// Records the batch, then hands it to the process phase.
-    fn start(&mut self, txid: u64, attempt: u32, range: LineRange, batch: Option<Batch<'static>>) -> Result<()> {
-        self.db.record_batch(self.topology(), txid, &BatchRecord { attempt, spout: range.encode() })?;
-        let batch = match batch {
-            Some(batch) => batch,
-            None => self.spout.replay(&range).with_context(|| format!("replaying txid {txid}"))?,
-        };
-        self.work.send(Work { txid, attempt, batch }).map_err(|_| anyhow!("the process phase stopped"))?;
-        self.pending.push_back(InFlight { txid, attempt, range });
+    /// Hands a batch to the process phase; a transactional spout's batch is
+    /// recorded first, so that a replay emits exactly the same tuples.
+    fn dispatch(&mut self, txid: u64, attempt: u32, emitted: Emitted) -> Result<()> {
+        if self.kind == SpoutKind::Transactional {
+            self.db.record_batch(self.topology(), txid, &BatchRecord { attempt, spout: emitted.meta.clone() })?;
+        }
+        let tuples = emitted.batch.len() as u64;
+        self.work
+            .send(Work { txid, attempt, batch: emitted.batch })
+            .map_err(|_| anyhow!("the process phase stopped"))?;
+        let deadline = Instant::now() + self.config.batch_timeout;
+        self.pending.push_back(InFlight { txid, attempt, meta: emitted.meta.clone(), tuples, deadline });
+        self.last_meta = Some(emitted.meta);
+        self.next_txid = txid + 1;
         Ok(())
     }
 
-    /// The result of `txid` at `attempt`; results of other attempts are stale.
-    fn wait_for(&mut self, txid: u64, attempt: u32) -> Result<Done> {
+    /// The result of `txid` at `attempt` (results of other attempts are
+    /// stale), or `None` if it did not come by `deadline`.
+    fn wait_for(&mut self, txid: u64, attempt: u32, deadline: Instant) -> Result<Option<Done>> {
         loop {
             if let Some(done) = self.arrived.remove(&txid)
                 && done.attempt == attempt
             {
-                return Ok(done);
+                return Ok(Some(done));
             }
-            let done = self.done.recv().map_err(|_| anyhow!("the process phase stopped"))?;
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let done = match self.done.recv_timeout(wait) {
+                Ok(done) => done,
+                Err(mpsc::RecvTimeoutError::Timeout) => return Ok(None),
+                Err(mpsc::RecvTimeoutError::Disconnected) => bail!("the process phase stopped"),
+            };
             self.report.first_batch_ready.get_or_insert_with(|| self.started.elapsed());
             let current = self.pending.iter().find(|p| p.txid == done.txid).map(|p| p.attempt);
             if current == Some(done.attempt) {
@@ -213,9 +235,10 @@ impl Coordinator<'_> {
         }
     }
 
-    fn commit(&mut self, txid: u64, attempt: u32, range: LineRange, partials: Partials) -> Result<(), BatchError> {
+    fn commit(&mut self, txid: u64, attempt: u32, partials: Partials) -> Result<(), BatchError> {
         let sink = &self.plan.sink;
-        let record = BatchRecord { attempt, spout: range.encode() };
+        let meta = self.pending.front().map(|p| p.meta.clone()).unwrap_or_default();
+        let record = BatchRecord { attempt, spout: meta };
         let update = StateUpdate { state: sink.state.clone(), partials };
         let committer = &mut self.committer;
         let mut guest_error = None;
@@ -247,7 +270,8 @@ impl Coordinator<'_> {
     }
 
     /// Replays `txid` and every later batch in flight as their next attempt,
-    /// or halts when the error is fatal or the retry budget is spent.
+    /// after a back-off, or halts when the error is fatal or the retry
+    /// budget is spent.
     fn fail(&mut self, txid: u64, attempt: u32, error: BatchError) -> Result<()> {
         let topology = self.topology().to_owned();
         if !error.retryable {
@@ -260,14 +284,34 @@ impl Coordinator<'_> {
             );
         }
         let last = self.pending.back().map_or(txid, |p| p.txid);
+        let backoff = self.config.backoff(attempt);
         tracing::warn!(
-            "topology {topology}: txid {txid} attempt {attempt} failed: {error}; replaying txids {txid}..={last} as the next attempt"
+            "topology {topology}: txid {txid} attempt {attempt} failed: {error}; replaying txids {txid}..={last} \
+             as the next attempt in {} ms",
+            backoff.as_millis()
         );
+        std::thread::sleep(backoff);
         self.report.replays += 1;
         self.arrived.clear();
         let in_flight: Vec<InFlight> = self.pending.drain(..).collect();
-        for batch in in_flight {
-            self.start(batch.txid, batch.attempt + 1, batch.range, None)?;
+        if self.kind == SpoutKind::Transactional {
+            for batch in in_flight {
+                let replayed = self.spout.replay(batch.txid, batch.attempt + 1, &batch.meta);
+                let batch_data = replayed.with_context(|| format!("replaying txid {}", batch.txid))?;
+                self.dispatch(batch.txid, batch.attempt + 1, Emitted { meta: batch.meta, batch: batch_data })?;
+            }
+        } else {
+            // An opaque replay starts again from what was committed; its
+            // batches may differ from the failed ones.
+            self.last_meta = self.committed_meta.clone();
+            self.next_txid = txid;
+            self.exhausted = false;
+            for batch in in_flight {
+                match self.spout.emit(batch.txid, batch.attempt + 1, self.last_meta.as_deref())? {
+                    Some(emitted) => self.dispatch(batch.txid, batch.attempt + 1, emitted)?,
+                    None => break,
+                }
+            }
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 
 use crate::config::SandboxConfig;
 use crate::sandbox::{Sandboxes, sandboxes};
+use crate::spout::SpoutKind;
 use anyhow::{Result, bail};
 use std::collections::HashSet;
 use weir_sdk::operator::Builtin;
@@ -17,8 +18,8 @@ use weir_sdk::topology::{AggregatorDef, OperationDef, SpoutDef, StateDef, StateK
 pub struct Plan {
     /// The topology's name.
     pub topology: String,
-    /// The spout's output field.
-    pub spout_field: String,
+    /// The spout's output fields.
+    pub spout_fields: Vec<String>,
     /// Steps of the process phase, in order.
     pub steps: Vec<Step>,
     /// Where each batch's results go at commit.
@@ -128,12 +129,41 @@ fn fields_read(ops: &[OperationDef]) -> HashSet<&str> {
         .collect()
 }
 
+/// Trident's table of which spouts and states make exactly-once: a
+/// transactional state needs a transactional spout; an opaque state takes a
+/// transactional or an opaque spout; a non-transactional state promises
+/// nothing (a warning, not an error).
+fn check_pairing(topology: &str, spout: &SpoutDef, state: &StateDef) -> Result<()> {
+    let spout_kind = SpoutKind::of(spout);
+    match (state.kind, spout_kind) {
+        (StateKind::NonTransactional, _) => {
+            tracing::warn!(
+                "topology {topology}: state {} is non-transactional: replayed batches may count twice",
+                state.name
+            );
+        }
+        (StateKind::Transactional, SpoutKind::Opaque) => bail!(
+            "topology {topology}: transactional state {} cannot be fed by an opaque spout: a replay of an opaque \
+             spout may hold different tuples, and a transactional state skips a txid it has applied, so those \
+             tuples would be lost (use an opaque state)",
+            state.name
+        ),
+        (StateKind::Transactional | StateKind::Opaque, SpoutKind::NonTransactional) => bail!(
+            "topology {topology}: state {} claims exactly-once, but its spout is non-transactional: a replay may \
+             lose or repeat tuples (use a transactional or opaque spout, or a non-transactional state)",
+            state.name
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Checks `def` against this host's `config` and builds its plan.
 pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
     let name = &def.name;
     check_name("topology", name)?;
-    let SpoutDef::FileLines { field } = &def.spout;
-    let mut fields = vec![field.clone()];
+    let spout_fields = def.spout.fields();
+    let mut fields = spout_fields.clone();
     let mut steps = Vec::new();
     let mut group: Option<Vec<usize>> = None;
     let mut ids = HashSet::new();
@@ -201,17 +231,12 @@ pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
                     },
                     AggregatorDef::Combiner => Aggregation::Combiner(input),
                 };
-                if state.kind == StateKind::NonTransactional {
-                    tracing::warn!(
-                        "topology {name}: state {} is non-transactional: replayed batches may count twice",
-                        state.name
-                    );
-                }
+                check_pairing(name, &def.spout, state)?;
                 let sink =
                     Sink { id: id.clone(), state: state.clone(), group: group.take().unwrap_or_default(), aggregation };
                 let ids: Vec<&str> = ids.into_iter().collect();
                 let sandboxes = sandboxes(def, &ids, config)?;
-                return Ok(Plan { topology: name.clone(), spout_field: field.clone(), steps, sink, sandboxes });
+                return Ok(Plan { topology: name.clone(), spout_fields, steps, sink, sandboxes });
             }
         }
     }

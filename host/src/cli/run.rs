@@ -8,13 +8,14 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weir::config::{
-    DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB,
-    DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_PENDING, RunConfig, SandboxConfig,
+    DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB,
+    DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_PENDING, DEFAULT_RETRY_BACKOFF_MS, RunConfig,
+    SandboxConfig,
 };
 use weir::coordinator::{self, RunReport};
 use weir::operators::OperatorSource;
 use weir::runtime::{self, ComponentCache};
-use weir::spout::FileLines;
+use weir::spout;
 use weir::state::Db;
 use weir::{guest_build, topology};
 
@@ -27,9 +28,10 @@ pub struct RunArgs {
     /// with the same directory to resume after the last committed batch.
     #[arg(long)]
     data: PathBuf,
-    /// The file whose lines the topology's spout emits.
+    /// The file (or, for a directory spout, the directory) whose lines the
+    /// topology's spout emits. Not used by spouts that make their own input.
     #[arg(long)]
-    input: PathBuf,
+    input: Option<PathBuf>,
     /// Lines per batch.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE as u64, value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: u64,
@@ -39,6 +41,14 @@ pub struct RunArgs {
     /// Attempts a failing batch gets before the topology halts.
     #[arg(long, default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: u32,
+    /// Wait before replaying a failed batch, in milliseconds; doubled for each
+    /// further attempt, up to 5 s.
+    #[arg(long, default_value_t = DEFAULT_RETRY_BACKOFF_MS)]
+    retry_backoff_ms: u64,
+    /// Time a batch may take to be processed, in milliseconds; past it the
+    /// batch fails and is replayed.
+    #[arg(long, default_value_t = DEFAULT_BATCH_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    batch_timeout_ms: u64,
     /// Which topology to run, when the component defines several. Repeat it
     /// to run several at once, each over the whole input with its own
     /// coordinator: one failing does not stop the others.
@@ -120,6 +130,8 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         batch_size: args.batch_size as usize,
         max_pending: args.max_pending as usize,
         max_attempts: args.max_attempts,
+        retry_backoff: Duration::from_millis(args.retry_backoff_ms),
+        batch_timeout: Duration::from_millis(args.batch_timeout_ms),
     };
     let sandbox = SandboxConfig {
         max_memory_mib: args.max_memory_mib,
@@ -128,11 +140,12 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         max_output_tuples: args.max_output_tuples,
         allowed_dirs: args.allow_dir.clone(),
     };
-    // Fail on an unreadable input before anything else is opened.
-    FileLines::open(&args.input)?;
     let engine = runtime::engine(args.max_call_ms > 0)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
     let topologies = topology::load(&engine, &cache, &wasm, &args.topology, &sandbox)?;
+    for loaded in &topologies {
+        spout::check_input(&loaded.definition.spout, &loaded.plan.topology, args.input.as_deref())?;
+    }
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
     let loaded_after = started.elapsed();
@@ -149,15 +162,16 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         let handles: Vec<_> = topologies
             .into_iter()
             .map(|loaded| {
-                let (db, config, bar, reports, input) = (&db, &config, &bar, &reports, &args.input);
+                let (db, config, bar, reports, input) = (&db, &config, &bar, &reports, args.input.as_deref());
                 let name = loaded.plan.topology.clone();
                 let handle = scope.spawn(move || {
-                    let mut spout = FileLines::open(input)?;
+                    let definition = &loaded.definition;
+                    let mut spout = spout::open(&definition.spout, &definition.name, input, config.batch_size)?;
                     coordinator::run(
                         db,
                         loaded.plan,
                         OperatorSource::Wasm(loaded.component),
-                        &mut spout,
+                        &mut *spout,
                         config,
                         &mut |r: &RunReport| {
                             let mut reports = reports.lock().unwrap_or_else(|e| e.into_inner());

@@ -5,6 +5,7 @@
 //! it emits exactly the same tuples. Lines appended to the file later are
 //! picked up by the next batches.
 
+use super::{Emitted, Spout, SpoutKind};
 use anyhow::{Context, Result, bail};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -44,11 +45,28 @@ pub struct FileLines {
     reader: BufReader<File>,
     position: u64,
     line: Vec<u8>,
+    batch_size: usize,
+}
+
+impl Spout for FileLines {
+    fn kind(&self) -> SpoutKind {
+        SpoutKind::Transactional
+    }
+
+    fn emit(&mut self, _txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+        let start = previous.map(LineRange::decode).transpose()?.map_or(0, |r| r.end);
+        let batch = self.next_batch(start, self.batch_size)?;
+        Ok(batch.map(|(range, batch)| Emitted { meta: range.encode(), batch }))
+    }
+
+    fn replay(&mut self, _txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
+        self.read_range(&LineRange::decode(meta)?)
+    }
 }
 
 impl FileLines {
-    /// Opens the input file.
-    pub fn open(path: &Path) -> Result<FileLines> {
+    /// Opens the input file, for batches of `batch_size` lines.
+    pub fn open(path: &Path, batch_size: usize) -> Result<FileLines> {
         let file = File::open(path).with_context(|| format!("cannot read input {}", path.display()))?;
         if file.metadata()?.is_dir() {
             bail!("cannot read input {}: it is a directory", path.display());
@@ -58,6 +76,7 @@ impl FileLines {
             reader: BufReader::with_capacity(1 << 20, file),
             position: 0,
             line: Vec::new(),
+            batch_size,
         })
     }
 
@@ -109,7 +128,7 @@ impl FileLines {
     }
 
     /// The batch of a recorded range, exactly as first emitted.
-    pub fn replay(&mut self, range: &LineRange) -> Result<Batch<'static>> {
+    pub fn read_range(&mut self, range: &LineRange) -> Result<Batch<'static>> {
         self.seek(range.start)?;
         let mut writer = BatchWriter::with_capacity(1, (range.end - range.start) as usize + 16 * range.lines as usize);
         while self.position < range.end && self.read_line()? {
@@ -141,7 +160,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.txt");
         std::fs::write(&path, "a b\r\nc\n\nlast").unwrap();
-        let mut spout = FileLines::open(&path).unwrap();
+        let mut spout = FileLines::open(&path, 2).unwrap();
         let (first, batch1) = spout.next_batch(0, 2).unwrap().unwrap();
         assert_eq!(first, LineRange { start: 0, end: 7, lines: 2 });
         assert_eq!(lines(&batch1), ["Str(\"a b\")", "Str(\"c\")"]);
@@ -149,7 +168,7 @@ mod tests {
         assert_eq!(second, LineRange { start: 7, end: 12, lines: 2 });
         assert_eq!(lines(&batch2), ["Str(\"\")", "Str(\"last\")"]);
         assert!(spout.next_batch(second.end, 2).unwrap().is_none());
-        assert_eq!(spout.replay(&first).unwrap().bytes(), batch1.bytes());
+        assert_eq!(spout.read_range(&first).unwrap().bytes(), batch1.bytes());
         assert_eq!(LineRange::decode(&second.encode()).unwrap(), second);
     }
 
@@ -158,16 +177,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.txt");
         std::fs::write(&path, "one\ntwo\n").unwrap();
-        let mut spout = FileLines::open(&path).unwrap();
+        let mut spout = FileLines::open(&path, 2).unwrap();
         let (range, _) = spout.next_batch(0, 10).unwrap().unwrap();
         std::fs::write(&path, "one\n").unwrap();
-        let err = FileLines::open(&path).unwrap().replay(&range).unwrap_err();
+        let err = FileLines::open(&path, 2).unwrap().read_range(&range).unwrap_err();
         assert!(err.to_string().contains("changed"), "{err}");
     }
 
     #[test]
     fn missing_input_is_a_clear_error() {
-        let err = FileLines::open(Path::new("/nonexistent/input.txt")).err().unwrap();
+        let err = FileLines::open(Path::new("/nonexistent/input.txt"), 1).err().unwrap();
         assert!(err.to_string().contains("cannot read input /nonexistent/input.txt"), "{err}");
     }
 }
