@@ -10,10 +10,10 @@ pub mod bindings {
     });
 }
 
-use crate::operator::{BatchInfo, Error};
+use crate::operator::{BatchInfo, Error, SpoutInfo};
 use crate::{Topology, dispatch};
 use bindings::exports::weir::topology::operators::Guest;
-use bindings::weir::topology::types::{BatchContext, OperatorError};
+use bindings::weir::topology::types::{BatchContext, OperatorError, PartitionBatch, SpoutContext};
 use std::marker::PhantomData;
 
 /// Gives the exports access to the component's topologies.
@@ -34,6 +34,10 @@ fn info(ctx: BatchContext) -> BatchInfo {
         partition: ctx.partition,
         fields: ctx.fields,
     }
+}
+
+fn spout_info(ctx: SpoutContext) -> SpoutInfo {
+    SpoutInfo { topology: ctx.topology, txid: ctx.txid, attempt: ctx.attempt, max_tuples: ctx.max_tuples }
 }
 
 fn wit_error(error: Error) -> OperatorError {
@@ -62,5 +66,27 @@ impl<R: Registry> Guest for Exports<R> {
 
     fn combine_pairs(ctx: BatchContext, pairs: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
         R::with(|t| dispatch::combine_pairs(t, &info(ctx), &pairs)).map_err(wit_error)
+    }
+
+    fn emit_batch(ctx: SpoutContext) -> Result<Option<Vec<u8>>, OperatorError> {
+        R::with(|t| dispatch::emit_batch(t, &spout_info(ctx))).map_err(wit_error)
+    }
+
+    fn spout_partitions(ctx: SpoutContext) -> Result<Vec<String>, OperatorError> {
+        R::with(|t| dispatch::spout_partitions(t, &spout_info(ctx))).map_err(wit_error)
+    }
+
+    fn emit_partition(
+        ctx: SpoutContext,
+        partition: String,
+        previous: Option<Vec<u8>>,
+    ) -> Result<Option<PartitionBatch>, OperatorError> {
+        R::with(|t| dispatch::emit_partition(t, &spout_info(ctx), &partition, previous.as_deref()))
+            .map(|emitted| emitted.map(|(tuples, meta)| PartitionBatch { tuples, meta }))
+            .map_err(wit_error)
+    }
+
+    fn reemit_partition(ctx: SpoutContext, partition: String, meta: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::reemit_partition(t, &spout_info(ctx), &partition, &meta)).map_err(wit_error)
     }
 }

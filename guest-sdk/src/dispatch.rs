@@ -2,9 +2,9 @@
 //! export of the WIT world, in plain Rust so that it is tested natively.
 
 use crate::codec::{Batch, BatchWriter, Value};
-use crate::operator::{BatchInfo, CombinerAggregator, Error};
+use crate::operator::{BatchInfo, CombinerAggregator, Error, SpoutInfo};
 use crate::topology::Topology;
-use crate::tuple::{Emitter, Tuple};
+use crate::tuple::{Emitter, SpoutEmitter, Tuple};
 
 fn topology<'t>(topologies: &'t [Topology], info: &BatchInfo) -> Result<&'t Topology, Error> {
     topologies
@@ -41,6 +41,60 @@ pub fn run_function(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> 
     for (index, row) in batch.rows().enumerate() {
         function.execute(&Tuple::new(row, info), &mut Emitter::new(&mut out, index as u32))?;
     }
+    Ok(out.finish())
+}
+
+fn spout_topology<'t>(topologies: &'t [Topology], info: &SpoutInfo) -> Result<&'t Topology, Error> {
+    topologies
+        .iter()
+        .find(|t| t.definition().name == info.topology)
+        .ok_or_else(|| Error::fatal(format!("this component defines no topology {:?}", info.topology)))
+}
+
+fn spout_writer(topology: &Topology) -> BatchWriter {
+    BatchWriter::new(topology.definition().spout.fields().len())
+}
+
+/// Emits batch `info.txid` of the topology's batch spout.
+pub fn emit_batch(topologies: &[Topology], info: &SpoutInfo) -> Result<Option<Vec<u8>>, Error> {
+    let topology = spout_topology(topologies, info)?;
+    let spout = topology.batch_spout().ok_or_else(|| Error::fatal("the topology has no batch spout"))?;
+    let mut out = spout_writer(topology);
+    let more = spout.emit_batch(info, &mut SpoutEmitter::new(&mut out))?;
+    Ok(more.then(|| out.finish()))
+}
+
+/// The partitions of the topology's partitioned spout.
+pub fn spout_partitions(topologies: &[Topology], info: &SpoutInfo) -> Result<Vec<String>, Error> {
+    let spout = spout_topology(topologies, info)?.partitioned_spout();
+    spout.ok_or_else(|| Error::fatal("the topology has no partitioned spout"))?.partitions(info)
+}
+
+/// Emits the next batch of a partition: its tuples and metadata.
+pub fn emit_partition(
+    topologies: &[Topology],
+    info: &SpoutInfo,
+    partition: &str,
+    previous: Option<&[u8]>,
+) -> Result<Option<(Vec<u8>, Vec<u8>)>, Error> {
+    let topology = spout_topology(topologies, info)?;
+    let spout = topology.partitioned_spout().ok_or_else(|| Error::fatal("the topology has no partitioned spout"))?;
+    let mut out = spout_writer(topology);
+    let meta = spout.emit_partition(info, partition, previous, &mut SpoutEmitter::new(&mut out))?;
+    Ok(meta.map(|meta| (out.finish(), meta)))
+}
+
+/// Emits again the batch of a partition that `meta` describes.
+pub fn reemit_partition(
+    topologies: &[Topology],
+    info: &SpoutInfo,
+    partition: &str,
+    meta: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let topology = spout_topology(topologies, info)?;
+    let spout = topology.partitioned_spout().ok_or_else(|| Error::fatal("the topology has no partitioned spout"))?;
+    let mut out = spout_writer(topology);
+    spout.reemit_partition(info, partition, meta, &mut SpoutEmitter::new(&mut out))?;
     Ok(out.finish())
 }
 

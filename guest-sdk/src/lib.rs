@@ -41,16 +41,23 @@ pub mod topology;
 pub mod tuple;
 
 pub use codec::{Value, ValueRef};
-pub use operator::{BatchInfo, Builtin, CombinerAggregator, Count, Error, Filter, Function, Sum};
-pub use topology::{DirectoryLines, FileLines, Generator, Limits, Spout, State, Stream, Topology, describe};
-pub use tuple::{Emitter, Tuple};
+pub use operator::{
+    BatchInfo, BatchSpout, Builtin, CombinerAggregator, Count, Error, Filter, Function, PartitionedSpout, SpoutInfo,
+    Sum,
+};
+pub use topology::{
+    DirectoryLines, FileLines, Generator, GuestSpout, Limits, Spout, State, Stream, Topology, describe,
+};
+pub use tuple::{Emitter, SpoutEmitter, Tuple};
 
 /// Everything a topology crate needs, in one import.
 pub mod prelude {
     pub use crate::codec::{Value, ValueRef};
-    pub use crate::operator::{BatchInfo, CombinerAggregator, Count, Error, Filter, Function, Sum};
-    pub use crate::topology::{DirectoryLines, FileLines, Generator, Limits, State, Topology};
-    pub use crate::tuple::{Emitter, Tuple};
+    pub use crate::operator::{
+        BatchInfo, BatchSpout, CombinerAggregator, Count, Error, Filter, Function, PartitionedSpout, SpoutInfo, Sum,
+    };
+    pub use crate::topology::{DirectoryLines, FileLines, Generator, GuestSpout, Limits, State, Topology};
+    pub use crate::tuple::{Emitter, SpoutEmitter, Tuple};
 }
 
 /// What a component's topology function may return: one topology or several.

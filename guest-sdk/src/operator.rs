@@ -1,7 +1,7 @@
 //! The operator kinds a guest implements, and the errors they return.
 
 use crate::codec::Value;
-use crate::tuple::{Emitter, Tuple};
+use crate::tuple::{Emitter, SpoutEmitter, Tuple};
 use std::fmt;
 
 /// Why an operator failed on a batch.
@@ -51,6 +51,63 @@ pub struct BatchInfo {
     pub partition: u32,
     /// Names of the input fields, in order.
     pub fields: Vec<String>,
+}
+
+/// The batch a spout call emits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpoutInfo {
+    /// Name of the topology.
+    pub topology: String,
+    /// Transaction id of the batch; a replay keeps it.
+    pub txid: u64,
+    /// Attempt number, from 0; each replay adds one.
+    pub attempt: u32,
+    /// Most tuples the batch should hold.
+    pub max_tuples: u32,
+}
+
+/// Trident's `IBatchSpout`: emits the batch of a txid. It must emit the same
+/// tuples on every attempt of a txid (the host stores nothing for it), which
+/// makes it transactional.
+pub trait BatchSpout: 'static {
+    /// Emits the tuples of batch `info.txid`; returns false, emitting
+    /// nothing, when the source has nothing more.
+    fn emit_batch(&self, info: &SpoutInfo, out: &mut SpoutEmitter<'_>) -> Result<bool, Error>;
+}
+
+/// Trident's partitioned spouts: a source split into partitions, each read
+/// from metadata (an offset, a range) that the host keeps.
+///
+/// Declared transactional, the spout must re-emit exactly the tuples a
+/// batch's metadata describes ([`PartitionedSpout::reemit_partition`]).
+/// Declared opaque, a replay is emitted afresh from the last committed
+/// metadata and may hold different tuples; `reemit_partition` is not called.
+pub trait PartitionedSpout: 'static {
+    /// The source's partitions.
+    fn partitions(&self, info: &SpoutInfo) -> Result<Vec<String>, Error>;
+
+    /// Emits the batch of `partition` after the one `previous` describes
+    /// (`None`: the partition's first) and returns its metadata; `None`,
+    /// emitting nothing, when the partition has nothing new.
+    fn emit_partition(
+        &self,
+        info: &SpoutInfo,
+        partition: &str,
+        previous: Option<&[u8]>,
+        out: &mut SpoutEmitter<'_>,
+    ) -> Result<Option<Vec<u8>>, Error>;
+
+    /// Emits again exactly the tuples that `meta` describes.
+    fn reemit_partition(
+        &self,
+        info: &SpoutInfo,
+        partition: &str,
+        meta: &[u8],
+        out: &mut SpoutEmitter<'_>,
+    ) -> Result<(), Error> {
+        let _ = (info, partition, meta, out);
+        Err(Error::fatal("this spout is opaque: it cannot re-emit a batch"))
+    }
 }
 
 /// Trident's `Function` (`each`): emits zero or more tuples per input tuple;

@@ -25,7 +25,7 @@
 //! assert_eq!(topology.definition().operations.len(), 3);
 //! ```
 
-use crate::operator::{Builtin, CombinerAggregator, Filter, Function};
+use crate::operator::{BatchSpout, Builtin, CombinerAggregator, Filter, Function, PartitionedSpout};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -141,7 +141,29 @@ pub enum SpoutDef {
         /// How many integers.
         count: u64,
     },
+    /// The component's own spout.
+    Guest {
+        /// What it promises on replay.
+        promise: GuestSpoutKind,
+        /// The fields of its tuples.
+        fields: Vec<String>,
+    },
 }
+
+/// The kinds of guest spout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GuestSpoutKind {
+    /// A [`BatchSpout`]: the same batch for every attempt of a txid.
+    Batch,
+    /// A transactional [`PartitionedSpout`].
+    PartitionedTransactional,
+    /// An opaque [`PartitionedSpout`].
+    PartitionedOpaque,
+}
+
+/// The operator id of a topology's guest spout, in logs and sandbox settings.
+pub const SPOUT_ID: &str = "spout";
 
 impl SpoutDef {
     /// The fields of the spout's tuples.
@@ -150,6 +172,7 @@ impl SpoutDef {
             SpoutDef::FileLines { field } | SpoutDef::DirectoryLines { field } | SpoutDef::Generator { field, .. } => {
                 vec![field.clone()]
             }
+            SpoutDef::Guest { fields, .. } => fields.clone(),
         }
     }
 }
@@ -319,9 +342,49 @@ impl Spout for Generator {
     }
 }
 
+/// A guest spout for [`TopologyBuilder::new_stream`]: a [`BatchSpout`] or a
+/// [`PartitionedSpout`], declared with the fields of its tuples.
+pub struct GuestSpout {
+    kind: GuestSpoutKind,
+    fields: Vec<String>,
+    code: SpoutCode,
+}
+
+pub(crate) enum SpoutCode {
+    Batch(Box<dyn BatchSpout>),
+    Partitioned(Box<dyn PartitionedSpout>),
+}
+
+impl GuestSpout {
+    /// A batch spout emitting tuples of `fields`.
+    pub fn batch<const N: usize>(spout: impl BatchSpout, fields: [&str; N]) -> GuestSpout {
+        GuestSpout { kind: GuestSpoutKind::Batch, fields: names(fields), code: SpoutCode::Batch(Box::new(spout)) }
+    }
+
+    /// A partitioned transactional spout emitting tuples of `fields`.
+    pub fn partitioned_transactional<const N: usize>(spout: impl PartitionedSpout, fields: [&str; N]) -> GuestSpout {
+        let code = SpoutCode::Partitioned(Box::new(spout));
+        GuestSpout { kind: GuestSpoutKind::PartitionedTransactional, fields: names(fields), code }
+    }
+
+    /// A partitioned opaque spout emitting tuples of `fields`.
+    pub fn partitioned_opaque<const N: usize>(spout: impl PartitionedSpout, fields: [&str; N]) -> GuestSpout {
+        let code = SpoutCode::Partitioned(Box::new(spout));
+        GuestSpout { kind: GuestSpoutKind::PartitionedOpaque, fields: names(fields), code }
+    }
+}
+
+impl Spout for GuestSpout {
+    fn define(self, topology: &mut Topology) -> SpoutDef {
+        topology.spout = Some(self.code);
+        SpoutDef::Guest { promise: self.kind, fields: self.fields }
+    }
+}
+
 /// A topology: its definition and the operators it calls.
 pub struct Topology {
     def: TopologyDef,
+    pub(crate) spout: Option<SpoutCode>,
     pub(crate) functions: BTreeMap<String, Box<dyn Function>>,
     pub(crate) filters: BTreeMap<String, Box<dyn Filter>>,
     pub(crate) combiners: BTreeMap<String, Box<dyn CombinerAggregator>>,
@@ -353,6 +416,22 @@ impl Topology {
         })
     }
 
+    /// The guest batch spout, if the stream starts from one.
+    pub fn batch_spout(&self) -> Option<&dyn BatchSpout> {
+        match &self.spout {
+            Some(SpoutCode::Batch(spout)) => Some(&**spout),
+            _ => None,
+        }
+    }
+
+    /// The guest partitioned spout, if the stream starts from one.
+    pub fn partitioned_spout(&self) -> Option<&dyn PartitionedSpout> {
+        match &self.spout {
+            Some(SpoutCode::Partitioned(spout)) => Some(&**spout),
+            _ => None,
+        }
+    }
+
     /// The filter registered under operator id `id`.
     pub fn filter(&self, id: &str) -> Option<&dyn Filter> {
         self.filters.get(id).map(|f| &**f)
@@ -379,6 +458,7 @@ impl TopologyBuilder {
                 operations: Vec::new(),
                 sandbox: BTreeMap::new(),
             },
+            spout: None,
             functions: BTreeMap::new(),
             filters: BTreeMap::new(),
             combiners: BTreeMap::new(),

@@ -125,3 +125,33 @@ impl<'w> Emitter<'w> {
             .map_err(|e| Error::fatal(format!("emitted {e}")))
     }
 }
+
+/// Collects a spout's tuples for a batch.
+#[derive(Debug)]
+pub struct SpoutEmitter<'w> {
+    writer: &'w mut BatchWriter,
+}
+
+impl<'w> SpoutEmitter<'w> {
+    /// An emitter writing to `writer`.
+    pub fn new(writer: &'w mut BatchWriter) -> SpoutEmitter<'w> {
+        SpoutEmitter { writer }
+    }
+
+    /// Emits one tuple: exactly as many values as the spout's fields.
+    pub fn emit<'v, V: Into<ValueRef<'v>>>(&mut self, values: impl IntoIterator<Item = V>) -> Result<(), Error> {
+        self.writer
+            .push_row(0, values.into_iter().map(Into::into))
+            .map_err(|e| Error::fatal(format!("spout emitted {e}")))
+    }
+
+    /// Tuples emitted so far.
+    pub fn len(&self) -> usize {
+        self.writer.rows()
+    }
+
+    /// True when nothing was emitted yet.
+    pub fn is_empty(&self) -> bool {
+        self.writer.rows() == 0
+    }
+}

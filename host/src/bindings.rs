@@ -6,7 +6,7 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::exports::weir::topology::operators::Guest as Operators;
-pub use self::weir::topology::types::{BatchContext, OperatorError};
+pub use self::weir::topology::types::{BatchContext, OperatorError, PartitionBatch, SpoutContext};
 
 /// The WIT package this host implements.
 pub const WIT_PACKAGE: &str = "weir:topology@0.1.0";

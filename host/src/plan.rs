@@ -234,7 +234,10 @@ pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
                 check_pairing(name, &def.spout, state)?;
                 let sink =
                     Sink { id: id.clone(), state: state.clone(), group: group.take().unwrap_or_default(), aggregation };
-                let ids: Vec<&str> = ids.into_iter().collect();
+                let mut ids: Vec<&str> = ids.into_iter().collect();
+                if matches!(def.spout, SpoutDef::Guest { .. }) {
+                    ids.push(weir_sdk::topology::SPOUT_ID);
+                }
                 let sandboxes = sandboxes(def, &ids, config)?;
                 return Ok(Plan { topology: name.clone(), spout_fields, steps, sink, sandboxes });
             }

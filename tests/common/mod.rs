@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 #[allow(unused_imports)]
 pub use weir_test_guests::{
-    GUEST_TARGET_DIR, HOSTILE, RAW_GUEST, REPO_ROOT, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
+    GUEST_TARGET_DIR, HOSTILE, RAW_GUEST, REPO_ROOT, SPOUTS, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
 };
 
 /// The `weir` binary, with a compiled-component cache shared by every test

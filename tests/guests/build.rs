@@ -7,6 +7,7 @@ use std::process::Command;
 /// (package, constant naming its component).
 const GUESTS: &[(&str, &str)] = &[
     ("word-count", "WORD_COUNT"),
+    ("spouts", "SPOUTS"),
     ("test-topologies", "TEST_TOPOLOGIES"),
     ("hostile", "HOSTILE"),
     ("raw-guest", "RAW_GUEST"),

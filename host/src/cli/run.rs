@@ -18,6 +18,7 @@ use weir::runtime::{self, ComponentCache};
 use weir::spout;
 use weir::state::Db;
 use weir::{guest_build, topology};
+use weir_sdk::topology::SPOUT_ID;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -166,7 +167,8 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
                 let name = loaded.plan.topology.clone();
                 let handle = scope.spawn(move || {
                     let definition = &loaded.definition;
-                    let mut spout = spout::open(&definition.spout, &definition.name, input, config.batch_size)?;
+                    let guest = Some((&*loaded.component, loaded.plan.sandboxes.of(SPOUT_ID)));
+                    let mut spout = spout::open(&definition.spout, &definition.name, input, config.batch_size, guest)?;
                     coordinator::run(
                         db,
                         loaded.plan,

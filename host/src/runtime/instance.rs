@@ -4,13 +4,14 @@ use super::cache::{CacheOutcome, ComponentCache};
 use super::guest_output::GuestOutput;
 use super::limits::{MemoryLimiter, deadline_ticks};
 use super::random::BatchRandom;
-use crate::bindings::{BatchContext, OperatorError, Topology, TopologyPre, WIT_PACKAGE};
+use crate::bindings::{BatchContext, OperatorError, PartitionBatch, SpoutContext, Topology, TopologyPre, WIT_PACKAGE};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store, Trap};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use weir_sdk::topology::SPOUT_ID;
 
 /// What a guest instance's store holds: WASI with only what was granted, and
 /// the instance's memory limiter.
@@ -211,34 +212,94 @@ impl Guest {
         message
     }
 
-    /// Checks a call's outcome against the sandbox's output limits. `packed`
-    /// says whether the output is a packed batch, whose header gives its
-    /// tuple count (the batch itself is checked in full by the caller).
-    fn finish(&mut self, result: Call<Vec<u8>>, packed: bool) -> Result<Vec<u8>, CallError> {
+    /// A call's value, or why it failed.
+    fn outcome<T>(&mut self, result: Call<T>) -> Result<T, CallError> {
         match result {
             Ok(Ok(value)) => {
                 self.stderr.clear_recent();
                 self.stdout.clear_recent();
-                if value.len() as u64 > self.sandbox.output_bytes {
-                    return Err(CallError::Trap(format!(
-                        "output limit of {} MiB per call exceeded: the call returned {} bytes",
-                        self.sandbox.output_bytes >> 20,
-                        value.len()
-                    )));
-                }
-                let tuples = value.first_chunk::<4>().filter(|_| packed).map(|n| u64::from(u32::from_le_bytes(*n)));
-                if let Some(tuples) = tuples.filter(|&n| n > self.sandbox.output_tuples) {
-                    return Err(CallError::Trap(format!(
-                        "output limit of {} tuples per call exceeded: the call emitted {tuples}",
-                        self.sandbox.output_tuples
-                    )));
-                }
                 Ok(value)
             }
             Ok(Err(OperatorError::Retry(m))) => Err(CallError::Retry(m)),
             Ok(Err(OperatorError::Fatal(m))) => Err(CallError::Fatal(m)),
             Err(error) => Err(CallError::Trap(self.explain_trap(error))),
         }
+    }
+
+    /// Checks a call's output against the sandbox's output limits. `packed`
+    /// says whether it is a packed batch, whose header gives its tuple count
+    /// (the batch itself is checked in full by the caller).
+    fn check_output(&self, output: &[u8], packed: bool) -> Result<(), CallError> {
+        if output.len() as u64 > self.sandbox.output_bytes {
+            return Err(CallError::Trap(format!(
+                "output limit of {} MiB per call exceeded: the call returned {} bytes",
+                self.sandbox.output_bytes >> 20,
+                output.len()
+            )));
+        }
+        let tuples = output.first_chunk::<4>().filter(|_| packed).map(|n| u64::from(u32::from_le_bytes(*n)));
+        if let Some(tuples) = tuples.filter(|&n| n > self.sandbox.output_tuples) {
+            return Err(CallError::Trap(format!(
+                "output limit of {} tuples per call exceeded: the call emitted {tuples}",
+                self.sandbox.output_tuples
+            )));
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, result: Call<Vec<u8>>, packed: bool) -> Result<Vec<u8>, CallError> {
+        let output = self.outcome(result)?;
+        self.check_output(&output, packed)?;
+        Ok(output)
+    }
+
+    /// Readies the instance for a spout call.
+    fn prepare_spout(&mut self, ctx: &SpoutContext) {
+        self.store.set_epoch_deadline(deadline_ticks(self.sandbox.call_ms));
+        self.random.reseed(&ctx.topology, SPOUT_ID, ctx.txid, 0);
+    }
+
+    /// A batch spout's batch for `ctx.txid`; `None` when it has nothing more.
+    pub fn emit_batch(&mut self, ctx: &SpoutContext) -> Result<Option<Vec<u8>>, CallError> {
+        self.prepare_spout(ctx);
+        let result = self.bindings.weir_topology_operators().call_emit_batch(&mut self.store, ctx);
+        let batch = self.outcome(result)?;
+        if let Some(batch) = &batch {
+            self.check_output(batch, true)?;
+        }
+        Ok(batch)
+    }
+
+    /// A partitioned spout's partitions.
+    pub fn spout_partitions(&mut self, ctx: &SpoutContext) -> Result<Vec<String>, CallError> {
+        self.prepare_spout(ctx);
+        let result = self.bindings.weir_topology_operators().call_spout_partitions(&mut self.store, ctx);
+        self.outcome(result)
+    }
+
+    /// The next batch of a partition, with its metadata.
+    pub fn emit_partition(
+        &mut self,
+        ctx: &SpoutContext,
+        partition: &str,
+        previous: Option<&[u8]>,
+    ) -> Result<Option<PartitionBatch>, CallError> {
+        self.prepare_spout(ctx);
+        let ops = self.bindings.weir_topology_operators();
+        let result = ops.call_emit_partition(&mut self.store, ctx, partition, previous);
+        let emitted = self.outcome(result)?;
+        if let Some(emitted) = &emitted {
+            self.check_output(&emitted.tuples, true)?;
+        }
+        Ok(emitted)
+    }
+
+    /// The batch of a partition that `meta` describes, again.
+    pub fn reemit_partition(&mut self, ctx: &SpoutContext, partition: &str, meta: &[u8]) -> Result<Vec<u8>, CallError> {
+        self.prepare_spout(ctx);
+        let result =
+            self.bindings.weir_topology_operators().call_reemit_partition(&mut self.store, ctx, partition, meta);
+        self.finish(result, true)
     }
 
     /// The component's topology definitions, as JSON.

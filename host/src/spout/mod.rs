@@ -4,10 +4,16 @@
 mod directory;
 mod file_lines;
 mod generator;
+mod guest;
 
 pub use directory::DirectoryLines;
 pub use file_lines::{FileLines, LineRange};
 pub use generator::Generator;
+pub use guest::GuestSpout;
+
+use crate::runtime::LoadedComponent;
+use crate::sandbox::OperatorSandbox;
+use weir_sdk::topology::{GuestSpoutKind, SPOUT_ID};
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -35,6 +41,10 @@ impl SpoutKind {
             SpoutDef::FileLines { .. } | SpoutDef::DirectoryLines { .. } | SpoutDef::Generator { .. } => {
                 SpoutKind::Transactional
             }
+            SpoutDef::Guest { promise: GuestSpoutKind::Batch | GuestSpoutKind::PartitionedTransactional, .. } => {
+                SpoutKind::Transactional
+            }
+            SpoutDef::Guest { promise: GuestSpoutKind::PartitionedOpaque, .. } => SpoutKind::Opaque,
         }
     }
 }
@@ -60,9 +70,18 @@ pub trait Spout: Send {
     fn replay(&mut self, txid: u64, attempt: u32, meta: &[u8]) -> Result<Batch<'static>>;
 }
 
+/// Where a guest spout runs: the component, and the spout's sandbox.
+pub type GuestCode<'a> = Option<(&'a LoadedComponent, &'a OperatorSandbox)>;
+
 /// The spout a topology's definition names, reading `input` where it needs
-/// one, in batches of `batch_size` tuples.
-pub fn open(def: &SpoutDef, topology: &str, input: Option<&Path>, batch_size: usize) -> Result<Box<dyn Spout>> {
+/// one, in batches of `batch_size` tuples; a guest spout runs in `guest`.
+pub fn open(
+    def: &SpoutDef,
+    topology: &str,
+    input: Option<&Path>,
+    batch_size: usize,
+    guest: GuestCode<'_>,
+) -> Result<Box<dyn Spout>> {
     let input = |what: &str| {
         input.with_context(|| format!("topology {topology} reads the lines of {what}: give it with --input"))
     };
@@ -70,15 +89,22 @@ pub fn open(def: &SpoutDef, topology: &str, input: Option<&Path>, batch_size: us
         SpoutDef::FileLines { .. } => Box::new(FileLines::open(input("a file")?, batch_size)?),
         SpoutDef::DirectoryLines { .. } => Box::new(DirectoryLines::open(input("a directory's files")?, batch_size)?),
         SpoutDef::Generator { count, .. } => Box::new(Generator::new(*count, batch_size)),
+        SpoutDef::Guest { promise, fields } => {
+            let (component, sandbox) =
+                guest.with_context(|| format!("topology {topology}: a guest spout needs its component"))?;
+            let instance = component.instantiate(SPOUT_ID, sandbox)?;
+            Box::new(GuestSpout::new(instance, *promise, topology, fields.len(), batch_size))
+        }
     })
 }
 
-/// Checks that `path` can be read as what `def` needs, before anything else runs.
+/// Checks that `input` is what `def` needs, before anything else runs.
 pub fn check_input(def: &SpoutDef, topology: &str, input: Option<&Path>) -> Result<()> {
     match (def, input) {
-        (SpoutDef::Generator { .. }, Some(path)) => {
-            bail!("topology {topology} generates its input: --input {} is not used", path.display())
+        (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, Some(path)) => {
+            bail!("topology {topology} makes its own input: --input {} is not used", path.display())
         }
-        _ => open(def, topology, input, 1).map(drop),
+        (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, None) => Ok(()),
+        _ => open(def, topology, input, 1, None).map(drop),
     }
 }

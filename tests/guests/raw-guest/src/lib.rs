@@ -7,7 +7,7 @@ mod component {
     wit_bindgen::generate!({ path: "../../../wit", world: "topology" });
 
     use exports::weir::topology::operators::Guest;
-    use weir::topology::types::{BatchContext, OperatorError};
+    use weir::topology::types::{BatchContext, OperatorError, PartitionBatch, SpoutContext};
 
     const TOPOLOGY: &str = r#"{"name":"NAME","spout":{"kind":"file-lines","field":"sentence"},"operations":[
         {"op":"each","id":"split","input":["sentence"],"output":["word"]},
@@ -84,6 +84,26 @@ mod component {
 
         fn combine_pairs(_: BatchContext, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
             Err(OperatorError::Fatal("no combiners here".into()))
+        }
+
+        fn emit_batch(_: SpoutContext) -> Result<Option<Vec<u8>>, OperatorError> {
+            Err(OperatorError::Fatal("no spouts here".into()))
+        }
+
+        fn spout_partitions(_: SpoutContext) -> Result<Vec<String>, OperatorError> {
+            Err(OperatorError::Fatal("no spouts here".into()))
+        }
+
+        fn emit_partition(
+            _: SpoutContext,
+            _: String,
+            _: Option<Vec<u8>>,
+        ) -> Result<Option<PartitionBatch>, OperatorError> {
+            Err(OperatorError::Fatal("no spouts here".into()))
+        }
+
+        fn reemit_partition(_: SpoutContext, _: String, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+            Err(OperatorError::Fatal("no spouts here".into()))
         }
     }
 

@@ -87,6 +87,23 @@ fn topologies() -> Vec<Topology> {
             State::transactional("counts"),
             Count,
         ),
+        word_count(
+            "fails-at-5",
+            Split { panic_txid: Some(5), ..Split::default() },
+            State::transactional("counts"),
+            Count,
+        ),
+        Topology::new("directory-word-count")
+            .new_stream(DirectoryLines::new("sentence"))
+            .each(["sentence"], Split::default(), ["word"])
+            .name("split")
+            .group_by(["word"])
+            .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+            .build(),
+        Topology::new("generated-total")
+            .new_stream(Generator::new("n", 5000))
+            .persistent_aggregate_over(State::transactional("total"), ["n"], Sum, ["sum"])
+            .build(),
     ]
 }
 

@@ -1,0 +1,146 @@
+//! Every spout kind through the real binary: what a replay re-emits, exact
+//! state after it, pairings refused, and a poison batch halting the run.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+
+/// What the guest spout printed for `txid`'s `attempt`, one line per partition.
+fn emitted(log: &str, txid: u64, attempt: u32) -> Vec<String> {
+    let marker = format!("[spout] stdout: txid {txid} attempt {attempt}: ");
+    log.lines().filter_map(|line| line.split_once(&marker).map(|(_, rest)| rest.to_owned())).collect()
+}
+
+/// Sums per last digit of the integers 0 to 19,999, as `examples/spouts` keeps them.
+fn expected_sums() -> Vec<serde_json::Value> {
+    (0..10).map(|d: i64| serde_json::json!({"key": [d], "value": 19_990_000 + 2000 * d})).collect()
+}
+
+fn run_spout(topology: &str) -> String {
+    let data = tempfile::tempdir().unwrap();
+    let output = weir_ok(&[
+        "run",
+        SPOUTS,
+        "--topology",
+        topology,
+        "--data",
+        data.path().to_str().unwrap(),
+        "--batch-size",
+        "1000",
+    ]);
+    assert_eq!(scan(data.path(), topology, "sums"), expected_sums(), "{topology}");
+    let log = text(&output);
+    assert!(log.contains("txid 2 attempt 0 failed: operator last-digit: retry"), "{log}");
+    log
+}
+
+#[test]
+fn a_batch_spout_re_emits_the_same_batch() {
+    let log = run_spout("batch-numbers");
+    assert_eq!(emitted(&log, 2, 0), ["100..200"]);
+    assert_eq!(emitted(&log, 2, 1), emitted(&log, 2, 0));
+}
+
+#[test]
+fn a_partitioned_transactional_spout_re_emits_exactly_the_recorded_batch() {
+    let log = run_spout("partitioned-numbers");
+    assert_eq!(emitted(&log, 2, 0), ["even 500..1000", "odd 500..1000"]);
+    assert_eq!(emitted(&log, 2, 1), emitted(&log, 2, 0));
+}
+
+#[test]
+fn a_partitioned_opaque_spout_may_re_emit_differently_and_stays_exact() {
+    let log = run_spout("opaque-numbers");
+    assert_eq!(emitted(&log, 2, 0), ["even 500..1000", "odd 500..1000"]);
+    let replay = emitted(&log, 2, 1);
+    assert_eq!(replay.len(), 2);
+    assert_ne!(replay, emitted(&log, 2, 0), "the replay emitted the same split");
+    assert!(
+        replay.iter().all(|line| line.contains(" 500..")),
+        "a replay starts from the committed metadata: {replay:?}"
+    );
+}
+
+#[test]
+fn an_opaque_spout_feeding_a_transactional_state_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let output = weir_output(&[
+        "run",
+        SPOUTS,
+        "--topology",
+        "opaque-into-transactional",
+        "--data",
+        data.path().to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "transactional state sums cannot be fed by an opaque spout: a replay of an opaque spout may hold \
+             different tuples, and a transactional state skips a txid it has applied"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_generator_spout_emits_its_range_once() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    weir_ok(&["run", TEST_TOPOLOGIES, "--topology", "generated-total", "--data", dir, "--batch-size", "300"]);
+    assert_eq!(scan(data.path(), "generated-total", "total"), [serde_json::json!({"key": [], "value": 12_497_500})]);
+    let input = corpus_20k().path.to_str().unwrap();
+    let output =
+        weir_output(&["run", TEST_TOPOLOGIES, "--topology", "generated-total", "--data", dir, "--input", input]);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("makes its own input: --input"), "{}", text(&output));
+}
+
+#[test]
+fn the_directory_spout_reads_files_in_name_order_and_picks_up_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    std::fs::write(input.join("b.txt"), "the man\n").unwrap();
+    std::fs::write(input.join("a.txt"), "the cat\nthe dog\n").unwrap();
+    let data = dir.path().join("data");
+    let args = run_args(TEST_TOPOLOGIES, &data, &input, &["--topology", "directory-word-count", "--batch-size", "1"]);
+    let first = weir_ok(&args);
+    assert!(text(&first).contains("committed 3 batches (3 tuples)"), "{}", text(&first));
+    std::fs::write(input.join("c.txt"), "the end\n").unwrap();
+    let second = weir_ok(&args);
+    assert!(text(&second).contains("committed 1 batches (1 tuples)"), "{}", text(&second));
+    let want: BTreeMap<String, i64> =
+        [("the", 4), ("cat", 1), ("dog", 1), ("man", 1), ("end", 1)].map(|(w, c)| (w.to_owned(), c)).into();
+    assert_counts_eq(&counts(&data, "directory-word-count"), &want);
+}
+
+#[test]
+fn a_batch_failing_forever_halts_after_the_retries_and_leaves_committed_state_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    let lines: Vec<&str> = sentences.lines().collect();
+    std::fs::write(&input, lines[..4000].join("\n") + "\n").unwrap();
+    let data = dir.path().join("data");
+    let extra = ["--topology", "fails-at-5", "--batch-size", "1000", "--max-attempts", "3", "--retry-backoff-ms", "1"];
+    weir_ok(&run_args(TEST_TOPOLOGIES, &data, &input, &extra));
+    let raw = || {
+        let data = data.to_str().unwrap();
+        let args = ["state", "scan", "--data", data, "--topology", "fails-at-5", "--state", "counts", "--raw"];
+        weir_ok(&args).stdout
+    };
+    let before = raw();
+    std::fs::write(&input, lines[..6000].join("\n") + "\n").unwrap();
+    let output = weir_output(&run_args(TEST_TOPOLOGIES, &data, &input, &extra));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "error: topology fails-at-5 halted: txid 5 failed 3 times; last error at attempt 2: operator split: trap"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("split cannot go on at txid 5"), "{stderr}");
+    assert!(raw() == before, "committed state changed");
+}
