@@ -82,7 +82,7 @@ impl<R: Registry> Guest for Exports<R> {
         previous: Option<Vec<u8>>,
     ) -> Result<Option<PartitionBatch>, OperatorError> {
         R::with(|t| dispatch::emit_partition(t, &spout_info(ctx), &partition, previous.as_deref()))
-            .map(|emitted| emitted.map(|(tuples, meta)| PartitionBatch { tuples, meta }))
+            .map(|emitted| emitted.map(|e| PartitionBatch { tuples: e.tuples, meta: e.meta }))
             .map_err(wit_error)
     }
 

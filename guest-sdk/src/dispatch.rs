@@ -70,18 +70,27 @@ pub fn spout_partitions(topologies: &[Topology], info: &SpoutInfo) -> Result<Vec
     spout.ok_or_else(|| Error::fatal("the topology has no partitioned spout"))?.partitions(info)
 }
 
+/// A partition's emitted batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionEmission {
+    /// The tuples, packed.
+    pub tuples: Vec<u8>,
+    /// The spout's metadata for the batch.
+    pub meta: Vec<u8>,
+}
+
 /// Emits the next batch of a partition: its tuples and metadata.
 pub fn emit_partition(
     topologies: &[Topology],
     info: &SpoutInfo,
     partition: &str,
     previous: Option<&[u8]>,
-) -> Result<Option<(Vec<u8>, Vec<u8>)>, Error> {
+) -> Result<Option<PartitionEmission>, Error> {
     let topology = spout_topology(topologies, info)?;
     let spout = topology.partitioned_spout().ok_or_else(|| Error::fatal("the topology has no partitioned spout"))?;
     let mut out = spout_writer(topology);
     let meta = spout.emit_partition(info, partition, previous, &mut SpoutEmitter::new(&mut out))?;
-    Ok(meta.map(|meta| (out.finish(), meta)))
+    Ok(meta.map(|meta| PartitionEmission { tuples: out.finish(), meta }))
 }
 
 /// Emits again the batch of a partition that `meta` describes.
