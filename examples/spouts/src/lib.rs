@@ -36,6 +36,9 @@ impl BatchSpout for Numbers {
 struct EvenOdd {
     /// Opaque: emit a different split on every replay.
     reshuffle: bool,
+    /// Opaque: vary every batch's size with the clock, so that a batch
+    /// emitted again after a crash differs too.
+    jitter: bool,
     /// The attempt of the last emission, to change the split on a replay.
     attempt: Cell<u32>,
 }
@@ -77,6 +80,11 @@ impl PartitionedSpout for EvenOdd {
             // A replay of an opaque spout may differ: here, a batch of
             // another size for the same txid.
             size = (size / (u64::from(info.attempt) + 1)).max(1) + 1;
+        }
+        if self.jitter {
+            let nanos =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            size += u64::from(nanos % 4);
         }
         let end = (start + size).min(per_partition);
         println!("txid {} attempt {}: {partition} {start}..{end}", info.txid, info.attempt);
@@ -122,7 +130,7 @@ fn sums(name: &str, spout: GuestSpout, state: State) -> Topology {
 }
 
 fn topologies() -> Vec<Topology> {
-    let even_odd = |reshuffle| EvenOdd { reshuffle, attempt: Cell::new(0) };
+    let even_odd = |reshuffle| EvenOdd { reshuffle, jitter: false, attempt: Cell::new(0) };
     vec![
         sums("batch-numbers", GuestSpout::batch(Numbers, ["n"]), State::transactional("sums")),
         sums(
@@ -131,6 +139,11 @@ fn topologies() -> Vec<Topology> {
             State::transactional("sums"),
         ),
         sums("opaque-numbers", GuestSpout::partitioned_opaque(even_odd(true), ["n"]), State::opaque("sums")),
+        sums(
+            "opaque-jitter",
+            GuestSpout::partitioned_opaque(EvenOdd { reshuffle: true, jitter: true, attempt: Cell::new(0) }, ["n"]),
+            State::opaque("sums"),
+        ),
         sums(
             "opaque-into-transactional",
             GuestSpout::partitioned_opaque(even_odd(true), ["n"]),

@@ -1,0 +1,111 @@
+//! Chaos: SIGKILL `weir run` at seeded random moments, at least 20 times,
+//! restart it each time, and compare the stored state with the ground truth
+//! exactly. Each configuration prints how many kills it made and where.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+const KILLS: usize = 20;
+
+/// A small seeded generator: the kill points are the same on every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Runs `args` until the log shows `txid` committed, waits `delay`, and
+/// kills the process. Returns the run's log if it was not killed mid-run.
+fn kill_after(args: &[&str], txid: u64, delay: Duration) -> Result<(), String> {
+    let mut child =
+        weir().env("WEIR_LOG", "weir=debug").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let marker = format!("committed txid {txid} ");
+    // The pipe stays open until the process is killed: it must die of the
+    // kill, not of a closed stderr.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut log = Vec::new();
+    let mut reached = false;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        reached = line.contains(&marker);
+        log.push(line);
+        if reached {
+            break;
+        }
+    }
+    std::thread::sleep(delay);
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    drop(lines);
+    if reached && status.code().is_none() {
+        Ok(())
+    } else {
+        let tail = log.len().saturating_sub(10);
+        Err(log[tail..].join("\n"))
+    }
+}
+
+/// Kills a run of `topology` at seeded random txids, then runs it to the
+/// end and checks its state with `check`.
+fn chaos(seed: u64, component: &str, topology: &str, input: Option<&Path>, check: impl Fn(&Path)) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut args = vec!["run", component, "--topology", topology, "--data", data.to_str().unwrap()];
+    args.extend_from_slice(&["--batch-size", "10", "--max-pending", "4", "--retry-backoff-ms", "1"]);
+    if let Some(input) = input {
+        args.extend_from_slice(&["--input", input.to_str().unwrap()]);
+    }
+    let mut rng = Lcg(seed);
+    let mut kills = Vec::new();
+    for _ in 0..KILLS {
+        // Commits may land between the log line and the kill: aim past what
+        // the database holds.
+        let last = if data.exists() {
+            weir::state::Db::open(&data).unwrap().progress(topology).unwrap().last_committed
+        } else {
+            0
+        };
+        let txid = last + 1 + rng.below(50);
+        let delay = Duration::from_millis(rng.below(8));
+        if let Err(log) = kill_after(&args, txid, delay) {
+            panic!("{topology}: the run ended before txid {txid} was committed:\n{log}");
+        }
+        kills.push(txid);
+    }
+    let _ = writeln!(std::io::stderr().lock(), "chaos {topology}: {} kills, after txids {kills:?}", kills.len());
+    weir_ok(&args);
+    check(&data);
+}
+
+#[test]
+fn transactional_spout_and_transactional_state_survive_twenty_kills() {
+    let corpus = corpus_20k();
+    chaos(1, WORD_COUNT, "word-count", Some(&corpus.path), |data| {
+        assert_counts_eq(&counts(data, "word-count"), &corpus.truth);
+    });
+}
+
+#[test]
+fn transactional_spout_and_opaque_state_survive_twenty_kills() {
+    let corpus = corpus_20k();
+    chaos(2, TEST_TOPOLOGIES, "word-count-opaque", Some(&corpus.path), |data| {
+        assert_counts_eq(&counts(data, "word-count-opaque"), &corpus.truth);
+    });
+}
+
+#[test]
+fn an_opaque_spout_emitting_other_splits_and_opaque_state_survive_twenty_kills() {
+    chaos(3, SPOUTS, "opaque-jitter", None, |data| {
+        let want: Vec<serde_json::Value> =
+            (0..10).map(|d: i64| serde_json::json!({"key": [d], "value": 19_990_000 + 2000 * d})).collect();
+        assert_eq!(scan(data, "opaque-jitter", "sums"), want);
+    });
+}
