@@ -217,3 +217,125 @@ fn a_batch_failing_every_attempt_halts_the_run_and_keeps_what_was_committed() {
     }
     assert_counts_eq(&counts(data.path(), "poison-word-count"), &want);
 }
+
+/// A data dir where the example's word count committed 4 batches, and its
+/// state as `weir state scan --raw` prints it.
+fn four_batches_committed(dir: &std::path::Path, topology: &str, component: &str) -> (std::path::PathBuf, Vec<u8>) {
+    let input = dir.join("input.txt");
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    let lines: Vec<&str> = sentences.lines().take(8000).collect();
+    std::fs::write(&input, lines[..4000].join("\n") + "\n").unwrap();
+    let data = dir.join("data");
+    weir_ok(&run_args(component, &data, &input, &["--topology", topology, "--batch-size", "1000"]));
+    let raw = weir_ok(&[
+        "state",
+        "scan",
+        "--data",
+        data.to_str().unwrap(),
+        "--topology",
+        topology,
+        "--state",
+        "counts",
+        "--raw",
+    ]);
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    (input, raw.stdout)
+}
+
+fn raw_state(data: &std::path::Path, topology: &str) -> Vec<u8> {
+    weir_ok(&["state", "scan", "--data", data.to_str().unwrap(), "--topology", topology, "--state", "counts", "--raw"])
+        .stdout
+}
+
+#[test]
+fn a_fatal_error_halts_at_once_without_retrying() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus_20k();
+    let data = dir.path().join("data");
+    let output = weir_output(&run_args(
+        TEST_TOPOLOGIES,
+        &data,
+        &corpus.path,
+        &["--topology", "fatal-at-3", "--batch-size", "1000"],
+    ));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "error: topology fatal-at-3 halted at txid 3, attempt 0: operator split: fatal: txid 3 cannot be processed"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("replaying"), "a fatal error was retried:\n{stderr}");
+    assert!(
+        text(&weir_ok(&[
+            "state",
+            "get",
+            "--data",
+            data.to_str().unwrap(),
+            "--topology",
+            "fatal-at-3",
+            "--state",
+            "counts",
+            "--key",
+            r#"["w0"]"#,
+            "--raw"
+        ]))
+        .contains(r#""txid":2"#)
+    );
+}
+
+#[test]
+fn a_batch_past_its_deadline_fails_and_is_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, "a calm sentence\nthe attack begins\n").unwrap();
+    let data = dir.path().join("data");
+    let output = weir_output(&run_args(
+        HOSTILE,
+        &data,
+        &input,
+        &[
+            "--topology",
+            "infinite-loop",
+            "--batch-size",
+            "1",
+            "--max-call-ms",
+            "1500",
+            "--batch-timeout-ms",
+            "200",
+            "--max-attempts",
+            "2",
+        ],
+    ));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr
+            .contains("txid 2 attempt 0 failed: operator (batch deadline): the batch was not processed within 200 ms"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("topology infinite-loop halted: txid 2 failed 2 times"), "{stderr}");
+    assert_eq!(counts(&data, "infinite-loop").get("calm"), Some(&1));
+}
+
+#[test]
+fn a_commit_error_fails_the_batch_and_halts_after_the_retries_with_state_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, before) = four_batches_committed(dir.path(), "word-count", WORD_COUNT);
+    let data = dir.path().join("data");
+    // The same topology name with opaque state: its commits meet the
+    // example's transactional values.
+    let output = weir_output(&run_args(
+        TEST_TOPOLOGIES,
+        &data,
+        &input,
+        &["--topology", "word-count", "--batch-size", "1000", "--max-attempts", "2", "--retry-backoff-ms", "1"],
+    ));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("txid 5 attempt 0 failed: operator counts: commit failed"), "{stderr}");
+    assert!(stderr.contains("the stored value is Transactional state, the topology declares Opaque"), "{stderr}");
+    assert!(stderr.contains("error: topology word-count halted: txid 5 failed 2 times"), "{stderr}");
+    assert!(raw_state(&data, "word-count") == before, "committed state changed");
+}

@@ -11,6 +11,8 @@ struct Split {
     retry_txid: Option<u64>,
     /// Every attempt of this txid panics.
     panic_txid: Option<u64>,
+    /// The first attempt of this txid asks for the topology to halt.
+    fatal_txid: Option<u64>,
     /// Writes a line to stdout and stderr at the start of each batch.
     chatty: bool,
     last_txid: Cell<u64>,
@@ -21,6 +23,9 @@ impl Function for Split {
         let batch = tuple.batch();
         if Some(batch.txid) == self.retry_txid && batch.attempt == 0 {
             return Err(Error::retry(format!("txid {} fails on its first attempt", batch.txid)));
+        }
+        if Some(batch.txid) == self.fatal_txid {
+            return Err(Error::fatal(format!("txid {} cannot be processed", batch.txid)));
         }
         if Some(batch.txid) == self.panic_txid {
             panic!("split cannot go on at txid {}", batch.txid);
@@ -93,6 +98,15 @@ fn topologies() -> Vec<Topology> {
             State::transactional("counts"),
             Count,
         ),
+        word_count(
+            "fatal-at-3",
+            Split { fatal_txid: Some(3), ..Split::default() },
+            State::transactional("counts"),
+            Count,
+        ),
+        // The example's topology with opaque state: run over the example's
+        // data, its commits meet values of another kind.
+        word_count("word-count", Split::default(), State::opaque("counts"), Count),
         Topology::new("directory-word-count")
             .new_stream(DirectoryLines::new("sentence"))
             .each(["sentence"], Split::default(), ["word"])
