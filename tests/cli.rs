@@ -117,7 +117,10 @@ fn a_component_with_several_topologies_needs_one_chosen() {
 #[test]
 fn every_verb_explains_itself() {
     for (args, expected) in [
-        (vec!["--help"], vec!["run", "state"]),
+        (vec!["--help"], vec!["run", "state", "bundle", "inspect", "new"]),
+        (vec!["bundle", "--help"], vec!["--output"]),
+        (vec!["inspect", "--help"], vec!["--json"]),
+        (vec!["new", "--help"], vec!["--lang", "--sdk"]),
         (
             vec!["run", "--help"],
             vec!["--data", "--input", "--batch-size", "--max-pending", "--max-attempts", "--cache-dir"],
@@ -150,4 +153,91 @@ fn the_corpus_script_writes_the_canonical_benchmark_corpus() {
         let read = |name: &str| std::fs::read(dir.path().join(format!("{name}.{suffix}"))).unwrap();
         assert!(read("canonical") == read("ours"), "the .{suffix} files differ");
     }
+}
+
+#[test]
+fn a_bundle_inspects_and_runs_like_its_component() {
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("wc.weir");
+    let bundle_path = bundle.to_str().unwrap();
+    let out = weir_ok(&["bundle", WORD_COUNT, "-o", bundle_path]);
+    assert!(text(&out).contains("word-count from word_count.wasm"), "{}", text(&out));
+
+    let inspected = text(&weir_ok(&["inspect", bundle_path]));
+    for line in [
+        "WIT weir:topology@0.1.0",
+        "topology word-count (component word_count.wasm)",
+        "spout: file lines (built in), transactional -> [sentence]",
+        "each split: [sentence] -> [word]",
+        "group-by [word]",
+        "persistent-aggregate count: [] -> [count] with built-in Count (in the host), into state counts (Transactional)",
+        "sandbox: the host's limits, no capabilities",
+    ] {
+        assert!(inspected.contains(line), "{line:?} missing from:\n{inspected}");
+    }
+    let json: serde_json::Value = serde_json::from_slice(&weir_ok(&["inspect", bundle_path, "--json"]).stdout).unwrap();
+    assert_eq!(json["topologies"][0]["definition"]["name"], "word-count");
+    assert_eq!(json["components"][0]["size"], std::fs::metadata(WORD_COUNT).unwrap().len());
+    let hostile = text(&weir_ok(&["inspect", HOSTILE]));
+    assert!(hostile.contains("sandbox of attacker: memory MiB 16"), "{hostile}");
+
+    let data = dir.path().join("data");
+    weir_ok(&run_args(bundle_path, &data, &corpus.path, &[]));
+    assert_counts_eq(&counts(&data, "word-count"), &corpus.truth);
+}
+
+#[test]
+fn damaged_bundles_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.weir");
+    weir_ok(&["bundle", WORD_COUNT, "-o", good.to_str().unwrap()]);
+    let bytes = std::fs::read(&good).unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let mut flipped = bytes.clone();
+    *flipped.last_mut().unwrap() ^= 0xff;
+    let at = bytes.windows(19).position(|w| w == b"weir:topology@0.1.0").unwrap();
+    let mut future = bytes.clone();
+    future[at..at + 19].copy_from_slice(b"weir:topology@9.0.0");
+    let cases = [
+        (write("flipped.weir", &flipped), "component word_count.wasm does not match its checksum"),
+        (
+            write("future.weir", &future),
+            "targets weir:topology@9.0.0, which this host does not run; it supports weir:topology@0.1.x",
+        ),
+        (write("truncated.weir", &bytes[..bytes.len() - 100]), "is truncated in component word_count.wasm"),
+        (write("header.weir", &bytes[..10]), "is truncated in its header"),
+    ];
+    let data = dir.path().join("data");
+    let input = corpus_20k().path.to_str().unwrap();
+    for (bundle, reason) in &cases {
+        assert_fails_with(&["inspect", bundle], reason);
+        assert_fails_with(&["run", bundle, "--data", data.to_str().unwrap(), "--input", input], reason);
+    }
+    assert!(!data.exists(), "a refused bundle left a data dir behind");
+}
+
+#[test]
+fn weir_new_scaffolds_a_guest_that_runs_at_once() {
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    let created = weir().current_dir(dir.path()).args(["new", "demo"]).output().unwrap();
+    assert!(created.status.success(), "{}", text(&created));
+    for file in ["Cargo.toml", "src/lib.rs", "README.md"] {
+        assert!(dir.path().join("demo").join(file).exists(), "{file} missing");
+    }
+    let again = weir().current_dir(dir.path()).args(["new", "demo"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&again.stderr).contains("demo already exists"));
+    let output = weir()
+        .current_dir(dir.path())
+        .env("CARGO_TARGET_DIR", GUEST_TARGET_DIR)
+        .args(["run", "demo", "--data", "data", "--input", corpus.path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert_counts_eq(&counts(&dir.path().join("data"), "demo"), &corpus.truth);
 }

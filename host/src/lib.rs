@@ -2,6 +2,7 @@
 //! WebAssembly components, with state in redb.
 
 pub mod bindings;
+pub mod bundle;
 pub mod config;
 pub mod coordinator;
 pub mod guest_build;

@@ -1,11 +1,13 @@
-//! Loading a topology: the component, the definition it describes, the plan.
+//! Loading topologies: from a bundle or a self-describing component, the
+//! definitions the components describe, checked into plans.
 
+use crate::bundle::Bundle;
 use crate::config::SandboxConfig;
 use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wasmtime::Engine;
 use weir_sdk::topology::{TopologyDef, parse_description};
@@ -20,9 +22,59 @@ pub struct LoadedTopology {
     pub plan: Arc<Plan>,
 }
 
-/// Loads the component at `path` and the topologies named in `names` from
-/// it (the only one it defines, when `names` is empty), checked against this
-/// host's sandbox `config`.
+/// The components at `path`, each with the name errors give it: a `.wasm`
+/// file, or every component of a bundle.
+fn components(path: &Path) -> Result<(Vec<(PathBuf, Vec<u8>)>, Option<Bundle>)> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read component {}", path.display()))?;
+    if !crate::bundle::is_bundle(&bytes) {
+        return Ok((vec![(path.to_owned(), bytes)], None));
+    }
+    let bundle = Bundle::from_bytes(path, &bytes)?;
+    let components = bundle
+        .components
+        .iter()
+        .map(|(name, bytes)| (PathBuf::from(format!("{}#{name}", path.display())), bytes.clone()))
+        .collect();
+    Ok((components, Some(bundle)))
+}
+
+/// Every topology the component or bundle at `path` defines, with the
+/// component that runs it. A bundle's manifest must say what its components
+/// describe.
+pub fn describe_all(
+    engine: &Engine,
+    cache: &ComponentCache,
+    path: &Path,
+    config: &SandboxConfig,
+) -> Result<Vec<(Arc<LoadedComponent>, TopologyDef)>> {
+    let (components, bundle) = components(path)?;
+    let mut all = Vec::new();
+    for (label, bytes) in components {
+        let component = Arc::new(LoadedComponent::from_bytes(engine, cache, &label, &bytes)?);
+        let json = component.instantiate("describe", &OperatorSandbox::host_limits(config))?.describe()?;
+        let definitions = parse_description(&json)
+            .with_context(|| format!("{} describes its topologies in a form this host cannot read", label.display()))?;
+        if let Some(bundle) = &bundle {
+            let name = label.display().to_string();
+            let listed: Vec<&TopologyDef> = bundle
+                .manifest
+                .topologies
+                .iter()
+                .filter(|t| name.ends_with(&format!("#{}", t.component)))
+                .map(|t| &t.definition)
+                .collect();
+            if listed != definitions.iter().collect::<Vec<_>>() {
+                bail!("{name} describes other topologies than the bundle's manifest lists for it");
+            }
+        }
+        all.extend(definitions.into_iter().map(|d| (Arc::clone(&component), d)));
+    }
+    Ok(all)
+}
+
+/// Loads the topologies named in `names` from the component or bundle at
+/// `path` (the only one it defines, when `names` is empty), checked against
+/// this host's sandbox `config`.
 pub fn load(
     engine: &Engine,
     cache: &ComponentCache,
@@ -30,28 +82,29 @@ pub fn load(
     names: &[String],
     config: &SandboxConfig,
 ) -> Result<Vec<LoadedTopology>> {
-    let component = Arc::new(LoadedComponent::load(engine, cache, path)?);
-    let json = component.instantiate("describe", &OperatorSandbox::host_limits(config))?.describe()?;
-    let definitions = parse_description(&json)
-        .with_context(|| format!("{} describes its topologies in a form this host cannot read", path.display()))?;
-    let defined: Vec<&str> = definitions.iter().map(|d| d.name.as_str()).collect();
-    let chosen: Vec<TopologyDef> = match (names, definitions.as_slice()) {
-        ([], [only]) => vec![only.clone()],
+    let all = describe_all(engine, cache, path, config)?;
+    let defined: Vec<&str> = all.iter().map(|(_, d)| d.name.as_str()).collect();
+    let chosen: Vec<&(Arc<LoadedComponent>, TopologyDef)> = match (names, all.as_slice()) {
+        ([], [only]) => vec![only],
         ([], []) => bail!("{} defines no topology", path.display()),
         ([], _) => bail!("{} defines several topologies ({defined:?}): choose with --topology", path.display()),
-        (names, defs) => names
+        (names, all) => names
             .iter()
-            .map(|name| match defs.iter().find(|d| &d.name == name) {
-                Some(def) => Ok(def.clone()),
+            .map(|name| match all.iter().find(|(_, d)| &d.name == name) {
+                Some(found) => Ok(found),
                 None => bail!("{} defines no topology {name:?} (it defines {defined:?})", path.display()),
             })
             .collect::<Result<_>>()?,
     };
     chosen
         .into_iter()
-        .map(|definition| {
-            let plan = plan(&definition, config).with_context(|| format!("invalid topology in {}", path.display()))?;
-            Ok(LoadedTopology { component: Arc::clone(&component), definition, plan: Arc::new(plan) })
+        .map(|(component, definition)| {
+            let plan = plan(definition, config).with_context(|| format!("invalid topology in {}", path.display()))?;
+            Ok(LoadedTopology {
+                component: Arc::clone(component),
+                definition: definition.clone(),
+                plan: Arc::new(plan),
+            })
         })
         .collect()
 }

@@ -1,6 +1,9 @@
 //! The `weir` verbs, one file each.
 
+mod bundle;
+mod inspect;
 mod json;
+mod new;
 mod run;
 mod state;
 
@@ -25,6 +28,14 @@ enum Command {
     /// Read a topology's stored state.
     #[command(subcommand)]
     State(state::StateCommand),
+    /// Build a guest crate and pack its component and topologies into one
+    /// `.weir` bundle file.
+    Bundle(bundle::BundleArgs),
+    /// Show what a bundle or component holds: topologies, operators, states,
+    /// spouts, limits, capabilities, WIT version.
+    Inspect(inspect::InspectArgs),
+    /// Create a guest crate with a small working topology, a README and a test.
+    New(new::NewArgs),
 }
 
 /// Sends logs to stderr, filtered by `WEIR_LOG` (default: info for Weir).
@@ -43,5 +54,8 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => run::run(args, started),
         Command::State(command) => state::run(command),
+        Command::Bundle(args) => bundle::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::New(args) => new::run(args),
     }
 }

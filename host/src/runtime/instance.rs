@@ -74,9 +74,15 @@ impl LoadedComponent {
     /// Reads, compiles (or loads from `cache`) and links the component at `path`.
     pub fn load(engine: &Engine, cache: &ComponentCache, path: &Path) -> Result<LoadedComponent> {
         let wasm = std::fs::read(path).with_context(|| format!("cannot read component {}", path.display()))?;
-        check_header(path, &wasm)?;
+        LoadedComponent::from_bytes(engine, cache, path, &wasm)
+    }
+
+    /// Compiles (or loads from `cache`) and links the component `wasm`;
+    /// errors name it by `path`.
+    pub fn from_bytes(engine: &Engine, cache: &ComponentCache, path: &Path, wasm: &[u8]) -> Result<LoadedComponent> {
+        check_header(path, wasm)?;
         let (component, cache_outcome) =
-            cache.load(engine, &wasm).with_context(|| format!("{} is not a valid component", path.display()))?;
+            cache.load(engine, wasm).with_context(|| format!("{} is not a valid component", path.display()))?;
         refuse_unknown_imports(path, engine, &component)?;
         let mut linker = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;

@@ -1,0 +1,226 @@
+//! Topology bundles: one `.weir` file holding the topology definitions, the
+//! components that run them, their checksums and the WIT version they
+//! target. A single self-describing `.wasm` is accepted wherever a bundle is.
+//!
+//! Layout: the magic `WEIRBNDL`, a format version (u32, little-endian), the
+//! manifest's length (u32) and the manifest (JSON), then each component's
+//! bytes in the manifest's order.
+
+use crate::bindings::WIT_PACKAGE;
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use weir_sdk::topology::TopologyDef;
+
+const MAGIC: &[u8; 8] = b"WEIRBNDL";
+const FORMAT_VERSION: u32 = 1;
+
+/// WIT packages (by major: for 0.x versions, the minor) this host runs.
+pub const SUPPORTED_WIT: &[&str] = &["weir:topology@0.1"];
+
+/// What a bundle holds, in words a person can read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// The WIT package the components target.
+    pub wit: String,
+    /// The components, in the order their bytes follow the manifest.
+    pub components: Vec<ComponentEntry>,
+    /// The topologies, each with the component that runs it.
+    pub topologies: Vec<BundledTopology>,
+}
+
+/// One component of a bundle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentEntry {
+    /// The component's file name.
+    pub name: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its SHA-256, in hex.
+    pub sha256: String,
+}
+
+/// A topology of a bundle.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundledTopology {
+    /// Name of the component that defines and runs it.
+    pub component: String,
+    /// Its definition, as the component describes it.
+    pub definition: TopologyDef,
+}
+
+/// A bundle read and checked.
+pub struct Bundle {
+    /// What it holds.
+    pub manifest: Manifest,
+    /// Each component's name and bytes.
+    pub components: Vec<(String, Vec<u8>)>,
+}
+
+/// SHA-256 of `bytes`, in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `bytes` start like a bundle.
+pub fn is_bundle(bytes: &[u8]) -> bool {
+    bytes.starts_with(MAGIC)
+}
+
+fn wit_major(wit: &str) -> String {
+    // weir:topology@0.1.0 -> weir:topology@0.1 ; @1.2.3 -> @1
+    let Some((package, version)) = wit.split_once('@') else { return wit.to_owned() };
+    let mut parts = version.split('.');
+    let major = parts.next().unwrap_or_default();
+    if major == "0" {
+        format!("{package}@0.{}", parts.next().unwrap_or_default())
+    } else {
+        format!("{package}@{major}")
+    }
+}
+
+/// Whether this host runs components targeting `wit`.
+pub fn supports_wit(wit: &str) -> bool {
+    SUPPORTED_WIT.contains(&wit_major(wit).as_str())
+}
+
+impl Bundle {
+    /// A bundle of `components` (name, bytes) running `topologies`.
+    pub fn new(components: Vec<(String, Vec<u8>)>, topologies: Vec<BundledTopology>) -> Bundle {
+        let entries = components
+            .iter()
+            .map(|(name, bytes)| ComponentEntry {
+                name: name.clone(),
+                size: bytes.len() as u64,
+                sha256: sha256_hex(bytes),
+            })
+            .collect();
+        Bundle { manifest: Manifest { wit: WIT_PACKAGE.to_owned(), components: entries, topologies }, components }
+    }
+
+    /// The bundle's bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let manifest = serde_json::to_vec_pretty(&self.manifest)?;
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&u32::try_from(manifest.len())?.to_le_bytes());
+        out.extend_from_slice(&manifest);
+        for (_, bytes) in &self.components {
+            out.extend_from_slice(bytes);
+        }
+        Ok(out)
+    }
+
+    /// Reads and checks a bundle: its layout, the WIT version it targets,
+    /// and every component's size and checksum. `name` names it in errors.
+    pub fn from_bytes(name: &Path, bytes: &[u8]) -> Result<Bundle> {
+        let at_fault = || format!("bundle {}", name.display());
+        if !is_bundle(bytes) {
+            bail!("{} is not a Weir bundle (no WEIRBNDL header)", at_fault());
+        }
+        let header = |at: usize| -> Result<u32> {
+            let field = bytes.get(at..at + 4).with_context(|| format!("{} is truncated in its header", at_fault()))?;
+            Ok(u32::from_le_bytes(field.try_into().expect("4 bytes")))
+        };
+        let version = header(8)?;
+        if version != FORMAT_VERSION {
+            bail!("{} has format version {version}; this host reads version {FORMAT_VERSION}", at_fault());
+        }
+        let manifest_len = header(12)? as usize;
+        let manifest_bytes =
+            bytes.get(16..16 + manifest_len).with_context(|| format!("{} is truncated in its manifest", at_fault()))?;
+        let manifest: Manifest = serde_json::from_slice(manifest_bytes)
+            .with_context(|| format!("{}: the manifest does not parse", at_fault()))?;
+        if !supports_wit(&manifest.wit) {
+            bail!(
+                "{} targets {}, which this host does not run; it supports {}",
+                at_fault(),
+                manifest.wit,
+                SUPPORTED_WIT.iter().map(|w| format!("{w}.x")).collect::<Vec<_>>().join(", ")
+            );
+        }
+        let mut rest = &bytes[16 + manifest_len..];
+        let mut components = Vec::new();
+        for entry in &manifest.components {
+            let size = usize::try_from(entry.size)?;
+            if rest.len() < size {
+                bail!("{} is truncated in component {}", at_fault(), entry.name);
+            }
+            let (component, tail) = rest.split_at(size);
+            rest = tail;
+            let sum = sha256_hex(component);
+            if sum != entry.sha256 {
+                bail!(
+                    "{}: component {} does not match its checksum (sha256 {sum}, manifest says {})",
+                    at_fault(),
+                    entry.name,
+                    entry.sha256
+                );
+            }
+            components.push((entry.name.clone(), component.to_vec()));
+        }
+        if !rest.is_empty() {
+            bail!("{} has {} bytes after its last component", at_fault(), rest.len());
+        }
+        for topology in &manifest.topologies {
+            if !components.iter().any(|(name, _)| *name == topology.component) {
+                bail!(
+                    "{}: topology {} names component {}, which the bundle lacks",
+                    at_fault(),
+                    topology.definition.name,
+                    topology.component
+                );
+            }
+        }
+        Ok(Bundle { manifest, components })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Bundle {
+        Bundle::new(vec![("a.wasm".into(), b"\0asm component".to_vec())], vec![])
+    }
+
+    #[test]
+    fn a_bundle_round_trips() {
+        let bytes = sample().to_bytes().unwrap();
+        let read = Bundle::from_bytes(Path::new("b.weir"), &bytes).unwrap();
+        assert_eq!(read.manifest, sample().manifest);
+        assert_eq!(read.components, sample().components);
+    }
+
+    #[test]
+    fn damaged_bundles_are_refused_with_the_reason() {
+        let name = Path::new("b.weir");
+        let bytes = sample().to_bytes().unwrap();
+        let err = |bytes: &[u8]| format!("{:#}", Bundle::from_bytes(name, bytes).err().unwrap());
+        assert!(err(b"garbage").contains("is not a Weir bundle"));
+        assert!(err(&bytes[..bytes.len() - 3]).contains("truncated in component a.wasm"));
+        let mut flipped = bytes.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert!(err(&flipped).contains("does not match its checksum"));
+        let mut other = sample();
+        other.manifest.wit = "weir:topology@2.0.0".into();
+        let message = err(&other.to_bytes().unwrap());
+        assert!(
+            message
+                .contains("targets weir:topology@2.0.0, which this host does not run; it supports weir:topology@0.1.x"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn wit_versions_compare_by_major() {
+        assert!(supports_wit("weir:topology@0.1.0"));
+        assert!(supports_wit("weir:topology@0.1.7"));
+        assert!(!supports_wit("weir:topology@0.2.0"));
+        assert!(!supports_wit("other:topology@0.1.0"));
+    }
+}

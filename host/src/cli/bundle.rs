@@ -1,0 +1,48 @@
+//! `weir bundle`: build a guest crate and pack it into a `.weir` bundle.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use std::path::PathBuf;
+use weir::bundle::{Bundle, BundledTopology};
+use weir::config::SandboxConfig;
+use weir::runtime::{self, ComponentCache};
+use weir::{guest_build, plan, topology};
+
+#[derive(Args, Debug)]
+pub struct BundleArgs {
+    /// A guest crate's directory (built for wasm32-wasip2 first), or a built
+    /// component (.wasm).
+    path: PathBuf,
+    /// Where to write the bundle [default: <name>.weir in the current directory].
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+}
+
+pub fn run(args: BundleArgs) -> Result<()> {
+    let wasm = if args.path.is_dir() { guest_build::build(&args.path)? } else { args.path.clone() };
+    let engine = runtime::engine(false)?;
+    let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
+    let config = SandboxConfig::default();
+    let described = topology::describe_all(&engine, &cache, &wasm, &config)?;
+    if described.is_empty() {
+        bail!("{} defines no topology", wasm.display());
+    }
+    let name = wasm.file_name().and_then(|n| n.to_str()).context("the component's file name")?.to_owned();
+    let mut topologies = Vec::new();
+    for (_, definition) in described {
+        plan::plan(&definition, &config).with_context(|| format!("invalid topology in {}", wasm.display()))?;
+        topologies.push(BundledTopology { component: name.clone(), definition });
+    }
+    let bytes = std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))?;
+    let bundle = Bundle::new(vec![(name.clone(), bytes)], topologies);
+    let stem = args.path.file_stem().and_then(|s| s.to_str()).unwrap_or("topology").to_owned();
+    let output = args.output.unwrap_or_else(|| PathBuf::from(format!("{stem}.weir")));
+    let encoded = bundle.to_bytes()?;
+    std::fs::write(&output, &encoded).with_context(|| format!("writing {}", output.display()))?;
+    let names: Vec<&str> = bundle.manifest.topologies.iter().map(|t| t.definition.name.as_str()).collect();
+    println!("wrote {} ({} bytes): {} from {name}", output.display(), encoded.len(), names.join(", "));
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! `weir inspect`: what a bundle or component holds.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::fmt::Write;
+use std::path::PathBuf;
+use weir::bindings::WIT_PACKAGE;
+use weir::bundle::{Bundle, BundledTopology, ComponentEntry, Manifest, is_bundle, sha256_hex};
+use weir::config::SandboxConfig;
+use weir::runtime::{self, ComponentCache};
+use weir::spout::SpoutKind;
+use weir::topology;
+use weir_sdk::topology::{AggregatorDef, OperationDef, SandboxDef, SpoutDef};
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// A bundle (.weir) or a component (.wasm).
+    path: PathBuf,
+    /// Print the manifest as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+}
+
+/// The manifest of a bundle, or the one a bundle of this component would have.
+fn manifest(args: &InspectArgs) -> Result<Manifest> {
+    let bytes = std::fs::read(&args.path).with_context(|| format!("cannot read {}", args.path.display()))?;
+    if is_bundle(&bytes) {
+        return Ok(Bundle::from_bytes(&args.path, &bytes)?.manifest);
+    }
+    let engine = runtime::engine(false)?;
+    let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
+    let name = args.path.file_name().and_then(|n| n.to_str()).unwrap_or("component.wasm").to_owned();
+    let topologies = topology::describe_all(&engine, &cache, &args.path, &SandboxConfig::default())?
+        .into_iter()
+        .map(|(_, definition)| BundledTopology { component: name.clone(), definition })
+        .collect();
+    let component = ComponentEntry { name, size: bytes.len() as u64, sha256: sha256_hex(&bytes) };
+    Ok(Manifest { wit: WIT_PACKAGE.to_owned(), components: vec![component], topologies })
+}
+
+fn fields(names: &[String]) -> String {
+    format!("[{}]", names.join(", "))
+}
+
+fn spout(def: &SpoutDef) -> String {
+    let kind = match SpoutKind::of(def) {
+        SpoutKind::Transactional => "transactional",
+        SpoutKind::Opaque => "opaque",
+        SpoutKind::NonTransactional => "non-transactional",
+    };
+    let what = match def {
+        SpoutDef::FileLines { .. } => "file lines (built in)".to_owned(),
+        SpoutDef::DirectoryLines { .. } => "directory lines (built in)".to_owned(),
+        SpoutDef::Generator { count, .. } => format!("generator of {count} integers (built in)"),
+        SpoutDef::Guest { promise, .. } => format!("guest spout ({promise:?})"),
+    };
+    format!("{what}, {kind} -> {}", fields(&def.fields()))
+}
+
+fn sandbox(def: &SandboxDef) -> String {
+    let mut parts = Vec::new();
+    for (what, value) in [
+        ("memory MiB", def.memory_mib),
+        ("CPU ms per call", def.call_ms),
+        ("output MiB", def.output_mib),
+        ("output tuples", def.output_tuples),
+    ] {
+        if let Some(value) = value {
+            parts.push(format!("{what} {value}"));
+        }
+    }
+    for grant in &def.read_only_dirs {
+        parts.push(format!("read-only {} at {}", grant.host, grant.guest));
+    }
+    parts.join(", ")
+}
+
+fn describe(manifest: &Manifest) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "WIT {}", manifest.wit);
+    for c in &manifest.components {
+        let _ = writeln!(out, "component {} ({} bytes, sha256 {})", c.name, c.size, c.sha256);
+    }
+    for t in &manifest.topologies {
+        let d = &t.definition;
+        let _ = writeln!(out, "\ntopology {} (component {})", d.name, t.component);
+        let _ = writeln!(out, "  spout: {}", spout(&d.spout));
+        for op in &d.operations {
+            let line = match op {
+                OperationDef::Each { id, input, output } => {
+                    format!("each {id}: {} -> {}", fields(input), fields(output))
+                }
+                OperationDef::Filter { id, input } => format!("filter {id}: {}", fields(input)),
+                OperationDef::GroupBy { fields: by } => format!("group-by {}", fields(by)),
+                OperationDef::PersistentAggregate { id, state, aggregator, input, output } => {
+                    let aggregator = match aggregator {
+                        AggregatorDef::Builtin { name } => format!("built-in {name:?} (in the host)"),
+                        AggregatorDef::Combiner => "guest combiner".to_owned(),
+                    };
+                    format!(
+                        "persistent-aggregate {id}: {} -> {} with {aggregator}, into state {} ({:?})",
+                        fields(input),
+                        fields(output),
+                        state.name,
+                        state.kind
+                    )
+                }
+            };
+            let _ = writeln!(out, "  {line}");
+        }
+        if d.sandbox.is_empty() {
+            let _ = writeln!(out, "  sandbox: the host's limits, no capabilities");
+        }
+        for (id, asked) in &d.sandbox {
+            let _ = writeln!(out, "  sandbox of {id}: {}", sandbox(asked));
+        }
+    }
+    out
+}
+
+pub fn run(args: InspectArgs) -> Result<()> {
+    let manifest = manifest(&args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&manifest)?);
+    } else {
+        print!("{}", describe(&manifest));
+    }
+    Ok(())
+}
