@@ -1,7 +1,7 @@
 //! Loading topologies: from a bundle or a self-describing component, the
 //! definitions the components describe, checked into plans.
 
-use crate::bundle::Bundle;
+use crate::bundle::{Bundle, Manifest};
 use crate::config::SandboxConfig;
 use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
@@ -22,20 +22,25 @@ pub struct LoadedTopology {
     pub plan: Arc<Plan>,
 }
 
-/// The components at `path`, each with the name errors give it: a `.wasm`
-/// file, or every component of a bundle.
-fn components(path: &Path) -> Result<(Vec<(PathBuf, Vec<u8>)>, Option<Bundle>)> {
+/// What a path holds: its components, each with the name errors give it,
+/// and the manifest when it is a bundle.
+struct Source {
+    components: Vec<(PathBuf, Vec<u8>)>,
+    manifest: Option<Manifest>,
+}
+
+fn read_source(path: &Path) -> Result<Source> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read component {}", path.display()))?;
     if !crate::bundle::is_bundle(&bytes) {
-        return Ok((vec![(path.to_owned(), bytes)], None));
+        return Ok(Source { components: vec![(path.to_owned(), bytes)], manifest: None });
     }
     let bundle = Bundle::from_bytes(path, &bytes)?;
     let components = bundle
         .components
-        .iter()
-        .map(|(name, bytes)| (PathBuf::from(format!("{}#{name}", path.display())), bytes.clone()))
+        .into_iter()
+        .map(|(name, bytes)| (PathBuf::from(format!("{}#{name}", path.display())), bytes))
         .collect();
-    Ok((components, Some(bundle)))
+    Ok(Source { components, manifest: Some(bundle.manifest) })
 }
 
 /// Every topology the component or bundle at `path` defines, with the
@@ -47,17 +52,16 @@ pub fn describe_all(
     path: &Path,
     config: &SandboxConfig,
 ) -> Result<Vec<(Arc<LoadedComponent>, TopologyDef)>> {
-    let (components, bundle) = components(path)?;
+    let source = read_source(path)?;
     let mut all = Vec::new();
-    for (label, bytes) in components {
+    for (label, bytes) in source.components {
         let component = Arc::new(LoadedComponent::from_bytes(engine, cache, &label, &bytes)?);
         let json = component.instantiate("describe", &OperatorSandbox::host_limits(config))?.describe()?;
         let definitions = parse_description(&json)
             .with_context(|| format!("{} describes its topologies in a form this host cannot read", label.display()))?;
-        if let Some(bundle) = &bundle {
+        if let Some(manifest) = &source.manifest {
             let name = label.display().to_string();
-            let listed: Vec<&TopologyDef> = bundle
-                .manifest
+            let listed: Vec<&TopologyDef> = manifest
                 .topologies
                 .iter()
                 .filter(|t| name.ends_with(&format!("#{}", t.component)))
