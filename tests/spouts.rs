@@ -144,3 +144,20 @@ fn a_batch_failing_forever_halts_after_the_retries_and_leaves_committed_state_by
     assert!(stderr.contains("split cannot go on at txid 5"), "{stderr}");
     assert!(raw() == before, "committed state changed");
 }
+
+#[test]
+fn a_guest_spout_reads_only_the_directory_it_is_granted() {
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("input")).unwrap();
+    std::fs::copy(&corpus.path, dir.path().join("input/corpus.txt")).unwrap();
+    let args = ["run", TEST_TOPOLOGIES, "--topology", "granted-spout", "--data", "data"];
+    let refused = weir().current_dir(dir.path()).args(args).output().unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("operator spout asks for read-only access to input"), "{stderr}");
+    let output = weir().current_dir(dir.path()).args(args).args(["--allow-dir", "."]).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(text(&output).contains("committed 200 batches (20000 tuples)"), "{}", text(&output));
+    assert_counts_eq(&counts(&dir.path().join("data"), "granted-spout"), &corpus.truth);
+}

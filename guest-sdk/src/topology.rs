@@ -556,12 +556,21 @@ impl Stream {
         }
     }
 
+    /// The sandbox of the last operator, or of the guest spout when the
+    /// stream has no operation yet.
     fn last_sandbox(&mut self) -> &mut SandboxDef {
-        let id = self.last_id().expect("limits and grants follow an operator").clone();
+        let spout_first =
+            self.topology.def.operations.is_empty() && matches!(self.topology.def.spout, SpoutDef::Guest { .. });
+        let id = match self.last_id() {
+            Some(id) => id.clone(),
+            None if spout_first => SPOUT_ID.to_owned(),
+            None => panic!("limits and read-only directories follow an operator or a guest spout"),
+        };
         self.topology.def.sandbox.entry(id).or_default()
     }
 
-    /// Sets the last operator's limits (each capped by the host's).
+    /// Sets the last operator's limits (each capped by the host's); right
+    /// after a guest spout, the spout's.
     pub fn limits(mut self, limits: Limits) -> Stream {
         let sandbox = self.last_sandbox();
         sandbox.memory_mib = limits.memory_mib;
@@ -572,8 +581,9 @@ impl Stream {
     }
 
     /// Mounts host directory `host` read-only at `guest` in the last
-    /// operator's sandbox. The host grants it only where its configuration
-    /// allows that directory.
+    /// operator's sandbox (right after a guest spout, the spout's: how a
+    /// spout reads external data). The host grants it only where its
+    /// configuration allows that directory.
     pub fn read_only_dir(mut self, host: &str, guest: &str) -> Stream {
         let grant = DirGrant { host: host.to_owned(), guest: guest.to_owned() };
         self.last_sandbox().read_only_dirs.push(grant);

@@ -59,6 +59,23 @@ impl CombinerAggregator for GuestCount {
     }
 }
 
+/// A batch spout over the lines of a file in a granted directory: batch n
+/// holds lines 100 (n - 1) to 100 n.
+struct GrantedLines;
+
+impl BatchSpout for GrantedLines {
+    fn emit_batch(&self, info: &SpoutInfo, out: &mut SpoutEmitter<'_>) -> Result<bool, Error> {
+        let text = std::fs::read_to_string("/input/corpus.txt")
+            .map_err(|e| Error::retry(format!("reading /input/corpus.txt: {e}")))?;
+        let start = (info.txid as usize - 1) * 100;
+        let lines: Vec<&str> = text.lines().skip(start).take(100).collect();
+        for line in &lines {
+            out.emit([*line])?;
+        }
+        Ok(!lines.is_empty())
+    }
+}
+
 fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggregator) -> Topology {
     Topology::new(name)
         .new_stream(FileLines::new("sentence"))
@@ -109,6 +126,14 @@ fn topologies() -> Vec<Topology> {
         word_count("word-count", Split::default(), State::opaque("counts"), Count),
         Topology::new("directory-word-count")
             .new_stream(DirectoryLines::new("sentence"))
+            .each(["sentence"], Split::default(), ["word"])
+            .name("split")
+            .group_by(["word"])
+            .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+            .build(),
+        Topology::new("granted-spout")
+            .new_stream(GuestSpout::batch(GrantedLines, ["sentence"]))
+            .read_only_dir("input", "/input")
             .each(["sentence"], Split::default(), ["word"])
             .name("split")
             .group_by(["word"])
