@@ -117,7 +117,8 @@ fn a_component_with_several_topologies_needs_one_chosen() {
 #[test]
 fn every_verb_explains_itself() {
     for (args, expected) in [
-        (vec!["--help"], vec!["run", "state", "bundle", "inspect", "new"]),
+        (vec!["--help"], vec!["run", "state", "bundle", "inspect", "new", "serve", "--log-format"]),
+        (vec!["serve", "--help"], vec!["--data", "--listen", "--token-file", "--max-upload-mib", "--input-dir"]),
         (vec!["bundle", "--help"], vec!["--output"]),
         (vec!["inspect", "--help"], vec!["--json"]),
         (vec!["new", "--help"], vec!["--lang", "--sdk"]),

@@ -311,6 +311,7 @@ fn native(args: &[String]) -> Result<()> {
         OperatorSource::Native(word_count::weir_topologies),
         &mut spout,
         &config,
+        &std::sync::atomic::AtomicBool::new(false),
         &mut |_| {},
     )?;
     let figures = json!([{

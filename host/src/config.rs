@@ -37,6 +37,9 @@ pub struct RunConfig {
     pub retry_backoff: std::time::Duration,
     /// Time a batch may take to be processed.
     pub batch_timeout: std::time::Duration,
+    /// Keep running when the spout has nothing more, asking it again at this
+    /// interval, until stopped (a served topology); `None` ends the run.
+    pub follow: Option<std::time::Duration>,
 }
 
 impl RunConfig {
@@ -54,6 +57,7 @@ impl Default for RunConfig {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry_backoff: std::time::Duration::from_millis(DEFAULT_RETRY_BACKOFF_MS),
             batch_timeout: std::time::Duration::from_millis(DEFAULT_BATCH_TIMEOUT_MS),
+            follow: None,
         }
     }
 }

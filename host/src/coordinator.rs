@@ -21,6 +21,7 @@ use crate::state::{BatchRecord, Combine, Db, StateUpdate};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use weir_sdk::codec::{Batch, Value};
@@ -66,14 +67,15 @@ struct InFlight {
     deadline: Instant,
 }
 
-/// Runs `plan` over what `spout` emits until it has nothing left and every
-/// batch is committed.
+/// Runs `plan` over what `spout` emits until it has nothing left (or, when
+/// following, until `stop` is set) and every batch in flight is committed.
 pub fn run(
     db: &Db,
     plan: Arc<Plan>,
     source: OperatorSource,
     spout: &mut dyn Spout,
     config: &RunConfig,
+    stop: &AtomicBool,
     on_commit: &mut dyn FnMut(&RunReport),
 ) -> Result<RunReport> {
     let (work_tx, work_rx) = mpsc::channel::<Work>();
@@ -98,6 +100,7 @@ pub fn run(
             kind: spout.kind(),
             spout,
             config,
+            stop,
             work: work_tx,
             done: done_rx,
             pending: VecDeque::new(),
@@ -120,6 +123,7 @@ struct Coordinator<'a> {
     spout: &'a mut dyn Spout,
     kind: SpoutKind,
     config: &'a RunConfig,
+    stop: &'a AtomicBool,
     work: mpsc::Sender<Work>,
     done: mpsc::Receiver<Done>,
     pending: VecDeque<InFlight>,
@@ -161,14 +165,25 @@ impl Coordinator<'_> {
             }
         }
         loop {
-            while !self.exhausted && self.pending.len() < self.config.max_pending {
+            let stopping = self.stop.load(Ordering::Relaxed);
+            while !stopping && !self.exhausted && self.pending.len() < self.config.max_pending {
                 let txid = self.next_txid;
                 match self.spout.emit(txid, 0, self.last_meta.as_deref())? {
                     Some(emitted) => self.dispatch(txid, 0, emitted)?,
                     None => self.exhausted = true,
                 }
             }
-            let Some(front) = self.pending.front() else { break };
+            let Some(front) = self.pending.front() else {
+                match self.config.follow {
+                    Some(interval) if !stopping => {
+                        // Caught up: ask the spout again after a while.
+                        std::thread::sleep(interval);
+                        self.exhausted = false;
+                        continue;
+                    }
+                    _ => break,
+                }
+            };
             let (txid, attempt, tuples, deadline) = (front.txid, front.attempt, front.tuples, front.deadline);
             let outcome = match self.wait_for(txid, attempt, deadline)? {
                 Some(Done { result: Ok(partials), .. }) => self.commit(txid, attempt, partials),

@@ -12,6 +12,7 @@ pub mod plan;
 pub mod process;
 pub mod runtime;
 pub mod sandbox;
+pub mod server;
 pub mod spout;
 pub mod state;
 pub mod topology;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
     let args = cli::Cli::parse();
-    cli::init_logging();
+    cli::init_logging(args.log_format());
     match cli::dispatch(args, started) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`weir state scan | head`) is the reader's choice.

@@ -160,6 +160,17 @@ fn check_pairing(topology: &str, spout: &SpoutDef, state: &StateDef) -> Result<(
 
 /// Checks `def` against this host's `config` and builds its plan.
 pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
+    build(def, Some(config))
+}
+
+/// Checks `def`'s stream (fields, operators, pairings) without the sandbox
+/// it asks for, which only the host that runs it can grant: what packing a
+/// bundle checks.
+pub fn check_stream(def: &TopologyDef) -> Result<()> {
+    build(def, None).map(drop)
+}
+
+fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
     let name = &def.name;
     check_name("topology", name)?;
     let spout_fields = def.spout.fields();
@@ -238,7 +249,14 @@ pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
                 if matches!(def.spout, SpoutDef::Guest { .. }) {
                     ids.push(weir_sdk::topology::SPOUT_ID);
                 }
-                let sandboxes = sandboxes(def, &ids, config)?;
+                let sandboxes = match config {
+                    Some(config) => sandboxes(def, &ids, config)?,
+                    None => sandboxes(
+                        &TopologyDef { sandbox: Default::default(), ..def.clone() },
+                        &ids,
+                        &SandboxConfig::default(),
+                    )?,
+                };
                 return Ok(Plan { topology: name.clone(), spout_fields, steps, sink, sandboxes });
             }
         }

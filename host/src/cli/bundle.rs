@@ -33,7 +33,7 @@ pub fn run(args: BundleArgs) -> Result<()> {
     let name = wasm.file_name().and_then(|n| n.to_str()).context("the component's file name")?.to_owned();
     let mut topologies = Vec::new();
     for (_, definition) in described {
-        plan::plan(&definition, &config).with_context(|| format!("invalid topology in {}", wasm.display()))?;
+        plan::check_stream(&definition).with_context(|| format!("invalid topology in {}", wasm.display()))?;
         topologies.push(BundledTopology { component: name.clone(), definition });
     }
     let bytes = std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))?;

@@ -5,6 +5,7 @@ mod inspect;
 mod json;
 mod new;
 mod run;
+mod serve;
 mod state;
 
 use clap::{Parser, Subcommand};
@@ -17,8 +18,27 @@ use tracing_subscriber::EnvFilter;
 #[command(name = "weir", version, about, long_about = None)]
 #[command(after_help = "Logs go to stderr; set WEIR_LOG (e.g. WEIR_LOG=weir=debug) to see more.")]
 pub struct Cli {
+    /// Log format: text for people, json for machines.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How logs are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Cli {
+    /// The log format asked for.
+    pub fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -36,17 +56,18 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Create a guest crate with a small working topology, a README and a test.
     New(new::NewArgs),
+    /// Run deployed topologies, driven over an HTTP JSON API (see the README).
+    Serve(serve::ServeArgs),
 }
 
 /// Sends logs to stderr, filtered by `WEIR_LOG` (default: info for Weir).
-pub fn init_logging() {
+pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| EnvFilter::new("weir=info,warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => logs.json().init(),
+    }
 }
 
 /// Runs the chosen verb; `started` is when the process started.
@@ -57,5 +78,6 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
         Command::Bundle(args) => bundle::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::New(args) => new::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }

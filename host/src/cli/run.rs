@@ -6,6 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use weir::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB,
@@ -133,6 +134,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         max_attempts: args.max_attempts,
         retry_backoff: Duration::from_millis(args.retry_backoff_ms),
         batch_timeout: Duration::from_millis(args.batch_timeout_ms),
+        follow: None,
     };
     let sandbox = SandboxConfig {
         max_memory_mib: args.max_memory_mib,
@@ -175,6 +177,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
                         OperatorSource::Wasm(loaded.component),
                         &mut *spout,
                         config,
+                        &AtomicBool::new(false),
                         &mut |r: &RunReport| {
                             let mut reports = reports.lock().unwrap_or_else(|e| e.into_inner());
                             reports.insert(loaded.definition.name.clone(), r.clone());

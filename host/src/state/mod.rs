@@ -106,6 +106,10 @@ fn bytes_table(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> 
     TableDefinition::new(name)
 }
 
+fn deployments_def() -> TableDefinition<'static, &'static str, &'static [u8]> {
+    TableDefinition::new("serve/deployments")
+}
+
 fn meta_def(name: &str) -> TableDefinition<'_, &'static str, u64> {
     TableDefinition::new(name)
 }
@@ -248,6 +252,50 @@ impl Db {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Saves a served topology's deployment record, durably.
+    pub fn save_deployment(&self, name: &str, record: &[u8]) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        txn.open_table(deployments_def())?.insert(name, record)?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Every served topology's deployment record.
+    pub fn deployments(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let txn = self.db.begin_read()?;
+        let table = match txn.open_table(deployments_def()) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (name, record) = entry?;
+            out.push((name.value().to_owned(), record.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Forgets a served topology; with `drop_state`, its state and progress
+    /// go too, in the same transaction.
+    pub fn forget_deployment(&self, name: &str, drop_state: bool) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        txn.open_table(deployments_def())?.remove(name)?;
+        if drop_state {
+            let states = format!("state/{name}/");
+            let (meta, batches) = (meta_table(name), batches_table(name));
+            let doomed: Vec<_> = txn
+                .list_tables()?
+                .filter(|t| t.name().starts_with(&states) || t.name() == meta || t.name() == batches)
+                .collect();
+            for table in doomed {
+                txn.delete_table(table)?;
+            }
+        }
+        txn.commit()?;
+        Ok(())
     }
 
     /// Names of the states stored for `topology`.

@@ -1,0 +1,96 @@
+//! `weir serve`: run topologies from uploaded bundles, driven over HTTP.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use weir::config::{
+    DEFAULT_BATCH_SIZE, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES,
+    DEFAULT_MAX_PENDING, RunConfig, SandboxConfig,
+};
+use weir::runtime::{self, ComponentCache};
+use weir::server::deployments::Host;
+use weir::server::{ServeConfig, serve};
+use weir::state::Db;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Directory holding every topology's state and the uploaded bundles.
+    #[arg(long)]
+    data: PathBuf,
+    /// Address to listen on; a non-loopback address needs --token-file.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: SocketAddr,
+    /// File holding the token every API call must bear
+    /// (`Authorization: Bearer <token>`); /health and /metrics need none.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Largest bundle upload, in MiB; larger ones get 413.
+    #[arg(long, default_value_t = 64)]
+    max_upload_mib: usize,
+    /// A directory topologies' spouts may read their input from. Repeatable.
+    #[arg(long)]
+    input_dir: Vec<PathBuf>,
+    /// Lines (spout tuples) per batch.
+    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+    batch_size: usize,
+    /// Batches processing at once per topology.
+    #[arg(long, default_value_t = DEFAULT_MAX_PENDING)]
+    max_pending: usize,
+    /// How often a topology that has caught up asks its spout for more, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    poll_ms: u64,
+    /// Largest linear memory of an operator instance, in MiB.
+    #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB)]
+    max_memory_mib: u64,
+    /// CPU time one operator call may take, in milliseconds.
+    #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS)]
+    max_call_ms: u64,
+    /// Bytes one operator call may return, in MiB.
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_MIB)]
+    max_output_mib: u64,
+    /// Tuples one operator call may emit.
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_TUPLES)]
+    max_output_tuples: u64,
+    /// A directory operators may be granted read-only access to. Repeatable.
+    #[arg(long)]
+    allow_dir: Vec<PathBuf>,
+    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let token = match &args.token_file {
+        Some(path) => {
+            let token = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let token = token.trim().to_owned();
+            anyhow::ensure!(!token.is_empty(), "{} holds no token", path.display());
+            Some(token)
+        }
+        None => None,
+    };
+    let host = Host {
+        db: Arc::new(Db::open(&args.data)?),
+        bundles: args.data.join("bundles"),
+        engine: runtime::engine(args.max_call_ms > 0)?,
+        cache: ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir)),
+        sandbox: SandboxConfig {
+            max_memory_mib: args.max_memory_mib,
+            max_call_ms: args.max_call_ms,
+            max_output_mib: args.max_output_mib,
+            max_output_tuples: args.max_output_tuples,
+            allowed_dirs: args.allow_dir.clone(),
+        },
+        run: RunConfig {
+            batch_size: args.batch_size.max(1),
+            max_pending: args.max_pending.max(1),
+            follow: Some(Duration::from_millis(args.poll_ms.max(1))),
+            ..RunConfig::default()
+        },
+        input_dirs: args.input_dir.clone(),
+    };
+    serve(ServeConfig { host, listen: args.listen, token, max_upload: args.max_upload_mib << 20 })
+}
