@@ -117,7 +117,27 @@ fn a_component_with_several_topologies_needs_one_chosen() {
 #[test]
 fn every_verb_explains_itself() {
     for (args, expected) in [
-        (vec!["--help"], vec!["run", "state", "bundle", "inspect", "new", "serve", "--log-format"]),
+        (
+            vec!["--help"],
+            vec![
+                "run",
+                "state",
+                "bundle",
+                "inspect",
+                "new",
+                "serve",
+                "deploy",
+                "ps",
+                "status",
+                "stop",
+                "resume",
+                "upgrade",
+                "delete",
+                "--log-format",
+            ],
+        ),
+        (vec!["deploy", "--help"], vec!["--name", "--input", "--server", "--json", "WEIR_TOKEN"]),
+        (vec!["delete", "--help"], vec!["--keep-state", "--drop-state"]),
         (vec!["serve", "--help"], vec!["--data", "--listen", "--token-file", "--max-upload-mib", "--input-dir"]),
         (vec!["bundle", "--help"], vec!["--output"]),
         (vec!["inspect", "--help"], vec!["--json"]),

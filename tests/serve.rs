@@ -240,3 +240,37 @@ fn serving_beyond_loopback_needs_a_token() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("refusing to listen on 0.0.0.0:0 without a token"));
 }
+
+#[test]
+fn the_client_verbs_drive_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let bundle_path = dir.path().join("wc.weir");
+    weir_ok(&["bundle", WORD_COUNT, "-o", bundle_path.to_str().unwrap()]);
+    let server = start(dir.path());
+    let url = format!("http://{}", server.address);
+    let client = |args: &[&str]| {
+        let output = weir().env("WEIR_TOKEN", TOKEN).env("WEIR_SERVER", &url).args(args).output().unwrap();
+        assert!(output.status.success(), "weir {args:?}: {}", text(&output));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let deployed =
+        client(&["deploy", bundle_path.to_str().unwrap(), "--name", "word-count", "--input", "in/corpus.txt"]);
+    assert!(deployed.contains("TOPOLOGY") && deployed.contains("word-count"), "{deployed}");
+    wait_for(&server, 20);
+    let table = client(&["ps"]);
+    let row = table.lines().find(|l| l.starts_with("word-count")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("running") && row.contains(" 20 "), "{row}");
+    let status: serde_json::Value = serde_json::from_str(&client(&["status", "word-count", "--json"])).unwrap();
+    assert_eq!((status["last_committed"].as_u64(), status["tuples"].as_u64()), (Some(20), Some(20_000)));
+    assert!(client(&["stop", "word-count"]).contains("stopped"));
+    assert!(client(&["resume", "word-count"]).contains("running"));
+    assert!(client(&["upgrade", "word-count", bundle_path.to_str().unwrap()]).contains("running"));
+    assert!(client(&["delete", "word-count", "--keep-state"]).contains("kept its state"));
+    assert!(!client(&["ps"]).contains("word-count"));
+
+    let denied = weir().env("WEIR_SERVER", &url).env("WEIR_TOKEN", "wrong").args(["ps"]).output().unwrap();
+    assert!(!denied.status.success());
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("the server answered 401"), "{}", text(&denied));
+}

@@ -1,12 +1,20 @@
 //! The `weir` verbs, one file each.
 
 mod bundle;
+mod client;
+mod delete;
+mod deploy;
 mod inspect;
 mod json;
 mod new;
+mod ps;
+mod resume;
 mod run;
 mod serve;
 mod state;
+mod status;
+mod stop;
+mod upgrade;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -58,6 +66,20 @@ enum Command {
     New(new::NewArgs),
     /// Run deployed topologies, driven over an HTTP JSON API (see the README).
     Serve(serve::ServeArgs),
+    /// Upload a bundle to a server and start its topology.
+    Deploy(deploy::DeployArgs),
+    /// List a server's topologies.
+    Ps(ps::PsArgs),
+    /// Show how a served topology is doing.
+    Status(status::StatusArgs),
+    /// Stop a served topology at a batch boundary.
+    Stop(stop::StopArgs),
+    /// Start a stopped served topology again.
+    Resume(resume::ResumeArgs),
+    /// Swap a served topology's bundle at a batch boundary, keeping its state.
+    Upgrade(upgrade::UpgradeArgs),
+    /// Delete a served topology, keeping or dropping its state.
+    Delete(delete::DeleteArgs),
 }
 
 /// Sends logs to stderr, filtered by `WEIR_LOG` (default: info for Weir).
@@ -79,5 +101,12 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
         Command::Inspect(args) => inspect::run(args),
         Command::New(args) => new::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Deploy(args) => deploy::run(args),
+        Command::Ps(args) => ps::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Stop(args) => stop::run(args),
+        Command::Resume(args) => resume::run(args),
+        Command::Upgrade(args) => upgrade::run(args),
+        Command::Delete(args) => delete::run(args),
     }
 }
