@@ -73,11 +73,16 @@ fn api(server: &Server, method: &str, path: &str, body: &[u8]) -> (u16, serde_js
     (status, serde_json::from_str(&body).unwrap_or(serde_json::Value::Null))
 }
 
-/// Waits until the topology has committed `txid`.
+/// Waits until word-count has committed `txid`.
 fn wait_for(server: &Server, txid: u64) -> serde_json::Value {
+    wait_for_topology(server, "word-count", txid)
+}
+
+/// Waits until `topology` has committed `txid`.
+fn wait_for_topology(server: &Server, topology: &str, txid: u64) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (status, body) = api(server, "GET", "/v1/topologies/word-count", b"");
+        let (status, body) = api(server, "GET", &format!("/v1/topologies/{topology}"), b"");
         assert_eq!(status, 200, "{body}");
         if body["last_committed"].as_u64() == Some(txid) {
             return body;
@@ -273,4 +278,28 @@ fn the_client_verbs_drive_a_server() {
     let denied = weir().env("WEIR_SERVER", &url).env("WEIR_TOKEN", "wrong").args(["ps"]).output().unwrap();
     assert!(!denied.status.success());
     assert!(String::from_utf8_lossy(&denied.stderr).contains("the server answered 401"), "{}", text(&denied));
+}
+
+#[test]
+fn logs_show_what_guests_wrote_most_recent_first() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let bundle_path = dir.path().join("variants.weir");
+    weir_ok(&["bundle", TEST_TOPOLOGIES, "-o", bundle_path.to_str().unwrap()]);
+    let server = start(dir.path());
+    let bundle = std::fs::read(&bundle_path).unwrap();
+    let (status, body) = api(&server, "POST", "/v1/topologies?topology=chatty-word-count&input=in/corpus.txt", &bundle);
+    assert_eq!(status, 201, "{body}");
+    wait_for_topology(&server, "chatty-word-count", 20);
+    let url = format!("http://{}", server.address);
+    let output = weir()
+        .env("WEIR_TOKEN", TOKEN)
+        .env("WEIR_SERVER", &url)
+        .args(["logs", "chatty-word-count", "--lines", "2"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let lines: Vec<String> = String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect();
+    assert_eq!(lines, ["[split] stderr: split warns about txid 20", "[split] stdout: split starts txid 20"]);
 }

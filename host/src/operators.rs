@@ -70,7 +70,7 @@ impl Operators {
             OperatorSource::Wasm(component) => {
                 if !self.instances.contains_key(operator) {
                     let guest = component
-                        .instantiate(operator, self.plan.sandboxes.of(operator))
+                        .instantiate(&self.plan.topology, operator, self.plan.sandboxes.of(operator))
                         .map_err(|e| BatchError::retry(operator, format!("cannot instantiate: {e:#}")))?;
                     self.instances.insert(operator.to_owned(), guest);
                 }

@@ -56,7 +56,8 @@ pub fn describe_all(
     let mut all = Vec::new();
     for (label, bytes) in source.components {
         let component = Arc::new(LoadedComponent::from_bytes(engine, cache, &label, &bytes)?);
-        let json = component.instantiate("describe", &OperatorSandbox::host_limits(config))?.describe()?;
+        let json =
+            component.instantiate("(describe)", "describe", &OperatorSandbox::host_limits(config))?.describe()?;
         let definitions = parse_description(&json)
             .with_context(|| format!("{} describes its topologies in a form this host cannot read", label.display()))?;
         if let Some(manifest) = &source.manifest {

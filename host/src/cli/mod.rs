@@ -6,6 +6,7 @@ mod delete;
 mod deploy;
 mod inspect;
 mod json;
+mod logs;
 mod new;
 mod ps;
 mod resume;
@@ -80,6 +81,8 @@ enum Command {
     Upgrade(upgrade::UpgradeArgs),
     /// Delete a served topology, keeping or dropping its state.
     Delete(delete::DeleteArgs),
+    /// Show what a served topology's guests wrote, most recent first.
+    Logs(logs::LogsArgs),
 }
 
 /// Sends logs to stderr, filtered by `WEIR_LOG` (default: info for Weir).
@@ -108,5 +111,6 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
         Command::Resume(args) => resume::run(args),
         Command::Upgrade(args) => upgrade::run(args),
         Command::Delete(args) => delete::run(args),
+        Command::Logs(args) => logs::run(args),
     }
 }

@@ -2,7 +2,7 @@
 //! the operator's name in front.
 
 use bytes::Bytes;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -14,9 +14,41 @@ const MAX_LINE: usize = 16 * 1024;
 /// Lines kept to explain a failure (a panic message spans a few).
 const RECENT_LINES: usize = 8;
 
+/// Lines kept per topology for `recent_lines` (the server's logs call).
+const KEPT_PER_TOPOLOGY: usize = 1000;
+
+/// A line a guest wrote.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct GuestLine {
+    /// The operator whose instance wrote it.
+    pub operator: String,
+    /// stdout or stderr.
+    pub stream: &'static str,
+    /// The line.
+    pub line: String,
+}
+
+static RECENT: Mutex<BTreeMap<String, VecDeque<GuestLine>>> = Mutex::new(BTreeMap::new());
+
+/// The last lines `topology`'s guests wrote, most recent first.
+pub fn recent_lines(topology: &str) -> Vec<GuestLine> {
+    let recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    recent.get(topology).map(|lines| lines.iter().rev().cloned().collect()).unwrap_or_default()
+}
+
+fn keep(topology: &str, line: GuestLine) {
+    let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = recent.entry(topology.to_owned()).or_default();
+    if lines.len() == KEPT_PER_TOPOLOGY {
+        lines.pop_front();
+    }
+    lines.push_back(line);
+}
+
 /// One of an operator instance's output streams.
 #[derive(Clone)]
 pub struct GuestOutput {
+    topology: Arc<str>,
     operator: Arc<str>,
     stream: &'static str,
     lines: Arc<Mutex<Lines>>,
@@ -29,9 +61,9 @@ struct Lines {
 }
 
 impl GuestOutput {
-    /// The stream named `stream` ("stdout" or "stderr") of `operator`.
-    pub fn new(operator: &str, stream: &'static str) -> GuestOutput {
-        GuestOutput { operator: operator.into(), stream, lines: Arc::default() }
+    /// The stream named `stream` ("stdout" or "stderr") of `topology`'s `operator`.
+    pub fn new(topology: &str, operator: &str, stream: &'static str) -> GuestOutput {
+        GuestOutput { topology: topology.into(), operator: operator.into(), stream, lines: Arc::default() }
     }
 
     fn write_bytes(&self, mut bytes: &[u8]) {
@@ -51,6 +83,10 @@ impl GuestOutput {
         let line = String::from_utf8_lossy(&lines.partial).trim_end().to_owned();
         lines.partial.clear();
         tracing::info!(target: "weir::guest", "[{}] {}: {}", self.operator, self.stream, line);
+        keep(
+            &self.topology,
+            GuestLine { operator: self.operator.to_string(), stream: self.stream, line: line.clone() },
+        );
         if lines.recent.len() == RECENT_LINES {
             lines.recent.pop_front();
         }

@@ -104,11 +104,11 @@ impl LoadedComponent {
         &self.path
     }
 
-    /// A fresh instance, in a store of its own, for `operator`, with the
-    /// limits and capabilities of `sandbox` and nothing else.
-    pub fn instantiate(&self, operator: &str, sandbox: &OperatorSandbox) -> Result<Guest> {
-        let stdout = GuestOutput::new(operator, "stdout");
-        let stderr = GuestOutput::new(operator, "stderr");
+    /// A fresh instance, in a store of its own, for `topology`'s `operator`,
+    /// with the limits and capabilities of `sandbox` and nothing else.
+    pub fn instantiate(&self, topology: &str, operator: &str, sandbox: &OperatorSandbox) -> Result<Guest> {
+        let stdout = GuestOutput::new(topology, operator, "stdout");
+        let stderr = GuestOutput::new(topology, operator, "stderr");
         let random = BatchRandom::default();
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(stdout.clone())

@@ -8,6 +8,7 @@ mod limits;
 mod random;
 
 pub use cache::{CacheOutcome, ComponentCache, default_cache_dir};
+pub use guest_output::{GuestLine, recent_lines};
 pub use instance::{CallError, Guest, LoadedComponent};
 
 use anyhow::Result;

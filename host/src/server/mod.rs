@@ -162,6 +162,13 @@ async fn upgrade(
     Ok(Json(status_json(&name, &status)))
 }
 
+async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
+    if !app.deployments.contains(&name) {
+        return Err(DeployError::NotFound(name));
+    }
+    Ok(Json(json!(crate::runtime::recent_lines(&name))))
+}
+
 #[derive(Deserialize)]
 struct DeleteQuery {
     state: Option<String>,
@@ -314,6 +321,7 @@ fn router(app: Shared, db: Arc<crate::state::Db>, max_upload: usize) -> Router {
         .route("/v1/topologies/{name}/stop", post(stop))
         .route("/v1/topologies/{name}/resume", post(resume))
         .route("/v1/topologies/{name}/bundle", put(upgrade))
+        .route("/v1/topologies/{name}/logs", get(logs))
         .route("/v1/topologies/{name}/states/{state}", get(state))
         .layer(axum::Extension(db))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), authorize));

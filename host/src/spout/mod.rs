@@ -92,7 +92,7 @@ pub fn open(
         SpoutDef::Guest { promise, fields } => {
             let (component, sandbox) =
                 guest.with_context(|| format!("topology {topology}: a guest spout needs its component"))?;
-            let instance = component.instantiate(SPOUT_ID, sandbox)?;
+            let instance = component.instantiate(topology, SPOUT_ID, sandbox)?;
             Box::new(GuestSpout::new(instance, *promise, topology, fields.len(), batch_size))
         }
     })
