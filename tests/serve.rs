@@ -135,8 +135,10 @@ fn deploy_status_upgrade_restart_stop_delete() {
     let (status, body) = api(&server, "POST", "/v1/topologies?input=in/corpus.txt", &word_count);
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["name"], "word-count");
-    wait_for(&server, 10);
+    let status = wait_for(&server, 10);
     assert_counts_eq(&served_counts(&server), &count_words(&lines[..10_000]));
+    assert!(status["operator_ms"]["split"].as_f64().is_some_and(|ms| ms > 0.0), "no time for split: {status}");
+    assert_eq!(status["tuples"], 10_000);
     let (status, listed) = api(&server, "GET", "/v1/topologies", b"");
     assert_eq!((status, listed[0]["name"].as_str()), (200, Some("word-count")));
 
@@ -237,6 +239,7 @@ fn the_api_refuses_what_it_should_and_keeps_serving() {
     assert_eq!(samples["weir_last_committed_txid{topology=\"word-count\"}"], 20.0);
     assert_eq!(samples["weir_tuples_committed_total{topology=\"word-count\"}"], 20_000.0);
     assert_eq!(samples["weir_topology_up{topology=\"word-count\"}"], 1.0);
+    assert!(samples["weir_operator_seconds_total{topology=\"word-count\",operator=\"split\"}"] > 0.0);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use crate::process::{BatchError, Processor, combine_at_commit};
 use crate::spout::{Emitted, Spout, SpoutKind};
 use crate::state::{BatchRecord, Combine, Db, StateUpdate};
 use anyhow::{Context, Result, anyhow, bail};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -43,6 +43,8 @@ pub struct RunReport {
     pub first_batch_ready: Option<Duration>,
     /// How long each batch's commit took.
     pub commit_latency: Latencies,
+    /// Time spent in each guest operator, for committed batches.
+    pub operator_time: BTreeMap<String, Duration>,
 }
 
 struct Work {
@@ -57,6 +59,8 @@ struct Done {
     txid: u64,
     attempt: u32,
     result: Result<Partials, BatchError>,
+    /// Time the batch spent in each operator.
+    times: BTreeMap<String, Duration>,
 }
 
 struct InFlight {
@@ -88,7 +92,8 @@ pub fn run(
             let mut processor = Processor::new(processor_plan, processor_source);
             for work in work_rx {
                 let result = processor.process(work.txid, work.attempt, work.batch);
-                if done_tx.send(Done { txid: work.txid, attempt: work.attempt, result }).is_err() {
+                let times = processor.take_times();
+                if done_tx.send(Done { txid: work.txid, attempt: work.attempt, result, times }).is_err() {
                     break;
                 }
             }
@@ -186,7 +191,16 @@ impl Coordinator<'_> {
             };
             let (txid, attempt, tuples, deadline) = (front.txid, front.attempt, front.tuples, front.deadline);
             let outcome = match self.wait_for(txid, attempt, deadline)? {
-                Some(Done { result: Ok(partials), .. }) => self.commit(txid, attempt, partials),
+                Some(Done { result: Ok(partials), times, .. }) => {
+                    let committed = self.commit(txid, attempt, partials);
+                    if committed.is_ok() {
+                        let commit_times = self.committer.take_times();
+                        for (operator, time) in times.into_iter().chain(commit_times) {
+                            *self.report.operator_time.entry(operator).or_default() += time;
+                        }
+                    }
+                    committed
+                }
                 Some(Done { result: Err(e), .. }) => Err(e),
                 None => Err(BatchError::retry(
                     "(batch deadline)",

@@ -6,8 +6,9 @@ use crate::bindings::BatchContext;
 use crate::plan::Plan;
 use crate::process::BatchError;
 use crate::runtime::{CallError, Guest, LoadedComponent};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use weir_sdk::{BatchInfo, Topology, dispatch};
 
 /// Where operators come from.
@@ -41,12 +42,19 @@ pub struct Operators {
     plan: Arc<Plan>,
     instances: HashMap<String, Guest>,
     native: Option<Vec<Topology>>,
+    /// Time spent in each operator since the last `take_times`.
+    times: BTreeMap<String, Duration>,
 }
 
 impl Operators {
     /// Instances of `source`'s operators for `plan`'s topology.
     pub fn new(source: OperatorSource, plan: Arc<Plan>) -> Operators {
-        Operators { source, plan, instances: HashMap::new(), native: None }
+        Operators { source, plan, instances: HashMap::new(), native: None, times: BTreeMap::new() }
+    }
+
+    /// Time spent in each operator since the last call, and resets it.
+    pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
+        std::mem::take(&mut self.times)
     }
 
     /// Calls `operator` on a batch; the error names the operator.
@@ -66,6 +74,7 @@ impl Operators {
             partition: 0,
             fields: fields.to_vec(),
         };
+        let started = Instant::now();
         let result = match &self.source {
             OperatorSource::Wasm(component) => {
                 if !self.instances.contains_key(operator) {
@@ -87,6 +96,7 @@ impl Operators {
                 call_native(topologies, ctx, request)
             }
         };
+        *self.times.entry(operator.to_owned()).or_default() += started.elapsed();
         result.map_err(|e| match e {
             CallError::Retry(m) => BatchError::retry(operator, format!("retry: {m}")),
             CallError::Fatal(m) => BatchError::fatal(operator, format!("fatal: {m}")),

@@ -83,6 +83,11 @@ impl Processor {
         Processor { plan, operators }
     }
 
+    /// Time spent in each operator since the last call, and resets it.
+    pub fn take_times(&mut self) -> std::collections::BTreeMap<String, std::time::Duration> {
+        self.operators.take_times()
+    }
+
     /// Runs `batch` (the spout's tuples) through every step and aggregates
     /// it: one partial per key, sorted by key.
     pub fn process(

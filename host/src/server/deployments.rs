@@ -55,6 +55,8 @@ pub struct Status {
     pub commit_p50_ms: Option<f64>,
     /// Commit latency p99, in milliseconds.
     pub commit_p99_ms: Option<f64>,
+    /// Milliseconds spent in each guest operator since it was last started.
+    pub operator_ms: BTreeMap<String, f64>,
 }
 
 impl Status {
@@ -72,6 +74,7 @@ impl Status {
             tuples_per_s: report.tuples as f64 / seconds,
             commit_p50_ms: ms(0.5),
             commit_p99_ms: ms(0.99),
+            operator_ms: report.operator_time.iter().map(|(op, t)| (op.clone(), t.as_secs_f64() * 1000.0)).collect(),
         }
     }
 }

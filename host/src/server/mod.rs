@@ -310,6 +310,16 @@ async fn metrics(State(app): State<Shared>) -> impl IntoResponse {
             }
         }
     }
+    let family = "weir_operator_seconds_total";
+    let _ = writeln!(
+        out,
+        "# HELP {family} Time spent in each guest operator since the topology started.\n# TYPE {family} counter"
+    );
+    for (name, status) in &all {
+        for (operator, ms) in &status.operator_ms {
+            let _ = writeln!(out, "{family}{{topology=\"{name}\",operator=\"{operator}\"}} {}", ms / 1000.0);
+        }
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
