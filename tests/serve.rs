@@ -139,6 +139,7 @@ fn deploy_status_upgrade_restart_stop_delete() {
     assert_counts_eq(&served_counts(&server), &count_words(&lines[..10_000]));
     assert!(status["operator_ms"]["split"].as_f64().is_some_and(|ms| ms > 0.0), "no time for split: {status}");
     assert_eq!(status["tuples"], 10_000);
+    assert_eq!(status["spout_lag"], 0, "{status}");
     let (status, listed) = api(&server, "GET", "/v1/topologies", b"");
     assert_eq!((status, listed[0]["name"].as_str()), (200, Some("word-count")));
 

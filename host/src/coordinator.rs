@@ -45,6 +45,9 @@ pub struct RunReport {
     pub commit_latency: Latencies,
     /// Time spent in each guest operator, for committed batches.
     pub operator_time: BTreeMap<String, Duration>,
+    /// How far the committed batches are behind the source, where the spout
+    /// knows (see `Spout::lag`).
+    pub spout_lag: Option<u64>,
 }
 
 struct Work {
@@ -211,6 +214,7 @@ impl Coordinator<'_> {
                 Ok(()) => {
                     let done = self.pending.pop_front().expect("the front batch");
                     self.committed_meta = Some(done.meta);
+                    self.report.spout_lag = self.spout.lag(self.committed_meta.as_deref());
                     self.report.last_committed = txid;
                     self.report.batches += 1;
                     self.report.tuples += tuples;

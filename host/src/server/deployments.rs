@@ -57,6 +57,9 @@ pub struct Status {
     pub commit_p99_ms: Option<f64>,
     /// Milliseconds spent in each guest operator since it was last started.
     pub operator_ms: BTreeMap<String, f64>,
+    /// How far the committed batches are behind the input, where the spout
+    /// knows: bytes for the file spouts, integers for the generator.
+    pub spout_lag: Option<u64>,
 }
 
 impl Status {
@@ -75,6 +78,7 @@ impl Status {
             commit_p50_ms: ms(0.5),
             commit_p99_ms: ms(0.99),
             operator_ms: report.operator_time.iter().map(|(op, t)| (op.clone(), t.as_secs_f64() * 1000.0)).collect(),
+            spout_lag: report.spout_lag,
         }
     }
 }

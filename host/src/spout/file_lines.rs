@@ -62,6 +62,12 @@ impl Spout for FileLines {
     fn replay(&mut self, _txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
         self.read_range(&LineRange::decode(meta)?)
     }
+
+    fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
+        let done = committed.map(LineRange::decode).transpose().ok()?.map_or(0, |r| r.end);
+        let size = std::fs::metadata(&self.path).ok()?.len();
+        Some(size.saturating_sub(done))
+    }
 }
 
 impl FileLines {
@@ -170,6 +176,17 @@ mod tests {
         assert!(spout.next_batch(second.end, 2).unwrap().is_none());
         assert_eq!(spout.read_range(&first).unwrap().bytes(), batch1.bytes());
         assert_eq!(LineRange::decode(&second.encode()).unwrap(), second);
+    }
+
+    #[test]
+    fn lag_is_the_input_not_yet_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, "one\ntwo\n").unwrap();
+        let mut spout = FileLines::open(&path, 1).unwrap();
+        assert_eq!(Spout::lag(&mut spout, None), Some(8));
+        let first = spout.emit(1, 0, None).unwrap().unwrap();
+        assert_eq!(Spout::lag(&mut spout, Some(&first.meta)), Some(4));
     }
 
     #[test]

@@ -53,6 +53,11 @@ impl Spout for Generator {
         let (start, end) = decode(meta)?;
         Ok(batch(start, end))
     }
+
+    fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
+        let done = committed.map(decode).transpose().ok()?.map_or(0, |(_, end)| end);
+        Some(self.count.saturating_sub(done))
+    }
 }
 
 #[cfg(test)]

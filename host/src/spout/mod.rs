@@ -68,6 +68,14 @@ pub trait Spout: Send {
 
     /// For transactional spouts: exactly the batch recorded with `meta`.
     fn replay(&mut self, txid: u64, attempt: u32, meta: &[u8]) -> Result<Batch<'static>>;
+
+    /// How far the committed batches are behind the source, where the spout
+    /// knows: bytes of input for the file spouts, integers for the
+    /// generator. `committed` is the last committed batch's metadata.
+    fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
+        let _ = committed;
+        None
+    }
 }
 
 /// Where a guest spout runs: the component, and the spout's sandbox.
