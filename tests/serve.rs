@@ -273,6 +273,21 @@ fn the_client_verbs_drive_a_server() {
     assert!(row.contains("running") && row.contains(" 20 "), "{row}");
     let status: serde_json::Value = serde_json::from_str(&client(&["status", "word-count", "--json"])).unwrap();
     assert_eq!((status["last_committed"].as_u64(), status["tuples"].as_u64()), (Some(20), Some(20_000)));
+    let got = client(&[
+        "state",
+        "get",
+        "--server",
+        &url,
+        "--topology",
+        "word-count",
+        "--state",
+        "counts",
+        "--key",
+        r#"["w1"]"#,
+    ]);
+    assert_eq!(got.trim(), format!(r#"{{"key":["w1"],"value":{}}}"#, corpus_20k().truth["w1"]));
+    let scanned = client(&["state", "scan", "--server", &url, "--topology", "word-count", "--state", "counts"]);
+    assert_eq!(scanned.lines().count(), corpus_20k().truth.len());
     assert!(client(&["stop", "word-count"]).contains("stopped"));
     assert!(client(&["resume", "word-count"]).contains("running"));
     assert!(client(&["upgrade", "word-count", bundle_path.to_str().unwrap()]).contains("running"));

@@ -20,6 +20,11 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
+    /// The server at `url`.
+    pub fn at(url: &str) -> ServerArgs {
+        ServerArgs { server: Some(url.to_owned()), json: false }
+    }
+
     fn address(&self) -> Result<String> {
         let url = self
             .server

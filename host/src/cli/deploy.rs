@@ -20,7 +20,8 @@ pub struct DeployArgs {
     server: ServerArgs,
 }
 
-fn query_escape(value: &str) -> String {
+/// `value` escaped for a URL's query.
+pub fn query_escape(value: &str) -> String {
     value
         .bytes()
         .map(|b| {

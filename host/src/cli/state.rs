@@ -1,5 +1,6 @@
 //! `weir state`: read stored state.
 
+use super::client::ServerArgs;
 use super::json::{from_json, to_json};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
@@ -28,8 +29,11 @@ pub enum StateCommand {
 #[derive(Args, Debug)]
 pub struct StateArgs {
     /// The data directory the topology ran with.
+    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    data: Option<PathBuf>,
+    /// Read from a running `weir serve` instead (token from WEIR_TOKEN).
     #[arg(long)]
-    data: PathBuf,
+    server: Option<String>,
     /// The topology's name.
     #[arg(long)]
     topology: String,
@@ -58,15 +62,45 @@ fn entry(key: &[Value], stored: &Stored, raw: bool) -> serde_json::Value {
 }
 
 fn open(args: &StateArgs) -> Result<Db> {
-    if !args.data.join("weir.redb").exists() {
-        bail!("{} holds no Weir database (no weir.redb)", args.data.display());
+    let data = args.data.as_deref().expect("clap requires --data without --server");
+    if !data.join("weir.redb").exists() {
+        bail!("{} holds no Weir database (no weir.redb)", data.display());
     }
-    Db::open(&args.data)
+    Db::open(data)
+}
+
+/// Reads the state from a server: one key, or every key.
+fn remote(args: &StateArgs, server: &str, key: Option<&str>) -> Result<()> {
+    if args.raw {
+        bail!("--raw reads a data dir: a server answers keys and values only");
+    }
+    let server = ServerArgs::at(server);
+    let mut path = format!("/v1/topologies/{}/states/{}", args.topology, args.state);
+    if let Some(key) = key {
+        path.push_str(&format!("?key={}", super::deploy::query_escape(key)));
+    }
+    let answer = server.call("GET", &path, b"")?;
+    let mut out = std::io::stdout().lock();
+    match answer {
+        serde_json::Value::Array(entries) => {
+            for entry in entries {
+                writeln!(out, "{entry}")?;
+            }
+        }
+        entry => writeln!(out, "{entry}")?,
+    }
+    Ok(())
 }
 
 pub fn run(command: StateCommand) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match command {
+        StateCommand::Scan(args) if args.server.is_some() => {
+            remote(&args, args.server.as_deref().expect("checked"), None)?
+        }
+        StateCommand::Get { state: args, key } if args.server.is_some() => {
+            remote(&args, args.server.as_deref().expect("checked"), Some(&key))?
+        }
         StateCommand::Scan(args) => {
             let db = open(&args)?;
             for (key, stored) in db.scan(&args.topology, &args.state)? {
