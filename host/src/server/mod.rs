@@ -131,22 +131,27 @@ async fn status(State(app): State<Shared>, Path(name): Path<String>) -> Result<J
     Ok(Json(status_json(&name, &app.deployments.status(&name)?)))
 }
 
-async fn stop(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
+/// Runs `action` on deployment `name` off the async runtime (it may compile
+/// or wait for a batch boundary) and answers with its status.
+async fn act(
+    app: Shared,
+    name: String,
+    action: impl FnOnce(&Deployments, &str) -> Result<Status, DeployError> + Send + 'static,
+) -> Result<Json<serde_json::Value>, DeployError> {
     let status = blocking({
-        let (app, name) = (Arc::clone(&app), name.clone());
-        move || app.deployments.stop(&name)
+        let name = name.clone();
+        move || action(&app.deployments, &name)
     })
     .await?;
     Ok(Json(status_json(&name, &status)))
 }
 
+async fn stop(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
+    act(app, name, Deployments::stop).await
+}
+
 async fn resume(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
-    let status = blocking({
-        let (app, name) = (Arc::clone(&app), name.clone());
-        move || app.deployments.resume_one(&name)
-    })
-    .await?;
-    Ok(Json(status_json(&name, &status)))
+    act(app, name, Deployments::resume_one).await
 }
 
 async fn upgrade(
@@ -154,12 +159,7 @@ async fn upgrade(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<serde_json::Value>, DeployError> {
-    let status = blocking({
-        let (app, name) = (Arc::clone(&app), name.clone());
-        move || app.deployments.upgrade(&name, &body)
-    })
-    .await?;
-    Ok(Json(status_json(&name, &status)))
+    act(app, name, move |deployments, name| deployments.upgrade(name, &body)).await
 }
 
 async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
