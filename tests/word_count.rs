@@ -339,3 +339,21 @@ fn a_commit_error_fails_the_batch_and_halts_after_the_retries_with_state_intact(
     assert!(stderr.contains("error: topology word-count halted: txid 5 failed 2 times"), "{stderr}");
     assert!(raw_state(&data, "word-count") == before, "committed state changed");
 }
+
+#[test]
+fn a_closed_stderr_does_not_stop_the_run() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    let mut child = weir()
+        .env("WEIR_LOG", "weir=debug")
+        .args(run_args(WORD_COUNT, data.path(), &corpus.path, &["--batch-size", "100"]))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut first).unwrap();
+    // The reader is gone: every later log line meets a closed pipe.
+    assert!(child.wait().unwrap().success());
+    assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+}

@@ -88,7 +88,14 @@ enum Command {
 /// Sends logs to stderr, filtered by `WEIR_LOG` (default: info for Weir).
 pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| EnvFilter::new("weir=info,warn"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    // A closed stderr (`weir run ... 2>&1 | head`) must not stop the run:
+    // tracing-subscriber would report the failed write with `eprintln!`,
+    // which panics on a closed stderr.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
         LogFormat::Json => logs.json().init(),
