@@ -161,3 +161,19 @@ fn a_guest_spout_reads_only_the_directory_it_is_granted() {
     assert!(text(&output).contains("committed 200 batches (20000 tuples)"), "{}", text(&output));
     assert_counts_eq(&counts(&dir.path().join("data"), "granted-spout"), &corpus.truth);
 }
+
+#[test]
+fn a_failed_spout_emission_is_retried_with_the_next_attempt() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    let output =
+        weir_ok(&["run", TEST_TOPOLOGIES, "--topology", "flaky-spout-total", "--data", dir, "--retry-backoff-ms", "1"]);
+    let log = text(&output);
+    assert!(
+        log.contains(
+            "emitting txid 2 attempt 0 failed: the spout's emit failed: retry: the source is not ready for txid 2 yet"
+        ),
+        "{log}"
+    );
+    assert_eq!(scan(data.path(), "flaky-spout-total", "total"), [serde_json::json!({"key": [], "value": 499_500})]);
+}

@@ -176,8 +176,8 @@ impl Coordinator<'_> {
             let stopping = self.stop.load(Ordering::Relaxed);
             while !stopping && !self.exhausted && self.pending.len() < self.config.max_pending {
                 let txid = self.next_txid;
-                match self.spout.emit(txid, 0, self.last_meta.as_deref())? {
-                    Some(emitted) => self.dispatch(txid, 0, emitted)?,
+                match self.emit(txid)? {
+                    Some((attempt, emitted)) => self.dispatch(txid, attempt, emitted)?,
                     None => self.exhausted = true,
                 }
             }
@@ -226,6 +226,35 @@ impl Coordinator<'_> {
         }
         self.report.elapsed = self.started.elapsed();
         Ok(self.report.clone())
+    }
+
+    /// Emits batch `txid`, retrying a failed emission (a guest spout's retry
+    /// error or trap) with the next attempt after a back-off, up to the retry
+    /// budget. Returns the attempt that emitted it.
+    fn emit(&mut self, txid: u64) -> Result<Option<(u32, Emitted)>> {
+        let mut attempt = 0;
+        loop {
+            match self.spout.emit(txid, attempt, self.last_meta.as_deref()) {
+                Ok(emitted) => return Ok(emitted.map(|e| (attempt, e))),
+                Err(e) if attempt + 1 < self.config.max_attempts => {
+                    let backoff = self.config.backoff(attempt);
+                    tracing::warn!(
+                        "topology {}: emitting txid {txid} attempt {attempt} failed: {e:#}; retrying in {} ms",
+                        self.topology(),
+                        backoff.as_millis()
+                    );
+                    std::thread::sleep(backoff);
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "topology {} halted: emitting txid {txid} failed {} times",
+                        self.topology(),
+                        self.config.max_attempts
+                    )));
+                }
+            }
+        }
     }
 
     /// Hands a batch to the process phase; a transactional spout's batch is

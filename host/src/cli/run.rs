@@ -5,8 +5,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB,
@@ -169,7 +169,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
                 let name = loaded.plan.topology.clone();
                 let handle = scope.spawn(move || {
                     let definition = &loaded.definition;
-                    let guest = Some((&*loaded.component, loaded.plan.sandboxes.of(SPOUT_ID)));
+                    let guest = Some((Arc::clone(&loaded.component), loaded.plan.sandboxes.of(SPOUT_ID).clone()));
                     let mut spout = spout::open(&definition.spout, &definition.name, input, config.batch_size, guest)?;
                     coordinator::run(
                         db,

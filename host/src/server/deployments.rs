@@ -253,7 +253,7 @@ impl Deployments {
             let started = Instant::now();
             let outcome = (|| {
                 let definition = &loaded.definition;
-                let guest = Some((&*loaded.component, loaded.plan.sandboxes.of(SPOUT_ID)));
+                let guest = Some((Arc::clone(&loaded.component), loaded.plan.sandboxes.of(SPOUT_ID).clone()));
                 let mut spout =
                     spout::open(&definition.spout, &topology, input.as_deref(), host.run.batch_size, guest)?;
                 coordinator::run(

@@ -4,14 +4,20 @@
 
 use super::{Emitted, Spout, SpoutKind};
 use crate::bindings::SpoutContext;
-use crate::runtime::{CallError, Guest};
+use crate::runtime::{CallError, Guest, LoadedComponent};
+use crate::sandbox::OperatorSandbox;
 use anyhow::{Result, bail};
+use std::sync::Arc;
 use weir_sdk::codec::{Batch, BatchWriter};
 use weir_sdk::topology::GuestSpoutKind;
+use weir_sdk::topology::SPOUT_ID;
 
-/// A guest spout, called in an instance of its own.
+/// A guest spout, called in an instance of its own, made afresh after a
+/// trap (a trapped instance cannot be entered again).
 pub struct GuestSpout {
-    guest: Guest,
+    component: Arc<LoadedComponent>,
+    sandbox: OperatorSandbox,
+    guest: Option<Guest>,
     kind: GuestSpoutKind,
     topology: String,
     arity: usize,
@@ -71,9 +77,30 @@ fn failed(what: &str, error: CallError) -> anyhow::Error {
 }
 
 impl GuestSpout {
-    /// A spout of `kind` in `guest`, emitting tuples of `arity` fields.
-    pub fn new(guest: Guest, kind: GuestSpoutKind, topology: &str, arity: usize, batch_size: usize) -> GuestSpout {
-        GuestSpout { guest, kind, topology: topology.to_owned(), arity, batch_size: batch_size as u32 }
+    /// A spout of `kind` in `component`, emitting tuples of `arity` fields.
+    pub fn new(
+        component: Arc<LoadedComponent>,
+        sandbox: OperatorSandbox,
+        kind: GuestSpoutKind,
+        topology: &str,
+        arity: usize,
+        batch_size: usize,
+    ) -> GuestSpout {
+        let topology = topology.to_owned();
+        GuestSpout { component, sandbox, guest: None, kind, topology, arity, batch_size: batch_size as u32 }
+    }
+
+    /// Calls the spout's instance (made first if needed); `what` names the
+    /// call in errors.
+    fn call<T>(&mut self, what: &str, call: impl FnOnce(&mut Guest) -> Result<T, CallError>) -> Result<T> {
+        if self.guest.is_none() {
+            self.guest = Some(self.component.instantiate(&self.topology, SPOUT_ID, &self.sandbox)?);
+        }
+        let result = call(self.guest.as_mut().expect("instantiated above"));
+        if let Err(CallError::Trap(_)) = &result {
+            self.guest = None;
+        }
+        result.map_err(|e| failed(what, e))
     }
 
     fn ctx(&self, txid: u64, attempt: u32) -> SpoutContext {
@@ -99,12 +126,12 @@ impl GuestSpout {
     fn emit_partitions(&mut self, txid: u64, attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
         let ctx = self.ctx(txid, attempt);
         let before = previous.map(decode).transpose()?.unwrap_or_default();
-        let names = self.guest.spout_partitions(&ctx).map_err(|e| failed("partitions call", e))?;
+        let names = self.call("partitions call", |g| g.spout_partitions(&ctx))?;
         let mut out = BatchWriter::new(self.arity);
         let mut partitions = Vec::with_capacity(names.len());
         for name in names {
             let previous = before.iter().find(|p| p.name == name).and_then(|p| p.meta.clone());
-            let emitted = self.guest.emit_partition(&ctx, &name, previous.as_deref()).map_err(|e| failed("emit", e))?;
+            let emitted = self.call("emit", |g| g.emit_partition(&ctx, &name, previous.as_deref()))?;
             match emitted {
                 Some(batch) => {
                     self.append(batch.tuples, &mut out)?;
@@ -133,7 +160,7 @@ impl Spout for GuestSpout {
             return self.emit_partitions(txid, attempt, previous);
         }
         let ctx = self.ctx(txid, attempt);
-        let Some(tuples) = self.guest.emit_batch(&ctx).map_err(|e| failed("emit", e))? else { return Ok(None) };
+        let Some(tuples) = self.call("emit", |g| g.emit_batch(&ctx))? else { return Ok(None) };
         let mut out = BatchWriter::new(self.arity);
         self.append(tuples, &mut out)?;
         Ok(Some(Emitted { meta: Vec::new(), batch: out.finish_batch() }))
@@ -143,7 +170,7 @@ impl Spout for GuestSpout {
         let ctx = self.ctx(txid, attempt);
         let mut out = BatchWriter::new(self.arity);
         if self.kind == GuestSpoutKind::Batch {
-            match self.guest.emit_batch(&ctx).map_err(|e| failed("emit", e))? {
+            match self.call("emit", |g| g.emit_batch(&ctx))? {
                 Some(tuples) => self.append(tuples, &mut out)?,
                 None => bail!("the batch spout emitted nothing for txid {txid} on replay, though it did before"),
             }
@@ -151,7 +178,7 @@ impl Spout for GuestSpout {
         }
         for partition in decode(meta)?.into_iter().filter(|p| p.emitted) {
             let meta = partition.meta.unwrap_or_default();
-            let tuples = self.guest.reemit_partition(&ctx, &partition.name, &meta).map_err(|e| failed("re-emit", e))?;
+            let tuples = self.call("re-emit", |g| g.reemit_partition(&ctx, &partition.name, &meta))?;
             self.append(tuples, &mut out)?;
         }
         Ok(out.finish_batch())

@@ -13,7 +13,8 @@ pub use guest::GuestSpout;
 
 use crate::runtime::LoadedComponent;
 use crate::sandbox::OperatorSandbox;
-use weir_sdk::topology::{GuestSpoutKind, SPOUT_ID};
+use std::sync::Arc;
+use weir_sdk::topology::GuestSpoutKind;
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -79,7 +80,7 @@ pub trait Spout: Send {
 }
 
 /// Where a guest spout runs: the component, and the spout's sandbox.
-pub type GuestCode<'a> = Option<(&'a LoadedComponent, &'a OperatorSandbox)>;
+pub type GuestCode = Option<(Arc<LoadedComponent>, OperatorSandbox)>;
 
 /// The spout a topology's definition names, reading `input` where it needs
 /// one, in batches of `batch_size` tuples; a guest spout runs in `guest`.
@@ -88,7 +89,7 @@ pub fn open(
     topology: &str,
     input: Option<&Path>,
     batch_size: usize,
-    guest: GuestCode<'_>,
+    guest: GuestCode,
 ) -> Result<Box<dyn Spout>> {
     let input = |what: &str| {
         input.with_context(|| format!("topology {topology} reads the lines of {what}: give it with --input"))
@@ -100,8 +101,7 @@ pub fn open(
         SpoutDef::Guest { promise, fields } => {
             let (component, sandbox) =
                 guest.with_context(|| format!("topology {topology}: a guest spout needs its component"))?;
-            let instance = component.instantiate(topology, SPOUT_ID, sandbox)?;
-            Box::new(GuestSpout::new(instance, *promise, topology, fields.len(), batch_size))
+            Box::new(GuestSpout::new(component, sandbox, *promise, topology, fields.len(), batch_size))
         }
     })
 }

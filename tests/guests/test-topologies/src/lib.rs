@@ -76,6 +76,29 @@ impl BatchSpout for GrantedLines {
     }
 }
 
+/// A batch spout over the integers 0 to 999, 100 a batch, whose first
+/// attempt at emitting txid 2 asks for a retry and at txid 3 panics.
+struct FlakyNumbers;
+
+impl BatchSpout for FlakyNumbers {
+    fn emit_batch(&self, info: &SpoutInfo, out: &mut SpoutEmitter<'_>) -> Result<bool, Error> {
+        if info.txid == 2 && info.attempt == 0 {
+            return Err(Error::retry("the source is not ready for txid 2 yet"));
+        }
+        if info.txid == 3 && info.attempt == 0 {
+            panic!("the spout fails at txid 3");
+        }
+        let start = (info.txid as i64 - 1) * 100;
+        if start >= 1000 {
+            return Ok(false);
+        }
+        for n in start..start + 100 {
+            out.emit([n])?;
+        }
+        Ok(true)
+    }
+}
+
 fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggregator) -> Topology {
     Topology::new(name)
         .new_stream(FileLines::new("sentence"))
@@ -138,6 +161,10 @@ fn topologies() -> Vec<Topology> {
             .name("split")
             .group_by(["word"])
             .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+            .build(),
+        Topology::new("flaky-spout-total")
+            .new_stream(GuestSpout::batch(FlakyNumbers, ["n"]))
+            .persistent_aggregate_over(State::transactional("total"), ["n"], Sum, ["sum"])
             .build(),
         Topology::new("generated-total")
             .new_stream(Generator::new("n", 5000))
