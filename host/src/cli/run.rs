@@ -101,7 +101,12 @@ fn status_line(reports: &BTreeMap<String, RunReport>) -> String {
     let parts: Vec<String> = reports
         .iter()
         .map(|(name, r)| {
-            format!("{name}: txid {} committed · {:.0} tuples/s", r.last_committed, rate(r.tuples, r.elapsed))
+            format!(
+                "{name}: txid {} committed · {} batches · {:.0} tuples/s",
+                r.last_committed,
+                r.batches,
+                rate(r.tuples, r.elapsed)
+            )
         })
         .collect();
     parts.join("  |  ")
