@@ -50,6 +50,25 @@ pub struct RunReport {
     pub spout_lag: Option<u64>,
 }
 
+impl RunReport {
+    /// The run's figures as JSON, as `weir run --report-json` writes them;
+    /// `loaded_after` is the time it took to load before the run started.
+    pub fn figures(&self, topology: &str, loaded_after: Duration) -> serde_json::Value {
+        let millis = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
+        serde_json::json!({
+            "topology": topology,
+            "batches": self.batches,
+            "tuples": self.tuples,
+            "replays": self.replays,
+            "last_committed": self.last_committed,
+            "elapsed_s": self.elapsed.as_secs_f64(),
+            "start_ms": millis(self.first_batch_ready.map(|ready| loaded_after + ready)),
+            "commit_p50_ms": millis(self.commit_latency.quantile(0.5)),
+            "commit_p99_ms": millis(self.commit_latency.quantile(0.99)),
+        })
+    }
+}
+
 struct Work {
     txid: u64,
     attempt: u32,

@@ -6,6 +6,7 @@ pub mod bundle;
 pub mod config;
 pub mod coordinator;
 pub mod guest_build;
+pub mod json;
 pub mod metrics;
 pub mod operators;
 pub mod plan;

@@ -5,7 +5,6 @@ mod client;
 mod delete;
 mod deploy;
 mod inspect;
-mod json;
 mod logs;
 mod new;
 mod ps;

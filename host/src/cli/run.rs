@@ -112,25 +112,6 @@ fn status_line(reports: &BTreeMap<String, RunReport>) -> String {
     parts.join("  |  ")
 }
 
-fn millis(d: Option<Duration>) -> serde_json::Value {
-    d.map_or(serde_json::Value::Null, |d| serde_json::json!(d.as_secs_f64() * 1000.0))
-}
-
-/// A run's figures as JSON; `start` includes loading the component.
-fn report_json(name: &str, report: &RunReport, loaded_after: Duration) -> serde_json::Value {
-    serde_json::json!({
-        "topology": name,
-        "batches": report.batches,
-        "tuples": report.tuples,
-        "replays": report.replays,
-        "last_committed": report.last_committed,
-        "elapsed_s": report.elapsed.as_secs_f64(),
-        "start_ms": millis(report.first_batch_ready.map(|ready| loaded_after + ready)),
-        "commit_p50_ms": millis(report.commit_latency.quantile(0.5)),
-        "commit_p99_ms": millis(report.commit_latency.quantile(0.99)),
-    })
-}
-
 pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     let wasm = if args.path.is_dir() { guest_build::build(&args.path)? } else { args.path.clone() };
     let config = RunConfig {
@@ -207,7 +188,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     for (name, outcome) in outcomes {
         match outcome {
             Ok(report) => {
-                figures.push(report_json(&name, &report, loaded_after));
+                figures.push(report.figures(&name, loaded_after));
                 println!(
                     "{name}: committed {} batches ({} tuples) in {:.2}s, {:.0} tuples/s; last committed txid {}{}",
                     report.batches,

@@ -1,14 +1,12 @@
 //! `weir state`: read stored state.
 
 use super::client::ServerArgs;
-use super::json::{from_json, to_json};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
+use weir::json::{entry, from_json};
 use weir::state::Db;
-use weir::state::rules::Stored;
 use weir_sdk::codec::Value;
 
 #[derive(Subcommand, Debug)]
@@ -43,22 +41,6 @@ pub struct StateArgs {
     /// Also print the stored txid (and prev, for opaque state).
     #[arg(long)]
     raw: bool,
-}
-
-fn entry(key: &[Value], stored: &Stored, raw: bool) -> serde_json::Value {
-    let key: Vec<_> = key.iter().map(to_json).collect();
-    let mut out = json!({ "key": key, "value": to_json(stored.value()) });
-    if raw {
-        match stored {
-            Stored::Transactional { txid, .. } => out["txid"] = json!(txid),
-            Stored::Opaque { txid, prev, .. } => {
-                out["txid"] = json!(txid);
-                out["prev"] = prev.as_ref().map_or(serde_json::Value::Null, to_json);
-            }
-            Stored::Plain(_) => {}
-        }
-    }
-    out
 }
 
 fn open(args: &StateArgs) -> Result<Db> {

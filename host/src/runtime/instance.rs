@@ -138,7 +138,7 @@ impl LoadedComponent {
             .instantiate(&mut store)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("instantiating {} for operator {operator}", self.path.display()))?;
-        Ok(Guest { operator: operator.to_owned(), store, bindings, stdout, stderr, random, sandbox: sandbox.clone() })
+        Ok(Guest { store, bindings, stdout, stderr, random, sandbox: sandbox.clone() })
     }
 }
 
@@ -166,7 +166,6 @@ impl std::fmt::Display for CallError {
 
 /// One operator instance: its own store, its own captured output.
 pub struct Guest {
-    operator: String,
     store: Store<HostState>,
     bindings: Topology,
     stdout: GuestOutput,
@@ -178,11 +177,6 @@ pub struct Guest {
 type Call<T> = wasmtime::Result<Result<T, OperatorError>>;
 
 impl Guest {
-    /// The operator this instance serves.
-    pub fn operator(&self) -> &str {
-        &self.operator
-    }
-
     /// Readies the instance for a call on `ctx`'s batch: a fresh CPU
     /// deadline, randomness seeded from the batch.
     fn prepare(&mut self, ctx: &BatchContext) {

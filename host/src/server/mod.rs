@@ -203,7 +203,6 @@ async fn state(
         return Err(DeployError::NotFound(name));
     }
     let db = Arc::clone(&host_db.0);
-    let entry = |key: &[weir_sdk::Value], stored: &crate::state::rules::Stored| json!({ "key": key.iter().map(value_json).collect::<Vec<_>>(), "value": value_json(stored.value()) });
     let bad = |e: anyhow::Error| DeployError::BadRequest(format!("{e:#}"));
     match query.key {
         Some(key) => {
@@ -213,43 +212,19 @@ async fn state(
                 .as_array()
                 .ok_or_else(|| DeployError::BadRequest("key must be a JSON array".into()))?
                 .iter()
-                .map(json_value)
-                .collect::<Result<Vec<_>, _>>()?;
+                .map(crate::json::from_json)
+                .collect::<anyhow::Result<Vec<_>>>()
+                .map_err(bad)?;
             match db.get(&name, &state, &key).map_err(bad)? {
-                Some(stored) => Ok(Json(entry(&key, &stored))),
+                Some(stored) => Ok(Json(crate::json::entry(&key, &stored, false))),
                 None => Err(DeployError::NotFound(format!("{name} key {key:?} in state {state}"))),
             }
         }
         None => {
             let all = db.scan(&name, &state).map_err(bad)?;
-            Ok(Json(json!(all.iter().map(|(k, v)| entry(k, v)).collect::<Vec<_>>())))
+            Ok(Json(json!(all.iter().map(|(k, v)| crate::json::entry(k, v, false)).collect::<Vec<_>>())))
         }
     }
-}
-
-fn value_json(value: &weir_sdk::Value) -> serde_json::Value {
-    use weir_sdk::Value;
-    match value {
-        Value::Null => serde_json::Value::Null,
-        Value::Bool(b) => json!(b),
-        Value::I64(i) => json!(i),
-        Value::F64(f) => json!(f),
-        Value::Str(s) => json!(s),
-        Value::Bytes(b) => json!({ "bytes": b.iter().map(|x| format!("{x:02x}")).collect::<String>() }),
-    }
-}
-
-fn json_value(json: &serde_json::Value) -> Result<weir_sdk::Value, DeployError> {
-    use weir_sdk::Value;
-    Ok(match json {
-        serde_json::Value::Null => Value::Null,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
-        serde_json::Value::Number(n) => {
-            n.as_i64().map_or_else(|| Value::F64(n.as_f64().unwrap_or(f64::NAN)), Value::I64)
-        }
-        serde_json::Value::String(s) => Value::Str(s.clone()),
-        other => return Err(DeployError::BadRequest(format!("{other} is not a key value"))),
-    })
 }
 
 /// A metric family: one sample per topology.

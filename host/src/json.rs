@@ -1,5 +1,7 @@
-//! Values to and from JSON, as the state verbs print and read them.
+//! Values and state entries to and from JSON, as the CLI prints and reads
+//! them and the server's API answers with them.
 
+use crate::state::rules::Stored;
 use anyhow::{Result, bail};
 use serde_json::{Value as Json, json};
 use weir_sdk::codec::Value;
@@ -39,4 +41,22 @@ pub fn from_json(json: &Json) -> Result<Value> {
             bail!("{other} is not a key value: use null, a boolean, a number, a string or {{\"bytes\": \"<hex>\"}}")
         }
     })
+}
+
+/// A state entry as JSON: `{"key": [...], "value": ...}`; with `raw`, also
+/// the stored txid (and prev, for opaque state).
+pub fn entry(key: &[Value], stored: &Stored, raw: bool) -> Json {
+    let key: Vec<_> = key.iter().map(to_json).collect();
+    let mut out = json!({ "key": key, "value": to_json(stored.value()) });
+    if raw {
+        match stored {
+            Stored::Transactional { txid, .. } => out["txid"] = json!(txid),
+            Stored::Opaque { txid, prev, .. } => {
+                out["txid"] = json!(txid);
+                out["prev"] = prev.as_ref().map_or(Json::Null, to_json);
+            }
+            Stored::Plain(_) => {}
+        }
+    }
+    out
 }
