@@ -10,9 +10,11 @@ pub mod bindings {
     });
 }
 
-use crate::operator::{BatchInfo, Error, SpoutInfo};
+use crate::codec::Value;
+use crate::operator::{BatchInfo, Error, MapState, SpoutInfo};
 use crate::{Topology, dispatch};
 use bindings::exports::weir::topology::operators::Guest;
+use bindings::weir::topology::state::MapState as HostState;
 use bindings::weir::topology::types::{BatchContext, OperatorError, PartitionBatch, SpoutContext};
 use std::marker::PhantomData;
 
@@ -47,6 +49,20 @@ fn wit_error(error: Error) -> OperatorError {
     }
 }
 
+/// The host's state resource, as the SDK's [`MapState`].
+struct StateHandle<'a>(&'a HostState);
+
+impl MapState for StateHandle<'_> {
+    fn multi_get(&self, keys: &[Vec<Value>]) -> Result<Vec<Option<Value>>, Error> {
+        let answer = self.0.multi_get(&dispatch::encode_keys(keys)?).map_err(Error::retry)?;
+        dispatch::decode_values(&answer, keys.len())
+    }
+
+    fn multi_put(&self, entries: &[(Vec<Value>, Value)]) -> Result<(), Error> {
+        self.0.multi_put(&dispatch::encode_entries(entries)?).map_err(Error::retry)
+    }
+}
+
 impl<R: Registry> Guest for Exports<R> {
     fn describe() -> String {
         R::with(crate::describe)
@@ -62,6 +78,26 @@ impl<R: Registry> Guest for Exports<R> {
 
     fn combine_groups(ctx: BatchContext, groups: u32, input: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
         R::with(|t| dispatch::combine_groups(t, &info(ctx), groups, &input)).map_err(wit_error)
+    }
+
+    fn reduce_groups(ctx: BatchContext, groups: u32, start: Vec<u8>, input: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::reduce_groups(t, &info(ctx), groups, &start, &input)).map_err(wit_error)
+    }
+
+    fn aggregate_groups(ctx: BatchContext, groups: u32, input: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::aggregate_groups(t, &info(ctx), groups, &input)).map_err(wit_error)
+    }
+
+    fn update_state(ctx: BatchContext, state: &HostState, input: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::update_state(t, &info(ctx), &StateHandle(state), &input)).map_err(wit_error)
+    }
+
+    fn batch_retrieve(ctx: BatchContext, state: &HostState, input: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::batch_retrieve(t, &info(ctx), &StateHandle(state), &input)).map_err(wit_error)
+    }
+
+    fn execute_query(ctx: BatchContext, input: Vec<u8>, results: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+        R::with(|t| dispatch::execute_query(t, &info(ctx), &input, &results)).map_err(wit_error)
     }
 
     fn combine_pairs(ctx: BatchContext, pairs: Vec<u8>) -> Result<Vec<u8>, OperatorError> {

@@ -1,9 +1,9 @@
 //! Runs a component's operators over packed batches: the logic behind each
 //! export of the WIT world, in plain Rust so that it is tested natively.
 
+use crate::builder::Topology;
 use crate::codec::{Batch, BatchWriter, Value};
-use crate::operator::{BatchInfo, CombinerAggregator, Error, SpoutInfo};
-use crate::topology::Topology;
+use crate::operator::{BatchInfo, CombinerAggregator, Error, MapState, SpoutInfo};
 use crate::tuple::{Emitter, SpoutEmitter, Tuple};
 
 fn topology<'t>(topologies: &'t [Topology], info: &BatchInfo) -> Result<&'t Topology, Error> {
@@ -52,7 +52,7 @@ fn spout_topology<'t>(topologies: &'t [Topology], info: &SpoutInfo) -> Result<&'
 }
 
 fn spout_writer(topology: &Topology) -> BatchWriter {
-    BatchWriter::new(topology.definition().spout.fields().len())
+    BatchWriter::new(topology.definition().spout().map_or(0, |s| s.fields().len()))
 }
 
 /// Emits batch `info.txid` of the topology's batch spout.
@@ -139,6 +139,167 @@ pub fn combine_groups(topologies: &[Topology], info: &BatchInfo, groups: u32, in
     Ok(out.finish())
 }
 
+/// Folds each group's rows with the reducer `info.operator`, from the
+/// group's row in `start` or from `init()`. Returns one row per group.
+pub fn reduce_groups(
+    topologies: &[Topology],
+    info: &BatchInfo,
+    groups: u32,
+    start: &[u8],
+    input: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let reducer =
+        topology(topologies, info)?.reducer(&info.operator).ok_or_else(|| missing("reducer aggregator", info))?;
+    let out_of_range =
+        |group: u32| Error::fatal(format!("operator {}: row tagged with group {group} of {groups}", info.operator));
+    let mut values: Vec<Option<Value>> = vec![None; groups as usize];
+    let start = Batch::decode(start).map_err(|e| Error::fatal(format!("operator {}: start {e}", info.operator)))?;
+    for row in start.rows() {
+        let slot = values.get_mut(row.tag() as usize).ok_or_else(|| out_of_range(row.tag()))?;
+        *slot = Some(row.get(0).map_or(Value::Null, |v| v.to_owned()));
+    }
+    let batch = decode(input, info)?;
+    for row in batch.rows() {
+        let slot = values.get_mut(row.tag() as usize).ok_or_else(|| out_of_range(row.tag()))?;
+        let acc = slot.take().unwrap_or_else(|| reducer.init());
+        *slot = Some(reducer.reduce(acc, &Tuple::new(row, info))?);
+    }
+    let mut out = BatchWriter::new(1);
+    for (group, value) in values.into_iter().enumerate() {
+        let value = value.unwrap_or_else(|| reducer.init());
+        out.push_row(group as u32, [value.as_ref()]).expect("one value per row");
+    }
+    Ok(out.finish())
+}
+
+/// Runs the general aggregator `info.operator` over each group. Emitted rows
+/// are tagged with their group.
+pub fn aggregate_groups(
+    topologies: &[Topology],
+    info: &BatchInfo,
+    groups: u32,
+    input: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let topology = topology(topologies, info)?;
+    let aggregator = topology.general(&info.operator).ok_or_else(|| missing("aggregator", info))?;
+    let arity = topology.aggregator_arity(&info.operator).ok_or_else(|| missing("aggregator", info))?;
+    let batch = decode(input, info)?;
+    let mut out = BatchWriter::new(arity);
+    aggregator.run(info, groups, &mut batch.rows().map(|row| (row.tag(), Tuple::new(row, info))), &mut out)?;
+    Ok(out.finish())
+}
+
+/// Runs the state updater `info.operator` over the batch partition.
+pub fn update_state(
+    topologies: &[Topology],
+    info: &BatchInfo,
+    state: &dyn MapState,
+    input: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let topology = topology(topologies, info)?;
+    let updater = topology.updater(&info.operator).ok_or_else(|| missing("state updater", info))?;
+    let arity = topology.output_arity(&info.operator).ok_or_else(|| missing("state updater", info))?;
+    let batch = decode(input, info)?;
+    let tuples: Vec<Tuple<'_>> = batch.rows().map(|row| Tuple::new(row, info)).collect();
+    let mut out = BatchWriter::new(arity);
+    updater.update_state(state, &tuples, &mut Emitter::new(&mut out, 0))?;
+    Ok(out.finish())
+}
+
+/// The first half of the query function `info.operator`: one result row per
+/// input row.
+pub fn batch_retrieve(
+    topologies: &[Topology],
+    info: &BatchInfo,
+    state: &dyn MapState,
+    input: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let query = topology(topologies, info)?.query(&info.operator).ok_or_else(|| missing("query function", info))?;
+    let batch = decode(input, info)?;
+    let tuples: Vec<Tuple<'_>> = batch.rows().map(|row| Tuple::new(row, info)).collect();
+    let results = query.batch_retrieve(state, &tuples)?;
+    if results.len() != tuples.len() {
+        return Err(Error::fatal(format!(
+            "operator {}: batch_retrieve returned {} results for {} tuples",
+            info.operator,
+            results.len(),
+            tuples.len()
+        )));
+    }
+    let mut out = BatchWriter::new(1);
+    for (index, result) in results.iter().enumerate() {
+        out.push_row(index as u32, [result.as_ref()]).expect("one value per row");
+    }
+    Ok(out.finish())
+}
+
+/// The second half of the query function `info.operator`: emits per input
+/// row given its result; output rows are tagged with the row they extend.
+pub fn execute_query(
+    topologies: &[Topology],
+    info: &BatchInfo,
+    input: &[u8],
+    results: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let topology = topology(topologies, info)?;
+    let query = topology.query(&info.operator).ok_or_else(|| missing("query function", info))?;
+    let arity = topology.output_arity(&info.operator).ok_or_else(|| missing("query function", info))?;
+    let batch = decode(input, info)?;
+    let results =
+        Batch::decode(results).map_err(|e| Error::fatal(format!("operator {}: results {e}", info.operator)))?;
+    if results.len() != batch.len() || results.arity() != 1 {
+        return Err(Error::fatal(format!(
+            "operator {}: {} results for {} tuples",
+            info.operator,
+            results.len(),
+            batch.len()
+        )));
+    }
+    let mut out = BatchWriter::new(arity);
+    for (index, (row, result)) in batch.rows().zip(results.rows()).enumerate() {
+        let result = result.get(0).expect("arity 1").to_owned();
+        query.execute(&Tuple::new(row, info), &result, &mut Emitter::new(&mut out, index as u32))?;
+    }
+    Ok(out.finish())
+}
+
+/// Encodes keys for [`MapState::multi_get`] across the boundary: one row
+/// per key.
+pub fn encode_keys(keys: &[Vec<Value>]) -> Result<Vec<u8>, Error> {
+    let arity = keys.first().map_or(0, Vec::len);
+    let mut out = BatchWriter::new(arity);
+    for key in keys {
+        out.push_row(0, key.iter().map(Value::as_ref)).map_err(|e| Error::fatal(format!("state key: {e}")))?;
+    }
+    Ok(out.finish())
+}
+
+/// Decodes [`MapState::multi_get`]'s answer: one value per key, null absent.
+pub fn decode_values(bytes: &[u8], keys: usize) -> Result<Vec<Option<Value>>, Error> {
+    let batch = Batch::decode(bytes).map_err(|e| Error::fatal(format!("state values: {e}")))?;
+    if batch.len() != keys || batch.arity() != 1 {
+        return Err(Error::fatal(format!("state returned {} values for {keys} keys", batch.len())));
+    }
+    Ok(batch
+        .rows()
+        .map(|row| match row.get(0).expect("arity 1").to_owned() {
+            Value::Null => None,
+            value => Some(value),
+        })
+        .collect())
+}
+
+/// Encodes entries for [`MapState::multi_put`]: each row a key then its value.
+pub fn encode_entries(entries: &[(Vec<Value>, Value)]) -> Result<Vec<u8>, Error> {
+    let arity = entries.first().map_or(1, |(k, _)| k.len() + 1);
+    let mut out = BatchWriter::new(arity);
+    for (key, value) in entries {
+        let values = key.iter().map(Value::as_ref).chain(std::iter::once(value.as_ref()));
+        out.push_row(0, values).map_err(|e| Error::fatal(format!("state entry: {e}")))?;
+    }
+    Ok(out.finish())
+}
+
 /// Combines each input row's stored value with its partial.
 pub fn combine_pairs(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> Result<Vec<u8>, Error> {
     let aggregator = combiner(topologies, info)?;
@@ -160,9 +321,9 @@ pub fn combine_pairs(topologies: &[Topology], info: &BatchInfo, input: &[u8]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builder::{FileLines, State};
     use crate::codec::ValueRef;
     use crate::operator::{Count, Function};
-    use crate::topology::{FileLines, State};
 
     struct Split;
     impl Function for Split {

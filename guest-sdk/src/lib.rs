@@ -34,29 +34,38 @@
 
 extern crate self as weir_sdk;
 
+pub mod builder;
 pub mod codec;
 pub mod dispatch;
 pub mod operator;
 pub mod topology;
 pub mod tuple;
 
+pub use builder::{
+    DirectoryLines, FileLines, General, Generator, GroupedStream, GuestSpout, Reducer, Spout, State, Stream, Topology,
+    TridentState,
+};
 pub use codec::{Value, ValueRef};
 pub use operator::{
-    BatchInfo, BatchSpout, Builtin, CombinerAggregator, Count, Error, Filter, Function, PartitionedSpout, SpoutInfo,
-    Sum,
+    Aggregator, BatchInfo, BatchSpout, Builtin, CombinerAggregator, Consumer, Count, Error, Filter, First,
+    FlatMapFunction, Function, MapFunction, MapGet, MapState, Max, Min, PartitionedSpout, QueryFunction,
+    ReducerAggregator, SpoutInfo, StateUpdater, Sum,
 };
-pub use topology::{
-    DirectoryLines, FileLines, Generator, GuestSpout, Limits, Spout, State, Stream, Topology, describe,
-};
+pub use topology::{JoinKind, Limits, describe};
 pub use tuple::{Emitter, SpoutEmitter, Tuple};
 
 /// Everything a topology crate needs, in one import.
 pub mod prelude {
+    pub use crate::builder::{
+        DirectoryLines, FileLines, General, Generator, GuestSpout, Reducer, State, Topology, TridentState,
+    };
     pub use crate::codec::{Value, ValueRef};
     pub use crate::operator::{
-        BatchInfo, BatchSpout, CombinerAggregator, Count, Error, Filter, Function, PartitionedSpout, SpoutInfo, Sum,
+        Aggregator, BatchInfo, BatchSpout, CombinerAggregator, Consumer, Count, Error, Filter, First, FlatMapFunction,
+        Function, MapFunction, MapGet, MapState, Max, Min, PartitionedSpout, QueryFunction, ReducerAggregator,
+        SpoutInfo, StateUpdater, Sum,
     };
-    pub use crate::topology::{DirectoryLines, FileLines, Generator, GuestSpout, Limits, State, Topology};
+    pub use crate::topology::{JoinKind, Limits};
     pub use crate::tuple::{Emitter, SpoutEmitter, Tuple};
 }
 
