@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 
 #[allow(unused_imports)]
 pub use weir_test_guests::{
-    GUEST_TARGET_DIR, HOSTILE, RAW_GUEST, REPO_ROOT, SPOUTS, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
+    BAD_TOPOLOGIES, GLOBAL_COUNT, GUEST_TARGET_DIR, HOSTILE, LOCATION, MAP_FILTER, RAW_GUEST, REACH, REPO_ROOT, SPOUTS,
+    STREAM_OPS, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
 };
 
 /// The `weir` binary, with a compiled-component cache shared by every test
@@ -109,4 +110,14 @@ pub fn run_args<'a>(component: &'a str, data: &'a Path, input: &'a Path, extra: 
     let mut args = vec!["run", component, "--data", data.to_str().unwrap(), "--input", input.to_str().unwrap()];
     args.extend_from_slice(extra);
     args
+}
+
+/// Runs the query `query` of `topology` against the committed state in
+/// `data`: the result tuples `weir query` prints on its last line.
+pub fn query(data: &Path, topology: &str, query: &str, args: &str) -> serde_json::Value {
+    let output =
+        weir_ok(&["query", "--data", data.to_str().unwrap(), "--topology", topology, "--query", query, "--args", args]);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let last = stdout.lines().last().unwrap_or_else(|| panic!("weir query {query} {args:?} printed nothing"));
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("weir query's last line {last:?} is not JSON: {e}"))
 }

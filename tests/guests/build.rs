@@ -8,6 +8,12 @@ use std::process::Command;
 const GUESTS: &[(&str, &str)] = &[
     ("word-count", "WORD_COUNT"),
     ("spouts", "SPOUTS"),
+    ("reach", "REACH"),
+    ("location", "LOCATION"),
+    ("global-count", "GLOBAL_COUNT"),
+    ("map-filter", "MAP_FILTER"),
+    ("stream-ops", "STREAM_OPS"),
+    ("bad-topologies", "BAD_TOPOLOGIES"),
     ("test-topologies", "TEST_TOPOLOGIES"),
     ("hostile", "HOSTILE"),
     ("raw-guest", "RAW_GUEST"),
