@@ -183,7 +183,7 @@ impl Spout for GuestSpout {
 
 /// A general aggregator with its state type erased, run over a batch's
 /// groups.
-pub(crate) trait GroupAggregator {
+pub(crate) trait GroupAggregator: Send + Sync {
     fn run(
         &self,
         info: &BatchInfo,

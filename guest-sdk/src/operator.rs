@@ -69,7 +69,7 @@ pub struct SpoutInfo {
 /// Trident's `IBatchSpout`: emits the batch of a txid. It must emit the same
 /// tuples on every attempt of a txid (the host stores nothing for it), which
 /// makes it transactional.
-pub trait BatchSpout: 'static {
+pub trait BatchSpout: Send + Sync + 'static {
     /// Emits the tuples of batch `info.txid`; returns false, emitting
     /// nothing, when the source has nothing more.
     fn emit_batch(&self, info: &SpoutInfo, out: &mut SpoutEmitter<'_>) -> Result<bool, Error>;
@@ -82,7 +82,7 @@ pub trait BatchSpout: 'static {
 /// batch's metadata describes ([`PartitionedSpout::reemit_partition`]).
 /// Declared opaque, a replay is emitted afresh from the last committed
 /// metadata and may hold different tuples; `reemit_partition` is not called.
-pub trait PartitionedSpout: 'static {
+pub trait PartitionedSpout: Send + Sync + 'static {
     /// The source's partitions.
     fn partitions(&self, info: &SpoutInfo) -> Result<Vec<String>, Error>;
 
@@ -112,33 +112,33 @@ pub trait PartitionedSpout: 'static {
 
 /// Trident's `Function` (`each`): emits zero or more tuples per input tuple;
 /// the host appends each emitted tuple's values to the input tuple.
-pub trait Function: 'static {
+pub trait Function: Send + Sync + 'static {
     /// Processes one tuple, emitting as many output tuples as it likes.
     fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error>;
 }
 
 /// Trident's `Filter`: keeps the tuples for which it returns true.
-pub trait Filter: 'static {
+pub trait Filter: Send + Sync + 'static {
     /// Whether `tuple` stays in the stream.
     fn is_keep(&self, tuple: &Tuple<'_>) -> Result<bool, Error>;
 }
 
 /// Trident's `MapFunction` (`map`): one output tuple per input tuple, which
 /// replaces it.
-pub trait MapFunction: 'static {
+pub trait MapFunction: Send + Sync + 'static {
     /// The values of the output tuple, one per output field.
     fn execute(&self, tuple: &Tuple<'_>) -> Result<Vec<Value>, Error>;
 }
 
 /// Trident's `FlatMapFunction` (`flat_map`): any number of output tuples per
 /// input tuple, which replace it.
-pub trait FlatMapFunction: 'static {
+pub trait FlatMapFunction: Send + Sync + 'static {
     /// Emits the tuples that replace `tuple`.
     fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error>;
 }
 
 /// Trident's `Consumer` (`peek`): sees each tuple, which passes on unchanged.
-pub trait Consumer: 'static {
+pub trait Consumer: Send + Sync + 'static {
     /// Looks at one tuple.
     fn accept(&self, tuple: &Tuple<'_>) -> Result<(), Error>;
 }
@@ -146,7 +146,7 @@ pub trait Consumer: 'static {
 /// Trident's `ReducerAggregator`: a group's value is
 /// `reduce(... reduce(start, t1) ..., tn)`, where `start` is `init()` or, in a
 /// persistent aggregate, the stored value.
-pub trait ReducerAggregator: 'static {
+pub trait ReducerAggregator: Send + Sync + 'static {
     /// The value of a group before any tuple.
     fn init(&self) -> Value;
     /// Folds one tuple into the value.
@@ -156,7 +156,7 @@ pub trait ReducerAggregator: 'static {
 /// Trident's general `Aggregator`: per group, `init` makes a state, each tuple
 /// goes through `aggregate`, and `complete` ends it; any of them may emit
 /// tuples of the aggregator's output fields.
-pub trait Aggregator: 'static {
+pub trait Aggregator: Send + Sync + 'static {
     /// The running state of one group.
     type State;
     /// Starts a group of batch `info`.
@@ -179,14 +179,14 @@ pub trait MapState {
 /// Trident's `StateUpdater` (`partition_persist`): writes a batch
 /// partition's tuples into a state in the commit phase, in txid order. What
 /// it emits forms the new-values stream.
-pub trait StateUpdater: 'static {
+pub trait StateUpdater: Send + Sync + 'static {
     /// Updates `state` from `tuples`.
     fn update_state(&self, state: &dyn MapState, tuples: &[Tuple<'_>], out: &mut Emitter<'_>) -> Result<(), Error>;
 }
 
 /// Trident's `QueryFunction` (`state_query`): reads the state once for the
 /// whole batch partition, then emits per tuple.
-pub trait QueryFunction: 'static {
+pub trait QueryFunction: Send + Sync + 'static {
     /// One result per tuple, in order.
     fn batch_retrieve(&self, state: &dyn MapState, tuples: &[Tuple<'_>]) -> Result<Vec<Value>, Error>;
     /// Emits the output tuples of `tuple` given its result.
@@ -287,7 +287,7 @@ pub fn compare_refs(a: crate::codec::ValueRef<'_>, b: crate::codec::ValueRef<'_>
 /// `combine` merges two values, `zero` is the value of no tuples. A group's
 /// result is `combine(... combine(zero, init(t1)) ..., init(tn))`; a stored
 /// state is updated as `combine(stored, partial)`.
-pub trait CombinerAggregator: 'static {
+pub trait CombinerAggregator: Send + Sync + 'static {
     /// The value one tuple contributes.
     fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error>;
     /// Merges two values.

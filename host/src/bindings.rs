@@ -3,6 +3,7 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "topology",
+    with: { "weir:topology/state.map-state": crate::state::handle::StateHandle },
 });
 
 pub use self::exports::weir::topology::operators::Guest as Operators;

@@ -12,19 +12,19 @@
 //! afresh from the last committed metadata.
 
 use crate::config::RunConfig;
+use crate::exec::{BatchError, Committer, Handover, Processor};
 use crate::metrics::Latencies;
-use crate::operators::{OperatorSource, Operators};
+use crate::operators::OperatorSource;
 use crate::plan::Plan;
-use crate::process::{BatchError, Processor, combine_at_commit};
 use crate::spout::{Emitted, Spout, SpoutKind};
-use crate::state::{BatchRecord, Combine, Db, StateUpdate};
+use crate::state::{BatchRecord, Db};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use weir_sdk::codec::{Batch, Value};
+use weir_sdk::codec::Batch;
 
 /// What a run did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -75,12 +75,10 @@ struct Work {
     batch: Batch<'static>,
 }
 
-type Partials = Vec<(Vec<u8>, Value)>;
-
 struct Done {
     txid: u64,
     attempt: u32,
-    result: Result<Partials, BatchError>,
+    result: Result<Handover, BatchError>,
     /// Time the batch spent in each operator.
     times: BTreeMap<String, Duration>,
 }
@@ -123,7 +121,7 @@ pub fn run(
         let mut coordinator = Coordinator {
             db,
             plan: &plan,
-            committer: Operators::new(source, Arc::clone(&plan)),
+            committer: Committer::new(Arc::clone(&plan), source),
             kind: spout.kind(),
             spout,
             config,
@@ -146,7 +144,7 @@ pub fn run(
 struct Coordinator<'a> {
     db: &'a Db,
     plan: &'a Plan,
-    committer: Operators,
+    committer: Committer,
     spout: &'a mut dyn Spout,
     kind: SpoutKind,
     config: &'a RunConfig,
@@ -213,8 +211,8 @@ impl Coordinator<'_> {
             };
             let (txid, attempt, tuples, deadline) = (front.txid, front.attempt, front.tuples, front.deadline);
             let outcome = match self.wait_for(txid, attempt, deadline)? {
-                Some(Done { result: Ok(partials), times, .. }) => {
-                    let committed = self.commit(txid, attempt, partials);
+                Some(Done { result: Ok(handover), times, .. }) => {
+                    let committed = self.commit(txid, attempt, handover);
                     if committed.is_ok() {
                         let commit_times = self.committer.take_times();
                         for (operator, time) in times.into_iter().chain(commit_times) {
@@ -316,38 +314,17 @@ impl Coordinator<'_> {
         }
     }
 
-    fn commit(&mut self, txid: u64, attempt: u32, partials: Partials) -> Result<(), BatchError> {
-        let sink = &self.plan.sink;
+    fn commit(&mut self, txid: u64, attempt: u32, handover: Handover) -> Result<(), BatchError> {
         let meta = self.pending.front().map(|p| p.meta.clone()).unwrap_or_default();
         let record = BatchRecord { attempt, spout: meta };
-        let update = StateUpdate { state: sink.state.clone(), partials };
-        let committer = &mut self.committer;
-        let mut guest_error = None;
-        let mut in_guest = |pairs: &[(Value, Value)]| {
-            combine_at_commit(sink, committer, txid, attempt, pairs).map_err(|e| {
-                guest_error = Some(e.clone());
-                anyhow!("{e}")
-            })
-        };
-        let native = |stored: Value, partial: Value| Ok(weir_sdk::operator::add(stored, partial)?);
-        let combine = if sink.combiner_in_guest() { Combine::Batched(&mut in_guest) } else { Combine::Native(&native) };
         let started = Instant::now();
-        let result = self.db.commit(&self.plan.topology, txid, &record, &update, combine);
-        match result {
-            Ok(stats) => {
-                self.report.commit_latency.record(started.elapsed());
-                tracing::debug!(
-                    "topology {}: committed txid {txid} (attempt {attempt}): {} keys written, {} skipped",
-                    self.plan.topology,
-                    stats.written,
-                    stats.skipped
-                );
-                Ok(())
-            }
-            Err(e) => {
-                Err(guest_error.unwrap_or_else(|| BatchError::retry(&sink.state.name, format!("commit failed: {e:#}"))))
-            }
-        }
+        let written = self.committer.commit(self.db, txid, &record, handover)?;
+        self.report.commit_latency.record(started.elapsed());
+        tracing::debug!(
+            "topology {}: committed txid {txid} (attempt {attempt}): {written} keys written",
+            self.plan.topology
+        );
+        Ok(())
     }
 
     /// Replays `txid` and every later batch in flight as their next attempt,

@@ -3,19 +3,41 @@
 //! compiled into the host.
 
 use crate::bindings::BatchContext;
+use crate::exec::BatchError;
 use crate::plan::Plan;
-use crate::process::BatchError;
 use crate::runtime::{CallError, Guest, LoadedComponent};
+use crate::state::handle::StateHandle;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_sdk::{BatchInfo, Topology, dispatch};
 
+/// The components of a topology: one runs every operator but those mapped
+/// to another (a bundle may mix guest languages).
+pub struct Components {
+    /// The component of every operator not in `by_operator`.
+    pub default: Arc<LoadedComponent>,
+    /// Operators run by another component.
+    pub by_operator: HashMap<String, Arc<LoadedComponent>>,
+}
+
+impl Components {
+    /// One component for every operator.
+    pub fn single(component: Arc<LoadedComponent>) -> Components {
+        Components { default: component, by_operator: HashMap::new() }
+    }
+
+    /// The component that runs `operator`.
+    pub fn for_operator(&self, operator: &str) -> &Arc<LoadedComponent> {
+        self.by_operator.get(operator).unwrap_or(&self.default)
+    }
+}
+
 /// Where operators come from.
 #[derive(Clone)]
 pub enum OperatorSource {
-    /// A component: each operator in its own sandboxed instance.
-    Wasm(Arc<LoadedComponent>),
+    /// Components: each operator in its own sandboxed instance.
+    Wasm(Arc<Components>),
     /// The topologies compiled natively into this program (the SDK's native
     /// build): no sandbox, no boundary. For baselines and tests.
     Native(fn() -> Vec<Topology>),
@@ -32,6 +54,16 @@ pub enum Request<'a> {
     CombineGroups(u32, &'a [u8]),
     /// Combine stored values with partials.
     CombinePairs(&'a [u8]),
+    /// Fold grouped rows with a reducer, from start values or init().
+    ReduceGroups(u32, &'a [u8], &'a [u8]),
+    /// Run a general aggregator over grouped rows.
+    AggregateGroups(u32, &'a [u8]),
+    /// Run a state updater.
+    UpdateState(&'a StateHandle, &'a [u8]),
+    /// A query function's batch retrieval.
+    BatchRetrieve(&'a StateHandle, &'a [u8]),
+    /// A query function's per-tuple half: input rows, then their results.
+    ExecuteQuery(&'a [u8], &'a [u8]),
 }
 
 /// The operator instances of one thread: for components, one store per
@@ -57,28 +89,30 @@ impl Operators {
         std::mem::take(&mut self.times)
     }
 
-    /// Calls `operator` on a batch; the error names the operator.
+    /// Calls `operator` on partition `partition` of a batch; the error
+    /// names the operator.
     pub fn call(
         &mut self,
         operator: &str,
-        txid: u64,
-        attempt: u32,
+        batch: (u64, u32, u32),
         fields: &[String],
         request: Request<'_>,
     ) -> Result<Vec<u8>, BatchError> {
+        let (txid, attempt, partition) = batch;
         let ctx = BatchContext {
             topology: self.plan.topology.clone(),
             operator: operator.to_owned(),
             txid,
             attempt,
-            partition: 0,
+            partition,
             fields: fields.to_vec(),
         };
         let started = Instant::now();
         let result = match &self.source {
-            OperatorSource::Wasm(component) => {
+            OperatorSource::Wasm(components) => {
                 if !self.instances.contains_key(operator) {
-                    let guest = component
+                    let guest = components
+                        .for_operator(operator)
                         .instantiate(&self.plan.topology, operator, self.plan.sandboxes.of(operator))
                         .map_err(|e| BatchError::retry(operator, format!("cannot instantiate: {e:#}")))?;
                     self.instances.insert(operator.to_owned(), guest);
@@ -89,6 +123,11 @@ impl Operators {
                     Request::Filter(input) => guest.run_filter(&ctx, input),
                     Request::CombineGroups(groups, input) => guest.combine_groups(&ctx, groups, input),
                     Request::CombinePairs(input) => guest.combine_pairs(&ctx, input),
+                    Request::ReduceGroups(groups, start, input) => guest.reduce_groups(&ctx, groups, start, input),
+                    Request::AggregateGroups(groups, input) => guest.aggregate_groups(&ctx, groups, input),
+                    Request::UpdateState(state, input) => guest.update_state(&ctx, state, input),
+                    Request::BatchRetrieve(state, input) => guest.batch_retrieve(&ctx, state, input),
+                    Request::ExecuteQuery(input, results) => guest.execute_query(&ctx, input, results),
                 }
             }
             OperatorSource::Native(topologies) => {
@@ -122,6 +161,11 @@ fn call_native(topologies: &[Topology], ctx: BatchContext, request: Request<'_>)
         Request::Filter(input) => dispatch::run_filter(topologies, &info, input),
         Request::CombineGroups(groups, input) => dispatch::combine_groups(topologies, &info, groups, input),
         Request::CombinePairs(input) => dispatch::combine_pairs(topologies, &info, input),
+        Request::ReduceGroups(groups, start, input) => dispatch::reduce_groups(topologies, &info, groups, start, input),
+        Request::AggregateGroups(groups, input) => dispatch::aggregate_groups(topologies, &info, groups, input),
+        Request::UpdateState(state, input) => dispatch::update_state(topologies, &info, state, input),
+        Request::BatchRetrieve(state, input) => dispatch::batch_retrieve(topologies, &info, state, input),
+        Request::ExecuteQuery(input, results) => dispatch::execute_query(topologies, &info, input, results),
     };
     result.map_err(|e| match e {
         weir_sdk::Error::Retry(m) => CallError::Retry(m),

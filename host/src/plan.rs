@@ -1,34 +1,70 @@
-//! Turns a topology definition into the steps a batch goes through, checking
-//! fields, operator ids and names when the topology is loaded.
+//! Turns a topology definition into the graph the host runs, checking it
+//! when the topology is loaded: fields, operator ids, states, pairings,
+//! cycles.
 //!
-//! Fields are resolved to positions here, once: each step knows where its
-//! input fields sit in the tuple and which fields later steps still need, so
-//! tuples carry nothing that no one reads.
+//! Fields are resolved to positions here, once. A node's output carries only
+//! the fields something after it reads (Trident keeps every field; the host
+//! drops the ones no one can see, so a sentence is not copied into each of
+//! its words).
 
 use crate::config::SandboxConfig;
 use crate::sandbox::{Sandboxes, sandboxes};
 use crate::spout::SpoutKind;
 use anyhow::{Result, bail};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use weir_sdk::operator::Builtin;
-use weir_sdk::topology::{AggregatorDef, OperationDef, SpoutDef, StateDef, StateKind, TopologyDef};
+use weir_sdk::topology::{
+    AggregateScope, AggregatorDef, AggregatorKind, JoinKind, NodeDef, OperationDef, Partitioning, QueryDef, SPOUT_ID,
+    SpoutDef, StateDef, StateKind, TopologyDef,
+};
 
 /// A validated topology, ready to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     /// The topology's name.
     pub topology: String,
-    /// The spout's output fields.
-    pub spout_fields: Vec<String>,
-    /// Steps of the process phase, in order.
-    pub steps: Vec<Step>,
-    /// Where each batch's results go at commit.
-    pub sink: Sink,
+    /// The data spout, if the topology has one.
+    pub spout: Option<SpoutDef>,
+    /// The graph's nodes, each after its inputs.
+    pub nodes: Vec<Node>,
+    /// Every state, by name.
+    pub states: BTreeMap<String, StateDef>,
+    /// Each query stream: its root node and the node whose tuples answer it.
+    pub queries: BTreeMap<String, (usize, usize)>,
     /// What each operator's instances may use.
     pub sandboxes: Sandboxes,
 }
 
-/// The input of a guest operator: which tuple fields it reads.
+/// When a node runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// In the process phase, batches in parallel with earlier commits.
+    Process,
+    /// In the commit phase, strictly in txid order: it reads or writes state,
+    /// or follows something that does.
+    Commit,
+}
+
+/// One node of the graph, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// Operator id.
+    pub id: String,
+    /// Indices of the input nodes.
+    pub inputs: Vec<usize>,
+    /// Instances that run it at once.
+    pub parallelism: usize,
+    /// When it runs.
+    pub phase: Phase,
+    /// The fields of its output tuples.
+    pub fields: Vec<String>,
+    /// Indices of the nodes that read its output.
+    pub children: Vec<usize>,
+    /// What it does.
+    pub op: Op,
+}
+
+/// The input of a guest operator: which fields it reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Input {
     /// Positions of the fields in the tuple.
@@ -39,60 +75,127 @@ pub struct Input {
     pub whole_tuple: bool,
 }
 
-/// One step of the process phase.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Step {
-    /// A guest function: output tuples are `kept` fields then the outputs.
-    Function {
-        /// Operator id.
-        id: String,
-        /// Fields it reads.
-        input: Input,
-        /// Number of fields it appends.
-        outputs: usize,
-        /// Positions of the input tuple's fields that later steps need.
-        kept: Vec<usize>,
-    },
-    /// A guest filter: kept tuples keep the `kept` fields.
-    Filter {
-        /// Operator id.
-        id: String,
-        /// Fields it reads.
-        input: Input,
-        /// Positions of the tuple's fields that later steps need.
-        kept: Vec<usize>,
-    },
+/// What a function's outputs do to its input tuple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FunctionKind {
+    /// Appended (`each`, `state_query`).
+    Append,
+    /// Replace it (`map`, `flat_map`).
+    Replace,
+    /// Nothing: it passes on unchanged (`peek`).
+    Peek,
 }
 
-/// How a batch's tuples become one partial per key.
+/// One aggregator, resolved.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Aggregation {
-    /// Host built-in count.
-    Count,
-    /// Host built-in sum of the field at this position.
-    Sum(usize),
-    /// The guest's combiner aggregator, over these fields.
-    Combiner(Input),
-}
-
-/// The persistent aggregate that ends the stream.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Sink {
+pub struct Aggregator {
     /// Operator id.
     pub id: String,
-    /// The state written.
-    pub state: StateDef,
-    /// Positions of the group-by fields (empty: one key for the batch).
-    pub group: Vec<usize>,
-    /// How partials are made and combined.
-    pub aggregation: Aggregation,
+    /// Its contract.
+    pub kind: AggregatorKind,
+    /// Fields it reads.
+    pub input: Input,
+    /// Number of output fields.
+    pub outputs: usize,
 }
 
-impl Sink {
-    /// Whether combining runs in the guest.
-    pub fn combiner_in_guest(&self) -> bool {
-        matches!(self.aggregation, Aggregation::Combiner(_))
-    }
+/// A node's operation, with fields resolved against its input's output.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// The data spout.
+    Spout,
+    /// A query stream's request.
+    Query(String),
+    /// A guest function; `kept` input fields, then its outputs.
+    Function {
+        /// What the outputs do.
+        kind: FunctionKind,
+        /// Fields it reads.
+        input: Input,
+        /// Input fields passed on.
+        kept: Vec<usize>,
+        /// Number of output fields.
+        outputs: usize,
+    },
+    /// A guest filter.
+    Filter {
+        /// Fields it reads.
+        input: Input,
+        /// Input fields passed on.
+        kept: Vec<usize>,
+    },
+    /// Input fields passed on, in order (`project`, and a pass-through that
+    /// drops what no one reads).
+    Project(Vec<usize>),
+    /// Moves tuples between partitions.
+    Partition {
+        /// How; `fields` resolved to positions.
+        by: Partitioning,
+        /// Positions hashed, for `partition_by`.
+        hashed: Vec<usize>,
+        /// Input fields passed on.
+        kept: Vec<usize>,
+    },
+    /// An aggregation.
+    Aggregate {
+        /// Per partition or per batch.
+        scope: AggregateScope,
+        /// Positions of the group fields.
+        group: Vec<usize>,
+        /// The aggregators, in output order.
+        aggregators: Vec<Aggregator>,
+    },
+    /// Aggregates into a state.
+    PersistentAggregate {
+        /// The state.
+        state: String,
+        /// Positions of the group fields.
+        group: Vec<usize>,
+        /// The aggregator.
+        aggregator: Aggregator,
+    },
+    /// A guest state updater.
+    PartitionPersist {
+        /// The state.
+        state: String,
+        /// Fields it reads.
+        input: Input,
+        /// Number of output fields.
+        outputs: usize,
+    },
+    /// A state query.
+    StateQuery {
+        /// The state.
+        state: String,
+        /// Fields it reads (the key, for `MapGet`).
+        input: Input,
+        /// The query function.
+        query: QueryDef,
+        /// Input fields passed on.
+        kept: Vec<usize>,
+        /// Number of output fields.
+        outputs: usize,
+    },
+    /// Every input's tuples; each input's fields in this node's order.
+    Merge(Vec<Vec<usize>>),
+    /// A join within the batch.
+    Join {
+        /// Each input's join field positions.
+        keys: Vec<Vec<usize>>,
+        /// Each input's other field positions, in output order.
+        others: Vec<Vec<usize>>,
+        /// Each input's kind.
+        kinds: Vec<JoinKind>,
+    },
+    /// The least or greatest tuple of the batch.
+    Extreme {
+        /// Positions compared, in order.
+        by: Vec<usize>,
+        /// The greatest.
+        max: bool,
+        /// Input fields passed on.
+        kept: Vec<usize>,
+    },
 }
 
 fn check_name(what: &str, name: &str) -> Result<()> {
@@ -108,8 +211,8 @@ fn resolve(topology: &str, operator: &str, fields: &[String], names: &[String]) 
         match fields.iter().position(|f| f == name) {
             Some(p) => positions.push(p),
             None => bail!(
-                "topology {topology}: operator {operator} reads field {name:?}, which the stream does not have \
-                 at that point (it has {fields:?})"
+                "topology {topology}: operator {operator} reads field {name:?}, which its input does not have \
+                 (it has {fields:?})"
             ),
         }
     }
@@ -117,25 +220,12 @@ fn resolve(topology: &str, operator: &str, fields: &[String], names: &[String]) 
     Ok(Input { positions, names: names.to_vec(), whole_tuple })
 }
 
-/// Fields read by operation `op` or any after it.
-fn fields_read(ops: &[OperationDef]) -> HashSet<&str> {
-    ops.iter()
-        .flat_map(|op| match op {
-            OperationDef::Each { input, .. } | OperationDef::Filter { input, .. } => input.as_slice(),
-            OperationDef::GroupBy { fields } => fields.as_slice(),
-            OperationDef::PersistentAggregate { input, .. } => input.as_slice(),
-        })
-        .map(String::as_str)
-        .collect()
-}
-
 /// Trident's table of which spouts and states make exactly-once: a
 /// transactional state needs a transactional spout; an opaque state takes a
 /// transactional or an opaque spout; a non-transactional state promises
 /// nothing (a warning, not an error).
 fn check_pairing(topology: &str, spout: &SpoutDef, state: &StateDef) -> Result<()> {
-    let spout_kind = SpoutKind::of(spout);
-    match (state.kind, spout_kind) {
+    match (state.kind, SpoutKind::of(spout)) {
         (StateKind::NonTransactional, _) => {
             tracing::warn!(
                 "topology {topology}: state {} is non-transactional: replayed batches may count twice",
@@ -163,194 +253,698 @@ pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
     build(def, Some(config))
 }
 
-/// Checks `def`'s stream (fields, operators, pairings) without the sandbox
-/// it asks for, which only the host that runs it can grant: what packing a
-/// bundle checks.
+/// Checks `def`'s graph (fields, operators, states, pairings) without the
+/// sandbox it asks for, which only the host that runs it can grant: what
+/// packing a bundle checks.
 pub fn check_stream(def: &TopologyDef) -> Result<()> {
     build(def, None).map(drop)
+}
+
+/// Node indices in an order where inputs come first, or the cycle's error.
+fn order(def: &TopologyDef) -> Result<Vec<usize>> {
+    let name = &def.name;
+    let count = def.nodes.len();
+    for node in &def.nodes {
+        if let Some(bad) = node.inputs.iter().find(|&&i| i >= count) {
+            bail!("topology {name}: operator {} reads node {bad}, which does not exist", node.id);
+        }
+    }
+    // 0: unvisited, 1: on the current path, 2: done.
+    let mut mark = vec![0u8; count];
+    let mut out = Vec::with_capacity(count);
+    fn visit(def: &TopologyDef, i: usize, mark: &mut [u8], out: &mut Vec<usize>) -> Result<()> {
+        match mark[i] {
+            2 => return Ok(()),
+            1 => bail!("topology {}: the stream graph has a cycle through operator {}", def.name, def.nodes[i].id),
+            _ => {}
+        }
+        mark[i] = 1;
+        for &input in &def.nodes[i].inputs {
+            visit(def, input, mark, out)?;
+        }
+        mark[i] = 2;
+        out.push(i);
+        Ok(())
+    }
+    for i in 0..count {
+        visit(def, i, &mut mark, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// The fields each operation outputs (all of them, as Trident sees them),
+/// given its inputs' fields; and checks arities, duplicates and roots.
+fn logical_fields(
+    name: &str,
+    node: &NodeDef,
+    inputs: &[&[String]],
+    states: &BTreeMap<String, StateDef>,
+) -> Result<Vec<String>> {
+    let id = &node.id;
+    let expected_inputs = match node.op {
+        OperationDef::Spout { .. } | OperationDef::QueryStream { .. } => 0..=0,
+        OperationDef::Merge | OperationDef::Join { .. } => 2..=usize::MAX,
+        _ => 1..=1,
+    };
+    if !expected_inputs.contains(&inputs.len()) {
+        bail!("topology {name}: operator {id} ({}) has {} inputs", node.op.kind_name(), inputs.len());
+    }
+    let appended = |input: &[String], output: &[String]| -> Result<Vec<String>> {
+        if output.is_empty() {
+            bail!("topology {name}: operator {id} declares no output fields");
+        }
+        let mut fields = input.to_vec();
+        for out in output {
+            if fields.contains(out) {
+                bail!("topology {name}: operator {id} outputs field {out:?}, which the tuple already has");
+            }
+            fields.push(out.clone());
+        }
+        Ok(fields)
+    };
+    let fresh = |fields: Vec<String>| -> Result<Vec<String>> {
+        let mut seen = HashSet::new();
+        if let Some(dup) = fields.iter().find(|f| !seen.insert(f.as_str())) {
+            bail!("topology {name}: operator {id} outputs field {dup:?} twice");
+        }
+        Ok(fields)
+    };
+    let resolve_all = |fields: &[String], names: &[String]| resolve(name, id, fields, names).map(drop);
+    Ok(match &node.op {
+        OperationDef::Spout { spout } => fresh(spout.fields())?,
+        OperationDef::QueryStream { .. } => vec!["args".to_owned()],
+        OperationDef::Each { input, output } => {
+            resolve_all(inputs[0], input)?;
+            appended(inputs[0], output)?
+        }
+        OperationDef::Map { input, output } | OperationDef::FlatMap { input, output } => {
+            resolve_all(inputs[0], input)?;
+            if output.is_empty() {
+                bail!("topology {name}: operator {id} declares no output fields");
+            }
+            fresh(output.clone())?
+        }
+        OperationDef::Peek { input } | OperationDef::Filter { input } => {
+            resolve_all(inputs[0], input)?;
+            inputs[0].to_vec()
+        }
+        OperationDef::Project { fields } => {
+            resolve_all(inputs[0], fields)?;
+            fresh(fields.clone())?
+        }
+        OperationDef::Partition { by } => {
+            if let Partitioning::Fields { fields } = by {
+                resolve_all(inputs[0], fields)?;
+            }
+            inputs[0].to_vec()
+        }
+        OperationDef::Aggregate { group, aggregators, .. } => {
+            resolve_all(inputs[0], group)?;
+            if aggregators.is_empty() {
+                bail!("topology {name}: operator {id} has no aggregators");
+            }
+            let mut fields = group.clone();
+            for aggregator in aggregators {
+                check_aggregator(name, id, inputs[0], aggregator, false)?;
+                fields.extend(aggregator.output.iter().cloned());
+            }
+            fresh(fields)?
+        }
+        OperationDef::PersistentAggregate { group, aggregator, .. } => {
+            resolve_all(inputs[0], group)?;
+            check_aggregator(name, id, inputs[0], aggregator, true)?;
+            let mut fields = group.clone();
+            fields.extend(aggregator.output.iter().cloned());
+            fresh(fields)?
+        }
+        OperationDef::PartitionPersist { input, output, .. } => {
+            resolve_all(inputs[0], input)?;
+            fresh(output.clone())?
+        }
+        OperationDef::StateQuery { state, input, output, .. } => {
+            if !states.contains_key(state) {
+                let known: Vec<&String> = states.keys().collect();
+                bail!(
+                    "topology {name}: operator {id} queries state {state:?}, which no operation writes (states: {known:?})"
+                );
+            }
+            resolve_all(inputs[0], input)?;
+            appended(inputs[0], output)?
+        }
+        OperationDef::Merge => {
+            for other in &inputs[1..] {
+                if other != &inputs[0] {
+                    bail!(
+                        "topology {name}: merge {id} joins streams with different fields: {:?} and {other:?}",
+                        inputs[0]
+                    );
+                }
+            }
+            inputs[0].to_vec()
+        }
+        OperationDef::Join { fields, kinds, output } => {
+            if fields.len() != inputs.len() || kinds.len() != inputs.len() {
+                bail!(
+                    "topology {name}: join {id} needs join fields and a kind for each of its {} inputs",
+                    inputs.len()
+                );
+            }
+            let width = fields[0].len();
+            if width == 0 || fields.iter().any(|f| f.len() != width) {
+                bail!("topology {name}: join {id} needs the same number of join fields (at least one) on every input");
+            }
+            for (input, keys) in inputs.iter().zip(fields) {
+                resolve_all(input, keys)?;
+            }
+            let total = width + inputs.iter().zip(fields).map(|(i, k)| i.len() - k.len()).sum::<usize>();
+            if output.len() != total {
+                bail!("topology {name}: join {id} produces {total} fields but names {} in its output", output.len());
+            }
+            fresh(output.clone())?
+        }
+        OperationDef::Extreme { by, .. } => {
+            resolve_all(inputs[0], by)?;
+            inputs[0].to_vec()
+        }
+    })
+}
+
+fn check_aggregator(
+    name: &str,
+    node: &str,
+    fields: &[String],
+    aggregator: &AggregatorDef,
+    persistent: bool,
+) -> Result<()> {
+    let id = &aggregator.id;
+    check_name("operator", id)?;
+    resolve(name, id, fields, &aggregator.input)?;
+    let single_output = !matches!(aggregator.kind, AggregatorKind::General);
+    if single_output && aggregator.output.len() != 1 {
+        bail!("topology {name}: aggregator {id} must declare exactly one output field");
+    }
+    if let AggregatorKind::Builtin(builtin) = aggregator.kind
+        && builtin.reads_a_field()
+        && aggregator.input.len() != 1
+    {
+        bail!("topology {name}: built-in {builtin:?} in {id} needs exactly one input field");
+    }
+    if persistent && aggregator.kind == AggregatorKind::General {
+        bail!(
+            "topology {name}: persistent_aggregate {node} uses the general aggregator {id}: a state is updated \
+             with a combiner or a reducer aggregator"
+        );
+    }
+    Ok(())
+}
+
+/// Fields of input `parent` that `child` reads, given what is read of the
+/// child's own output (`needed`).
+fn reads(child: &NodeDef, parent_fields: &[String], needed: &HashSet<String>) -> HashSet<String> {
+    let passthrough = || parent_fields.iter().filter(|f| needed.contains(*f)).cloned();
+    let mut out: HashSet<String> = HashSet::new();
+    match &child.op {
+        OperationDef::Each { input, .. } | OperationDef::StateQuery { input, .. } => {
+            out.extend(input.iter().cloned());
+            out.extend(passthrough());
+        }
+        OperationDef::Filter { input } | OperationDef::Peek { input } => {
+            out.extend(input.iter().cloned());
+            out.extend(passthrough());
+        }
+        OperationDef::Map { input, .. } | OperationDef::FlatMap { input, .. } => out.extend(input.iter().cloned()),
+        OperationDef::PartitionPersist { input, .. } => out.extend(input.iter().cloned()),
+        OperationDef::Project { fields } => out.extend(fields.iter().cloned()),
+        OperationDef::Partition { by } => {
+            if let Partitioning::Fields { fields } = by {
+                out.extend(fields.iter().cloned());
+            }
+            out.extend(passthrough());
+        }
+        OperationDef::Extreme { by, .. } => {
+            out.extend(by.iter().cloned());
+            out.extend(passthrough());
+        }
+        OperationDef::Aggregate { group, aggregators, .. } => {
+            out.extend(group.iter().cloned());
+            out.extend(aggregators.iter().flat_map(|a| a.input.iter().cloned()));
+        }
+        OperationDef::PersistentAggregate { group, aggregator, .. } => {
+            out.extend(group.iter().cloned());
+            out.extend(aggregator.input.iter().cloned());
+        }
+        // Merged streams must line up, and a join names every field of its
+        // inputs: both see their inputs whole.
+        OperationDef::Merge | OperationDef::Join { .. } => out.extend(parent_fields.iter().cloned()),
+        OperationDef::Spout { .. } | OperationDef::QueryStream { .. } => {}
+    }
+    out
+}
+
+fn positions(fields: &[String], names: impl IntoIterator<Item = impl AsRef<str>>) -> Vec<usize> {
+    names.into_iter().map(|n| fields.iter().position(|f| f == n.as_ref()).expect("resolved at load")).collect()
+}
+
+fn input_of(fields: &[String], names: &[String]) -> Input {
+    let positions = positions(fields, names);
+    let whole_tuple = positions.iter().copied().eq(0..fields.len());
+    Input { positions, names: names.to_vec(), whole_tuple }
+}
+
+fn aggregator_of(fields: &[String], def: &AggregatorDef) -> Aggregator {
+    Aggregator { id: def.id.clone(), kind: def.kind, input: input_of(fields, &def.input), outputs: def.output.len() }
 }
 
 fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
     let name = &def.name;
     check_name("topology", name)?;
-    let spout_fields = def.spout.fields();
-    let mut fields = spout_fields.clone();
-    let mut steps = Vec::new();
-    let mut group: Option<Vec<usize>> = None;
+    if def.nodes.is_empty() {
+        bail!("topology {name} is empty: it has no stream");
+    }
     let mut ids = HashSet::new();
-    for (index, op) in def.operations.iter().enumerate() {
-        let later = fields_read(&def.operations[index + 1..]);
-        let kept = |fields: &[String]| -> Vec<usize> {
-            (0..fields.len()).filter(|&i| later.contains(fields[i].as_str())).collect()
-        };
-        let id = match op {
-            OperationDef::Each { id, .. }
-            | OperationDef::Filter { id, .. }
-            | OperationDef::PersistentAggregate { id, .. } => Some(id),
-            OperationDef::GroupBy { .. } => None,
-        };
-        if let Some(id) = id {
-            check_name("operator", id)?;
-            if !ids.insert(id.as_str()) {
-                bail!("topology {name}: two operators are named {id:?}");
-            }
+    for node in &def.nodes {
+        check_name("operator", &node.id)?;
+        if !ids.insert(node.id.as_str()) {
+            bail!("topology {name}: two operators are named {:?}", node.id);
         }
-        if group.is_some() && !matches!(op, OperationDef::PersistentAggregate { .. }) {
-            bail!("topology {name}: group_by must be followed by persistent_aggregate");
+        if node.parallelism == 0 {
+            bail!("topology {name}: operator {} has a parallelism of 0", node.id);
         }
-        match op {
-            OperationDef::Each { id, input, output } => {
-                let input = resolve(name, id, &fields, input)?;
-                for out in output {
-                    if fields.contains(out) {
-                        bail!("topology {name}: operator {id} outputs field {out:?}, which the tuple already has");
-                    }
-                }
-                if output.is_empty() {
-                    bail!("topology {name}: operator {id} declares no output fields");
-                }
-                let kept = kept(&fields);
-                let mut next: Vec<String> = kept.iter().map(|&i| fields[i].clone()).collect();
-                next.extend(output.iter().cloned());
-                steps.push(Step::Function { id: id.clone(), input, outputs: output.len(), kept });
-                fields = next;
+    }
+    let order = order(def)?;
+    let spouts: Vec<&SpoutDef> = def
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            OperationDef::Spout { spout } => Some(spout),
+            _ => None,
+        })
+        .collect();
+    if spouts.len() > 1 {
+        bail!(
+            "topology {name} has {} spouts: a topology reads one data spout (merge its streams instead)",
+            spouts.len()
+        );
+    }
+    let spout = spouts.first().map(|s| (*s).clone());
+
+    // States: each written by exactly one operation.
+    let mut states: BTreeMap<String, StateDef> = BTreeMap::new();
+    let mut writers: BTreeMap<&str, &str> = BTreeMap::new();
+    for node in &def.nodes {
+        if let Some(state) = node.op.written_state() {
+            check_name("state", &state.name)?;
+            if let Some(other) = writers.insert(&state.name, &node.id) {
+                bail!(
+                    "topology {name}: state {} is written by both {other} and {}: each state has one writer, \
+                     whose aggregator kind fixes what its values mean",
+                    state.name,
+                    node.id
+                );
             }
-            OperationDef::Filter { id, input } => {
-                let input = resolve(name, id, &fields, input)?;
-                let kept = kept(&fields);
-                let next = kept.iter().map(|&i| fields[i].clone()).collect();
-                steps.push(Step::Filter { id: id.clone(), input, kept });
-                fields = next;
+            if let Some(spout) = &spout {
+                check_pairing(name, spout, state)?;
             }
-            OperationDef::GroupBy { fields: by } => {
-                group = Some(resolve(name, "group_by", &fields, by)?.positions);
-            }
-            OperationDef::PersistentAggregate { id, state, aggregator, input, output } => {
-                if index + 1 != def.operations.len() {
-                    bail!("topology {name}: persistent_aggregate {id} must end the stream");
-                }
-                check_name("state", &state.name)?;
-                if output.len() != 1 {
-                    bail!("topology {name}: persistent_aggregate {id} must declare exactly one output field");
-                }
-                let input = resolve(name, id, &fields, input)?;
-                let aggregation = match aggregator {
-                    AggregatorDef::Builtin { name: Builtin::Count } => Aggregation::Count,
-                    AggregatorDef::Builtin { name: Builtin::Sum } => match input.positions[..] {
-                        [position] => Aggregation::Sum(position),
-                        _ => bail!("topology {name}: sum in {id} needs exactly one input field"),
-                    },
-                    AggregatorDef::Combiner => Aggregation::Combiner(input),
-                };
-                check_pairing(name, &def.spout, state)?;
-                let sink =
-                    Sink { id: id.clone(), state: state.clone(), group: group.take().unwrap_or_default(), aggregation };
-                let mut ids: Vec<&str> = ids.into_iter().collect();
-                if matches!(def.spout, SpoutDef::Guest { .. }) {
-                    ids.push(weir_sdk::topology::SPOUT_ID);
-                }
-                let sandboxes = match config {
-                    Some(config) => sandboxes(def, &ids, config)?,
-                    None => sandboxes(
-                        &TopologyDef { sandbox: Default::default(), ..def.clone() },
-                        &ids,
-                        &SandboxConfig::default(),
-                    )?,
-                };
-                return Ok(Plan { topology: name.clone(), spout_fields, steps, sink, sandboxes });
+            states.insert(state.name.clone(), state.clone());
+        }
+    }
+
+    // Logical fields, in dependency order.
+    let mut logical: Vec<Vec<String>> = vec![Vec::new(); def.nodes.len()];
+    for &i in &order {
+        let node = &def.nodes[i];
+        let inputs: Vec<&[String]> = node.inputs.iter().map(|&p| logical[p].as_slice()).collect();
+        logical[i] = logical_fields(name, node, &inputs, &states)?;
+    }
+
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); def.nodes.len()];
+    for (i, node) in def.nodes.iter().enumerate() {
+        for &p in &node.inputs {
+            if !children[p].contains(&i) {
+                children[p].push(i);
             }
         }
     }
-    bail!("topology {name} does not end in persistent_aggregate: its results would go nowhere")
+
+    // What each node's output must carry: what its children read; all of
+    // it for a leaf (a query's answer).
+    let mut needed: Vec<HashSet<String>> = vec![HashSet::new(); def.nodes.len()];
+    for &i in order.iter().rev() {
+        if children[i].is_empty() {
+            needed[i] = logical[i].iter().cloned().collect();
+            continue;
+        }
+        let mut set = HashSet::new();
+        for &c in &children[i] {
+            set.extend(reads(&def.nodes[c], &logical[i], &needed[c]));
+        }
+        needed[i] = set;
+    }
+
+    // Roots reach their nodes: which query (if any) each node serves.
+    let mut phase = vec![Phase::Process; def.nodes.len()];
+    let mut fields: Vec<Vec<String>> = vec![Vec::new(); def.nodes.len()];
+    let mut nodes: Vec<Option<Node>> = vec![None; def.nodes.len()];
+    for &i in &order {
+        let node = &def.nodes[i];
+        let touches_state = matches!(
+            node.op,
+            OperationDef::PersistentAggregate { .. }
+                | OperationDef::PartitionPersist { .. }
+                | OperationDef::StateQuery { .. }
+        );
+        if touches_state || node.inputs.iter().any(|&p| phase[p] == Phase::Commit) {
+            phase[i] = Phase::Commit;
+        }
+        let input_fields: &[String] = node.inputs.first().map_or(&[], |&p| fields[p].as_slice());
+        let keep =
+            |from: &[String]| -> Vec<usize> { (0..from.len()).filter(|&k| needed[i].contains(&from[k])).collect() };
+        let named =
+            |positions: &[usize]| -> Vec<String> { positions.iter().map(|&p| input_fields[p].clone()).collect() };
+        let (op, out): (Op, Vec<String>) = match &node.op {
+            OperationDef::Spout { .. } => (Op::Spout, logical[i].clone()),
+            OperationDef::QueryStream { name: query } => (Op::Query(query.clone()), logical[i].clone()),
+            OperationDef::Each { input, output } | OperationDef::StateQuery { input, output, .. } => {
+                let kept = keep(input_fields);
+                let mut out = named(&kept);
+                out.extend(output.iter().cloned());
+                let input = input_of(input_fields, input);
+                let op = match &node.op {
+                    OperationDef::StateQuery { state, query, .. } => {
+                        Op::StateQuery { state: state.clone(), input, query: *query, kept, outputs: output.len() }
+                    }
+                    _ => Op::Function { kind: FunctionKind::Append, input, kept, outputs: output.len() },
+                };
+                (op, out)
+            }
+            OperationDef::Map { input, output } | OperationDef::FlatMap { input, output } => {
+                let input = input_of(input_fields, input);
+                (
+                    Op::Function { kind: FunctionKind::Replace, input, kept: Vec::new(), outputs: output.len() },
+                    output.clone(),
+                )
+            }
+            OperationDef::Peek { input } => {
+                let kept = keep(input_fields);
+                let input = input_of(input_fields, input);
+                (Op::Function { kind: FunctionKind::Peek, input, kept: kept.clone(), outputs: 0 }, named(&kept))
+            }
+            OperationDef::Filter { input } => {
+                let kept = keep(input_fields);
+                (Op::Filter { input: input_of(input_fields, input), kept: kept.clone() }, named(&kept))
+            }
+            OperationDef::Project { fields: wanted } => {
+                let kept = positions(input_fields, wanted);
+                (Op::Project(kept), wanted.clone())
+            }
+            OperationDef::Partition { by } => {
+                let hashed = match by {
+                    Partitioning::Fields { fields } => positions(input_fields, fields),
+                    _ => Vec::new(),
+                };
+                let kept = keep(input_fields);
+                (Op::Partition { by: by.clone(), hashed, kept: kept.clone() }, named(&kept))
+            }
+            OperationDef::Extreme { by, max } => {
+                let kept = keep(input_fields);
+                let by = if by.is_empty() { kept.clone() } else { positions(input_fields, by) };
+                (Op::Extreme { by, max: *max, kept: kept.clone() }, named(&kept))
+            }
+            OperationDef::Aggregate { scope, group, aggregators } => (
+                Op::Aggregate {
+                    scope: *scope,
+                    group: positions(input_fields, group),
+                    aggregators: aggregators.iter().map(|a| aggregator_of(input_fields, a)).collect(),
+                },
+                logical[i].clone(),
+            ),
+            OperationDef::PersistentAggregate { state, group, aggregator } => (
+                Op::PersistentAggregate {
+                    state: state.name.clone(),
+                    group: positions(input_fields, group),
+                    aggregator: aggregator_of(input_fields, aggregator),
+                },
+                logical[i].clone(),
+            ),
+            OperationDef::PartitionPersist { state, input, output } => (
+                Op::PartitionPersist {
+                    state: state.name.clone(),
+                    input: input_of(input_fields, input),
+                    outputs: output.len(),
+                },
+                output.clone(),
+            ),
+            OperationDef::Merge => {
+                let out = logical[i].iter().filter(|f| needed[i].contains(*f)).cloned().collect::<Vec<_>>();
+                let per_input = node.inputs.iter().map(|&p| positions(&fields[p], &out)).collect();
+                (Op::Merge(per_input), out)
+            }
+            OperationDef::Join { fields: keys, kinds, output } => {
+                let keys_at: Vec<Vec<usize>> =
+                    node.inputs.iter().zip(keys).map(|(&p, k)| positions(&fields[p], k)).collect();
+                let others = node
+                    .inputs
+                    .iter()
+                    .zip(keys)
+                    .map(|(&p, k)| {
+                        let logical_others = logical[p].iter().filter(|f| !k.contains(f));
+                        positions(&fields[p], logical_others)
+                    })
+                    .collect();
+                (Op::Join { keys: keys_at, others, kinds: kinds.clone() }, output.clone())
+            }
+        };
+        fields[i] = out.clone();
+        nodes[i] = Some(Node {
+            id: node.id.clone(),
+            inputs: node.inputs.clone(),
+            parallelism: node.parallelism as usize,
+            phase: phase[i],
+            fields: out,
+            children: children[i].clone(),
+            op,
+        });
+    }
+
+    // Reorder so that every node comes after its inputs.
+    let mut index_of = vec![0; def.nodes.len()];
+    for (new, &old) in order.iter().enumerate() {
+        index_of[old] = new;
+    }
+    let nodes: Vec<Node> = order
+        .iter()
+        .map(|&old| {
+            let mut node = nodes[old].take().expect("every node planned");
+            node.inputs = node.inputs.iter().map(|&p| index_of[p]).collect();
+            node.children = node.children.iter().map(|&c| index_of[c]).collect();
+            node
+        })
+        .collect();
+
+    let mut queries = BTreeMap::new();
+    for (root, node) in nodes.iter().enumerate() {
+        let Op::Query(query) = &node.op else { continue };
+        if queries.contains_key(query) {
+            bail!("topology {name} has two query streams named {query:?}");
+        }
+        let reachable = reachable_from(&nodes, root);
+        let leaves: Vec<usize> = reachable.iter().copied().filter(|&n| nodes[n].children.is_empty()).collect();
+        let [answer] = leaves[..] else {
+            bail!("topology {name}: query {query} must end in one stream (it ends in {} places)", leaves.len());
+        };
+        if reachable
+            .iter()
+            .any(|&n| matches!(nodes[n].op, Op::PersistentAggregate { .. } | Op::PartitionPersist { .. }))
+        {
+            bail!("topology {name}: query {query} writes state: a query only reads it");
+        }
+        queries.insert(query.clone(), (root, answer));
+    }
+    if spout.is_none() && queries.is_empty() {
+        bail!("topology {name} has neither a spout nor a query stream");
+    }
+    if spout.is_some() && states.is_empty() {
+        bail!(
+            "topology {name} persists nothing: its results would go nowhere (end a stream in persistent_aggregate or partition_persist)"
+        );
+    }
+    // Each node belongs to one stream: the data stream or one query's.
+    let mut root: Vec<usize> = Vec::with_capacity(nodes.len());
+    for (i, node) in nodes.iter().enumerate() {
+        let mut roots = node.inputs.iter().map(|&p| root[p]);
+        let first = roots.next().unwrap_or(i);
+        if roots.any(|r| r != first) {
+            bail!("topology {name}: operator {} joins streams that start from different spouts or queries", node.id);
+        }
+        root.push(first);
+    }
+
+    let guest_ids: Vec<&str> = def
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            let aggregators: Vec<&str> = match &n.op {
+                OperationDef::Aggregate { aggregators, .. } => aggregators.iter().map(|a| a.id.as_str()).collect(),
+                OperationDef::PersistentAggregate { aggregator, .. } => vec![aggregator.id.as_str()],
+                _ => Vec::new(),
+            };
+            std::iter::once(n.id.as_str()).chain(aggregators)
+        })
+        .chain(spout.iter().filter(|s| matches!(s, SpoutDef::Guest { .. })).map(|_| SPOUT_ID))
+        .collect();
+    let sandboxes = match config {
+        Some(config) => sandboxes(def, &guest_ids, config)?,
+        None => sandboxes(
+            &TopologyDef { sandbox: Default::default(), ..def.clone() },
+            &guest_ids,
+            &SandboxConfig::default(),
+        )?,
+    };
+    Ok(Plan { topology: name.clone(), spout, nodes, states, queries, sandboxes })
+}
+
+/// Nodes reachable from `root`, itself included, in index order.
+fn reachable_from(nodes: &[Node], root: usize) -> Vec<usize> {
+    let mut seen = vec![false; nodes.len()];
+    let mut stack = vec![root];
+    while let Some(n) = stack.pop() {
+        if !std::mem::replace(&mut seen[n], true) {
+            stack.extend(nodes[n].children.iter().copied());
+        }
+    }
+    (0..nodes.len()).filter(|&n| seen[n]).collect()
+}
+
+impl Plan {
+    /// The data stream's nodes that run in the process phase, in order.
+    pub fn data_nodes(&self) -> Vec<usize> {
+        match self.nodes.iter().position(|n| n.op == Op::Spout) {
+            Some(root) => reachable_from(&self.nodes, root),
+            None => Vec::new(),
+        }
+    }
+
+    /// The nodes of query `name`, in order, and the node that answers it.
+    pub fn query_nodes(&self, name: &str) -> Option<(Vec<usize>, usize)> {
+        let &(root, answer) = self.queries.get(name)?;
+        Some((reachable_from(&self.nodes, root), answer))
+    }
+
+    /// The most instances any node runs at once.
+    pub fn max_parallelism(&self) -> usize {
+        self.nodes.iter().map(|n| n.parallelism).max().unwrap_or(1)
+    }
+}
+
+/// Built-in aggregators' names as the CLI shows them.
+pub fn builtin_name(builtin: Builtin) -> &'static str {
+    match builtin {
+        Builtin::Count => "count",
+        Builtin::Sum => "sum",
+        Builtin::Min => "min",
+        Builtin::Max => "max",
+        Builtin::First => "first",
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_sdk::topology::AggregatorKind;
 
-    fn def(ops: Vec<OperationDef>) -> TopologyDef {
-        TopologyDef {
-            name: "t".into(),
-            spout: SpoutDef::FileLines { field: "sentence".into() },
-            operations: ops,
-            sandbox: Default::default(),
-        }
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn node(id: &str, inputs: &[usize], op: OperationDef) -> NodeDef {
+        NodeDef { id: id.into(), inputs: inputs.to_vec(), parallelism: 1, op }
+    }
+
+    fn spout() -> NodeDef {
+        node("spout", &[], OperationDef::Spout { spout: SpoutDef::FileLines { field: "sentence".into() } })
+    }
+
+    fn each(id: &str, input: usize, reads: &[&str], output: &[&str]) -> NodeDef {
+        node(id, &[input], OperationDef::Each { input: names(reads), output: names(output) })
+    }
+
+    fn count(input: usize, group: &[&str]) -> NodeDef {
+        node(
+            "count",
+            &[input],
+            OperationDef::PersistentAggregate {
+                state: StateDef { name: "counts".into(), kind: StateKind::Transactional, cache_size: None },
+                group: names(group),
+                aggregator: AggregatorDef {
+                    id: "count".into(),
+                    kind: AggregatorKind::Builtin(Builtin::Count),
+                    input: vec![],
+                    output: names(&["count"]),
+                },
+            },
+        )
+    }
+
+    fn def(nodes: Vec<NodeDef>) -> TopologyDef {
+        TopologyDef { name: "t".into(), nodes, sandbox: Default::default() }
     }
 
     fn plan_of(def: &TopologyDef) -> Result<Plan> {
         plan(def, &SandboxConfig::default())
     }
 
-    fn names(n: &[&str]) -> Vec<String> {
-        n.iter().map(|s| s.to_string()).collect()
-    }
-
-    fn each(id: &str, input: &[&str], output: &[&str]) -> OperationDef {
-        OperationDef::Each { id: id.into(), input: names(input), output: names(output) }
-    }
-
-    fn count() -> OperationDef {
-        OperationDef::PersistentAggregate {
-            id: "count".into(),
-            state: StateDef { name: "counts".into(), kind: StateKind::Transactional },
-            aggregator: AggregatorDef::Builtin { name: Builtin::Count },
-            input: vec![],
-            output: names(&["count"]),
-        }
-    }
-
     #[test]
     fn word_count_drops_the_sentence_once_split() {
-        let plan = plan_of(&def(vec![
-            each("split", &["sentence"], &["word"]),
-            OperationDef::GroupBy { fields: names(&["word"]) },
-            count(),
-        ]))
-        .unwrap();
-        assert_eq!(
-            plan.steps,
-            [Step::Function {
-                id: "split".into(),
-                input: Input { positions: vec![0], names: names(&["sentence"]), whole_tuple: true },
-                outputs: 1,
-                kept: vec![],
-            }]
-        );
-        assert_eq!(plan.sink.group, [0]);
-        assert_eq!(plan.sink.aggregation, Aggregation::Count);
+        let plan =
+            plan_of(&def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"])])).unwrap();
+        let Op::Function { kept, input, .. } = &plan.nodes[1].op else { panic!() };
+        assert!(kept.is_empty());
+        assert!(input.whole_tuple);
+        assert_eq!(plan.nodes[1].fields, ["word"]);
+        assert_eq!(plan.nodes[1].phase, Phase::Process);
+        assert_eq!(plan.nodes[2].phase, Phase::Commit);
+        assert_eq!(plan.nodes[2].fields, ["word", "count"]);
     }
 
     #[test]
-    fn fields_later_steps_read_are_kept() {
-        let plan = plan_of(&def(vec![
-            each("split", &["sentence"], &["word"]),
-            OperationDef::GroupBy { fields: names(&["sentence", "word"]) },
-            count(),
-        ]))
-        .unwrap();
-        let Step::Function { kept, .. } = &plan.steps[0] else { panic!() };
+    fn fields_later_operators_read_are_kept() {
+        let plan =
+            plan_of(&def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["sentence", "word"])]))
+                .unwrap();
+        let Op::Function { kept, .. } = &plan.nodes[1].op else { panic!() };
         assert_eq!(kept, &[0]);
-        assert_eq!(plan.sink.group, [0, 1]);
     }
 
     #[test]
-    fn an_unknown_field_names_the_field_and_the_operator() {
-        let err = plan_of(&def(vec![each("split", &["line"], &["word"]), count()])).unwrap_err();
+    fn load_errors_name_the_place() {
+        let err = plan_of(&def(vec![spout(), each("split", 0, &["line"], &["word"]), count(1, &[])])).unwrap_err();
         assert!(err.to_string().contains("operator split reads field \"line\""), "{err}");
-    }
-
-    #[test]
-    fn malformed_streams_are_refused_with_the_reason() {
-        let err =
-            plan_of(&def(vec![each("a", &["sentence"], &["w"]), each("a", &["w"], &["x"]), count()])).unwrap_err();
+        let err = plan_of(&def(vec![spout(), each("a", 0, &["sentence"], &["sentence"]), count(1, &[])])).unwrap_err();
+        assert!(
+            err.to_string().contains("operator a outputs field \"sentence\", which the tuple already has"),
+            "{err}"
+        );
+        let err = plan_of(&def(vec![spout(), each("a", 0, &["sentence"], &["w"]), each("a", 1, &["w"], &["x"])]))
+            .unwrap_err();
         assert!(err.to_string().contains("two operators are named \"a\""), "{err}");
-        let err = plan_of(&def(vec![each("a", &["sentence"], &["sentence"]), count()])).unwrap_err();
-        assert!(err.to_string().contains("already has"), "{err}");
-        let err = plan_of(&def(vec![each("a", &["sentence"], &["w"])])).unwrap_err();
-        assert!(err.to_string().contains("does not end in persistent_aggregate"), "{err}");
-        let err = plan_of(&def(vec![count(), each("a", &["sentence"], &["w"])])).unwrap_err();
-        assert!(err.to_string().contains("must end the stream"), "{err}");
-        let mut bad = def(vec![count()]);
+        let err = plan_of(&def(vec![])).unwrap_err();
+        assert!(err.to_string().contains("is empty"), "{err}");
+        let err = plan_of(&def(vec![spout(), each("a", 2, &["sentence"], &["w"]), each("b", 1, &["w"], &["x"])]))
+            .unwrap_err();
+        assert!(err.to_string().contains("cycle through operator"), "{err}");
+        let err = plan_of(&def(vec![spout(), each("a", 0, &["sentence"], &["w"])])).unwrap_err();
+        assert!(err.to_string().contains("persists nothing"), "{err}");
+        let mut general = count(0, &[]);
+        if let OperationDef::PersistentAggregate { aggregator, .. } = &mut general.op {
+            aggregator.kind = AggregatorKind::General;
+        }
+        let err = plan_of(&def(vec![spout(), general])).unwrap_err();
+        assert!(err.to_string().contains("uses the general aggregator count"), "{err}");
+        let mut second = count(0, &[]);
+        second.id = "again".into();
+        let err = plan_of(&def(vec![spout(), count(0, &[]), second])).unwrap_err();
+        assert!(err.to_string().contains("state counts is written by both count and again"), "{err}");
+        let mut bad = def(vec![spout(), count(0, &[])]);
         bad.name = "a/b".into();
         assert!(plan_of(&bad).unwrap_err().to_string().contains("without '/'"));
     }

@@ -3,6 +3,7 @@
 
 use crate::bundle::{Bundle, Manifest};
 use crate::config::SandboxConfig;
+use crate::operators::Components;
 use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
@@ -14,8 +15,8 @@ use weir_sdk::topology::{TopologyDef, parse_description};
 
 /// A topology ready to run.
 pub struct LoadedTopology {
-    /// The component holding its operators.
-    pub component: Arc<LoadedComponent>,
+    /// The components holding its operators.
+    pub components: Arc<Components>,
     /// What the component says the topology is.
     pub definition: TopologyDef,
     /// The checked plan.
@@ -106,10 +107,40 @@ pub fn load(
         .map(|(component, definition)| {
             let plan = plan(definition, config).with_context(|| format!("invalid topology in {}", path.display()))?;
             Ok(LoadedTopology {
-                component: Arc::clone(component),
+                components: Arc::new(Components::single(Arc::clone(component))),
                 definition: definition.clone(),
                 plan: Arc::new(plan),
             })
         })
         .collect()
+}
+
+/// Where a data dir keeps the component (or bundle) of each topology run
+/// on it, so that its queries can be answered later.
+fn remembered(data: &Path, topology: &str) -> PathBuf {
+    data.join("topologies").join(format!("{topology}.weir"))
+}
+
+/// Keeps a copy of the component or bundle at `source`, which runs
+/// `topology`, in the data dir `data`.
+pub fn remember(data: &Path, topology: &str, source: &Path) -> Result<()> {
+    let path = remembered(data, topology);
+    std::fs::create_dir_all(path.parent().expect("under the data dir"))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::copy(source, &tmp)
+        .with_context(|| format!("keeping a copy of {} in {}", source.display(), data.display()))?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(())
+}
+
+/// The component or bundle last run for `topology` on the data dir `data`.
+pub fn remembered_source(data: &Path, topology: &str) -> Result<PathBuf> {
+    let path = remembered(data, topology);
+    if !path.is_file() {
+        bail!(
+            "no topology {topology} has run on data dir {} (weir run keeps its component there); pass --component",
+            data.display()
+        );
+    }
+    Ok(path)
 }

@@ -3,7 +3,7 @@
 //! between fails the first attempt of txid 2, so every run replays a batch.
 //! Spouts print what each attempt emitted, which the tests compare.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 use weir_sdk::prelude::*;
 
 /// How many integers each spout emits.
@@ -40,7 +40,7 @@ struct EvenOdd {
     /// emitted again after a crash differs too.
     jitter: bool,
     /// The attempt of the last emission, to change the split on a replay.
-    attempt: Cell<u32>,
+    attempt: AtomicU32,
 }
 
 fn range(meta: &[u8]) -> Result<(u64, u64), Error> {
@@ -74,7 +74,7 @@ impl PartitionedSpout for EvenOdd {
         if start >= per_partition {
             return Ok(None);
         }
-        self.attempt.set(info.attempt);
+        self.attempt.store(info.attempt, Ordering::Relaxed);
         let mut size = (u64::from(info.max_tuples) / 2).max(1);
         if self.reshuffle && info.attempt > 0 {
             // A replay of an opaque spout may differ: here, a batch of
@@ -130,7 +130,7 @@ fn sums(name: &str, spout: GuestSpout, state: State) -> Topology {
 }
 
 fn topologies() -> Vec<Topology> {
-    let even_odd = |reshuffle| EvenOdd { reshuffle, jitter: false, attempt: Cell::new(0) };
+    let even_odd = |reshuffle| EvenOdd { reshuffle, jitter: false, attempt: AtomicU32::new(0) };
     vec![
         sums("batch-numbers", GuestSpout::batch(Numbers, ["n"]), State::transactional("sums")),
         sums(
@@ -141,7 +141,10 @@ fn topologies() -> Vec<Topology> {
         sums("opaque-numbers", GuestSpout::partitioned_opaque(even_odd(true), ["n"]), State::opaque("sums")),
         sums(
             "opaque-jitter",
-            GuestSpout::partitioned_opaque(EvenOdd { reshuffle: true, jitter: true, attempt: Cell::new(0) }, ["n"]),
+            GuestSpout::partitioned_opaque(
+                EvenOdd { reshuffle: true, jitter: true, attempt: AtomicU32::new(0) },
+                ["n"],
+            ),
             State::opaque("sums"),
         ),
         sums(

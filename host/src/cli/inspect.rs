@@ -10,7 +10,7 @@ use weir::config::SandboxConfig;
 use weir::runtime::{self, ComponentCache};
 use weir::spout::SpoutKind;
 use weir::topology;
-use weir_sdk::topology::{AggregatorDef, OperationDef, SandboxDef, SpoutDef};
+use weir_sdk::topology::{NodeDef, SandboxDef, SpoutDef, TopologyDef};
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -60,6 +60,22 @@ fn spout(def: &SpoutDef) -> String {
     format!("{what}, {kind} -> {}", fields(&def.fields()))
 }
 
+/// One node: its kind and id, what it reads from, and its settings.
+fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
+    let inputs: Vec<&str> = node.inputs.iter().filter_map(|&i| def.nodes.get(i)).map(|n| n.id.as_str()).collect();
+    let from = if inputs.is_empty() { String::new() } else { format!(" <- {}", inputs.join(", ")) };
+    let parallelism = if node.parallelism > 1 { format!(" x{}", node.parallelism) } else { String::new() };
+    let mut settings = serde_json::to_value(&node.op).unwrap_or_default();
+    if let Some(map) = settings.as_object_mut() {
+        map.remove("op");
+    }
+    let settings = match &settings {
+        serde_json::Value::Object(map) if map.is_empty() => String::new(),
+        other => format!(" {other}"),
+    };
+    format!("{} {}{from}{parallelism}{settings}", node.op.kind_name(), node.id)
+}
+
 fn sandbox(def: &SandboxDef) -> String {
     let mut parts = Vec::new();
     for (what, value) in [
@@ -87,29 +103,18 @@ fn describe(manifest: &Manifest) -> String {
     for t in &manifest.topologies {
         let d = &t.definition;
         let _ = writeln!(out, "\ntopology {} (component {})", d.name, t.component);
-        let _ = writeln!(out, "  spout: {}", spout(&d.spout));
-        for op in &d.operations {
-            let line = match op {
-                OperationDef::Each { id, input, output } => {
-                    format!("each {id}: {} -> {}", fields(input), fields(output))
-                }
-                OperationDef::Filter { id, input } => format!("filter {id}: {}", fields(input)),
-                OperationDef::GroupBy { fields: by } => format!("group-by {}", fields(by)),
-                OperationDef::PersistentAggregate { id, state, aggregator, input, output } => {
-                    let aggregator = match aggregator {
-                        AggregatorDef::Builtin { name } => format!("built-in {name:?} (in the host)"),
-                        AggregatorDef::Combiner => "guest combiner".to_owned(),
-                    };
-                    format!(
-                        "persistent-aggregate {id}: {} -> {} with {aggregator}, into state {} ({:?})",
-                        fields(input),
-                        fields(output),
-                        state.name,
-                        state.kind
-                    )
-                }
-            };
-            let _ = writeln!(out, "  {line}");
+        if let Some(def) = d.spout() {
+            let _ = writeln!(out, "  spout: {}", spout(def));
+        }
+        for state in d.states() {
+            let cache = state.cache_size.map_or(String::new(), |n| format!(", cache {n} entries"));
+            let _ = writeln!(out, "  state {} ({:?}{cache})", state.name, state.kind);
+        }
+        for query in d.queries() {
+            let _ = writeln!(out, "  query {query}");
+        }
+        for node in &d.nodes {
+            let _ = writeln!(out, "  {}", node_line(d, node));
         }
         if d.sandbox.is_empty() {
             let _ = writeln!(out, "  sandbox: the host's limits, no capabilities");

@@ -8,6 +8,7 @@ mod inspect;
 mod logs;
 mod new;
 mod ps;
+mod query;
 mod resume;
 mod run;
 mod serve;
@@ -53,6 +54,9 @@ impl Cli {
 enum Command {
     /// Run a topology over an input file until every batch is committed.
     Run(run::RunArgs),
+    /// Answer one of a topology's query streams over its committed state;
+    /// the result tuples come as one JSON array of arrays on the last line.
+    Query(query::QueryArgs),
     /// Read a topology's stored state.
     #[command(subcommand)]
     State(state::StateCommand),
@@ -105,6 +109,7 @@ pub fn init_logging(format: LogFormat) {
 pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => run::run(args, started),
+        Command::Query(args) => query::run(args),
         Command::State(command) => state::run(command),
         Command::Bundle(args) => bundle::run(args),
         Command::Inspect(args) => inspect::run(args),

@@ -133,12 +133,18 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
     let topologies = topology::load(&engine, &cache, &wasm, &args.topology, &sandbox)?;
     for loaded in &topologies {
-        spout::check_input(&loaded.definition.spout, &loaded.plan.topology, args.input.as_deref())?;
+        let Some(spout) = loaded.definition.spout() else {
+            bail!("topology {} has no spout: it only answers queries (see weir query)", loaded.plan.topology);
+        };
+        spout::check_input(spout, &loaded.plan.topology, args.input.as_deref())?;
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
     let loaded_after = started.elapsed();
-    let cached = topologies[0].component.was_cached();
+    for loaded in &topologies {
+        topology::remember(&args.data, &loaded.plan.topology, &wasm)?;
+    }
+    let cached = topologies[0].components.default.was_cached();
     tracing::info!(
         "{} from {} ({})",
         topologies.iter().map(|t| format!("topology {}", t.plan.topology)).collect::<Vec<_>>().join(", "),
@@ -155,12 +161,14 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
                 let name = loaded.plan.topology.clone();
                 let handle = scope.spawn(move || {
                     let definition = &loaded.definition;
-                    let guest = Some((Arc::clone(&loaded.component), loaded.plan.sandboxes.of(SPOUT_ID).clone()));
-                    let mut spout = spout::open(&definition.spout, &definition.name, input, config.batch_size, guest)?;
+                    let spout_component = Arc::clone(loaded.components.for_operator(SPOUT_ID));
+                    let guest = Some((spout_component, loaded.plan.sandboxes.of(SPOUT_ID).clone()));
+                    let spout_def = definition.spout().expect("checked above");
+                    let mut spout = spout::open(spout_def, &definition.name, input, config.batch_size, guest)?;
                     coordinator::run(
                         db,
                         loaded.plan,
-                        OperatorSource::Wasm(loaded.component),
+                        OperatorSource::Wasm(loaded.components),
                         &mut *spout,
                         config,
                         &AtomicBool::new(false),

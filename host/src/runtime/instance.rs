@@ -6,9 +6,10 @@ use super::limits::{MemoryLimiter, deadline_ticks};
 use super::random::BatchRandom;
 use crate::bindings::{BatchContext, OperatorError, PartitionBatch, SpoutContext, Topology, TopologyPre, WIT_PACKAGE};
 use crate::sandbox::OperatorSandbox;
+use crate::state::handle::StateHandle;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
-use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
 use wasmtime::{Engine, Store, Trap};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use weir_sdk::topology::SPOUT_ID;
@@ -24,6 +25,25 @@ pub struct HostState {
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl crate::bindings::weir::topology::types::Host for HostState {}
+
+impl crate::bindings::weir::topology::state::Host for HostState {}
+
+impl crate::bindings::weir::topology::state::HostMapState for HostState {
+    fn multi_get(&mut self, state: Resource<StateHandle>, keys: Vec<u8>) -> Result<Vec<u8>, String> {
+        self.table.get(&state).map_err(|e| e.to_string())?.get_packed(&keys)
+    }
+
+    fn multi_put(&mut self, state: Resource<StateHandle>, entries: Vec<u8>) -> Result<(), String> {
+        self.table.get(&state).map_err(|e| e.to_string())?.put_packed(&entries)
+    }
+
+    fn drop(&mut self, state: Resource<StateHandle>) -> wasmtime::Result<()> {
+        self.table.delete(state)?;
+        Ok(())
     }
 }
 
@@ -58,7 +78,11 @@ fn refuse_unknown_imports(path: &Path, engine: &Engine, component: &Component) -
         .component_type()
         .imports(engine)
         .map(|(name, _)| name.to_owned())
-        .filter(|name| !name.starts_with("wasi:") && !name.starts_with("weir:topology/types@"))
+        .filter(|name| {
+            !name.starts_with("wasi:")
+                && !name.starts_with("weir:topology/types@")
+                && !name.starts_with("weir:topology/state@")
+        })
         .collect();
     if !unknown.is_empty() {
         bail!(
@@ -86,6 +110,7 @@ impl LoadedComponent {
         refuse_unknown_imports(path, engine, &component)?;
         let mut linker = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Topology::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
         let pre = linker
             .instantiate_pre(&component)
             .and_then(TopologyPre::new)
@@ -327,6 +352,79 @@ impl Guest {
     pub fn combine_groups(&mut self, ctx: &BatchContext, groups: u32, input: &[u8]) -> Result<Vec<u8>, CallError> {
         self.prepare(ctx);
         let result = self.bindings.weir_topology_operators().call_combine_groups(&mut self.store, ctx, groups, input);
+        self.finish(result, true)
+    }
+
+    /// Folds grouped rows with a reducer, from `start` or init().
+    pub fn reduce_groups(
+        &mut self,
+        ctx: &BatchContext,
+        groups: u32,
+        start: &[u8],
+        input: &[u8],
+    ) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
+        let ops = self.bindings.weir_topology_operators();
+        let result = ops.call_reduce_groups(&mut self.store, ctx, groups, start, input);
+        self.finish(result, true)
+    }
+
+    /// Runs a general aggregator over grouped rows.
+    pub fn aggregate_groups(&mut self, ctx: &BatchContext, groups: u32, input: &[u8]) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
+        let ops = self.bindings.weir_topology_operators();
+        let result = ops.call_aggregate_groups(&mut self.store, ctx, groups, input);
+        self.finish(result, true)
+    }
+
+    /// Lends `state` to the guest for one call.
+    fn with_state<T>(
+        &mut self,
+        state: &StateHandle,
+        call: impl FnOnce(&mut Self, Resource<StateHandle>) -> Call<T>,
+    ) -> Result<T, CallError> {
+        let resource = self.store.data_mut().table.push(state.clone()).map_err(|e| CallError::Trap(e.to_string()))?;
+        let borrowed = Resource::new_borrow(resource.rep());
+        let result = call(self, borrowed);
+        let _ = self.store.data_mut().table.delete(resource);
+        self.outcome(result)
+    }
+
+    /// Runs a state updater over `input`.
+    pub fn update_state(
+        &mut self,
+        ctx: &BatchContext,
+        state: &StateHandle,
+        input: &[u8],
+    ) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
+        let output = self.with_state(state, |guest, handle| {
+            guest.bindings.weir_topology_operators().call_update_state(&mut guest.store, ctx, handle, input)
+        })?;
+        self.check_output(&output, true)?;
+        Ok(output)
+    }
+
+    /// A query function's batch retrieval.
+    pub fn batch_retrieve(
+        &mut self,
+        ctx: &BatchContext,
+        state: &StateHandle,
+        input: &[u8],
+    ) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
+        let output = self.with_state(state, |guest, handle| {
+            guest.bindings.weir_topology_operators().call_batch_retrieve(&mut guest.store, ctx, handle, input)
+        })?;
+        self.check_output(&output, true)?;
+        Ok(output)
+    }
+
+    /// A query function's per-tuple half.
+    pub fn execute_query(&mut self, ctx: &BatchContext, input: &[u8], results: &[u8]) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
+        let ops = self.bindings.weir_topology_operators();
+        let result = ops.call_execute_query(&mut self.store, ctx, input, results);
         self.finish(result, true)
     }
 

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use wasmtime::Engine;
-use weir_sdk::topology::{OperationDef, SPOUT_ID, TopologyDef};
+use weir_sdk::topology::{SPOUT_ID, TopologyDef};
 
 /// What is remembered of a deployment across restarts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -142,13 +142,7 @@ fn bad(e: anyhow::Error) -> DeployError {
 
 /// The state kinds of a topology's states, to refuse an upgrade changing one.
 fn states(def: &TopologyDef) -> Vec<(String, String)> {
-    def.operations
-        .iter()
-        .filter_map(|op| match op {
-            OperationDef::PersistentAggregate { state, .. } => Some((state.name.clone(), format!("{:?}", state.kind))),
-            _ => None,
-        })
-        .collect()
+    def.states().into_iter().map(|state| (state.name.clone(), format!("{:?}", state.kind))).collect()
 }
 
 impl Deployments {
@@ -189,7 +183,13 @@ impl Deployments {
     }
 
     fn check_input(&self, definition: &TopologyDef, input: Option<&Path>) -> Result<(), DeployError> {
-        spout::check_input(&definition.spout, &definition.name, input).map_err(bad)?;
+        let Some(spout) = definition.spout() else {
+            return Err(DeployError::BadRequest(format!(
+                "topology {} has no spout: it only answers queries, so there is nothing to run",
+                definition.name
+            )));
+        };
+        spout::check_input(spout, &definition.name, input).map_err(bad)?;
         let Some(input) = input else { return Ok(()) };
         let input =
             input.canonicalize().map_err(|e| DeployError::BadRequest(format!("input {}: {e}", input.display())))?;
@@ -253,13 +253,14 @@ impl Deployments {
             let started = Instant::now();
             let outcome = (|| {
                 let definition = &loaded.definition;
-                let guest = Some((Arc::clone(&loaded.component), loaded.plan.sandboxes.of(SPOUT_ID).clone()));
-                let mut spout =
-                    spout::open(&definition.spout, &topology, input.as_deref(), host.run.batch_size, guest)?;
+                let spout_component = Arc::clone(loaded.components.for_operator(SPOUT_ID));
+                let guest = Some((spout_component, loaded.plan.sandboxes.of(SPOUT_ID).clone()));
+                let spout_def = definition.spout().context("the topology has no spout")?;
+                let mut spout = spout::open(spout_def, &topology, input.as_deref(), host.run.batch_size, guest)?;
                 coordinator::run(
                     &host.db,
                     Arc::clone(&loaded.plan),
-                    OperatorSource::Wasm(Arc::clone(&loaded.component)),
+                    OperatorSource::Wasm(Arc::clone(&loaded.components)),
                     &mut *spout,
                     &host.run,
                     &stop_flag,

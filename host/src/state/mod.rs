@@ -11,15 +11,17 @@
 //! A batch's state changes and its progress record commit in one durable
 //! write transaction.
 
+pub mod handle;
 pub mod keys;
 pub mod rules;
+pub mod view;
 
 use anyhow::{Context, Result, bail};
 use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
-use rules::{Step, Stored};
+use rules::Stored;
 use std::path::{Path, PathBuf};
+use view::StateWrites;
 use weir_sdk::codec::Value;
-use weir_sdk::topology::StateDef;
 
 const DB_FILE: &str = "weir.redb";
 const LAST_COMMITTED: &str = "last-committed";
@@ -61,36 +63,7 @@ pub struct Progress {
     pub batches: Vec<(u64, BatchRecord)>,
 }
 
-/// One state's changes from a batch: a partial per key, keys sorted.
-#[derive(Clone, Debug)]
-pub struct StateUpdate {
-    /// The state written to.
-    pub state: StateDef,
-    /// Encoded key and the batch's partial for it, sorted by key.
-    pub partials: Vec<(Vec<u8>, Value)>,
-}
-
-/// Combines `(stored, partial)` pairs, one result per pair, in one call.
-pub type CombinePairs<'a> = dyn FnMut(&[(Value, Value)]) -> Result<Vec<Value>> + 'a;
-
-/// How a commit combines stored values with a batch's partials.
-pub enum Combine<'a> {
-    /// In the host, key by key.
-    Native(&'a dyn Fn(Value, Value) -> Result<Value>),
-    /// In one call for the whole batch.
-    Batched(&'a mut CombinePairs<'a>),
-}
-
-/// What a commit did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CommitStats {
-    /// Keys written.
-    pub written: usize,
-    /// Keys skipped because the batch was applied to them already.
-    pub skipped: usize,
-}
-
-fn state_table(topology: &str, state: &str) -> String {
+pub(crate) fn state_table(topology: &str, state: &str) -> String {
     format!("state/{topology}/{state}")
 }
 
@@ -179,32 +152,35 @@ impl Db {
         Ok(())
     }
 
-    /// Commits batch `txid`: the state update and the progress record (the
+    /// A snapshot of everything committed, for a batch's or a query's reads.
+    pub fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        Ok(self.db.begin_read()?)
+    }
+
+    /// Commits batch `txid`: its state writes and the progress record (the
     /// last committed txid and the batch's record), in one durable write
-    /// transaction.
-    pub fn commit(
-        &self,
-        topology: &str,
-        txid: u64,
-        record: &BatchRecord,
-        update: &StateUpdate,
-        combine: Combine<'_>,
-    ) -> Result<CommitStats> {
+    /// transaction, keys in order.
+    pub fn commit(&self, topology: &str, txid: u64, record: &BatchRecord, writes: &[StateWrites]) -> Result<usize> {
         let txn = self.db.begin_write()?;
         let meta_name = meta_table(topology);
-        let stats;
+        let mut written = 0;
         {
             let mut meta = txn.open_table(meta_def(&meta_name))?;
             let last = meta.get(LAST_COMMITTED)?.map_or(0, |v| v.value());
             if txid != last + 1 {
                 bail!("cannot commit txid {txid} of topology {topology}: the last committed txid is {last}");
             }
-            let name = state_table(topology, &update.state.name);
-            let mut table = txn.open_table(bytes_table(&name))?;
-            stats = match combine {
-                Combine::Native(combine) => apply_native(&mut table, txid, update, combine)?,
-                Combine::Batched(combine) => apply_batched(&mut table, txid, update, combine)?,
-            };
+            let mut encoded = Vec::with_capacity(32);
+            for write in writes {
+                let name = state_table(topology, &write.state);
+                let mut table = txn.open_table(bytes_table(&name))?;
+                for (key, stored) in &write.records {
+                    encoded.clear();
+                    stored.encode_into(&mut encoded);
+                    table.insert(key.as_slice(), encoded.as_slice())?;
+                }
+                written += write.records.len();
+            }
             meta.insert(LAST_COMMITTED, txid)?;
             let batches_name = batches_table(topology);
             let mut batches = txn.open_table(batches_def(&batches_name))?;
@@ -212,7 +188,7 @@ impl Db {
             batches.retain_in(..txid, |_, _| false)?;
         }
         txn.commit().with_context(|| format!("committing txid {txid} of topology {topology}"))?;
-        Ok(stats)
+        Ok(written)
     }
 
     /// Every key of a state with its stored value, sorted by key.
@@ -306,97 +282,7 @@ impl Db {
     }
 }
 
-type StateTable<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
-
-fn read_stored(update: &StateUpdate, bytes: &[u8]) -> Result<Stored> {
-    Stored::decode(bytes).with_context(|| format!("state {} has an unreadable value", update.state.name))
-}
-
-fn step_for(update: &StateUpdate, key: &[u8], stored: Option<&Stored>, txid: u64) -> Result<Step> {
-    rules::step(update.state.kind, stored, txid)
-        .with_context(|| format!("state {}, key {}", update.state.name, describe_key(key)))
-}
-
-/// Applies the batch key by key, combining natively as each stored value is
-/// read: one tree lookup per key already stored, updated in place.
-fn apply_native(
-    table: &mut StateTable<'_>,
-    txid: u64,
-    update: &StateUpdate,
-    combine: &dyn Fn(Value, Value) -> Result<Value>,
-) -> Result<CommitStats> {
-    let kind = update.state.kind;
-    let mut stats = CommitStats::default();
-    let mut encoded = Vec::with_capacity(32);
-    for (key, partial) in &update.partials {
-        if let Some(mut guard) = table.get_mut(key.as_slice())? {
-            let stored = read_stored(update, guard.value())?;
-            let value = match step_for(update, key, Some(&stored), txid)? {
-                Step::Skip => {
-                    stats.skipped += 1;
-                    continue;
-                }
-                Step::Fresh => partial.clone(),
-                Step::Combine(base) => combine(base, partial.clone())?,
-            };
-            encoded.clear();
-            rules::updated(kind, Some(stored), txid, value).encode_into(&mut encoded);
-            guard.insert(encoded.as_slice())?;
-        } else {
-            encoded.clear();
-            rules::updated(kind, None, txid, partial.clone()).encode_into(&mut encoded);
-            table.insert(key.as_slice(), encoded.as_slice())?;
-        }
-        stats.written += 1;
-    }
-    Ok(stats)
-}
-
-/// Applies the batch reading every stored value first, so that combining is
-/// one call for the whole batch (a guest's combiner).
-fn apply_batched(
-    table: &mut StateTable<'_>,
-    txid: u64,
-    update: &StateUpdate,
-    combine: &mut CombinePairs<'_>,
-) -> Result<CommitStats> {
-    let kind = update.state.kind;
-    let mut stats = CommitStats::default();
-    let mut stored_values = Vec::with_capacity(update.partials.len());
-    let mut pairs = Vec::new();
-    let mut steps = Vec::with_capacity(update.partials.len());
-    for (key, partial) in &update.partials {
-        let stored = table.get(key.as_slice())?.map(|v| read_stored(update, v.value())).transpose()?;
-        let step = step_for(update, key, stored.as_ref(), txid)?;
-        if let Step::Combine(base) = &step {
-            pairs.push((base.clone(), partial.clone()));
-        }
-        steps.push(step);
-        stored_values.push(stored);
-    }
-    let mut combined = if pairs.is_empty() { Vec::new() } else { combine(&pairs)? }.into_iter();
-    if combined.len() != pairs.len() {
-        bail!("combining for state {} returned {} values for {} keys", update.state.name, combined.len(), pairs.len());
-    }
-    let mut encoded = Vec::with_capacity(32);
-    for (((key, partial), step), stored) in update.partials.iter().zip(steps).zip(stored_values) {
-        let value = match step {
-            Step::Skip => {
-                stats.skipped += 1;
-                continue;
-            }
-            Step::Fresh => partial.clone(),
-            Step::Combine(_) => combined.next().expect("one combined value per pair"),
-        };
-        encoded.clear();
-        rules::updated(kind, stored, txid, value).encode_into(&mut encoded);
-        table.insert(key.as_slice(), encoded.as_slice())?;
-        stats.written += 1;
-    }
-    Ok(stats)
-}
-
-fn describe_key(key: &[u8]) -> String {
+pub(crate) fn describe_key(key: &[u8]) -> String {
     match keys::decode(key) {
         Ok(values) => format!("{values:?}"),
         Err(_) => format!("{key:?}"),

@@ -2,7 +2,7 @@
 
 use weir_sdk::prelude::*;
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How a test's `Split` misbehaves.
 #[derive(Default)]
@@ -15,7 +15,7 @@ struct Split {
     fatal_txid: Option<u64>,
     /// Writes a line to stdout and stderr at the start of each batch.
     chatty: bool,
-    last_txid: Cell<u64>,
+    last_txid: AtomicU64,
 }
 
 impl Function for Split {
@@ -30,7 +30,7 @@ impl Function for Split {
         if Some(batch.txid) == self.panic_txid {
             panic!("split cannot go on at txid {}", batch.txid);
         }
-        if self.chatty && self.last_txid.replace(batch.txid) != batch.txid {
+        if self.chatty && self.last_txid.swap(batch.txid, Ordering::Relaxed) != batch.txid {
             println!("split starts txid {}", batch.txid);
             eprintln!("split warns about txid {}", batch.txid);
         }

@@ -1,0 +1,273 @@
+//! Aggregations: within a partition or a batch, grouped or not, with the
+//! host's built-ins or a guest's combiner, reducer or general aggregator;
+//! and a persistent aggregate's partials, made in the process phase when
+//! its aggregator allows.
+
+use super::{BatchError, Exec, Parts, fit, gather, malformed, push_kept};
+use crate::operators::{Operators, Request};
+use crate::plan::{Aggregator, Node, Op};
+use crate::state::keys;
+use std::collections::HashMap;
+use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueRef};
+use weir_sdk::operator::Builtin;
+use weir_sdk::topology::{AggregateScope, AggregatorKind};
+
+/// Hash maps keyed by encoded group keys: short byte strings the host made,
+/// so a fast non-cryptographic hash is the right one.
+type KeyMap<V> = HashMap<Vec<u8>, V, rustc_hash::FxBuildHasher>;
+
+/// A batch's contribution to a persistent aggregate, by key (sorted).
+pub enum Partials {
+    /// One partial value per key, to combine with the stored value.
+    Values(Vec<(Vec<u8>, Value)>),
+    /// The aggregator's input rows, tagged with their key's index, to fold
+    /// from the stored value (a reducer).
+    Rows {
+        /// Keys, in group order.
+        keys: Vec<Vec<u8>>,
+        /// The rows, packed, tagged with their group.
+        rows: Vec<u8>,
+    },
+}
+
+/// The rows of `batch` in groups by the fields at `group`: each group's
+/// encoded key and first row, and each row's group. Ungrouped, one group
+/// even for no rows.
+struct Groups {
+    keys: Vec<Vec<u8>>,
+    first: Vec<usize>,
+    of_row: Vec<u32>,
+}
+
+fn groups(batch: &Batch<'_>, group: &[usize]) -> Groups {
+    if group.is_empty() {
+        return Groups { keys: vec![Vec::new()], first: vec![0], of_row: vec![0; batch.len()] };
+    }
+    let mut index: KeyMap<u32> = KeyMap::default();
+    let mut out = Groups { keys: Vec::new(), first: Vec::new(), of_row: Vec::with_capacity(batch.len()) };
+    let mut key = Vec::new();
+    for (r, row) in batch.rows().enumerate() {
+        key.clear();
+        for &p in group {
+            keys::encode_value(&mut key, row.get(p).expect("position within arity"));
+        }
+        let g = match index.get(key.as_slice()) {
+            Some(&g) => g,
+            None => {
+                let g = out.keys.len() as u32;
+                index.insert(key.clone(), g);
+                out.keys.push(key.clone());
+                out.first.push(r);
+                g
+            }
+        };
+        out.of_row.push(g);
+    }
+    out
+}
+
+/// The aggregator's input rows, tagged with their group.
+fn tagged_input(batch: &Batch<'_>, groups: &Groups, aggregator: &Aggregator) -> Vec<u8> {
+    let mut writer = BatchWriter::new(aggregator.input.positions.len());
+    for (row, &g) in batch.rows().zip(&groups.of_row) {
+        writer.begin_row(g);
+        push_kept(&mut writer, row, &aggregator.input.positions);
+    }
+    writer.finish()
+}
+
+/// A built-in's value per group.
+fn builtin_values(
+    batch: &Batch<'_>,
+    groups: &Groups,
+    builtin: Builtin,
+    aggregator: &Aggregator,
+) -> Result<Vec<Value>, BatchError> {
+    let mut values = vec![builtin.zero(); groups.keys.len()];
+    if builtin == Builtin::Count {
+        let mut counts = vec![0i64; groups.keys.len()];
+        for &g in &groups.of_row {
+            counts[g as usize] += 1;
+        }
+        return Ok(counts.into_iter().map(Value::I64).collect());
+    }
+    let field = aggregator.input.positions[0];
+    for (row, &g) in batch.rows().zip(&groups.of_row) {
+        let value = row.get(field).expect("position within arity").to_owned();
+        let slot = &mut values[g as usize];
+        let acc = std::mem::replace(slot, Value::Null);
+        *slot = builtin.combine(acc, value).map_err(|e| BatchError::fatal(&aggregator.id, e.to_string()))?;
+    }
+    Ok(values)
+}
+
+/// Reads a guest's answer of one value per group, tagged 0, 1, ...
+pub(super) fn single_values(operator: &str, out: &[u8], expected: usize) -> Result<Vec<Value>, BatchError> {
+    let batch = Batch::decode(out).map_err(|e| malformed(operator, e))?;
+    if batch.arity() != 1 || batch.len() != expected {
+        return Err(malformed(
+            operator,
+            format!("{} rows of {} values, expected {expected} rows of 1", batch.len(), batch.arity()),
+        ));
+    }
+    let mut values = Vec::with_capacity(expected);
+    for (index, row) in batch.rows().enumerate() {
+        if row.tag() as usize != index {
+            return Err(malformed(operator, format!("row {index} is tagged {}", row.tag())));
+        }
+        values.push(row.get(0).expect("arity 1").to_owned());
+    }
+    Ok(values)
+}
+
+/// Each group's output tuples of one aggregator.
+fn run_aggregator(
+    operators: &mut Operators,
+    batch_id: (u64, u32, u32),
+    batch: &Batch<'_>,
+    groups: &Groups,
+    aggregator: &Aggregator,
+) -> Result<Vec<Vec<Vec<Value>>>, BatchError> {
+    let count = groups.keys.len();
+    let id = &aggregator.id;
+    let names = &aggregator.input.names;
+    let singles = |values: Vec<Value>| values.into_iter().map(|v| vec![vec![v]]).collect();
+    Ok(match aggregator.kind {
+        AggregatorKind::Builtin(builtin) => singles(builtin_values(batch, groups, builtin, aggregator)?),
+        AggregatorKind::Combiner => {
+            let input = tagged_input(batch, groups, aggregator);
+            let out = operators.call(id, batch_id, names, Request::CombineGroups(count as u32, &input))?;
+            singles(single_values(id, &out, count)?)
+        }
+        AggregatorKind::Reducer => {
+            let input = tagged_input(batch, groups, aggregator);
+            let start = BatchWriter::new(1).finish();
+            let out = operators.call(id, batch_id, names, Request::ReduceGroups(count as u32, &start, &input))?;
+            singles(single_values(id, &out, count)?)
+        }
+        AggregatorKind::General => {
+            let input = tagged_input(batch, groups, aggregator);
+            let out = operators.call(id, batch_id, names, Request::AggregateGroups(count as u32, &input))?;
+            let emitted = Batch::decode(&out).map_err(|e| malformed(id, e))?;
+            if emitted.arity() != aggregator.outputs {
+                return Err(malformed(
+                    id,
+                    format!("rows of {} values for {} output fields", emitted.arity(), aggregator.outputs),
+                ));
+            }
+            let mut per_group = vec![Vec::new(); count];
+            for row in emitted.rows() {
+                let slot = per_group
+                    .get_mut(row.tag() as usize)
+                    .ok_or_else(|| malformed(id, format!("a row tagged with group {} of {count}", row.tag())))?;
+                slot.push(row.values().map(ValueRef::to_owned).collect());
+            }
+            per_group
+        }
+    })
+}
+
+/// One partition's (or the batch's) aggregation: per group, the group
+/// fields then one tuple of each aggregator, every combination of them.
+fn aggregate_part(
+    operators: &mut Operators,
+    batch_id: (u64, u32, u32),
+    node: &Node,
+    group: &[usize],
+    aggregators: &[Aggregator],
+    batch: &Batch<'static>,
+) -> Result<Batch<'static>, BatchError> {
+    let groups = groups(batch, group);
+    let results: Vec<Vec<Vec<Vec<Value>>>> =
+        aggregators.iter().map(|a| run_aggregator(operators, batch_id, batch, &groups, a)).collect::<Result<_, _>>()?;
+    let mut writer = BatchWriter::new(node.fields.len());
+    for g in 0..groups.keys.len() {
+        let mut combos: Vec<Vec<&Value>> = vec![Vec::new()];
+        for per_aggregator in &results {
+            combos = combos
+                .iter()
+                .flat_map(|prefix| {
+                    per_aggregator[g].iter().map(move |tuple| prefix.iter().copied().chain(tuple).collect())
+                })
+                .collect();
+        }
+        for combo in combos {
+            writer.begin_row(0);
+            if !group.is_empty() {
+                push_kept(&mut writer, batch.row(groups.first[g]), group);
+            }
+            for value in combo {
+                writer.push(value.as_ref());
+            }
+        }
+    }
+    Ok(writer.finish_batch())
+}
+
+/// `partition_aggregate` and `aggregate`.
+pub(super) fn aggregate(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Parts, BatchError> {
+    let Op::Aggregate { scope, group, aggregators } = &node.op else { unreachable!("an aggregate node") };
+    let (txid, attempt) = (exec.txid, exec.attempt);
+    match scope {
+        AggregateScope::Partition => {
+            let parts = fit(input, node.parallelism);
+            exec.per_partition(&parts, |ops, p, part| {
+                aggregate_part(ops, (txid, attempt, p), node, group, aggregators, part)
+            })
+        }
+        AggregateScope::Batch => {
+            let all = gather(input);
+            let out = aggregate_part(&mut exec.operators[0], (txid, attempt, 0), node, group, aggregators, &all)?;
+            Ok(fit(&[out], node.parallelism))
+        }
+    }
+}
+
+/// A persistent aggregate's partials for a batch: per key, a partial value
+/// (built-ins and combiners), or the rows to fold (reducers).
+pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Partials, BatchError> {
+    let Op::PersistentAggregate { group, aggregator, .. } = &node.op else { unreachable!("a persistent aggregate") };
+    let batch = gather(input);
+    let batch_id = (exec.txid, exec.attempt, 0);
+    if aggregator.kind == AggregatorKind::Builtin(Builtin::Count) && !group.is_empty() {
+        return Ok(Partials::Values(count_by_key(&batch, group)));
+    }
+    let groups = groups(&batch, group);
+    if aggregator.kind == AggregatorKind::Reducer {
+        let rows = tagged_input(&batch, &groups, aggregator);
+        return Ok(Partials::Rows { keys: groups.keys, rows });
+    }
+    let values = run_aggregator(&mut exec.operators[0], batch_id, &batch, &groups, aggregator)?;
+    let mut partials: Vec<(Vec<u8>, Value)> = groups
+        .keys
+        .into_iter()
+        .zip(values)
+        .map(|(key, mut tuples)| (key, tuples.pop().and_then(|mut t| t.pop()).unwrap_or(Value::Null)))
+        .collect();
+    partials.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(Partials::Values(partials))
+}
+
+/// Counts per key, the commonest aggregation, in one pass.
+fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
+    let mut counts: KeyMap<i64> = KeyMap::default();
+    let mut key = Vec::new();
+    let key_of = |key: &mut Vec<u8>, row: Row<'_>| {
+        key.clear();
+        for &p in group {
+            keys::encode_value(key, row.get(p).expect("position within arity"));
+        }
+    };
+    for row in batch.rows() {
+        key_of(&mut key, row);
+        match counts.get_mut(key.as_slice()) {
+            Some(count) => *count += 1,
+            None => {
+                counts.insert(key.clone(), 1);
+            }
+        }
+    }
+    let mut partials: Vec<(Vec<u8>, Value)> = counts.into_iter().map(|(k, c)| (k, Value::I64(c))).collect();
+    partials.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    partials
+}

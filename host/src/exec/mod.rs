@@ -1,0 +1,420 @@
+//! Runs a plan's graph over one batch: the process phase (operators in
+//! parallel partitions, while earlier batches commit), the commit phase
+//! (state reads and writes, strictly in txid order, committed in one write
+//! transaction), and queries (a request through a query stream, reading
+//! what is committed).
+//!
+//! A node's output is a batch per partition; each operation kind lives in
+//! its own module.
+
+mod aggregate;
+mod persist;
+mod stream;
+
+use crate::operators::{OperatorSource, Operators, Request};
+use crate::plan::{Input, Node, Op, Phase, Plan};
+use crate::state::handle::StateHandle;
+use crate::state::view::{StateCache, Views, refresh_caches};
+use crate::state::{BatchRecord, Db};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueRef};
+
+pub use aggregate::Partials;
+
+/// Why a batch failed, and whether replaying it may help.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchError {
+    /// The operator at fault (or the state, for storage errors).
+    pub operator: String,
+    /// False when the topology must halt at once.
+    pub retryable: bool,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl BatchError {
+    /// An error that replaying the batch may cure.
+    pub fn retry(operator: &str, message: impl Into<String>) -> BatchError {
+        BatchError { operator: operator.to_owned(), retryable: true, message: message.into() }
+    }
+
+    /// An error that halts the topology.
+    pub fn fatal(operator: &str, message: impl Into<String>) -> BatchError {
+        BatchError { operator: operator.to_owned(), retryable: false, message: message.into() }
+    }
+}
+
+impl fmt::Display for BatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "operator {}: {}", self.operator, self.message)
+    }
+}
+
+fn malformed(operator: &str, what: impl fmt::Display) -> BatchError {
+    BatchError::retry(operator, format!("returned a malformed batch: {what}"))
+}
+
+/// A node's output: one batch per partition.
+pub type Parts = Vec<Batch<'static>>;
+
+/// Appends the encoded values at `positions` of `row` to the current row.
+fn push_kept(writer: &mut BatchWriter, row: Row<'_>, positions: &[usize]) {
+    for &p in positions {
+        writer.push_encoded(row.encoded_values().nth(p).expect("position within arity"));
+    }
+}
+
+/// Copies `row` whole into a new row of `writer`.
+fn copy_row(writer: &mut BatchWriter, row: Row<'_>) {
+    writer.begin_row(0);
+    for value in row.encoded_values() {
+        writer.push_encoded(value);
+    }
+}
+
+/// Copies the fields at `positions` of every row into a new batch.
+fn project(batch: &Batch<'_>, positions: &[usize]) -> Batch<'static> {
+    let mut writer = BatchWriter::new(positions.len());
+    for row in batch.rows() {
+        writer.begin_row(row.tag());
+        push_kept(&mut writer, row, positions);
+    }
+    writer.finish_batch()
+}
+
+/// The rows an operator reads: the whole batch when it reads every field.
+fn guest_input<'b>(batch: &'b Batch<'_>, input: &Input) -> Cow<'b, [u8]> {
+    if input.whole_tuple {
+        Cow::Borrowed(batch.bytes())
+    } else {
+        Cow::Owned(project(batch, &input.positions).into_bytes())
+    }
+}
+
+/// Every partition's rows in one batch.
+fn gather(parts: &[Batch<'static>]) -> Batch<'static> {
+    match parts {
+        [one] => one.clone(),
+        _ => {
+            let arity = parts.first().map_or(0, Batch::arity);
+            let mut writer = BatchWriter::new(arity);
+            for row in parts.iter().flat_map(Batch::rows) {
+                copy_row(&mut writer, row);
+            }
+            writer.finish_batch()
+        }
+    }
+}
+
+/// `parts` as `n` partitions: as they are when they already are, else
+/// gathered and dealt round-robin.
+fn fit(parts: &[Batch<'static>], n: usize) -> Parts {
+    if parts.len() == n {
+        return parts.to_vec();
+    }
+    let all = gather(parts);
+    if n == 1 {
+        return vec![all];
+    }
+    stream::deal(&all, n, |index, _| index % n)
+}
+
+/// What one batch's process phase hands its commit phase.
+#[derive(Default)]
+pub struct Handover {
+    /// Per commit-phase node and input slot: the process-phase input.
+    inputs: HashMap<(usize, usize), Arc<Parts>>,
+    /// Per persistent aggregate: the batch's partial per key, made in the
+    /// process phase.
+    partials: HashMap<usize, Partials>,
+}
+
+/// Runs nodes of one plan, with one set of operator instances per
+/// partition.
+struct Exec<'a> {
+    plan: &'a Plan,
+    operators: &'a mut [Operators],
+    txid: u64,
+    attempt: u32,
+    views: Option<&'a Arc<Mutex<Views>>>,
+}
+
+impl Exec<'_> {
+    fn call(
+        &mut self,
+        partition: usize,
+        operator: &str,
+        fields: &[String],
+        request: Request<'_>,
+    ) -> Result<Vec<u8>, BatchError> {
+        let batch = (self.txid, self.attempt, partition as u32);
+        self.operators[partition].call(operator, batch, fields, request)
+    }
+
+    /// The state lent to a call, in the commit phase or a query.
+    fn state(&self, node: &Node, state: &str) -> Result<StateHandle, BatchError> {
+        match self.views {
+            Some(views) => Ok(StateHandle::new(Arc::clone(views), state)),
+            None => Err(BatchError::fatal(&node.id, "reads state outside the commit phase")),
+        }
+    }
+
+    /// Runs `f` over each partition, each with its own instances, at once.
+    fn per_partition(
+        &mut self,
+        parts: &[Batch<'static>],
+        f: impl Fn(&mut Operators, u32, &Batch<'static>) -> Result<Batch<'static>, BatchError> + Sync,
+    ) -> Result<Parts, BatchError> {
+        if let [one] = parts {
+            return Ok(vec![f(&mut self.operators[0], 0, one)?]);
+        }
+        let f = &f;
+        std::thread::scope(|scope| {
+            let running: Vec<_> = self
+                .operators
+                .iter_mut()
+                .zip(parts)
+                .enumerate()
+                .map(|(index, (operators, part))| scope.spawn(move || f(operators, index as u32, part)))
+                .collect();
+            running.into_iter().map(|r| r.join().expect("a partition's thread panicked")).collect()
+        })
+    }
+
+    /// Runs node `index` over its inputs' outputs.
+    fn run(&mut self, index: usize, inputs: &[&Parts]) -> Result<Parts, BatchError> {
+        let node = &self.plan.nodes[index];
+        let n = node.parallelism;
+        let batch = (self.txid, self.attempt);
+        match &node.op {
+            Op::Spout | Op::Query(_) => unreachable!("roots are fed, not run"),
+            Op::Function { kind, input, kept, outputs } => {
+                let parts = fit(inputs[0], n);
+                self.per_partition(&parts, |ops, p, part| {
+                    stream::function(ops, node, (batch.0, batch.1, p), *kind, input, kept, *outputs, part)
+                })
+            }
+            Op::Filter { input, kept } => {
+                let parts = fit(inputs[0], n);
+                self.per_partition(&parts, |ops, p, part| {
+                    stream::filter(ops, node, (batch.0, batch.1, p), input, kept, part)
+                })
+            }
+            Op::Project(positions) => Ok(inputs[0].iter().map(|part| project(part, positions)).collect()),
+            Op::Partition { by, hashed, kept } => Ok(stream::partition(&gather(inputs[0]), by, hashed, kept, n)),
+            Op::Merge(per_input) => {
+                let parts: Parts = inputs
+                    .iter()
+                    .zip(per_input)
+                    .flat_map(|(parts, positions)| parts.iter().map(|p| project(p, positions)))
+                    .collect();
+                Ok(fit(&parts, n))
+            }
+            Op::Join { keys, others, kinds } => {
+                let gathered: Vec<Batch<'static>> = inputs.iter().map(|parts| gather(parts)).collect();
+                Ok(fit(&[stream::join(&node.id, &gathered, keys, others, kinds)?], n))
+            }
+            Op::Extreme { by, max, kept } => Ok(fit(&[stream::extreme(&gather(inputs[0]), by, *max, kept)], n)),
+            Op::Aggregate { .. } => aggregate::aggregate(self, node, inputs[0]),
+            Op::StateQuery { .. } => persist::state_query(self, node, inputs[0]),
+            Op::PartitionPersist { .. } => persist::partition_persist(self, node, inputs[0]),
+            Op::PersistentAggregate { .. } => {
+                let partials = aggregate::partials(self, node, inputs[0])?;
+                persist::persistent_aggregate(self, node, partials)
+            }
+        }
+    }
+}
+
+/// Time spent in each operator, summed over partitions.
+fn take_times(operators: &mut [Operators]) -> BTreeMap<String, Duration> {
+    let mut times = BTreeMap::new();
+    for ops in operators {
+        for (operator, time) in ops.take_times() {
+            *times.entry(operator).or_default() += time;
+        }
+    }
+    times
+}
+
+fn instances(plan: &Arc<Plan>, source: &OperatorSource) -> Vec<Operators> {
+    (0..plan.max_parallelism()).map(|_| Operators::new(source.clone(), Arc::clone(plan))).collect()
+}
+
+/// Runs the process phase of a plan.
+pub struct Processor {
+    plan: Arc<Plan>,
+    operators: Vec<Operators>,
+    nodes: Vec<usize>,
+}
+
+impl Processor {
+    /// A processor with its own operator instances.
+    pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Processor {
+        let nodes = plan.data_nodes();
+        Processor { operators: instances(&plan, &source), plan, nodes }
+    }
+
+    /// Time spent in each operator since the last call, and resets it.
+    pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
+        take_times(&mut self.operators)
+    }
+
+    /// Runs `batch` (the spout's tuples) through the process-phase nodes.
+    pub fn process(&mut self, txid: u64, attempt: u32, batch: Batch<'static>) -> Result<Handover, BatchError> {
+        let plan = Arc::clone(&self.plan);
+        let mut exec = Exec { plan: &plan, operators: &mut self.operators, txid, attempt, views: None };
+        let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
+        let mut handover = Handover::default();
+        for &i in &self.nodes {
+            let node = &plan.nodes[i];
+            if node.op == Op::Spout {
+                outputs[i] = Some(Arc::new(fit(&[batch.clone()], node.parallelism)));
+                continue;
+            }
+            if node.phase == Phase::Commit {
+                let from_process = |p: &usize| plan.nodes[*p].phase == Phase::Process;
+                if matches!(node.op, Op::PersistentAggregate { .. }) && from_process(&node.inputs[0]) {
+                    let input = outputs[node.inputs[0]].as_ref().expect("inputs run first");
+                    handover.partials.insert(i, aggregate::partials(&mut exec, node, input)?);
+                    continue;
+                }
+                for (slot, p) in node.inputs.iter().enumerate().filter(|(_, p)| from_process(p)) {
+                    handover.inputs.insert((i, slot), Arc::clone(outputs[*p].as_ref().expect("inputs run first")));
+                }
+                continue;
+            }
+            let inputs: Vec<&Parts> =
+                node.inputs.iter().map(|&p| &**outputs[p].as_ref().expect("inputs run first")).collect();
+            let out = exec.run(i, &inputs)?;
+            outputs[i] = Some(Arc::new(out));
+        }
+        Ok(handover)
+    }
+}
+
+/// Runs the commit phase of a plan, and keeps its states' caches.
+pub struct Committer {
+    plan: Arc<Plan>,
+    operators: Vec<Operators>,
+    nodes: Vec<usize>,
+    caches: HashMap<String, StateCache>,
+}
+
+impl Committer {
+    /// A committer with its own operator instances.
+    pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Committer {
+        let nodes = plan.data_nodes().into_iter().filter(|&i| plan.nodes[i].phase == Phase::Commit).collect();
+        Committer { operators: instances(&plan, &source), plan, nodes, caches: HashMap::new() }
+    }
+
+    /// Time spent in each operator since the last call, and resets it.
+    pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
+        take_times(&mut self.operators)
+    }
+
+    /// Runs the commit-phase nodes of batch `txid` and commits what they
+    /// wrote with the progress record, in one write transaction. Returns
+    /// the number of keys written.
+    pub fn commit(
+        &mut self,
+        db: &Db,
+        txid: u64,
+        record: &BatchRecord,
+        handover: Handover,
+    ) -> Result<usize, BatchError> {
+        let plan = Arc::clone(&self.plan);
+        let storage = |e: anyhow::Error| BatchError::retry("(state)", format!("{e:#}"));
+        let read = db.begin_read().map_err(storage)?;
+        let views = Views::new(&read, &plan.topology, &plan.states, &mut self.caches, txid, true).map_err(storage)?;
+        let views = Arc::new(Mutex::new(views));
+        let result = self.run_nodes(&plan, txid, record.attempt, &views, handover);
+        let views = Arc::try_unwrap(views)
+            .ok()
+            .expect("no call keeps the views")
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        let writes = views.finish(&mut self.caches);
+        result?;
+        let written = db.commit(&plan.topology, txid, record, &writes).map_err(|e| {
+            BatchError::retry(
+                &plan.states.keys().cloned().collect::<Vec<_>>().join(","),
+                format!("commit failed: {e:#}"),
+            )
+        })?;
+        refresh_caches(&mut self.caches, writes);
+        Ok(written)
+    }
+
+    fn run_nodes(
+        &mut self,
+        plan: &Plan,
+        txid: u64,
+        attempt: u32,
+        views: &Arc<Mutex<Views>>,
+        mut handover: Handover,
+    ) -> Result<(), BatchError> {
+        let mut exec = Exec { plan, operators: &mut self.operators, txid, attempt, views: Some(views) };
+        let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
+        for &i in &self.nodes {
+            let node = &plan.nodes[i];
+            let out = match handover.partials.remove(&i) {
+                Some(partials) => persist::persistent_aggregate(&mut exec, node, partials)?,
+                None => {
+                    let inputs: Vec<Arc<Parts>> = (0..node.inputs.len())
+                        .map(|slot| match handover.inputs.get(&(i, slot)) {
+                            Some(parts) => Arc::clone(parts),
+                            None => Arc::clone(outputs[node.inputs[slot]].as_ref().expect("inputs run first")),
+                        })
+                        .collect();
+                    let inputs: Vec<&Parts> = inputs.iter().map(|p| &**p).collect();
+                    exec.run(i, &inputs)?
+                }
+            };
+            outputs[i] = Some(Arc::new(out));
+        }
+        Ok(())
+    }
+}
+
+/// Answers query `query` of `plan` with `args`, over what `db` has committed:
+/// the result tuples.
+pub fn query(
+    db: &Db,
+    plan: &Arc<Plan>,
+    source: &OperatorSource,
+    query: &str,
+    args: &str,
+) -> anyhow::Result<Vec<Vec<Value>>> {
+    let Some((nodes, answer)) = plan.query_nodes(query) else {
+        let known: Vec<&String> = plan.queries.keys().collect();
+        anyhow::bail!("topology {} has no query {query:?} (queries: {known:?})", plan.topology);
+    };
+    let read = db.begin_read()?;
+    let mut caches = HashMap::new();
+    let views = Views::new(&read, &plan.topology, &plan.states, &mut caches, u64::MAX, false)?;
+    let views = Arc::new(Mutex::new(views));
+    let mut operators = instances(plan, source);
+    let last = db.progress(&plan.topology)?.last_committed;
+    let mut exec = Exec { plan, operators: &mut operators, txid: last, attempt: 0, views: Some(&views) };
+    let mut outputs: Vec<Option<Parts>> = vec![None; plan.nodes.len()];
+    for &i in &nodes {
+        let node = &plan.nodes[i];
+        let out = if let Op::Query(_) = node.op {
+            let mut writer = BatchWriter::new(1);
+            writer.push_row(0, [ValueRef::Str(args)]).expect("one value");
+            vec![writer.finish_batch()]
+        } else {
+            let inputs: Vec<&Parts> =
+                node.inputs.iter().map(|&p| outputs[p].as_ref().expect("inputs run first")).collect();
+            exec.run(i, &inputs).map_err(|e| anyhow::anyhow!("query {query}: {e}"))?
+        };
+        outputs[i] = Some(out);
+    }
+    let result = gather(outputs[answer].as_ref().expect("the answer ran"));
+    Ok(result.rows().map(|row| row.values().map(ValueRef::to_owned).collect()).collect())
+}
