@@ -1,0 +1,263 @@
+//! The examples under `examples/`, each run as its README runs it: the real
+//! `weir` binary, the example's component, a real redb file, and exact
+//! answers from `weir query` and `weir state scan`.
+
+mod common;
+
+use common::*;
+use serde_json::{Value as Json, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// A file under an example's directory.
+fn example_file(example: &str, file: &str) -> PathBuf {
+    Path::new(REPO_ROOT).join("examples").join(example).join(file)
+}
+
+/// Appends `lines` to the input file, creating it if needed.
+fn append(input: &Path, lines: &[&str]) {
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(input).unwrap();
+    for line in lines {
+        writeln!(file, "{line}").unwrap();
+    }
+}
+
+/// Result tuples in a fixed order, for queries whose tuples come in any.
+fn sorted(result: Json) -> Json {
+    let mut tuples = result.as_array().unwrap_or_else(|| panic!("{result} is not an array")).clone();
+    tuples.sort_by_key(|t| t.to_string());
+    Json::Array(tuples)
+}
+
+/// A map state's entries as `[key fields, value]` pairs, sorted by key.
+fn entries(data: &Path, topology: &str, state: &str) -> Vec<Json> {
+    let mut entries: Vec<Json> =
+        scan(data, topology, state).into_iter().map(|e| json!([e["key"], e["value"]])).collect();
+    entries.sort_by_key(|e| e[0].to_string());
+    entries
+}
+
+#[test]
+fn word_count_answers_the_words_query_as_lines_are_fed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data) = (dir.path().join("sentences.txt"), dir.path().join("data"));
+    let feed = |lines: &[&str]| {
+        append(&input, lines);
+        weir_ok(&run_args(WORD_COUNT, &data, &input, &[]));
+    };
+    let words = |args: &str| query(&data, "word-count", "words", args);
+
+    feed(&["hello the man said", "the"]);
+    assert_eq!(words("the"), json!([[2]]));
+    assert_eq!(words("hello"), json!([[1]]));
+
+    feed(&["the man on the moon", "where are you"]);
+    assert_eq!(words("the"), json!([[4]]));
+    assert_eq!(words("man"), json!([[2]]));
+    assert_eq!(words("man where you the"), json!([[8]]));
+
+    feed(&["the the"]);
+    assert_eq!(words("the"), json!([[6]]));
+
+    feed(&["the"]);
+    assert_eq!(words("the"), json!([[7]]));
+    assert_eq!(words(""), json!([[0]]));
+}
+
+/// `examples/reach/data/reach.json`: the lookup data and the expected answers.
+fn reach_json() -> Json {
+    serde_json::from_str(&std::fs::read_to_string(example_file("reach", "data/reach.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn reach_input_holds_exactly_the_lookup_data_of_reach_json() {
+    let json = reach_json();
+    let text = std::fs::read_to_string(example_file("reach", "data/reach.txt")).unwrap();
+    let mut tweeters = serde_json::Map::new();
+    let mut followers = serde_json::Map::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let [kind, key, list] = parts[..] else { panic!("{line:?}") };
+        let names: Vec<Json> = list.split(',').map(|n| json!(n)).collect();
+        let map = if kind == "tweeters" { &mut tweeters } else { &mut followers };
+        map.insert(key.to_owned(), Json::Array(names));
+    }
+    assert_eq!(Json::Object(tweeters), json["tweeters"]);
+    assert_eq!(Json::Object(followers), json["followers"]);
+}
+
+#[test]
+fn reach_counts_the_distinct_followers_of_a_urls_tweeters() {
+    let data = tempfile::tempdir().unwrap();
+    let input = example_file("reach", "data/reach.txt");
+    weir_ok(&run_args(REACH, data.path(), &input, &["--batch-size", "3"]));
+    let expected = reach_json()["expected_reach"].as_object().unwrap().clone();
+    assert_eq!(expected.len(), 4);
+    for (url, reach) in expected {
+        assert_eq!(query(data.path(), "reach", "reach", &url), json!([[reach]]), "reach of {url}");
+    }
+    assert_eq!(
+        entries(data.path(), "reach", "tweeters"),
+        [
+            json!([["engineering.twitter.com/blog/5"], "adam,david,sally,nathan"]),
+            json!([["foo.com/blog/1"], "sally,bob,tim,george,nathan"]),
+            json!([["tech.backtype.com/blog/123"], "tim,mike,john"]),
+        ]
+    );
+}
+
+#[test]
+fn reach_takes_in_names_appended_to_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data) = (dir.path().join("reach.txt"), dir.path().join("data"));
+    std::fs::copy(example_file("reach", "data/reach.txt"), &input).unwrap();
+    weir_ok(&run_args(REACH, &data, &input, &[]));
+    // george gains followers, one of whom (alex) foo.com already reached;
+    // tim gains one; a new URL is tweeted by bob alone.
+    append(&input, &["followers george alex,zoe", "followers tim alex,quinn", "tweeters new.example/1 bob"]);
+    weir_ok(&run_args(REACH, &data, &input, &["--batch-size", "1"]));
+    let reach = |url: &str| query(&data, "reach", "reach", url);
+    assert_eq!(reach("foo.com/blog/1"), json!([[18]]));
+    assert_eq!(reach("engineering.twitter.com/blog/5"), json!([[14]]));
+    assert_eq!(reach("tech.backtype.com/blog/123"), json!([[8]]));
+    assert_eq!(reach("new.example/1"), json!([[6]]));
+    let tim = entries(&data, "reach", "followers").into_iter().find(|e| e[0] == json!(["tim"])).unwrap();
+    assert_eq!(tim[1], json!("alex,quinn"));
+}
+
+#[test]
+fn location_keeps_the_latest_location_and_answers_in_bulk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data) = (dir.path().join("locations.txt"), dir.path().join("data"));
+    std::fs::copy(example_file("location", "data/locations.txt"), &input).unwrap();
+    // One batch: alice moves from Paris to Tokyo within it.
+    weir_ok(&run_args(LOCATION, &data, &input, &["--batch-size", "100"]));
+    let location = |args: &str| sorted(query(&data, "location", "location", args));
+    assert_eq!(location("alice bob zed"), json!([["alice", "Tokyo"], ["bob", "Lagos"]]));
+    assert_eq!(location("zed"), json!([]));
+    assert_eq!(
+        entries(&data, "location", "locations"),
+        [
+            json!([["alice"], "Tokyo"]),
+            json!([["bob"], "Lagos"]),
+            json!([["carol"], "Lima"]),
+            json!([["dave"], "Oslo"]),
+            json!([["erin"], "Lagos"]),
+        ]
+    );
+    assert_eq!(
+        entries(&data, "location", "arrivals"),
+        [
+            json!([["Lagos"], 2]),
+            json!([["Lima"], 1]),
+            json!([["Oslo"], 1]),
+            json!([["Paris"], 1]),
+            json!([["Tokyo"], 1]),
+        ]
+    );
+
+    append(&input, &["bob Cairo"]);
+    weir_ok(&run_args(LOCATION, &data, &input, &[]));
+    assert_eq!(location("alice bob carol"), json!([["alice", "Tokyo"], ["bob", "Cairo"], ["carol", "Lima"]]));
+    let arrivals = entries(&data, "location", "arrivals");
+    assert_eq!(arrivals[0], json!([["Cairo"], 1]));
+    assert_eq!(arrivals.len(), 6);
+}
+
+#[test]
+fn location_over_batches_of_two_lines_gives_the_same_state() {
+    let data = tempfile::tempdir().unwrap();
+    weir_ok(&run_args(LOCATION, data.path(), &example_file("location", "data/locations.txt"), &["--batch-size", "2"]));
+    assert_eq!(
+        sorted(query(data.path(), "location", "location", "erin alice")),
+        json!([["alice", "Tokyo"], ["erin", "Lagos"]])
+    );
+    assert_eq!(entries(data.path(), "location", "arrivals").len(), 5);
+}
+
+/// The single value of the `global-count` state.
+fn global_count(data: &Path) -> i64 {
+    let entries = scan(data, "global-count", "count");
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries[0]["value"].as_i64().unwrap()
+}
+
+#[test]
+fn global_count_counts_every_line_once_across_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data) = (dir.path().join("lines.txt"), dir.path().join("data"));
+    let lines: Vec<String> = (1..=1000).map(|n| n.to_string()).collect();
+    append(&input, &lines.iter().map(String::as_str).collect::<Vec<_>>()[..]);
+    weir_ok(&run_args(GLOBAL_COUNT, &data, &input, &["--batch-size", "100"]));
+    assert_eq!(global_count(&data), 1000);
+    // Nothing new: the count stays.
+    weir_ok(&run_args(GLOBAL_COUNT, &data, &input, &["--batch-size", "100"]));
+    assert_eq!(global_count(&data), 1000);
+    append(&input, &["1001", "1002", "1003"]);
+    weir_ok(&run_args(GLOBAL_COUNT, &data, &input, &["--batch-size", "2"]));
+    assert_eq!(global_count(&data), 1003);
+}
+
+#[test]
+fn global_count_answers_its_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data) = (dir.path().join("lines.txt"), dir.path().join("data"));
+    append(&input, &["a", "b", "c"]);
+    weir_ok(&run_args(GLOBAL_COUNT, &data, &input, &[]));
+    assert_eq!(query(&data, "global-count", "count", ""), json!([[3]]));
+}
+
+/// Runs global-count over `input` in batches of 10 and kills it with
+/// SIGKILL once `txid` is committed. Returns whether it was still running.
+fn kill_after_commit(data: &Path, input: &Path, txid: u64) -> bool {
+    let mut child = weir()
+        .env("WEIR_LOG", "weir=debug")
+        .args(run_args(GLOBAL_COUNT, data, input, &["--batch-size", "10", "--max-pending", "4"]))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let marker = format!("committed txid {txid} ");
+    let seen = BufReader::new(child.stderr.take().unwrap()).lines().any(|line| line.unwrap().contains(&marker));
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    seen && !status.success()
+}
+
+#[test]
+fn global_count_is_exact_after_being_killed_mid_run() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    for txid in [23, 611] {
+        assert!(kill_after_commit(data.path(), &corpus.path, txid), "the run ended before txid {txid} committed");
+        assert!(global_count(data.path()) >= txid as i64 * 10);
+    }
+    weir_ok(&run_args(GLOBAL_COUNT, data.path(), &corpus.path, &["--batch-size", "10"]));
+    assert_eq!(global_count(data.path()), 20_000);
+}
+
+#[test]
+fn map_filter_counts_normalised_words_without_stop_words() {
+    let data = tempfile::tempdir().unwrap();
+    let output = weir_ok(&run_args(MAP_FILTER, data.path(), &example_file("map-filter", "data/sentences.txt"), &[]));
+    assert_eq!(
+        entries(data.path(), "map-filter", "counts"),
+        [
+            json!([["barks"], 1]),
+            json!([["brown"], 1]),
+            json!([["dog"], 2]),
+            json!([["fox"], 3]),
+            json!([["jumps"], 1]),
+            json!([["lazy"], 1]),
+            json!([["quick"], 2]),
+            json!([["runs"], 1]),
+            json!([["wins"], 1]),
+        ]
+    );
+    let log = text(&output);
+    assert_eq!(log.matches("kept fox").count(), 3, "{log}");
+    assert!(!log.contains("kept the") && !log.contains("kept over"), "{log}");
+    assert_eq!(query(data.path(), "map-filter", "count", "Fox quick THE"), json!([[5]]));
+    assert_eq!(query(data.path(), "map-filter", "count", "the"), json!([[0]]));
+}
