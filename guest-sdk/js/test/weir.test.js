@@ -1,0 +1,410 @@
+// The JavaScript SDK's tests: the shared codec and topology vectors, and the
+// operators' dispatch. `node --test guest-sdk/js/test/`.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import * as weir from "../weir.js";
+import {
+  BatchInfo,
+  Count,
+  DirectoryLines,
+  FileLines,
+  Fatal,
+  First,
+  General,
+  Generator,
+  GuestSpout,
+  INNER,
+  Limits,
+  MapGet,
+  MapState,
+  Max,
+  Min,
+  OUTER,
+  Reducer,
+  Retry,
+  SpoutInfo,
+  State,
+  Sum,
+  Topology,
+  decode,
+  encode,
+  BatchWriter,
+  DecodeError,
+  EncodeError,
+} from "../weir.js";
+
+const vectors = (name) => readFileSync(fileURLToPath(new URL(`../../../tests/vectors/${name}`, import.meta.url)), "utf8");
+
+function vectorValue(v) {
+  const [kind, x] = Object.entries(v)[0];
+  switch (kind) {
+    case "i64":
+      return BigInt(x);
+    case "f64":
+      return Number(x);
+    case "bytes":
+      return Uint8Array.from(Buffer.from(x, "hex"));
+  }
+  return x;
+}
+
+const hex = (bytes) => Buffer.from(bytes).toString("hex");
+
+test("the shared vectors decode and encode byte for byte", () => {
+  // Integers as strings, so that none loses precision on the way.
+  const cases = JSON.parse(vectors("batches.json").replace(/"i64": (-?\d+)/g, '"i64": "$1"'));
+  assert.ok(cases.length > 0);
+  for (const c of cases) {
+    const raw = Uint8Array.from(Buffer.from(c.hex, "hex"));
+    const rows = c.rows.map(([tag, values]) => [tag, values.map(vectorValue)]);
+    const decoded = decode(raw);
+    assert.equal(decoded.arity, c.arity, c.name);
+    assert.deepEqual(decoded.rows, rows, c.name);
+    assert.equal(hex(encode(c.arity, rows)), c.hex, c.name);
+  }
+});
+
+test("malformed buffers are refused with the reason", () => {
+  const good = encode(1, [[0, ["abc"]]]);
+  const kind99 = good.slice();
+  kind99[12] = 0x63;
+  const badUtf8 = encode(1, [[0, [Uint8Array.of(0x61, 0xff)]]]);
+  badUtf8[12] = 5;
+  for (const [buf, reason] of [
+    [good.slice(0, -1), "more bytes"],
+    [Uint8Array.of(...good, 0), "1 bytes after the last row"],
+    [kind99, "unknown value kind 99"],
+    [badUtf8, "at byte 18: string is not valid UTF-8"],
+    [Uint8Array.of(0xff, 0xff, 0xff, 0, 1, 0, 0, 0), "claims"],
+    [Uint8Array.of(1, 0), "more bytes"],
+  ]) {
+    assert.throws(() => decode(buf), (e) => e instanceof DecodeError && e.message.includes(reason) && e.message.startsWith("malformed batch at byte"));
+  }
+});
+
+test("values the encoding cannot hold are refused", () => {
+  const writer = new BatchWriter(1);
+  for (const bad of [2n ** 63n, {}, undefined, [1]]) assert.throws(() => writer.push(0, [bad]), EncodeError);
+  assert.throws(() => writer.push(0, [1n, 2n]), { message: "a row of 2 values where 1 are declared" });
+  assert.equal(hex(writer.finish()), hex(encode(1, [])));
+});
+
+// -- the shared topology vectors ---------------------------------------------
+
+const op = () => [];
+const longest = { init: () => 0n, combine: (a) => a, zero: () => 0n };
+const total = { init: () => 0n, reduce: (acc) => acc };
+const distinct = { init() {}, aggregate() {}, complete() {} };
+const seenOps = { updateState: () => [], batchRetrieve: (s, tuples) => tuples.map(() => null), execute: () => [] };
+const numbers = { emitBatch: () => null, partitions: () => [], emitPartition: () => null };
+
+/** The topologies of guest-sdk/tests/topology_vectors.rs, built in JavaScript. */
+function kitchenSink() {
+  const t = new Topology("kitchen-sink");
+  const words = t
+    .newStream(new FileLines("sentence"))
+    .each(["sentence"], op, ["word"])
+    .name("split")
+    .parallelismHint(2)
+    .filter(["word"], op)
+    .limits(new Limits().memoryMib(16).callMs(500))
+    .peek(["word"], op);
+  const counts = words
+    .groupBy(["word"])
+    .persistentAggregate(State.transactional("counts").cacheSize(1000), Count, ["count"])
+    .name("count");
+  const lengths = words.map(["word"], op, ["len"]).name("len").readOnlyDir("/srv/reference", "/reference");
+  lengths.groupBy(["len"]).partitionAggregate(["len"], Reducer(total), ["total"]);
+  words.flatMap(["word"], op, ["char"]).shuffle().aggregate(["char"], General(distinct), ["distinct"]);
+  words
+    .groupBy(["word"])
+    .chainedAgg()
+    .aggregate([], Count, ["n"])
+    .aggregate(["word"], longest, ["longest"])
+    .aggregate(["word"], Max, ["last"])
+    .chainEnd()
+    .name("stats");
+  const seen = words.partitionPersist(State.opaque("seen"), ["word"], seenOps, ["word", "first"]).name("remember");
+  seen.newValuesStream().project(["word"]).global().batchGlobal().broadcast().partitionBy(["word"]).min();
+  words.persistentAggregateOver(State.nonTransactional("longest"), ["word"], longest, ["longest"]);
+  words.persistentAggregate(State.opaque("total"), total, ["total"]).parallelismHint(3);
+  const left = words.each(["word"], op, ["a"]);
+  const right = words.each(["word"], op, ["b"]);
+  const joined = t.join(left, ["word"], right, ["word"], ["word", "a", "b"]);
+  const outer = t.join(joined, ["word"], left, ["word"], ["word", "a", "b", "c"], [INNER, OUTER]);
+  t.merge(outer.project(["word"]), words.project("word")).maxBy("word").minBy("word").max();
+  const query = t.newQueryStream("words").each("args", op, "word").name("split-args");
+  query
+    .groupBy(["word"])
+    .stateQuery(counts, ["word"], MapGet, ["count"])
+    .name("get-count")
+    .aggregate(["count"], Sum, ["sum"])
+    .name("sum");
+  query.stateQuery(seen, ["word"], seenOps, ["first"]).aggregate(["first"], First, ["first"]);
+  query.groupBy(["word"]).aggregate(["word"], Min, ["least"]).partitionAggregate([], Count, ["n"]);
+
+  const batch = new Topology("batch-spout")
+    .newStream(GuestSpout.batch(numbers, ["n", "label"]))
+    .limits(new Limits().outputTuples(100).outputMib(1))
+    .partitionPersist(State.transactional("all"), ["n"], seenOps, [])
+    .build();
+  const partitioned = new Topology("partitioned")
+    .newStream(GuestSpout.partitionedTransactional(numbers, ["n"]))
+    .persistentAggregateOver(State.transactional("sum"), ["n"], Sum, ["sum"])
+    .build();
+  const opaque = new Topology("opaque")
+    .newStream(GuestSpout.partitionedOpaque(numbers, ["n"]))
+    .persistentAggregateOver(State.opaque("sum"), ["n"], Sum, ["sum"])
+    .build();
+  const generated = new Topology("generated")
+    .newStream(new Generator("n", 1000))
+    .persistentAggregateOver(State.transactional("sum"), ["n"], Sum, ["sum"])
+    .build();
+  const files = new Topology("ünïcode-directory")
+    .newStream(new DirectoryLines("line"))
+    .persistentAggregate(State.transactional("lines"), Count, ["count"])
+    .build();
+  return [t.build(), batch, partitioned, opaque, generated, files];
+}
+
+test("the builder writes the Rust builder's definitions byte for byte", () => {
+  assert.equal(weir.describe(kitchenSink()), vectors("topologies.json").trimEnd());
+});
+
+test("operators are registered under their final ids", () => {
+  const t = kitchenSink()[0];
+  assert.equal(t.code.get("split").kind, "function");
+  assert.equal(t.code.get("each-1"), undefined);
+  assert.equal(t.code.get("stats.1").kind, "combiner");
+  assert.equal(t.code.get("partition-aggregate-7").kind, "reducer");
+  assert.equal(t.code.get("aggregate-10").kind, "general");
+  assert.equal(t.code.get("remember").kind, "updater");
+  assert.equal(t.code.get("state-query-36").kind, "query");
+  assert.equal(t.code.get("count"), undefined);
+  assert.equal(t.outputArity("peek-3"), 0);
+  assert.equal(t.aggregatorArity("stats.2"), 1);
+});
+
+// -- dispatch ------------------------------------------------------------------
+
+function* split(t) {
+  if (t.batch.txid === 3n && t.batch.attempt === 0) throw new Retry("txid 3 fails once");
+  yield* t.str("sentence").split(/\s+/).filter(Boolean);
+}
+
+function topologies() {
+  const seen = [];
+  const wc = new Topology("wc");
+  const words = wc.newStream(new FileLines("sentence")).each(["sentence"], split, ["word"]).name("split");
+  words.filter(["word"], (t) => t.get("word").length > 1).name("long");
+  words.map(["word"], (t) => [t.get("word").toUpperCase(), BigInt(t.get("word").length)], ["upper", "len"]).name("upper");
+  words.flatMap(["word"], (t) => [...t.get("word")], ["char"]).name("chars");
+  words.peek(["word"], (t) => seen.push(t.get("word"))).name("look");
+  const longer = { init: (t) => BigInt(t.str(0).length), combine: (a, b) => (a > b ? a : b), zero: () => 0n };
+  words.groupBy("word").persistentAggregateOver(State.opaque("max"), ["word"], longer, ["len"]).name("longest");
+  const concat = { init: () => "", reduce: (acc, t) => acc + t.str("word") };
+  words.groupBy("word").aggregate(["word"], concat, ["all"]).name("concat");
+  const pairs = {
+    init: () => ({ n: 0n, first: null }),
+    aggregate(state, t) {
+      state.n += 1n;
+      state.first ??= t.get("word");
+    },
+    complete: (state, emit) => emit(state.n, state.first),
+  };
+  words.groupBy("word").aggregate(["word"], pairs, ["n", "first"]).name("pairs");
+  const remember = {
+    *updateState(state, tuples) {
+      const words = tuples.map((t) => [t.get("word")]);
+      const stored = state.multiGet(words);
+      state.multiPut(words.map((w, i) => [w, (stored[i] ?? 0n) + 1n]));
+      for (const [i, [w]] of words.entries()) yield [w, stored[i]];
+    },
+    batchRetrieve: (state, tuples) => state.multiGet(tuples.map((t) => [t.get("word")])),
+    execute: (t, result) => (result === null ? [] : [result * 10n]),
+  };
+  const remembered = words.partitionPersist(State.transactional("seen"), ["word"], remember, ["word", "before"]);
+  remembered.name("remember");
+  const q = wc.newQueryStream("q").each("args", split, "word");
+  q.stateQuery(remembered, ["word"], remember, ["tens"]).name("lookup");
+  const numbers = new Topology("numbers")
+    .newStream(
+      GuestSpout.batch(
+        { emitBatch: (info) => (info.txid > 2n ? null : [0n, 1n, 2n].map((i) => [info.txid * 10n + i, "x"])) },
+        ["n", "s"],
+      ),
+    )
+    .build();
+  const letters = {
+    partitions: () => ["a", "b"],
+    emitPartition(info, partition, previous) {
+      const start = previous === null ? 0 : previous[0] + 1;
+      return start >= 3 ? null : [[[`${partition}${start}`]], Uint8Array.of(start)];
+    },
+    reemitPartition: (info, partition, meta) => [`${partition}${meta[0]}`],
+  };
+  const lettersTopology = new Topology("letters").newStream(GuestSpout.partitionedTransactional(letters, "letter")).build();
+  return [[wc.build(), numbers, lettersTopology], seen];
+}
+
+const info = (operator, fields, { txid = 1n, attempt = 0, topology = "wc" } = {}) =>
+  new BatchInfo({ topology, operator, txid, attempt, partition: 0, fields });
+const rows = (buf) => decode(buf).rows;
+const batch = (values, tags) => encode(1, values.map((v, i) => [tags ? tags[i] : 0, [v]]));
+
+class FakeState {
+  constructor() {
+    this.data = new Map();
+  }
+  get(keys) {
+    return encode(1, decode(keys).rows.map(([, k]) => [0, [this.data.get(JSON.stringify(k)) ?? null]]));
+  }
+  put(entries) {
+    for (const [, row] of decode(entries).rows) this.data.set(JSON.stringify(row.slice(0, -1)), row.at(-1));
+  }
+}
+
+test("function output rows are tagged with their input row", () => {
+  const [t] = topologies();
+  assert.deepEqual(rows(weir.runFunction(t, info("split", ["sentence"]), batch(["a b", "", "c"]))), [
+    [0, ["a"]],
+    [0, ["b"]],
+    [2, ["c"]],
+  ]);
+});
+
+test("map, flat-map, peek and filter", () => {
+  const [t, seen] = topologies();
+  const words = batch(["ab", "c"]);
+  assert.deepEqual(rows(weir.runFunction(t, info("upper", ["word"]), words)), [
+    [0, ["AB", 2n]],
+    [1, ["C", 1n]],
+  ]);
+  assert.deepEqual(rows(weir.runFunction(t, info("chars", ["word"]), words)), [
+    [0, ["a"]],
+    [0, ["b"]],
+    [1, ["c"]],
+  ]);
+  assert.deepEqual(decode(weir.runFunction(t, info("look", ["word"]), words)), { arity: 0, rows: [] });
+  assert.deepEqual(seen, ["ab", "c"]);
+  assert.deepEqual([...weir.runFilter(t, info("long", ["word"]), words)], [1, 0]);
+});
+
+test("guest errors and unknown operators come back as errors", () => {
+  const [t] = topologies();
+  assert.throws(() => weir.runFunction(t, info("split", ["sentence"], { txid: 3n }), batch(["a"])), {
+    name: "Retry",
+    message: "txid 3 fails once",
+  });
+  weir.runFunction(t, info("split", ["sentence"], { txid: 3n, attempt: 1 }), batch(["a"]));
+  const fatal = (f, message) => assert.throws(f, (e) => e instanceof Fatal && e.message.includes(message));
+  fatal(() => weir.runFunction(t, info("nope", ["sentence"]), batch([])), 'no function "nope"');
+  fatal(() => weir.runFunction(t, info("split", ["sentence"]), Uint8Array.of(1, 2, 3)), "malformed batch");
+  fatal(() => weir.runFunction(t, info("split", ["sentence", "x"]), batch(["a"])), "input rows hold 1 values for 2 fields");
+  fatal(() => weir.runFunction(t, info("split", ["sentence"], { topology: "other" }), batch(["a"])), 'no topology "other"');
+  fatal(() => weir.runFunction(t, info("split", ["sentence"]), batch([7n])), "field sentence is i64, not string");
+  const two = [new Topology("wc").newStream(new FileLines("x")).each("x", () => [1n], ["a", "b"]).name("e").build()];
+  fatal(() => weir.runFunction(two, info("e", ["x"]), batch([1n])), "emitted a row of 1 values where 2 are declared");
+});
+
+test("the exports return operator errors as values", () => {
+  const [t] = topologies();
+  const ops = weir.exportsFor(t);
+  const ctx = { topology: "wc", operator: "split", txid: 3n, attempt: 0, partition: 0, fields: ["sentence"] };
+  assert.deepEqual(ops.runFunction(ctx, batch(["a"])), { tag: "err", val: { tag: "retry", val: "txid 3 fails once" } });
+  assert.deepEqual(ops.runFunction({ ...ctx, operator: "nope" }, batch([])), {
+    tag: "err",
+    val: { tag: "fatal", val: 'topology wc has no function "nope"' },
+  });
+  const ok = ops.runFunction({ ...ctx, txid: 1n }, batch(["a b"]));
+  assert.equal(ok.tag, "ok");
+  assert.deepEqual(rows(ok.val), [
+    [0, ["a"]],
+    [0, ["b"]],
+  ]);
+  assert.deepEqual(JSON.parse(ops.describe()).map((d) => d.name), ["wc", "numbers", "letters"]);
+});
+
+test("combiner folds groups from zero and combines pairs", () => {
+  const [t] = topologies();
+  const ctx = info("longest", ["word"]);
+  assert.deepEqual(rows(weir.combineGroups(t, ctx, 3, batch(["abc", "a", "ab"], [0, 1, 0]))), [
+    [0, [3n]],
+    [1, [1n]],
+    [2, [0n]],
+  ]);
+  const pairs = encode(2, [
+    [0, [5n, 2n]],
+    [1, [1n, 4n]],
+  ]);
+  assert.deepEqual(rows(weir.combinePairs(t, ctx, pairs)), [
+    [0, [5n]],
+    [1, [4n]],
+  ]);
+  assert.throws(() => weir.combineGroups(t, ctx, 1, batch(["x"], [4])), { message: /group 4 of 1/ });
+});
+
+test("reducer starts from the stored value or init", () => {
+  const [t] = topologies();
+  const start = encode(1, [[1, ["z"]]]);
+  assert.deepEqual(rows(weir.reduceGroups(t, info("concat", ["word"]), 3, start, batch(["a", "b", "c"], [0, 1, 0]))), [
+    [0, ["ac"]],
+    [1, ["zb"]],
+    [2, [""]],
+  ]);
+});
+
+test("general aggregator runs each group", () => {
+  const [t] = topologies();
+  assert.deepEqual(rows(weir.aggregateGroups(t, info("pairs", ["word"]), 2, batch(["a", "b", "c"], [1, 1, 1]))), [
+    [0, [0n, null]],
+    [1, [3n, "a"]],
+  ]);
+});
+
+test("state updater and query function use the host state", () => {
+  const [t] = topologies();
+  const store = new FakeState();
+  const state = new MapState(
+    (k) => store.get(k),
+    (e) => store.put(e),
+  );
+  assert.deepEqual(rows(weir.updateState(t, info("remember", ["word"]), state, batch(["a", "b"]))), [
+    [0, ["a", null]],
+    [0, ["b", null]],
+  ]);
+  weir.updateState(t, info("remember", ["word"]), state, batch(["a"]));
+  assert.deepEqual([...store.data], [
+    ['["a"]', 2n],
+    ['["b"]', 1n],
+  ]);
+  const words = batch(["a", "zz"]);
+  const results = weir.batchRetrieve(t, info("lookup", ["word"]), state, words);
+  assert.deepEqual(rows(results), [
+    [0, [2n]],
+    [1, [null]],
+  ]);
+  assert.deepEqual(rows(weir.executeQuery(t, info("lookup", ["word"]), words, results)), [[0, [20n]]]);
+});
+
+test("spouts", () => {
+  const [t] = topologies();
+  const spout = new SpoutInfo({ topology: "numbers", txid: 2n, attempt: 0, maxTuples: 100 });
+  assert.deepEqual(rows(weir.emitBatch(t, spout)), [
+    [0, [20n, "x"]],
+    [0, [21n, "x"]],
+    [0, [22n, "x"]],
+  ]);
+  assert.equal(weir.emitBatch(t, new SpoutInfo({ topology: "numbers", txid: 3n })), null);
+  const letters = new SpoutInfo({ topology: "letters", txid: 1n });
+  assert.deepEqual(weir.spoutPartitions(t, letters), ["a", "b"]);
+  let { tuples, meta } = weir.emitPartition(t, letters, "b", undefined);
+  assert.deepEqual([rows(tuples), [...meta]], [[[0, ["b0"]]], [0]]);
+  ({ tuples, meta } = weir.emitPartition(t, letters, "b", meta));
+  assert.deepEqual(rows(weir.reemitPartition(t, letters, "b", meta)), [[0, ["b1"]]]);
+  assert.equal(weir.emitPartition(t, letters, "b", Uint8Array.of(2)), null);
+  assert.throws(() => weir.emitBatch(t, letters), { message: "the topology has no batch spout" });
+});
