@@ -101,7 +101,7 @@ pub fn topology() -> Topology {
         .each(["args"], SplitArgs, ["userid"])
         .name("split-args")
         .state_query(&locations, ["userid"], QueryLocation, ["location"])
-        .name("query-location")
+        .name("lookup-locations")
         .project(["userid", "location"]);
     topology.build()
 }
