@@ -151,3 +151,84 @@ pub fn topology() -> Topology {
 }
 
 weir_sdk::export!(topology);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use weir_sdk::codec::{Batch, BatchWriter};
+    use weir_sdk::dispatch;
+
+    /// A state in memory, as the host's looks to an updater.
+    #[derive(Default)]
+    struct Memory(RefCell<Vec<(Vec<Value>, Value)>>);
+
+    impl MapState for Memory {
+        fn multi_get(&self, keys: &[Vec<Value>]) -> Result<Vec<Option<Value>>, Error> {
+            let entries = self.0.borrow();
+            Ok(keys.iter().map(|k| entries.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone())).collect())
+        }
+
+        fn multi_put(&self, entries: &[(Vec<Value>, Value)]) -> Result<(), Error> {
+            let mut stored = self.0.borrow_mut();
+            for (key, value) in entries {
+                match stored.iter_mut().find(|(k, _)| k == key) {
+                    Some(entry) => entry.1 = value.clone(),
+                    None => stored.push((key.clone(), value.clone())),
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn info(operator: &str, fields: &[&str]) -> BatchInfo {
+        BatchInfo {
+            topology: "reach".into(),
+            operator: operator.into(),
+            txid: 1,
+            fields: fields.iter().map(|f| f.to_string()).collect(),
+            ..BatchInfo::default()
+        }
+    }
+
+    fn rows(bytes: &[u8]) -> Vec<Vec<Value>> {
+        Batch::decode(bytes).unwrap().rows().map(|r| r.values().map(ValueRef::to_owned).collect()).collect()
+    }
+
+    #[test]
+    fn parse_line_splits_kind_key_and_list_and_refuses_other_lines() {
+        let mut input = BatchWriter::new(1);
+        input.push_row(0, [ValueRef::Str("followers tim alex,quinn")]).unwrap();
+        input.push_row(0, [ValueRef::Str("")]).unwrap();
+        let out = dispatch::run_function(&weir_topologies(), &info("parse", &["line"]), &input.finish()).unwrap();
+        assert_eq!(rows(&out), [vec![Value::from("followers"), Value::from("tim"), Value::from("alex,quinn")]]);
+        let mut bad = BatchWriter::new(1);
+        bad.push_row(0, [ValueRef::Str("likes tim bob")]).unwrap();
+        let err = dispatch::run_function(&weir_topologies(), &info("parse", &["line"]), &bad.finish()).unwrap_err();
+        assert_eq!(err, Error::fatal("not a reach line: \"likes tim bob\""));
+    }
+
+    #[test]
+    fn add_names_adds_each_new_name_once_to_the_stored_list() {
+        let state = Memory::default();
+        state.multi_put(&[(vec![Value::from("tim")], Value::from("alex"))]).unwrap();
+        let mut input = BatchWriter::new(2);
+        for (key, list) in [("tim", "alex,quinn"), ("zoe", "amy"), ("tim", "quinn,bo")] {
+            input.push_row(0, [ValueRef::Str(key), ValueRef::Str(list)]).unwrap();
+        }
+        let info = info("store-followers", &["key", "list"]);
+        dispatch::update_state(&weir_topologies(), &info, &state, &input.finish()).unwrap();
+        let stored = state.multi_get(&[vec![Value::from("tim")], vec![Value::from("zoe")]]).unwrap();
+        assert_eq!(stored, [Some(Value::from("alex,quinn,bo")), Some(Value::from("amy"))]);
+    }
+
+    #[test]
+    fn expand_list_emits_each_name_and_nothing_for_null() {
+        let mut input = BatchWriter::new(1);
+        input.push_row(0, [ValueRef::Str("a,,b")]).unwrap();
+        input.push_row(0, [ValueRef::Null]).unwrap();
+        let info = info("expand-tweeters", &["tweeters"]);
+        let out = dispatch::run_function(&weir_topologies(), &info, &input.finish()).unwrap();
+        assert_eq!(rows(&out), [vec![Value::from("a")], vec![Value::from("b")]]);
+    }
+}
