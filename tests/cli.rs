@@ -204,9 +204,11 @@ fn a_bundle_inspects_and_runs_like_its_component() {
         "WIT weir:topology@0.1.0",
         "topology word-count (component word_count.wasm)",
         "spout: file lines (built in), transactional -> [sentence]",
-        "each split: [sentence] -> [word]",
-        "group-by [word]",
-        "persistent-aggregate count: [] -> [count] with built-in Count (in the host), into state counts (Transactional)",
+        "state counts (Transactional)",
+        "query words",
+        r#"each split <- spout {"input":["sentence"],"output":["word"]}"#,
+        r#"persistent-aggregate count <- split {"aggregator":{"id":"count","input":[],"kind":{"kind":"builtin","name":"count"}"#,
+        r#"state-query get-count <- partition-5 {"input":["word"],"output":["count"],"query":"map-get","state":"counts"}"#,
         "sandbox: the host's limits, no capabilities",
     ] {
         assert!(inspected.contains(line), "{line:?} missing from:\n{inspected}");

@@ -232,12 +232,6 @@ pub struct Topology {
     pub(crate) queries: BTreeMap<String, Box<dyn QueryFunction>>,
 }
 
-impl Default for TopologyDef {
-    fn default() -> TopologyDef {
-        TopologyDef { name: String::new(), nodes: Vec::new(), sandbox: BTreeMap::new() }
-    }
-}
-
 impl Topology {
     /// Starts a topology named `name`.
     // Trident's shape: a topology starts from its name, then its streams.
@@ -900,11 +894,8 @@ impl Stream {
 
 impl GroupedStream {
     fn partitioned(&self) -> Stream {
-        let group: Vec<&str> = self.group.iter().map(String::as_str).collect();
-        let stream = self.stream.then("partition", |_, _| OperationDef::Partition {
-            by: Partitioning::Fields { fields: group.iter().map(|f| (*f).to_owned()).collect() },
-        });
-        stream
+        let fields = self.group.clone();
+        self.stream.then("partition", |_, _| OperationDef::Partition { by: Partitioning::Fields { fields } })
     }
 
     /// Aggregates each group of the batch; output: the group fields, then
@@ -969,12 +960,15 @@ impl GroupedStream {
     }
 }
 
+/// Registers an aggregator's code under an id, saying which kind it is.
+type Registration = Box<dyn FnOnce(&mut Topology, &str) -> AggregatorKind>;
+
 /// Aggregators chained over the same tuples (Trident's `chainedAgg`).
 pub struct ChainedAggregate {
     stream: Stream,
     group: Vec<String>,
     scope: Option<AggregateScope>,
-    parts: Vec<(Vec<String>, Box<dyn FnOnce(&mut Topology, &str) -> AggregatorKind>, Vec<String>)>,
+    parts: Vec<(Vec<String>, Registration, Vec<String>)>,
 }
 
 impl ChainedAggregate {

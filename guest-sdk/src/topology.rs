@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A topology as the host sees it: names, fields and operator ids, no code.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopologyDef {
     /// The topology's name; its state lives under it.
@@ -46,10 +46,10 @@ impl TopologyDef {
     pub fn states(&self) -> Vec<&StateDef> {
         let mut states: Vec<&StateDef> = Vec::new();
         for node in &self.nodes {
-            if let Some(state) = node.op.written_state() {
-                if !states.iter().any(|s| s.name == state.name) {
-                    states.push(state);
-                }
+            if let Some(state) = node.op.written_state()
+                && !states.iter().any(|s| s.name == state.name)
+            {
+                states.push(state);
             }
         }
         states

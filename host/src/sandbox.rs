@@ -134,15 +134,10 @@ pub fn sandboxes(def: &TopologyDef, operator_ids: &[&str], config: &SandboxConfi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_sdk::topology::{DirGrant, SpoutDef};
+    use weir_sdk::topology::DirGrant;
 
     fn topology(sandbox: SandboxDef) -> TopologyDef {
-        TopologyDef {
-            name: "t".into(),
-            spout: SpoutDef::FileLines { field: "line".into() },
-            operations: vec![],
-            sandbox: [("op".to_owned(), sandbox)].into(),
-        }
+        TopologyDef { name: "t".into(), nodes: vec![], sandbox: [("op".to_owned(), sandbox)].into() }
     }
 
     #[test]

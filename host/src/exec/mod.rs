@@ -273,7 +273,7 @@ impl Processor {
         for &i in &self.nodes {
             let node = &plan.nodes[i];
             if node.op == Op::Spout {
-                outputs[i] = Some(Arc::new(fit(&[batch.clone()], node.parallelism)));
+                outputs[i] = Some(Arc::new(fit(std::slice::from_ref(&batch), node.parallelism)));
                 continue;
             }
             if node.phase == Phase::Commit {

@@ -20,7 +20,7 @@ fn views<'a>(exec: &Exec<'a>, node: &Node) -> Result<&'a Arc<Mutex<Views>>, Batc
 }
 
 fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
-    move |e| BatchError::retry(state, format!("state {state}: {e:#}"))
+    move |e| BatchError::retry(state, format!("commit failed: {e:#}"))
 }
 
 /// Combines a batch's partials (or folds its rows) into the stored values,

@@ -7,13 +7,15 @@ mod component {
     wit_bindgen::generate!({ path: "../../../wit", world: "topology" });
 
     use exports::weir::topology::operators::Guest;
+    use weir::topology::state::MapState;
     use weir::topology::types::{BatchContext, OperatorError, PartitionBatch, SpoutContext};
 
-    const TOPOLOGY: &str = r#"{"name":"NAME","spout":{"kind":"file-lines","field":"sentence"},"operations":[
-        {"op":"each","id":"split","input":["sentence"],"output":["word"]},
-        {"op":"group-by","fields":["word"]},
-        {"op":"persistent-aggregate","id":"count","state":{"name":"counts","kind":"transactional"},
-         "aggregator":{"kind":"builtin","name":"count"},"input":[],"output":["count"]}]}"#;
+    const TOPOLOGY: &str = r#"{"name":"NAME","nodes":[
+        {"id":"spout","op":{"op":"spout","spout":{"kind":"file-lines","field":"sentence"}}},
+        {"id":"split","inputs":[0],"op":{"op":"each","input":["sentence"],"output":["word"]}},
+        {"id":"count","inputs":[1],"op":{"op":"persistent-aggregate",
+         "state":{"name":"counts","kind":"transactional"},"group":["word"],
+         "aggregator":{"id":"count","kind":{"kind":"builtin","name":"count"},"input":[],"output":["count"]}}}]}"#;
 
     fn u32_at(buf: &[u8], at: usize) -> u32 {
         u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
@@ -76,6 +78,26 @@ mod component {
 
         fn run_filter(_: BatchContext, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
             Err(OperatorError::Fatal("no filters here".into()))
+        }
+
+        fn reduce_groups(_: BatchContext, _: u32, _: Vec<u8>, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+            Err(OperatorError::Fatal("no reducers here".into()))
+        }
+
+        fn aggregate_groups(_: BatchContext, _: u32, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+            Err(OperatorError::Fatal("no aggregators here".into()))
+        }
+
+        fn update_state(_: BatchContext, _: &MapState, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+            Err(OperatorError::Fatal("no state updaters here".into()))
+        }
+
+        fn batch_retrieve(_: BatchContext, _: &MapState, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+            Err(OperatorError::Fatal("no query functions here".into()))
+        }
+
+        fn execute_query(_: BatchContext, _: Vec<u8>, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
+            Err(OperatorError::Fatal("no query functions here".into()))
         }
 
         fn combine_groups(_: BatchContext, _: u32, _: Vec<u8>) -> Result<Vec<u8>, OperatorError> {
