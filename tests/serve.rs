@@ -136,7 +136,14 @@ fn deploy_status_upgrade_restart_stop_delete() {
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["name"], "word-count");
     let status = wait_for(&server, 10);
-    assert_counts_eq(&served_counts(&server), &count_words(&lines[..10_000]));
+    let counted = count_words(&lines[..10_000]);
+    assert_counts_eq(&served_counts(&server), &counted);
+    // The query stream `words` sums the counts of its arguments' words.
+    let (status_code, answer) = api(&server, "POST", "/v1/topologies/word-count/queries/words", b"w1 w2 w1");
+    assert_eq!(status_code, 200, "{answer}");
+    assert_eq!(answer, serde_json::json!([[2 * counted["w1"] + counted["w2"]]]));
+    let (status_code, _) = api(&server, "POST", "/v1/topologies/word-count/queries/nope", b"w1");
+    assert_eq!(status_code, 400);
     assert!(status["operator_ms"]["split"].as_f64().is_some_and(|ms| ms > 0.0), "no time for split: {status}");
     assert_eq!(status["tuples"], 10_000);
     assert_eq!(status["spout_lag"], 0, "{status}");
@@ -286,6 +293,10 @@ fn the_client_verbs_drive_a_server() {
         r#"["w1"]"#,
     ]);
     assert_eq!(got.trim(), format!(r#"{{"key":["w1"],"value":{}}}"#, corpus_20k().truth["w1"]));
+    let answer =
+        client(&["query", "--server", &url, "--topology", "word-count", "--query", "words", "--args", "w1 w2"]);
+    let truth = &corpus_20k().truth;
+    assert_eq!(answer.lines().last(), Some(format!("[[{}]]", truth["w1"] + truth["w2"]).as_str()), "{answer}");
     let scanned = client(&["state", "scan", "--server", &url, "--topology", "word-count", "--state", "counts"]);
     assert_eq!(scanned.lines().count(), corpus_20k().truth.len());
     assert!(client(&["stop", "word-count"]).contains("stopped"));

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use wasmtime::Engine;
+use weir_sdk::codec::Value;
 use weir_sdk::topology::{SPOUT_ID, TopologyDef};
 
 /// What is remembered of a deployment across restarts.
@@ -325,6 +326,19 @@ impl Deployments {
         self.lock().get_mut(name).expect("deployed").record = record;
         self.start(name, loaded)?;
         self.status(name)
+    }
+
+    /// Answers query `query` of topology `name` with `args`, over its
+    /// committed state: the result tuples.
+    pub fn query(&self, name: &str, query: &str, args: &str) -> Result<Vec<Vec<Value>>, DeployError> {
+        let path = {
+            let deployed = self.lock();
+            let deployment = deployed.get(name).ok_or_else(|| DeployError::NotFound(name.to_owned()))?;
+            self.host.bundles.join(&deployment.record.bundle)
+        };
+        let loaded = self.load(&path, name)?;
+        let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
+        crate::exec::query(&self.host.db, &loaded.plan, &source, query, args).map_err(bad)
     }
 
     /// Swaps topology `name`'s bundle at a batch boundary, keeping its state.

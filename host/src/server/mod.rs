@@ -169,6 +169,20 @@ async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Result<Jso
     Ok(Json(json!(crate::runtime::recent_lines(&name))))
 }
 
+/// Runs a query stream; the body is the request's arguments, as text.
+async fn query(
+    State(app): State<Shared>,
+    Path((name, query)): Path<(String, String)>,
+    args: String,
+) -> Result<Json<serde_json::Value>, DeployError> {
+    let rows = tokio::task::spawn_blocking(move || app.deployments.query(&name, &query, &args))
+        .await
+        .map_err(|e| DeployError::Internal(anyhow::anyhow!("the query panicked: {e}")))??;
+    let rows: Vec<serde_json::Value> =
+        rows.iter().map(|row| serde_json::Value::Array(row.iter().map(crate::json::to_json).collect())).collect();
+    Ok(Json(serde_json::Value::Array(rows)))
+}
+
 #[derive(Deserialize)]
 struct DeleteQuery {
     state: Option<String>,
@@ -308,6 +322,7 @@ fn router(app: Shared, db: Arc<crate::state::Db>, max_upload: usize) -> Router {
         .route("/v1/topologies/{name}/bundle", put(upgrade))
         .route("/v1/topologies/{name}/logs", get(logs))
         .route("/v1/topologies/{name}/states/{state}", get(state))
+        .route("/v1/topologies/{name}/queries/{query}", post(query))
         .layer(axum::Extension(db))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), authorize));
     Router::new()
