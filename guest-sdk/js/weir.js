@@ -1071,9 +1071,105 @@ export class TridentState {
   }
 }
 
+/**
+ * Operators of a topology that another component defines, for a bundle of
+ * several guests (in several languages): each registered under its
+ * operator id, with the output fields the topology gives it. A component of
+ * these describes no topology; the bundle's `weir-bundle.json` says which
+ * operators it runs:
+ *
+ *     export const topology = () => new Operators("polyglot").aggregator("count", counter);
+ */
+export class Operators {
+  constructor(topology) {
+    this.name = topology;
+    this.code = new Map();
+    this.arity = new Map();
+    this.guestSpout = null;
+    this.fieldsOfSpout = [];
+  }
+
+  add(id, kind, code, arity) {
+    this.code.set(id, { kind, code });
+    this.arity.set(id, arity);
+    return this;
+  }
+
+  /** A function (`each`): `fn(tuple)` returns the tuples to append. */
+  function(id, fn, output) {
+    return this.add(id, "function", fn, names(output).length);
+  }
+
+  /** A `map`: `fn(tuple)` returns the tuple that replaces it. */
+  map(id, fn, output) {
+    return this.add(id, "function", { adapted: "map", fn }, names(output).length);
+  }
+
+  /** A `flatMap`: `fn(tuple)` returns the tuples that replace it. */
+  flatMap(id, fn, output) {
+    return this.add(id, "function", { adapted: "flat-map", fn }, names(output).length);
+  }
+
+  /** A `peek`: `fn(tuple)` sees each tuple. */
+  peek(id, fn) {
+    return this.add(id, "function", { adapted: "peek", fn }, 0);
+  }
+
+  /** A filter: keeps the tuples for which `fn(tuple)` is true. */
+  filter(id, fn) {
+    return this.add(id, "filter", fn, undefined);
+  }
+
+  /** An aggregator of any kind (combiner, reducer or general, as the
+   *  aggregation methods take them); `output`: a general aggregator's
+   *  output fields. */
+  aggregator(id, aggregator, output = ["value"]) {
+    const [kind, code] = aggregatorKind(aggregator);
+    if (kind === "builtin") throw new TypeError("built-in aggregators run in the host: the topology names them");
+    return this.add(id, kind, code, names(output).length);
+  }
+
+  /** A state updater (`partitionPersist`) emitting tuples of `output`. */
+  stateUpdater(id, updater, output = []) {
+    return this.add(id, "updater", updater, names(output).length);
+  }
+
+  /** A query function (`stateQuery`) appending `output`. */
+  query(id, query, output) {
+    return this.add(id, "query", query, names(output).length);
+  }
+
+  /** The topology's guest spout (a GuestSpout), which this component runs. */
+  spout(spout) {
+    this.guestSpout = { promise: spout.promise, code: spout.spout };
+    this.fieldsOfSpout = [...spout.fields];
+    return this;
+  }
+
+  spoutFields() {
+    return this.fieldsOfSpout;
+  }
+
+  outputArity(id) {
+    return this.arity.get(id);
+  }
+
+  aggregatorArity(id) {
+    return this.arity.get(id);
+  }
+
+  get describes() {
+    return false;
+  }
+
+  build() {
+    return this;
+  }
+}
+
 /** The JSON a component returns from `describe`. */
 export function describe(topologies) {
-  return JSON.stringify(topologies.map((t) => t.definition()));
+  return JSON.stringify(topologies.filter((t) => t.describes !== false).map((t) => t.definition()));
 }
 
 /** The topologies a guest's `topology()` returned, as an array. */

@@ -408,3 +408,25 @@ test("spouts", () => {
   assert.equal(weir.emitPartition(t, letters, "b", Uint8Array.of(2)), null);
   assert.throws(() => weir.emitBatch(t, letters), { message: "the topology has no batch spout" });
 });
+
+test("operators of another component's topology run by id and describe nothing", () => {
+  const counter = { init: () => 1n, combine: (a, b) => a + b, zero: () => 0n };
+  const ops = new weir.Operators("polyglot")
+    .function("split", split, ["word"])
+    .aggregator("count", counter)
+    .spout(GuestSpout.batch({ emitBatch: () => [[1n, "a"]] }, ["n", "s"]));
+  const ctx = (operator, fields) => info(operator, fields, { topology: "polyglot" });
+  assert.deepEqual(rows(weir.runFunction([ops], ctx("split", ["sentence"]), batch(["a b"]))), [
+    [0, ["a"]],
+    [0, ["b"]],
+  ]);
+  assert.deepEqual(rows(weir.combineGroups([ops], ctx("count", ["word"]), 2, batch(["a", "b", "c"], [0, 1, 0]))), [
+    [0, [2n]],
+    [1, [1n]],
+  ]);
+  assert.deepEqual(rows(weir.combinePairs([ops], ctx("count", []), encode(2, [[0, [5n, 2n]]]))), [[0, [7n]]]);
+  assert.deepEqual(rows(weir.emitBatch([ops], new SpoutInfo({ topology: "polyglot", txid: 1n }))), [[0, [1n, "a"]]]);
+  assert.throws(() => weir.runFilter([ops], ctx("split", ["sentence"]), batch(["a"])), { message: /no filter "split"/ });
+  assert.equal(weir.describe([ops]), "[]");
+  assert.throws(() => new weir.Operators("t").aggregator("n", Count), TypeError);
+});

@@ -466,5 +466,28 @@ class Dispatch(unittest.TestCase):
             dispatch.emit_batch(self.t, letters)
 
 
+class OperatorsOfAnotherComponentsTopology(unittest.TestCase):
+    def test_they_run_by_operator_id_and_describe_nothing(self):
+        ops = (
+            weir.Operators("polyglot")
+            .function("split", split, ["word"])
+            .aggregator("count", Longer())
+            .aggregator("pairs", Pairs(), ["n", "first"])
+            .guest_spout(GuestSpout.batch(Numbers3(), ["n", "s"]))
+        )
+        out = dispatch.run_function([ops], info("split", ["sentence"], topology="polyglot"), batch("a b"))
+        self.assertEqual(rows(out), [(0, ["a"]), (0, ["b"])])
+        pairs = codec.encode(2, [(0, [5, 2])])
+        self.assertEqual(rows(dispatch.combine_pairs([ops], info("count", [], topology="polyglot"), pairs)), [(0, [5])])
+        out = dispatch.aggregate_groups([ops], info("pairs", ["word"], topology="polyglot"), 1, batch("x"))
+        self.assertEqual(rows(out), [(0, [1, "x"])])
+        self.assertEqual(len(rows(dispatch.emit_batch([ops], SpoutInfo("polyglot", 1, 0, 10)))), 3)
+        with self.assertRaisesRegex(Fatal, 'no filter "split"'):
+            dispatch.run_filter([ops], info("split", ["sentence"], topology="polyglot"), batch("a"))
+        self.assertEqual(weir.describe([ops]), "[]")
+        with self.assertRaises(TypeError):
+            weir.Operators("t").aggregator("n", Count)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -28,6 +28,7 @@ from .operators import (
 
 __all__ = [
     "Topology",
+    "Operators",
     "Stream",
     "GroupedStream",
     "TridentState",
@@ -242,6 +243,8 @@ class _Adapted:
 class Topology:
     """A topology: its definition and the operators it calls. Call
     ``new_stream`` (and ``new_query_stream``) on it to define its streams."""
+
+    describes = True
 
     def __init__(self, name):
         self.name = name
@@ -774,7 +777,98 @@ class TridentState:
         return self.stream.topology
 
 
+class Operators:
+    """Operators of a topology that another component defines, for a bundle
+    of several guests (in several languages): each registered under its
+    operator id, with the output fields the topology gives it. A component
+    of these describes no topology; the bundle's ``weir-bundle.json`` says
+    which operators it runs::
+
+        def topology():
+            return Operators("polyglot").function("split", split, ["word"])
+    """
+
+    describes = False
+
+    def __init__(self, topology):
+        self.name = topology
+        self._code = {}
+        self._arity = {}
+        self._spout = None
+        self._spout_fields = []
+
+    def _add(self, id, kind, code, arity=None):
+        self._code[id] = (kind, code)
+        self._arity[id] = arity
+        return self
+
+    def function(self, id, function, output):
+        """A function (``each``): ``function(tuple)`` returns the tuples to append."""
+        return self._add(id, "function", function, len(_names(output)))
+
+    def map(self, id, function, output):
+        """A ``map``: ``function(tuple)`` returns the tuple that replaces it."""
+        return self._add(id, "function", _Adapted("map", function), len(_names(output)))
+
+    def flat_map(self, id, function, output):
+        """A ``flat_map``: ``function(tuple)`` returns the tuples that replace it."""
+        return self._add(id, "function", _Adapted("flat-map", function), len(_names(output)))
+
+    def peek(self, id, consumer):
+        """A ``peek``: ``consumer(tuple)`` sees each tuple."""
+        return self._add(id, "function", _Adapted("peek", consumer), 0)
+
+    def filter(self, id, filter):
+        """A filter: keeps the tuples for which ``filter(tuple)`` is true."""
+        return self._add(id, "filter", filter)
+
+    def aggregator(self, id, aggregator, output=("value",)):
+        """An aggregator of any kind (combiner, reducer or general, as the
+        aggregation methods take them); ``output``: a general aggregator's
+        output fields."""
+        kind, code = _aggregator_kind(aggregator)
+        if kind == "builtin":
+            raise TypeError("built-in aggregators run in the host: the topology's definition names them")
+        return self._add(id, kind, code, len(_names(output)))
+
+    def state_updater(self, id, updater, output=()):
+        """A state updater (``partition_persist``) emitting tuples of ``output``."""
+        return self._add(id, "updater", updater, len(_names(output)))
+
+    def query(self, id, query, output):
+        """A query function (``state_query``) appending ``output``."""
+        return self._add(id, "query", query, len(_names(output)))
+
+    def guest_spout(self, spout):
+        """The topology's guest spout (a GuestSpout), which this component runs."""
+        self._spout = (spout.promise, spout.spout)
+        self._spout_fields = list(spout.fields)
+        return self
+
+    def spout(self):
+        return self._spout
+
+    def spout_fields(self):
+        return list(self._spout_fields)
+
+    def code(self, operator):
+        return self._code.get(operator)
+
+    def output_arity(self, operator):
+        return self._arity.get(operator)
+
+    def aggregator_arity(self, operator):
+        return self._arity.get(operator)
+
+    def definition(self):
+        return None
+
+    def build(self):
+        return self
+
+
 def describe(topologies):
     """The JSON a component returns from ``describe``: every topology's
     definition, written as the Rust SDK writes it."""
-    return json.dumps([t.definition() for t in topologies], separators=(",", ":"), ensure_ascii=False)
+    defined = [t.definition() for t in topologies if t.describes]
+    return json.dumps(defined, separators=(",", ":"), ensure_ascii=False)
