@@ -10,8 +10,9 @@ use crate::bindings::WIT_PACKAGE;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::path::Path;
-use weir_sdk::topology::TopologyDef;
+use weir_sdk::topology::{OperationDef, TopologyDef};
 
 const MAGIC: &[u8; 8] = b"WEIRBNDL";
 const FORMAT_VERSION: u32 = 1;
@@ -47,10 +48,36 @@ pub struct ComponentEntry {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BundledTopology {
-    /// Name of the component that defines and runs it.
+    /// Name of the component that defines it and runs its operators.
     pub component: String,
     /// Its definition, as the component describes it.
     pub definition: TopologyDef,
+    /// Operators run by another component of the bundle (operator id ->
+    /// component name): a topology's operators may be written in several
+    /// languages.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub operators: BTreeMap<String, String>,
+}
+
+impl BundledTopology {
+    /// A topology whose one component runs every operator.
+    pub fn single(component: String, definition: TopologyDef) -> BundledTopology {
+        BundledTopology { component, definition, operators: BTreeMap::new() }
+    }
+}
+
+/// The operator ids of a topology: its nodes' and its aggregators'.
+pub fn operator_ids(definition: &TopologyDef) -> Vec<&str> {
+    let mut ids = Vec::new();
+    for node in &definition.nodes {
+        ids.push(node.id.as_str());
+        match &node.op {
+            OperationDef::Aggregate { aggregators, .. } => ids.extend(aggregators.iter().map(|a| a.id.as_str())),
+            OperationDef::PersistentAggregate { aggregator, .. } => ids.push(aggregator.id.as_str()),
+            _ => {}
+        }
+    }
+    ids
 }
 
 /// A bundle read and checked.
@@ -167,13 +194,15 @@ impl Bundle {
             bail!("{} has {} bytes after its last component", at_fault(), rest.len());
         }
         for topology in &manifest.topologies {
-            if !components.iter().any(|(name, _)| *name == topology.component) {
-                bail!(
-                    "{}: topology {} names component {}, which the bundle lacks",
-                    at_fault(),
-                    topology.definition.name,
-                    topology.component
-                );
+            let name = &topology.definition.name;
+            for component in std::iter::once(&topology.component).chain(topology.operators.values()) {
+                if !components.iter().any(|(c, _)| c == component) {
+                    bail!("{}: topology {name} names component {component}, which the bundle lacks", at_fault());
+                }
+            }
+            let ids = operator_ids(&topology.definition);
+            if let Some(operator) = topology.operators.keys().find(|op| !ids.contains(&op.as_str())) {
+                bail!("{}: topology {name} maps operator {operator}, which it does not have", at_fault());
             }
         }
         Ok(Bundle { manifest, components })
@@ -214,6 +243,27 @@ mod tests {
                 .contains("targets weir:topology@2.0.0, which this host does not run; it supports weir:topology@0.1.x"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn an_operator_map_names_the_bundles_components_and_the_topologys_operators() {
+        let definition: TopologyDef = serde_json::from_str(
+            r#"{"name":"t","nodes":[{"id":"spout","op":{"op":"spout","spout":{"kind":"file-lines","field":"line"}}},
+                {"id":"split","inputs":[0],"op":{"op":"each","input":["line"],"output":["word"]}}]}"#,
+        )
+        .unwrap();
+        let read = |operator: &str, component: &str| {
+            let mut topology = BundledTopology::single("a.wasm".into(), definition.clone());
+            topology.operators.insert(operator.into(), component.into());
+            let components = vec![("a.wasm".into(), b"a".to_vec()), ("b.wasm".into(), b"b".to_vec())];
+            let bytes = Bundle::new(components, vec![topology]).to_bytes().unwrap();
+            Bundle::from_bytes(Path::new("b.weir"), &bytes).map(|b| b.manifest.topologies[0].operators.clone())
+        };
+        assert_eq!(read("split", "b.wasm").unwrap()["split"], "b.wasm");
+        let err = format!("{:#}", read("split", "c.wasm").err().unwrap());
+        assert!(err.contains("topology t names component c.wasm, which the bundle lacks"), "{err}");
+        let err = format!("{:#}", read("nope", "b.wasm").err().unwrap());
+        assert!(err.contains("topology t maps operator nope, which it does not have"), "{err}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wasmtime::Engine;
@@ -23,59 +24,95 @@ pub struct LoadedTopology {
     pub plan: Arc<Plan>,
 }
 
-/// What a path holds: its components, each with the name errors give it,
-/// and the manifest when it is a bundle.
+/// What a path holds: its components, each with its name in the bundle (or
+/// its file name) and the name errors give it, and the manifest when it is
+/// a bundle.
 struct Source {
-    components: Vec<(PathBuf, Vec<u8>)>,
+    components: Vec<(String, PathBuf, Vec<u8>)>,
     manifest: Option<Manifest>,
 }
 
 fn read_source(path: &Path) -> Result<Source> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read component {}", path.display()))?;
     if !crate::bundle::is_bundle(&bytes) {
-        return Ok(Source { components: vec![(path.to_owned(), bytes)], manifest: None });
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        return Ok(Source { components: vec![(name, path.to_owned(), bytes)], manifest: None });
     }
     let bundle = Bundle::from_bytes(path, &bytes)?;
     let components = bundle
         .components
         .into_iter()
-        .map(|(name, bytes)| (PathBuf::from(format!("{}#{name}", path.display())), bytes))
+        .map(|(name, bytes)| {
+            let label = PathBuf::from(format!("{}#{name}", path.display()));
+            (name, label, bytes)
+        })
         .collect();
     Ok(Source { components, manifest: Some(bundle.manifest) })
 }
 
-/// Every topology the component or bundle at `path` defines, with the
-/// component that runs it. A bundle's manifest must say what its components
-/// describe.
-pub fn describe_all(
+/// A topology as a component describes it, with the components that run
+/// its operators.
+struct Described {
+    components: Arc<Components>,
+    definition: TopologyDef,
+}
+
+/// Every topology the component or bundle at `path` defines. A bundle's
+/// manifest must say what its components describe; a topology's operators
+/// run in the component that describes it, but for those the manifest maps
+/// to another of its components.
+fn describe_source(
     engine: &Engine,
     cache: &ComponentCache,
     path: &Path,
     config: &SandboxConfig,
-) -> Result<Vec<(Arc<LoadedComponent>, TopologyDef)>> {
+) -> Result<Vec<Described>> {
     let source = read_source(path)?;
+    let mut loaded: Vec<(String, Arc<LoadedComponent>)> = Vec::new();
     let mut all = Vec::new();
-    for (label, bytes) in source.components {
+    for (name, label, bytes) in source.components {
         let component = Arc::new(LoadedComponent::from_bytes(engine, cache, &label, &bytes)?);
         let json =
             component.instantiate("(describe)", "describe", &OperatorSandbox::host_limits(config))?.describe()?;
         let definitions = parse_description(&json)
             .with_context(|| format!("{} describes its topologies in a form this host cannot read", label.display()))?;
         if let Some(manifest) = &source.manifest {
-            let name = label.display().to_string();
-            let listed: Vec<&TopologyDef> = manifest
-                .topologies
-                .iter()
-                .filter(|t| name.ends_with(&format!("#{}", t.component)))
-                .map(|t| &t.definition)
-                .collect();
+            let listed: Vec<&TopologyDef> =
+                manifest.topologies.iter().filter(|t| t.component == name).map(|t| &t.definition).collect();
             if listed != definitions.iter().collect::<Vec<_>>() {
-                bail!("{name} describes other topologies than the bundle's manifest lists for it");
+                bail!("{} describes other topologies than the bundle's manifest lists for it", label.display());
             }
         }
-        all.extend(definitions.into_iter().map(|d| (Arc::clone(&component), d)));
+        all.extend(definitions.into_iter().map(|d| (loaded.len(), d)));
+        loaded.push((name, component));
     }
-    Ok(all)
+    let find = |name: &str| loaded.iter().find(|(n, _)| n == name).map(|(_, c)| Arc::clone(c));
+    all.into_iter()
+        .map(|(index, definition)| {
+            let mut by_operator = HashMap::new();
+            let mapped = source.manifest.iter().flat_map(|m| &m.topologies).find(|t| t.definition == definition);
+            for (operator, component) in mapped.into_iter().flat_map(|t| &t.operators) {
+                let component =
+                    find(component).with_context(|| format!("{}: no component {component}", path.display()))?;
+                by_operator.insert(operator.clone(), component);
+            }
+            let default = Arc::clone(&loaded[index].1);
+            Ok(Described { components: Arc::new(Components { default, by_operator }), definition })
+        })
+        .collect()
+}
+
+/// Every topology the component or bundle at `path` defines, with the
+/// component that describes it (and runs the operators no other component
+/// of a bundle is given).
+pub fn describe_all(
+    engine: &Engine,
+    cache: &ComponentCache,
+    path: &Path,
+    config: &SandboxConfig,
+) -> Result<Vec<(Arc<LoadedComponent>, TopologyDef)>> {
+    let described = describe_source(engine, cache, path, config)?;
+    Ok(described.into_iter().map(|d| (Arc::clone(&d.components.default), d.definition)).collect())
 }
 
 /// Loads the topologies named in `names` from the component or bundle at
@@ -88,15 +125,15 @@ pub fn load(
     names: &[String],
     config: &SandboxConfig,
 ) -> Result<Vec<LoadedTopology>> {
-    let all = describe_all(engine, cache, path, config)?;
-    let defined: Vec<&str> = all.iter().map(|(_, d)| d.name.as_str()).collect();
-    let chosen: Vec<&(Arc<LoadedComponent>, TopologyDef)> = match (names, all.as_slice()) {
+    let all = describe_source(engine, cache, path, config)?;
+    let defined: Vec<&str> = all.iter().map(|d| d.definition.name.as_str()).collect();
+    let chosen: Vec<&Described> = match (names, all.as_slice()) {
         ([], [only]) => vec![only],
         ([], []) => bail!("{} defines no topology", path.display()),
         ([], _) => bail!("{} defines several topologies ({defined:?}): choose with --topology", path.display()),
         (names, all) => names
             .iter()
-            .map(|name| match all.iter().find(|(_, d)| &d.name == name) {
+            .map(|name| match all.iter().find(|d| &d.definition.name == name) {
                 Some(found) => Ok(found),
                 None => bail!("{} defines no topology {name:?} (it defines {defined:?})", path.display()),
             })
@@ -104,10 +141,11 @@ pub fn load(
     };
     chosen
         .into_iter()
-        .map(|(component, definition)| {
+        .map(|described| {
+            let definition = &described.definition;
             let plan = plan(definition, config).with_context(|| format!("invalid topology in {}", path.display()))?;
             Ok(LoadedTopology {
-                components: Arc::new(Components::single(Arc::clone(component))),
+                components: Arc::clone(&described.components),
                 definition: definition.clone(),
                 plan: Arc::new(plan),
             })

@@ -1,16 +1,17 @@
-//! `weir bundle`: build a guest crate and pack it into a `.weir` bundle.
+//! `weir bundle`: build a guest directory and pack it into a `.weir` bundle.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::PathBuf;
-use weir::bundle::{Bundle, BundledTopology};
+use weir::bundle::{Bundle, BundledTopology, is_bundle};
 use weir::config::SandboxConfig;
 use weir::runtime::{self, ComponentCache};
 use weir::{guest_build, plan, topology};
 
 #[derive(Args, Debug)]
 pub struct BundleArgs {
-    /// A guest crate's directory (built for wasm32-wasip2 first), or a built
+    /// A guest directory (a Rust crate, a Python or JavaScript guest, or
+    /// several guests with a weir-bundle.json), built first, or a built
     /// component (.wasm).
     path: PathBuf,
     /// Where to write the bundle [default: <name>.weir in the current directory].
@@ -23,9 +24,30 @@ pub struct BundleArgs {
 
 pub fn run(args: BundleArgs) -> Result<()> {
     let wasm = if args.path.is_dir() { guest_build::build(&args.path)? } else { args.path.clone() };
-    let engine = runtime::engine(false)?;
+    // The engine `weir run` uses by default: describing compiles the
+    // component, and that compilation then serves the run from the cache.
+    let engine = runtime::engine(true)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
     let config = SandboxConfig::default();
+    let stem = args.path.file_stem().and_then(|s| s.to_str()).unwrap_or("topology").to_owned();
+    let output = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}.weir")));
+    let bytes = std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))?;
+    if is_bundle(&bytes) {
+        // A directory of several guests builds into a bundle, checked as it
+        // was built.
+        let bundle = Bundle::from_bytes(&wasm, &bytes)?;
+        std::fs::write(&output, &bytes).with_context(|| format!("writing {}", output.display()))?;
+        let names: Vec<&str> = bundle.manifest.topologies.iter().map(|t| t.definition.name.as_str()).collect();
+        let components: Vec<&str> = bundle.manifest.components.iter().map(|c| c.name.as_str()).collect();
+        println!(
+            "wrote {} ({} bytes): {} from {}",
+            output.display(),
+            bytes.len(),
+            names.join(", "),
+            components.join(", ")
+        );
+        return Ok(());
+    }
     let described = topology::describe_all(&engine, &cache, &wasm, &config)?;
     if described.is_empty() {
         bail!("{} defines no topology", wasm.display());
@@ -34,12 +56,9 @@ pub fn run(args: BundleArgs) -> Result<()> {
     let mut topologies = Vec::new();
     for (_, definition) in described {
         plan::check_stream(&definition).with_context(|| format!("invalid topology in {}", wasm.display()))?;
-        topologies.push(BundledTopology { component: name.clone(), definition });
+        topologies.push(BundledTopology::single(name.clone(), definition));
     }
-    let bytes = std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))?;
     let bundle = Bundle::new(vec![(name.clone(), bytes)], topologies);
-    let stem = args.path.file_stem().and_then(|s| s.to_str()).unwrap_or("topology").to_owned();
-    let output = args.output.unwrap_or_else(|| PathBuf::from(format!("{stem}.weir")));
     let encoded = bundle.to_bytes()?;
     std::fs::write(&output, &encoded).with_context(|| format!("writing {}", output.display()))?;
     let names: Vec<&str> = bundle.manifest.topologies.iter().map(|t| t.definition.name.as_str()).collect();

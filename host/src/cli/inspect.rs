@@ -35,7 +35,7 @@ fn manifest(args: &InspectArgs) -> Result<Manifest> {
     let name = args.path.file_name().and_then(|n| n.to_str()).unwrap_or("component.wasm").to_owned();
     let topologies = topology::describe_all(&engine, &cache, &args.path, &SandboxConfig::default())?
         .into_iter()
-        .map(|(_, definition)| BundledTopology { component: name.clone(), definition })
+        .map(|(_, definition)| BundledTopology::single(name.clone(), definition))
         .collect();
     let component = ComponentEntry { name, size: bytes.len() as u64, sha256: sha256_hex(&bytes) };
     Ok(Manifest { wit: WIT_PACKAGE.to_owned(), components: vec![component], topologies })
