@@ -8,7 +8,7 @@ use crate::operators::{Operators, Request};
 use crate::plan::{Aggregator, Node, Op};
 use crate::state::keys;
 use std::collections::HashMap;
-use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueRef};
+use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef, read_value};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregateScope, AggregatorKind};
 
@@ -218,7 +218,7 @@ pub(super) fn aggregate(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resu
         AggregateScope::Batch => {
             let all = gather(input);
             let out = aggregate_part(&mut exec.operators[0], (txid, attempt, 0), node, group, aggregators, &all)?;
-            Ok(fit(&[out], node.parallelism))
+            Ok(super::fit_owned(vec![out], node.parallelism))
         }
     }
 }
@@ -248,26 +248,37 @@ pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resul
     Ok(Partials::Values(partials))
 }
 
-/// Counts per key, the commonest aggregation, in one pass.
+/// Counts per key, the commonest aggregation, in one pass. Tuples are
+/// counted by their group values' packed bytes, read in place; each
+/// distinct key becomes the store's key once.
 fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
     let mut counts: KeyMap<i64> = KeyMap::default();
-    let mut key = Vec::new();
-    let key_of = |key: &mut Vec<u8>, row: Row<'_>| {
-        key.clear();
-        for &p in group {
-            keys::encode_value(key, row.get(p).expect("position within arity"));
-        }
-    };
+    let mut packed = Vec::new();
     for row in batch.rows() {
-        key_of(&mut key, row);
-        match counts.get_mut(key.as_slice()) {
+        packed.clear();
+        for &p in group {
+            packed.extend_from_slice(row.encoded_values().nth(p).expect("position within arity").bytes());
+        }
+        match counts.get_mut(packed.as_slice()) {
             Some(count) => *count += 1,
             None => {
-                counts.insert(key.clone(), 1);
+                counts.insert(packed.clone(), 1);
             }
         }
     }
-    let mut partials: Vec<(Vec<u8>, Value)> = counts.into_iter().map(|(k, c)| (k, Value::I64(c))).collect();
+    let mut partials: Vec<(Vec<u8>, Value)> = counts
+        .into_iter()
+        .map(|(packed, count)| {
+            let mut key = Vec::with_capacity(packed.len() + 2);
+            let mut rest = packed.as_slice();
+            while !rest.is_empty() {
+                let (value, tail) = read_value(rest).expect("values of a valid batch");
+                keys::encode_value(&mut key, value);
+                rest = tail;
+            }
+            (key, Value::I64(count))
+        })
+        .collect();
     partials.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     partials
 }

@@ -96,9 +96,9 @@ fn guest_input<'b>(batch: &'b Batch<'_>, input: &Input) -> Cow<'b, [u8]> {
 }
 
 /// Every partition's rows in one batch.
-fn gather(parts: &[Batch<'static>]) -> Batch<'static> {
-    match parts {
-        [one] => one.clone(),
+fn gather<'a>(parts: &'a [Batch<'static>]) -> Cow<'a, Batch<'static>> {
+    Cow::Owned(match parts {
+        [one] => return Cow::Borrowed(one),
         _ => {
             let arity = parts.first().map_or(0, Batch::arity);
             let mut writer = BatchWriter::new(arity);
@@ -107,20 +107,25 @@ fn gather(parts: &[Batch<'static>]) -> Batch<'static> {
             }
             writer.finish_batch()
         }
-    }
+    })
 }
 
 /// `parts` as `n` partitions: as they are when they already are, else
 /// gathered and dealt round-robin.
-fn fit(parts: &[Batch<'static>], n: usize) -> Parts {
+fn fit<'a>(parts: &'a [Batch<'static>], n: usize) -> Cow<'a, [Batch<'static>]> {
     if parts.len() == n {
-        return parts.to_vec();
+        return Cow::Borrowed(parts);
     }
     let all = gather(parts);
     if n == 1 {
-        return vec![all];
+        return Cow::Owned(vec![all.into_owned()]);
     }
-    stream::deal(&all, n, |index, _| index % n)
+    Cow::Owned(stream::deal(&all, n, |index, _| index % n))
+}
+
+/// [`fit`] for a node's own output.
+fn fit_owned(parts: Parts, n: usize) -> Parts {
+    if parts.len() == n { parts } else { fit(&parts, n).into_owned() }
 }
 
 /// What one batch's process phase hands its commit phase.
@@ -212,13 +217,15 @@ impl Exec<'_> {
                     .zip(per_input)
                     .flat_map(|(parts, positions)| parts.iter().map(|p| project(p, positions)))
                     .collect();
-                Ok(fit(&parts, n))
+                Ok(fit_owned(parts, n))
             }
             Op::Join { keys, others, kinds } => {
-                let gathered: Vec<Batch<'static>> = inputs.iter().map(|parts| gather(parts)).collect();
-                Ok(fit(&[stream::join(&node.id, &gathered, keys, others, kinds)?], n))
+                let gathered: Vec<Batch<'static>> = inputs.iter().map(|parts| gather(parts).into_owned()).collect();
+                Ok(fit_owned(vec![stream::join(&node.id, &gathered, keys, others, kinds)?], n))
             }
-            Op::Extreme { by, max, kept } => Ok(fit(&[stream::extreme(&gather(inputs[0]), by, *max, kept)], n)),
+            Op::Extreme { by, max, kept } => {
+                Ok(fit_owned(vec![stream::extreme(&gather(inputs[0]), by, *max, kept)], n))
+            }
             Op::Aggregate { .. } => aggregate::aggregate(self, node, inputs[0]),
             Op::StateQuery { .. } => persist::state_query(self, node, inputs[0]),
             Op::PartitionPersist { .. } => persist::partition_persist(self, node, inputs[0]),
@@ -270,10 +277,12 @@ impl Processor {
         let mut exec = Exec { plan: &plan, operators: &mut self.operators, txid, attempt, views: None };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         let mut handover = Handover::default();
+        let mut spout_batch = Some(batch);
         for &i in &self.nodes {
             let node = &plan.nodes[i];
             if node.op == Op::Spout {
-                outputs[i] = Some(Arc::new(fit(std::slice::from_ref(&batch), node.parallelism)));
+                let batch = spout_batch.take().expect("one spout");
+                outputs[i] = Some(Arc::new(fit_owned(vec![batch], node.parallelism)));
                 continue;
             }
             if node.phase == Phase::Commit {
@@ -339,15 +348,23 @@ impl Committer {
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
         let writes = views.finish(&mut self.caches);
-        result?;
-        let written = db.commit(&plan.topology, txid, record, &writes).map_err(|e| {
-            BatchError::retry(
-                &plan.states.keys().cloned().collect::<Vec<_>>().join(","),
-                format!("commit failed: {e:#}"),
-            )
-        })?;
-        refresh_caches(&mut self.caches, writes);
-        Ok(written)
+        let committed = result.and_then(|()| {
+            db.commit(&plan.topology, txid, record, &writes).map_err(|e| {
+                let states: Vec<&str> = plan.states.keys().map(String::as_str).collect();
+                BatchError::retry(&states.join(","), format!("commit failed: {e:#}"))
+            })
+        });
+        match committed {
+            Ok(written) => {
+                refresh_caches(&mut self.caches, writes);
+                Ok(written)
+            }
+            Err(e) => {
+                // The batch took the entries it wrote out of the caches.
+                self.caches.values_mut().for_each(StateCache::clear);
+                Err(e)
+            }
+        }
     }
 
     fn run_nodes(

@@ -9,6 +9,7 @@ use crate::state::keys;
 use crate::state::view::{Base, Views};
 use std::sync::{Arc, Mutex, MutexGuard};
 use weir_sdk::codec::{Batch, BatchWriter, Value};
+use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregatorKind, QueryDef};
 
 fn lock(views: &Arc<Mutex<Views>>) -> MutexGuard<'_, Views> {
@@ -29,6 +30,12 @@ fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
 pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: Partials) -> Result<Parts, BatchError> {
     let Op::PersistentAggregate { state, aggregator, .. } = &node.op else { unreachable!("a persistent aggregate") };
     let views = views(exec, node)?;
+    let partials = match (partials, aggregator.kind) {
+        (Partials::Values(values), AggregatorKind::Builtin(builtin)) => {
+            return combine_in_host(views, node, state, &aggregator.id, builtin, values);
+        }
+        (partials, _) => partials,
+    };
     let keys: Vec<Vec<u8>> = match &partials {
         Partials::Values(values) => values.iter().map(|(k, _)| k.clone()).collect(),
         Partials::Rows { keys, .. } => keys.clone(),
@@ -96,7 +103,50 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
             writer.push(value.as_ref());
         }
     }
-    Ok(fit(&[writer.finish_batch()], node.parallelism))
+    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
+}
+
+/// The commonest persistent aggregate: a built-in's partials combined
+/// with the stored values key by key, one lookup each.
+fn combine_in_host(
+    views: &Arc<Mutex<Views>>,
+    node: &Node,
+    state: &str,
+    id: &str,
+    builtin: Builtin,
+    values: Vec<(Vec<u8>, Value)>,
+) -> Result<Parts, BatchError> {
+    let emit = !node.children.is_empty();
+    let mut emitted = Vec::new();
+    let mut failed = None;
+    let mut views = lock(views);
+    for (key, partial) in values {
+        if emit {
+            emitted.push(key.clone());
+        }
+        let combined = views.update(state, key, |base| match base {
+            Base::Value(stored) => builtin.combine(stored, partial).map_err(|e| {
+                let error = anyhow::anyhow!("{e}");
+                failed = Some(BatchError::fatal(id, e.to_string()));
+                error
+            }),
+            _ => Ok(partial),
+        });
+        if let Some(error) = failed.take() {
+            return Err(error);
+        }
+        combined.map_err(storage(state))?;
+    }
+    let mut writer = BatchWriter::new(node.fields.len());
+    for key in emitted {
+        let value = views.base(state, &key).map_err(storage(state))?;
+        writer.begin_row(0);
+        for group_value in keys::decode(&key).map_err(storage(state))? {
+            writer.push(group_value.as_ref());
+        }
+        writer.push(value.value().map_or(weir_sdk::codec::ValueRef::Null, Value::as_ref));
+    }
+    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
 
 fn node_input_names(node: &Node) -> Vec<String> {

@@ -153,13 +153,13 @@ pub fn step(kind: StateKind, stored: Option<&Stored>, txid: u64) -> Result<Step>
 }
 
 /// The value to store once the new value of a key is known.
-pub fn updated(kind: StateKind, stored: Option<Stored>, txid: u64, value: Value) -> Stored {
+pub fn updated(kind: StateKind, stored: Option<&Stored>, txid: u64, value: Value) -> Stored {
     match kind {
         StateKind::Transactional => Stored::Transactional { txid, value },
         StateKind::Opaque => {
             let prev = match stored {
-                Some(Stored::Opaque { txid: at, prev, .. }) if at == txid => prev,
-                Some(Stored::Opaque { curr, .. }) => Some(curr),
+                Some(Stored::Opaque { txid: at, prev, .. }) if *at == txid => prev.clone(),
+                Some(Stored::Opaque { curr, .. }) => Some(curr.clone()),
                 _ => None,
             };
             Stored::Opaque { txid, curr: value, prev }
@@ -182,7 +182,7 @@ pub fn apply(
         Step::Fresh => partial,
         Step::Combine(base) => combine(base, partial)?,
     };
-    Ok(Some(updated(kind, stored, txid, value)))
+    Ok(Some(updated(kind, stored.as_ref(), txid, value)))
 }
 
 #[cfg(test)]

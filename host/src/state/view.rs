@@ -40,6 +40,19 @@ impl StateCache {
         Some(hit)
     }
 
+    /// Takes `key`'s entry out: the batch is about to write it, and the
+    /// commit puts it back.
+    fn take(&mut self, key: &[u8]) -> Option<Option<Stored>> {
+        self.recent.remove(key).or_else(|| self.older.remove(key))
+    }
+
+    /// Forgets everything: after a failed commit, entries taken out for
+    /// writes are missing.
+    pub fn clear(&mut self) {
+        self.recent.clear();
+        self.older.clear();
+    }
+
     fn put(&mut self, key: Vec<u8>, stored: Option<Stored>) {
         if self.half == 0 {
             return;
@@ -126,16 +139,28 @@ impl Views {
         if let Some(hit) = view.cache.get(key) {
             return Ok(hit);
         }
-        let stored = match &view.table {
+        let stored = Self::read(view, key)?;
+        view.cache.put(key.to_vec(), stored.clone());
+        Ok(stored)
+    }
+
+    /// The committed record of `key`, out of the cache: the batch writes it.
+    fn committed_for_write(view: &mut View, key: &[u8]) -> Result<Option<Stored>> {
+        match view.cache.take(key) {
+            Some(hit) => Ok(hit),
+            None => Self::read(view, key),
+        }
+    }
+
+    fn read(view: &View, key: &[u8]) -> Result<Option<Stored>> {
+        Ok(match &view.table {
             Some(table) => table
                 .get(key)?
                 .map(|v| Stored::decode(v.value()))
                 .transpose()
                 .with_context(|| format!("state {} has an unreadable value", view.def.name))?,
             None => None,
-        };
-        view.cache.put(key.to_vec(), stored.clone());
-        Ok(stored)
+        })
     }
 
     /// The kind of `state`.
@@ -166,19 +191,36 @@ impl Views {
     /// Writes `value` for `key`, to commit with the batch. A transactional
     /// key this batch applied already keeps its value.
     pub fn put(&mut self, state: &str, key: Vec<u8>, value: Value) -> Result<()> {
-        let (txid, writable, topology) = (self.txid, self.writable, self.topology.clone());
+        self.update(state, key, |_| Ok(value))
+    }
+
+    /// Writes for `key` what `new` makes of its base (see [`Views::base`]),
+    /// in one lookup: how a batch's partial meets the stored value. A
+    /// transactional key this batch applied already keeps its value.
+    pub fn update(&mut self, state: &str, key: Vec<u8>, new: impl FnOnce(Base) -> Result<Value>) -> Result<()> {
+        let (txid, writable) = (self.txid, self.writable);
         if !writable {
-            bail!("topology {topology}: a query cannot write state {state}");
+            bail!("topology {}: a query cannot write state {state}", self.topology);
         }
         let view = self.view(state)?;
-        let before = match view.writes.remove(&key) {
-            Some(write) => write.before,
-            None => Self::committed(view, &key)?,
-        };
-        if rules::step(view.def.kind, before.as_ref(), txid)? == Step::Skip {
+        let kind = view.def.kind;
+        if let Some(write) = view.writes.get_mut(&key) {
+            let value = new(Base::Value(write.after.value().clone()))?;
+            write.after = rules::updated(kind, write.before.as_ref(), txid, value);
             return Ok(());
         }
-        let after = rules::updated(view.def.kind, before.clone(), txid, value);
+        let before = Self::committed_for_write(view, &key)?;
+        let step = rules::step(kind, before.as_ref(), txid)
+            .with_context(|| format!("state {}, key {}", view.def.name, super::describe_key(&key)))?;
+        let value = match step {
+            Step::Skip => {
+                view.cache.put(key, before);
+                return Ok(());
+            }
+            Step::Fresh => new(Base::None)?,
+            Step::Combine(base) => new(Base::Value(base))?,
+        };
+        let after = rules::updated(kind, before.as_ref(), txid, value);
         view.writes.insert(key, Write { before, after });
         Ok(())
     }
@@ -234,5 +276,73 @@ pub fn refresh_caches(caches: &mut HashMap<String, StateCache>, writes: Vec<Stat
                 cache.put(key, Some(stored));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{BatchRecord, Db};
+    use weir_sdk::topology::StateKind;
+
+    fn stored(n: i64) -> Option<Stored> {
+        Some(Stored::Plain(Value::I64(n)))
+    }
+
+    #[test]
+    fn the_cache_keeps_what_was_used_last() {
+        let mut cache = StateCache::new(4);
+        cache.put(b"a".to_vec(), stored(1));
+        cache.put(b"b".to_vec(), stored(2));
+        cache.put(b"c".to_vec(), stored(3));
+        assert_eq!(cache.get(b"a"), Some(stored(1)), "a recent entry of the older generation stays");
+        cache.put(b"d".to_vec(), stored(4));
+        cache.put(b"e".to_vec(), stored(5));
+        assert!(cache.len() <= 4, "{} entries", cache.len());
+        assert_eq!(cache.get(b"b"), None, "the least recently used entry went");
+        assert_eq!(cache.get(b"e"), Some(stored(5)));
+        assert!(StateCache::new(0).get(b"a").is_none());
+    }
+
+    fn states() -> BTreeMap<String, StateDef> {
+        let def = StateDef { name: "s".into(), kind: StateKind::Transactional, cache_size: Some(10) };
+        [("s".to_owned(), def)].into()
+    }
+
+    #[test]
+    fn a_batch_reads_its_own_writes_and_nothing_is_stored_before_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let mut caches = HashMap::new();
+        let key = Views::key(&[Value::from("w")]);
+
+        let read = db.begin_read().unwrap();
+        let mut views = Views::new(&read, "t", &states(), &mut caches, 1, true).unwrap();
+        assert_eq!(views.base("s", &key).unwrap(), Base::None);
+        views.update("s", key.clone(), |base| Ok(Value::I64(base.value().map_or(0, |_| 100) + 2))).unwrap();
+        views
+            .update("s", key.clone(), |base| {
+                Ok(Value::I64(if let Base::Value(Value::I64(n)) = base { n + 1 } else { 0 }))
+            })
+            .unwrap();
+        assert_eq!(views.base("s", &key).unwrap(), Base::Value(Value::I64(3)), "reads see the batch's writes");
+        assert!(db.states("t").unwrap().is_empty(), "nothing reaches redb before the commit");
+        let writes = views.finish(&mut caches);
+        db.commit("t", 1, &BatchRecord { attempt: 0, spout: vec![] }, &writes).unwrap();
+        refresh_caches(&mut caches, writes);
+        assert_eq!(
+            db.get("t", "s", &[Value::from("w")]).unwrap(),
+            Some(Stored::Transactional { txid: 1, value: Value::I64(3) })
+        );
+
+        // The next batch finds the value in the cache; a query cannot write.
+        assert_eq!(caches["s"].len(), 1);
+        let read = db.begin_read().unwrap();
+        let mut views = Views::new(&read, "t", &states(), &mut caches, 2, true).unwrap();
+        assert_eq!(views.base("s", &key).unwrap(), Base::Value(Value::I64(3)));
+        let mut query = Views::new(&read, "t", &states(), &mut HashMap::new(), u64::MAX, false).unwrap();
+        assert_eq!(query.base("s", &key).unwrap(), Base::Value(Value::I64(3)));
+        let err = query.put("s", key, Value::I64(0)).unwrap_err();
+        assert!(err.to_string().contains("a query cannot write state s"), "{err}");
     }
 }
