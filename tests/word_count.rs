@@ -44,6 +44,14 @@ fn counts_are_exact_with_batches_of_1000_lines() {
 }
 
 #[test]
+fn two_instances_per_operator_count_exactly() {
+    let corpus = corpus_20k();
+    let data = tempfile::tempdir().unwrap();
+    weir_ok(&run_args(WORD_COUNT, data.path(), &corpus.path, &["--batch-size", "1000", "--parallelism", "2"]));
+    assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+}
+
+#[test]
 fn a_guest_combiner_aggregator_counts_exactly() {
     let corpus = corpus_20k();
     let data = tempfile::tempdir().unwrap();

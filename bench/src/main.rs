@@ -82,6 +82,7 @@ struct Config {
     sentences: u64,
     batch_size: u64,
     max_pending: u64,
+    parallelism: u64,
 }
 
 impl Bench {
@@ -109,6 +110,7 @@ impl Bench {
         let report = self.work.join("report.json");
         let batch = config.batch_size.to_string();
         let pending = config.max_pending.to_string();
+        let parallelism = config.parallelism.to_string();
         let mut command = match config.engine {
             Engine::Native => {
                 let mut command = Command::new(std::env::current_exe()?);
@@ -125,7 +127,8 @@ impl Bench {
             }
         };
         command.arg("--data").arg(&data).arg("--input").arg(&input);
-        command.args(["--batch-size", &batch, "--max-pending", &pending, "--report-json"]).arg(&report);
+        command.args(["--batch-size", &batch, "--max-pending", &pending, "--parallelism", &parallelism]);
+        command.arg("--report-json").arg(&report);
         command.stdout(std::process::Stdio::null()).env("WEIR_LOG", "warn");
         Ok((measure(command, &report)?, data))
     }
@@ -198,7 +201,7 @@ fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
             bail!("{} is missing: run scripts/bench, which builds it", needed.display());
         }
     }
-    let main = |engine, sentences| Config { engine, sentences, batch_size: 10_000, max_pending: 4 };
+    let main = |engine, sentences| Config { engine, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
     let mut results = serde_json::Map::new();
     let mut rows = Vec::new();
     let mut steady_rates = BTreeMap::new();
@@ -234,7 +237,8 @@ fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
     let mut sweep_rows = Vec::new();
     for batch_size in [100, 1000, 10_000] {
         for max_pending in [1, 4] {
-            let (m, _) = bench.run_once(&Config { engine: Engine::Wasm, sentences, batch_size, max_pending }, 0)?;
+            let config = Config { engine: Engine::Wasm, sentences, batch_size, max_pending, parallelism: 1 };
+            let (m, _) = bench.run_once(&config, 0)?;
             let rate = (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64();
             sweep_rows.push(format!(
                 "| {batch_size} | {max_pending} | {:.2} | {:.2} M | {} / {} |",
@@ -244,6 +248,22 @@ fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
                 ms(&m.report["commit_p99_ms"])
             ));
             sweep.push(json!({ "batch_size": batch_size, "max_pending": max_pending, "words_per_s": rate, "figures": figures(&m) }));
+        }
+    }
+    eprintln!("sweeping parallelism (1 run each)");
+    let mut parallel_rows = Vec::new();
+    let mut parallel = Vec::new();
+    for parallelism in [1, 2] {
+        for engine in [Engine::Wasm, Engine::Native] {
+            let (m, _) = bench.run_once(&Config { parallelism, ..main(engine, sentences) }, 0)?;
+            let rate = (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64();
+            parallel_rows.push(format!(
+                "| {} | {parallelism} | {:.2} | {:.2} M |",
+                engine.name(),
+                m.wall.as_secs_f64(),
+                rate / 1e6
+            ));
+            parallel.push(json!({ "engine": engine.name(), "parallelism": parallelism, "words_per_s": rate, "figures": figures(&m) }));
         }
     }
 
@@ -263,7 +283,13 @@ fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
     for row in &sweep_rows {
         println!("{row}");
     }
-    println!("parallelism: every operator runs as one instance; parallelism_hint is not available yet");
+    println!();
+    println!("Parallelism (weir run --parallelism: instances per operator), batch 10,000, max pending 4, 1 run each");
+    println!("| engine | parallelism | wall s | words/s |");
+    println!("|---|---|---|---|");
+    for row in &parallel_rows {
+        println!("{row}");
+    }
 
     let date = Command::new("date")
         .arg("-u")
@@ -280,6 +306,7 @@ fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
         "cpu_limit_cost": epoch_cost,
         "counts_check": { "words": words, "exact": true },
         "sweep": sweep,
+        "parallelism": parallel,
     });
     std::fs::write(out, serde_json::to_string_pretty(&results)? + "\n")?;
     eprintln!("wrote {}", out.display());
@@ -300,7 +327,8 @@ fn native(args: &[String]) -> Result<()> {
     };
     let topologies = word_count::weir_topologies();
     let def = topologies[0].definition().clone();
-    let plan = Arc::new(weir::plan::plan(&def, &SandboxConfig::default())?);
+    let parallelism: usize = flag("--parallelism")?.parse()?;
+    let plan = Arc::new(weir::plan::plan(&def, &SandboxConfig::default())?.with_parallelism(parallelism));
     let db = Db::open(Path::new(flag("--data")?))?;
     let mut spout = FileLines::open(Path::new(flag("--input")?), config.batch_size)?;
     let report = coordinator::run(

@@ -830,6 +830,16 @@ impl Plan {
         Some((reachable_from(&self.nodes, root), answer))
     }
 
+    /// This plan with `n` instances for every node whose topology gives it
+    /// no parallelism hint (the host's default parallelism).
+    pub fn with_parallelism(&self, n: usize) -> Plan {
+        let mut plan = self.clone();
+        for node in plan.nodes.iter_mut().filter(|node| node.parallelism == 1) {
+            node.parallelism = n.max(1);
+        }
+        plan
+    }
+
     /// The most instances any node runs at once.
     pub fn max_parallelism(&self) -> usize {
         self.nodes.iter().map(|n| n.parallelism).max().unwrap_or(1)

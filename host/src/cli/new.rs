@@ -256,17 +256,16 @@ fn js(dir: &Path, name: &str, sdk: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join("app.js"), JS_APP.replace("NAME", name))?;
     std::fs::write(dir.join("app.test.js"), JS_TEST.replace("NAME", name))?;
-    let package = serde_json::json!({
-        "name": name,
-        "version": "0.1.0",
-        "private": true,
-        "type": "module",
-        "main": "app.js",
-        "scripts": { "test": "node --test" },
-        "dependencies": { "weir": format!("file:{}", sdk.display()) },
-        "devDependencies": { "@bytecodealliance/componentize-js": guest_build::COMPONENTIZE_JS_VERSION },
-    });
-    std::fs::write(dir.join("package.json"), serde_json::to_string_pretty(&package)? + "\n")?;
+    let package = format!(
+        "{{\n  \"name\": {},\n  \"version\": \"0.1.0\",\n  \"private\": true,\n  \"type\": \"module\",\n  \
+         \"main\": \"app.js\",\n  \"scripts\": {{ \"test\": \"node --test\" }},\n  \
+         \"dependencies\": {{ \"weir\": {} }},\n  \
+         \"devDependencies\": {{ \"@bytecodealliance/componentize-js\": \"{}\" }}\n}}\n",
+        serde_json::to_string(name)?,
+        serde_json::to_string(&format!("file:{}", sdk.display()))?,
+        guest_build::COMPONENTIZE_JS_VERSION
+    );
+    std::fs::write(dir.join("package.json"), package)?;
     std::fs::write(dir.join("README.md"), JS_README.replace("NAME", name))?;
     std::fs::write(dir.join(".gitignore"), "/node_modules\n/data\n")?;
     Ok(())

@@ -40,6 +40,10 @@ pub struct RunArgs {
     /// Batches processing at once; commits stay in txid order.
     #[arg(long, default_value_t = DEFAULT_MAX_PENDING as u64, value_parser = clap::value_parser!(u64).range(1..))]
     max_pending: u64,
+    /// Instances of each operator that run at once, each over its own
+    /// partition of the batch, where the topology sets no parallelism_hint.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    parallelism: u64,
     /// Attempts a failing batch gets before the topology halts.
     #[arg(long, default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: u32,
@@ -131,7 +135,12 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     };
     let engine = runtime::engine(args.max_call_ms > 0)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
-    let topologies = topology::load(&engine, &cache, &wasm, &args.topology, &sandbox)?;
+    let mut topologies = topology::load(&engine, &cache, &wasm, &args.topology, &sandbox)?;
+    if args.parallelism > 1 {
+        for loaded in &mut topologies {
+            loaded.plan = Arc::new(loaded.plan.with_parallelism(args.parallelism as usize));
+        }
+    }
     for loaded in &topologies {
         let Some(spout) = loaded.definition.spout() else {
             bail!("topology {} has no spout: it only answers queries (see weir query)", loaded.plan.topology);
