@@ -206,9 +206,12 @@ fn a_bundle_inspects_and_runs_like_its_component() {
         "spout: file lines (built in), transactional -> [sentence]",
         "state counts (Transactional)",
         "query words",
-        r#"each split <- spout {"input":["sentence"],"output":["word"]}"#,
-        r#"persistent-aggregate count <- split {"aggregator":{"id":"count","input":[],"kind":{"kind":"builtin","name":"count"}"#,
-        r#"state-query get-count <- partition-5 {"input":["word"],"output":["count"],"query":"map-get","state":"counts"}"#,
+        "each split <- spout: [sentence] -> [word]",
+        "persistent-aggregate count <- split: group by [word], built-in count (in the host) count: [] -> [count], into state counts",
+        "query-stream query-words: query words -> [args]",
+        "partition partition-5 <- split-args: by [word]",
+        "state-query get-count <- partition-5: [word] -> [count] with map-get (in the host) on state counts",
+        "aggregate sum <- get-count: built-in sum (in the host) sum: [count] -> [sum]",
         "sandbox: the host's limits, no capabilities",
     ] {
         assert!(inspected.contains(line), "{line:?} missing from:\n{inspected}");

@@ -7,10 +7,13 @@ use std::path::PathBuf;
 use weir::bindings::WIT_PACKAGE;
 use weir::bundle::{Bundle, BundledTopology, ComponentEntry, Manifest, is_bundle, sha256_hex};
 use weir::config::SandboxConfig;
+use weir::plan::builtin_name;
 use weir::runtime::{self, ComponentCache};
 use weir::spout::SpoutKind;
 use weir::topology;
-use weir_sdk::topology::{NodeDef, SandboxDef, SpoutDef, TopologyDef};
+use weir_sdk::topology::{
+    AggregatorDef, AggregatorKind, NodeDef, OperationDef, Partitioning, QueryDef, SandboxDef, SpoutDef, TopologyDef,
+};
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -60,20 +63,64 @@ fn spout(def: &SpoutDef) -> String {
     format!("{what}, {kind} -> {}", fields(&def.fields()))
 }
 
-/// One node: its kind and id, what it reads from, and its settings.
+fn aggregator(a: &AggregatorDef) -> String {
+    let kind = match a.kind {
+        AggregatorKind::Builtin(builtin) => format!("built-in {} (in the host)", builtin_name(builtin)),
+        AggregatorKind::Combiner => "guest combiner".to_owned(),
+        AggregatorKind::Reducer => "guest reducer".to_owned(),
+        AggregatorKind::General => "guest aggregator".to_owned(),
+    };
+    format!("{kind} {}: {} -> {}", a.id, fields(&a.input), fields(&a.output))
+}
+
+fn grouped(group: &[String]) -> String {
+    if group.is_empty() { String::new() } else { format!("group by {}, ", fields(group)) }
+}
+
+/// One node: its kind and id, what it reads from, and what it does.
 fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
     let inputs: Vec<&str> = node.inputs.iter().filter_map(|&i| def.nodes.get(i)).map(|n| n.id.as_str()).collect();
     let from = if inputs.is_empty() { String::new() } else { format!(" <- {}", inputs.join(", ")) };
-    let parallelism = if node.parallelism > 1 { format!(" x{}", node.parallelism) } else { String::new() };
-    let mut settings = serde_json::to_value(&node.op).unwrap_or_default();
-    if let Some(map) = settings.as_object_mut() {
-        map.remove("op");
-    }
-    let settings = match &settings {
-        serde_json::Value::Object(map) if map.is_empty() => String::new(),
-        other => format!(" {other}"),
+    let parallelism = if node.parallelism > 1 { format!(" (x{})", node.parallelism) } else { String::new() };
+    let what = match &node.op {
+        OperationDef::Spout { spout } => fields(&spout.fields()),
+        OperationDef::QueryStream { name } => format!("query {name} -> [args]"),
+        OperationDef::Each { input, output }
+        | OperationDef::Map { input, output }
+        | OperationDef::FlatMap { input, output } => format!("{} -> {}", fields(input), fields(output)),
+        OperationDef::Peek { input } | OperationDef::Filter { input } => fields(input),
+        OperationDef::Project { fields: kept } => fields(kept),
+        OperationDef::Partition { by } => match by {
+            Partitioning::Fields { fields: by } => format!("by {}", fields(by)),
+            other => format!("{other:?}").to_lowercase(),
+        },
+        OperationDef::Aggregate { group, aggregators, .. } => {
+            let all: Vec<String> = aggregators.iter().map(aggregator).collect();
+            format!("{}{}", grouped(group), all.join("; "))
+        }
+        OperationDef::PersistentAggregate { state, group, aggregator: a } => {
+            format!("{}{}, into state {}", grouped(group), aggregator(a), state.name)
+        }
+        OperationDef::PartitionPersist { state, input, output } => {
+            format!("guest state updater: {} -> {}, into state {}", fields(input), fields(output), state.name)
+        }
+        OperationDef::StateQuery { state, input, query, output } => {
+            let query = match query {
+                QueryDef::MapGet => "map-get (in the host)",
+                QueryDef::Guest => "guest query function",
+            };
+            format!("{} -> {} with {query} on state {state}", fields(input), fields(output))
+        }
+        OperationDef::Merge => String::new(),
+        OperationDef::Join { fields: on, kinds, output } => {
+            let on: Vec<String> = on.iter().zip(kinds).map(|(f, k)| format!("{} ({k:?})", fields(f))).collect();
+            format!("on {} -> {}", on.join(" = "), fields(output))
+        }
+        OperationDef::Extreme { by, .. } => {
+            format!("by {}", if by.is_empty() { "every field".into() } else { fields(by) })
+        }
     };
-    format!("{} {}{from}{parallelism}{settings}", node.op.kind_name(), node.id)
+    format!("{} {}{from}{parallelism}: {what}", node.op.kind_name(), node.id)
 }
 
 fn sandbox(def: &SandboxDef) -> String {
