@@ -23,8 +23,6 @@ use weir_sdk::topology::{
 pub struct Plan {
     /// The topology's name.
     pub topology: String,
-    /// The data spout, if the topology has one.
-    pub spout: Option<SpoutDef>,
     /// The graph's nodes, each after its inputs.
     pub nodes: Vec<Node>,
     /// Every state, by name.
@@ -303,7 +301,8 @@ fn logical_fields(
     let id = &node.id;
     let expected_inputs = match node.op {
         OperationDef::Spout { .. } | OperationDef::QueryStream { .. } => 0..=0,
-        OperationDef::Merge | OperationDef::Join { .. } => 2..=usize::MAX,
+        OperationDef::Merge => 2..=usize::MAX,
+        OperationDef::Join { .. } => 2..=2,
         _ => 1..=1,
     };
     if !expected_inputs.contains(&inputs.len()) {
@@ -800,7 +799,7 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
             &SandboxConfig::default(),
         )?,
     };
-    Ok(Plan { topology: name.clone(), spout, nodes, states, queries, sandboxes })
+    Ok(Plan { topology: name.clone(), nodes, states, queries, sandboxes })
 }
 
 /// Nodes reachable from `root`, itself included, in index order.
