@@ -29,6 +29,11 @@ pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 /// The componentize-js release JavaScript guests are built with.
 pub const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
 
+/// The preview2-shim release componentize-js loads at build time (it lists
+/// the package only among its development dependencies: a guest's
+/// package.json names it beside componentize-js).
+pub const PREVIEW2_SHIM_VERSION: &str = "0.25.0";
+
 /// The file that makes a directory a bundle of several guests.
 pub const BUNDLE_FILE: &str = "weir-bundle.json";
 

@@ -260,10 +260,12 @@ fn js(dir: &Path, name: &str, sdk: &Path) -> Result<()> {
         "{{\n  \"name\": {},\n  \"version\": \"0.1.0\",\n  \"private\": true,\n  \"type\": \"module\",\n  \
          \"main\": \"app.js\",\n  \"scripts\": {{ \"test\": \"node --test\" }},\n  \
          \"dependencies\": {{ \"weir\": {} }},\n  \
-         \"devDependencies\": {{ \"@bytecodealliance/componentize-js\": \"{}\" }}\n}}\n",
+         \"devDependencies\": {{\n    \"@bytecodealliance/componentize-js\": \"{}\",\n    \
+         \"@bytecodealliance/preview2-shim\": \"{}\"\n  }}\n}}\n",
         serde_json::to_string(name)?,
         serde_json::to_string(&format!("file:{}", sdk.display()))?,
-        guest_build::COMPONENTIZE_JS_VERSION
+        guest_build::COMPONENTIZE_JS_VERSION,
+        guest_build::PREVIEW2_SHIM_VERSION
     );
     std::fs::write(dir.join("package.json"), package)?;
     std::fs::write(dir.join("README.md"), JS_README.replace("NAME", name))?;
