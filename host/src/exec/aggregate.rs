@@ -249,36 +249,57 @@ pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resul
 }
 
 /// Counts per key, the commonest aggregation, in one pass. Tuples are
-/// counted by their group values' packed bytes, read in place; each
-/// distinct key becomes the store's key once.
+/// counted by their group values' packed bytes, read in place (a key of one
+/// field is borrowed from the batch); each distinct key becomes the store's
+/// key once.
 fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
-    let mut counts: KeyMap<i64> = KeyMap::default();
-    let mut packed = Vec::new();
-    for row in batch.rows() {
-        packed.clear();
-        for &p in group {
-            packed.extend_from_slice(row.encoded_values().nth(p).expect("position within arity").bytes());
-        }
-        match counts.get_mut(packed.as_slice()) {
+    fn field(row: weir_sdk::codec::Row<'_>, p: usize) -> weir_sdk::codec::EncodedValue<'_> {
+        row.encoded_values().nth(p).expect("position within arity")
+    }
+    fn tally<K: std::hash::Hash + Eq + std::borrow::Borrow<[u8]>>(
+        counts: &mut KeyMapOf<K>,
+        key: &[u8],
+        owned: impl FnOnce() -> K,
+    ) {
+        match counts.get_mut(key) {
             Some(count) => *count += 1,
             None => {
-                counts.insert(packed.clone(), 1);
+                counts.insert(owned(), 1);
             }
         }
     }
-    let mut partials: Vec<(Vec<u8>, Value)> = counts
-        .into_iter()
-        .map(|(packed, count)| {
-            let mut key = Vec::with_capacity(packed.len() + 2);
-            let mut rest = packed.as_slice();
-            while !rest.is_empty() {
-                let (value, tail) = read_value(rest).expect("values of a valid batch");
-                keys::encode_value(&mut key, value);
-                rest = tail;
+    let mut partials: Vec<(Vec<u8>, Value)> = if let [p] = group {
+        let mut counts: KeyMapOf<&[u8]> = KeyMapOf::default();
+        for row in batch.rows() {
+            let key = field(row, *p).bytes();
+            tally(&mut counts, key, || key);
+        }
+        counts.into_iter().map(|(packed, count)| (store_key(packed), Value::I64(count))).collect()
+    } else {
+        let mut counts: KeyMapOf<Vec<u8>> = KeyMapOf::default();
+        let mut packed = Vec::new();
+        for row in batch.rows() {
+            packed.clear();
+            for &p in group {
+                packed.extend_from_slice(field(row, p).bytes());
             }
-            (key, Value::I64(count))
-        })
-        .collect();
+            tally(&mut counts, &packed, || packed.clone());
+        }
+        counts.into_iter().map(|(packed, count)| (store_key(&packed), Value::I64(count))).collect()
+    };
     partials.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     partials
+}
+
+type KeyMapOf<K> = HashMap<K, i64, rustc_hash::FxBuildHasher>;
+
+/// The store's key for values packed as in a batch.
+fn store_key(mut packed: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(packed.len() + 2);
+    while !packed.is_empty() {
+        let (value, rest) = read_value(packed).expect("values of a valid batch");
+        keys::encode_value(&mut key, value);
+        packed = rest;
+    }
+    key
 }
