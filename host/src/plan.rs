@@ -839,6 +839,14 @@ impl Plan {
         plan
     }
 
+    /// Whether any operator of the data stream reads `state` (a query
+    /// stream reads committed state only).
+    pub fn state_read_by_data_stream(&self, state: &str) -> bool {
+        self.data_nodes()
+            .into_iter()
+            .any(|i| matches!(&self.nodes[i].op, Op::StateQuery { state: s, .. } if s == state))
+    }
+
     /// The most instances any node runs at once.
     pub fn max_parallelism(&self) -> usize {
         self.nodes.iter().map(|n| n.parallelism).max().unwrap_or(1)

@@ -4,7 +4,7 @@
 use super::aggregate::{Partials, single_values};
 use super::{BatchError, Exec, Parts, fit, guest_input, malformed, push_kept};
 use crate::operators::Request;
-use crate::plan::{Node, Op};
+use crate::plan::{Node, Op, Plan};
 use crate::state::keys;
 use crate::state::view::{Base, Views};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,7 +32,7 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
     let views = views(exec, node)?;
     let partials = match (partials, aggregator.kind) {
         (Partials::Values(values), AggregatorKind::Builtin(builtin)) => {
-            return combine_in_host(views, node, state, &aggregator.id, builtin, values);
+            return combine_in_host(exec.plan, views, node, state, &aggregator.id, builtin, values);
         }
         (partials, _) => partials,
     };
@@ -109,6 +109,7 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
 /// The commonest persistent aggregate: a built-in's partials combined
 /// with the stored values key by key, one lookup each.
 fn combine_in_host(
+    plan: &Plan,
     views: &Arc<Mutex<Views>>,
     node: &Node,
     state: &str,
@@ -117,9 +118,13 @@ fn combine_in_host(
     values: Vec<(Vec<u8>, Value)>,
 ) -> Result<Parts, BatchError> {
     let emit = !node.children.is_empty();
+    let mut views = lock(views);
+    if !emit && !plan.state_read_by_data_stream(state) {
+        views.combine_at_commit(state, builtin, values).map_err(storage(state))?;
+        return Ok(vec![BatchWriter::new(node.fields.len()).finish_batch(); node.parallelism]);
+    }
     let mut emitted = Vec::new();
     let mut failed = None;
-    let mut views = lock(views);
     for (key, partial) in values {
         if emit {
             emitted.push(key.clone());

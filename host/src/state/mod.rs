@@ -180,6 +180,9 @@ impl Db {
                     table.insert(key.as_slice(), encoded.as_slice())?;
                 }
                 written += write.records.len();
+                if let Some(combines) = &write.combines {
+                    written += combine_in_place(&mut table, txid, &write.state, combines, &mut encoded)?;
+                }
             }
             meta.insert(LAST_COMMITTED, txid)?;
             let batches_name = batches_table(topology);
@@ -280,6 +283,43 @@ impl Db {
         let prefix = format!("state/{topology}/");
         Ok(txn.list_tables()?.filter_map(|t| t.name().strip_prefix(&prefix).map(str::to_owned)).collect())
     }
+}
+
+/// Combines each partial with its key's stored value in the write
+/// transaction, by Trident's rules: one tree lookup per key, the value
+/// replaced in place. Returns the keys written.
+fn combine_in_place(
+    table: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+    txid: u64,
+    state: &str,
+    combines: &view::Combines,
+    encoded: &mut Vec<u8>,
+) -> Result<usize> {
+    let mut written = 0;
+    for (key, partial) in &combines.partials {
+        let context = || format!("state {state}, key {}", describe_key(key));
+        let stored = match table.get_mut(key.as_slice())? {
+            Some(mut guard) => {
+                let stored = Stored::decode(guard.value()).with_context(context)?;
+                let value = match rules::step(combines.kind, Some(&stored), txid).with_context(context)? {
+                    rules::Step::Skip => continue,
+                    rules::Step::Fresh => partial.clone(),
+                    rules::Step::Combine(base) => combines.builtin.combine(base, partial.clone())?,
+                };
+                encoded.clear();
+                rules::updated(combines.kind, Some(&stored), txid, value).encode_into(encoded);
+                guard.insert(encoded.as_slice())?;
+                written += 1;
+                continue;
+            }
+            None => rules::updated(combines.kind, None, txid, partial.clone()),
+        };
+        encoded.clear();
+        stored.encode_into(encoded);
+        table.insert(key.as_slice(), encoded.as_slice())?;
+        written += 1;
+    }
+    Ok(written)
 }
 
 pub(crate) fn describe_key(key: &[u8]) -> String {

@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use redb::{ReadOnlyTable, ReadTransaction, TableDefinition};
 use std::collections::{BTreeMap, HashMap};
 use weir_sdk::codec::Value;
+use weir_sdk::operator::Builtin;
 use weir_sdk::topology::StateDef;
 
 /// Entries cached per state when the topology does not say.
@@ -85,6 +86,18 @@ struct View {
     table: Option<ReadOnlyTable<&'static [u8], &'static [u8]>>,
     cache: StateCache,
     writes: BTreeMap<Vec<u8>, Write>,
+    combines: Option<Combines>,
+}
+
+/// Partials for keys no operator reads during the batch, to combine with
+/// the stored values in the commit itself: one lookup per key.
+pub struct Combines {
+    /// The state's kind, for Trident's rules.
+    pub kind: weir_sdk::topology::StateKind,
+    /// How a partial meets a stored value.
+    pub builtin: Builtin,
+    /// Encoded key and partial, sorted by key.
+    pub partials: Vec<(Vec<u8>, Value)>,
 }
 
 /// The states of one topology as a batch (or a query) sees them.
@@ -101,6 +114,8 @@ pub struct StateWrites {
     pub state: String,
     /// Encoded key to the record to store, sorted by key.
     pub records: Vec<(Vec<u8>, Stored)>,
+    /// Partials to combine in place at commit.
+    pub combines: Option<Combines>,
 }
 
 impl Views {
@@ -124,7 +139,8 @@ impl Views {
             };
             let capacity = def.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
             let cache = caches.remove(name).unwrap_or_else(|| StateCache::new(capacity));
-            views.insert(name.clone(), View { def: def.clone(), table, cache, writes: BTreeMap::new() });
+            views
+                .insert(name.clone(), View { def: def.clone(), table, cache, writes: BTreeMap::new(), combines: None });
         }
         Ok(Views { topology: topology.to_owned(), txid, writable, states: views })
     }
@@ -225,6 +241,20 @@ impl Views {
         Ok(())
     }
 
+    /// Leaves `partials` of a state nothing reads during the batch to the
+    /// commit, which combines each with its stored value in place.
+    pub fn combine_at_commit(&mut self, state: &str, builtin: Builtin, partials: Vec<(Vec<u8>, Value)>) -> Result<()> {
+        if !self.writable {
+            bail!("topology {}: a query cannot write state {state}", self.topology);
+        }
+        let view = self.view(state)?;
+        if !view.writes.is_empty() || view.combines.is_some() {
+            bail!("state {state} is written twice in one batch");
+        }
+        view.combines = Some(Combines { kind: view.def.kind, builtin, partials });
+        Ok(())
+    }
+
     /// What the batch wrote, and the caches back for the next batch, to be
     /// refreshed with [`refresh_caches`] once the writes are committed.
     pub fn finish(self, caches: &mut HashMap<String, StateCache>) -> Vec<StateWrites> {
@@ -232,8 +262,8 @@ impl Views {
         for (name, view) in self.states {
             let records: Vec<(Vec<u8>, Stored)> = view.writes.into_iter().map(|(k, w)| (k, w.after)).collect();
             caches.insert(name.clone(), view.cache);
-            if !records.is_empty() {
-                out.push(StateWrites { state: name, records });
+            if !records.is_empty() || view.combines.is_some() {
+                out.push(StateWrites { state: name, records, combines: view.combines });
             }
         }
         out.sort_by(|a, b| a.state.cmp(&b.state));
