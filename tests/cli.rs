@@ -99,7 +99,7 @@ fn run_builds_a_guest_crate_directory() {
     let not_a_crate = tempfile::tempdir().unwrap();
     assert_fails_with(
         &run_args(not_a_crate.path().to_str().unwrap(), data.path(), &corpus.path, &[]),
-        "is neither a .wasm component nor a guest crate",
+        "is neither a .wasm component nor a guest directory",
     );
 }
 

@@ -60,13 +60,15 @@ enum Command {
     /// Read a topology's stored state.
     #[command(subcommand)]
     State(state::StateCommand),
-    /// Build a guest crate and pack its component and topologies into one
+    /// Build a guest directory (a Rust crate, a Python or JavaScript guest, or
+    /// several guests) and pack its components and topologies into one
     /// `.weir` bundle file.
     Bundle(bundle::BundleArgs),
     /// Show what a bundle or component holds: topologies, operators, states,
     /// spouts, limits, capabilities, WIT version.
     Inspect(inspect::InspectArgs),
-    /// Create a guest crate with a small working topology, a README and a test.
+    /// Create a guest (Rust, Python or JavaScript) with a small working
+    /// topology, a README and a test.
     New(new::NewArgs),
     /// Run deployed topologies, driven over an HTTP JSON API (see the README).
     Serve(serve::ServeArgs),

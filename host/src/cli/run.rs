@@ -23,8 +23,9 @@ use weir_sdk::topology::SPOUT_ID;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// A component (.wasm), or a guest crate's directory, which is built for
-    /// wasm32-wasip2 first.
+    /// A component (.wasm) or bundle (.weir), or a guest directory, built
+    /// first: a Rust crate, a Python (app.py) or JavaScript (app.js) guest,
+    /// or several guests (weir-bundle.json).
     path: PathBuf,
     /// Directory holding the topology's state (created if missing). Run again
     /// with the same directory to resume after the last committed batch.
