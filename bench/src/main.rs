@@ -186,7 +186,7 @@ fn ms(v: &Json) -> String {
     v.as_f64().map_or("-".into(), |v| format!("{v:.1}"))
 }
 
-fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
+fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Result<()> {
     let root = repo();
     let work = root.join("target/bench");
     std::fs::create_dir_all(&work)?;
@@ -200,6 +200,19 @@ fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
         if !needed.exists() {
             bail!("{} is missing: run scripts/bench, which builds it", needed.display());
         }
+    }
+    if languages_only {
+        // Only the languages' figures, into the results of the last full run.
+        let (rows, figures) = languages(&bench, sentences)?;
+        print_languages(sentences, &rows);
+        let mut results: Json = match std::fs::read_to_string(out) {
+            Ok(text) => serde_json::from_str(&text)?,
+            Err(_) => json!({}),
+        };
+        results["languages"] = json!({ "sentences": sentences, "guests": figures });
+        std::fs::write(out, serde_json::to_string_pretty(&results)? + "\n")?;
+        eprintln!("wrote {}", out.display());
+        return Ok(());
     }
     let main = |engine, sentences| Config { engine, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
     let mut results = serde_json::Map::new();
@@ -291,6 +304,10 @@ fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
         println!("{row}");
     }
 
+    let (language_rows, language_figures) = languages(&bench, sentences)?;
+    println!();
+    print_languages(sentences, &language_rows);
+
     let date = Command::new("date")
         .arg("-u")
         .arg("+%Y-%m-%d")
@@ -307,10 +324,72 @@ fn harness(sentences: u64, runs: usize, out: &Path) -> Result<()> {
         "counts_check": { "words": words, "exact": true },
         "sweep": sweep,
         "parallelism": parallel,
+        "languages": { "sentences": sentences, "guests": language_figures },
     });
     std::fs::write(out, serde_json::to_string_pretty(&results)? + "\n")?;
     eprintln!("wrote {}", out.display());
     Ok(())
+}
+
+/// Word count in each guest language: the component's size, its cold
+/// compile (the start of a run with an empty compiled-component cache), the
+/// start of a run with the component in the cache, and steady words/s on
+/// the canonical workload (batch 10,000, max pending 4, one run each).
+fn languages(bench: &Bench, sentences: u64) -> Result<(Vec<String>, Json)> {
+    let root = repo();
+    let mut rows = Vec::new();
+    let mut out = Vec::new();
+    for (language, wasm) in [
+        ("Rust", bench.wasm.clone()),
+        ("Python", weir::guest_build::build(&root.join("examples/word-count-py"))?),
+        ("JavaScript", weir::guest_build::build(&root.join("examples/word-count-js"))?),
+    ] {
+        eprintln!("measuring the {language} word count");
+        let size = std::fs::metadata(&wasm)?.len();
+        let guest = Bench {
+            wasm: wasm.clone(),
+            work: bench.work.join(format!("lang-{language}")),
+            weir: bench.weir.clone(),
+            runs: 1,
+        };
+        std::fs::create_dir_all(&guest.work)?;
+        let _ = std::fs::remove_dir_all(guest.work.join("cache"));
+        let config =
+            |sentences| Config { engine: Engine::Wasm, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
+        let cold = guest.run_once(&config(SMALL), 0)?.0;
+        let cached = guest.run_once(&config(SMALL), 0)?.0;
+        let (big, data) = guest.run_once(&config(sentences), 0)?;
+        check_counts(&data, &guest.corpus(sentences)?)?;
+        let rate = steady(sentences, &big, &cached);
+        let start = |m: &Measured| m.report["start_ms"].as_f64().unwrap_or(f64::NAN);
+        rows.push(format!(
+            "| {language} | {:.1} | {:.2} | {:.1} | {:.2} M | {:.0} |",
+            size as f64 / (1024.0 * 1024.0),
+            start(&cold) / 1000.0,
+            start(&cached),
+            rate / 1e6,
+            big.peak_rss_kib as f64 / 1024.0,
+        ));
+        out.push(json!({
+            "language": language,
+            "component_bytes": size,
+            "cold_compile_start_ms": start(&cold),
+            "cached_start_ms": start(&cached),
+            "steady_words_per_s": rate,
+            "full": figures(&big),
+            "counts_exact": true,
+        }));
+    }
+    Ok((rows, Json::Array(out)))
+}
+
+fn print_languages(sentences: u64, rows: &[String]) {
+    println!("Word count per guest language, {sentences} sentences, batch 10,000, max pending 4, 1 run each");
+    println!("| guest | component MiB | cold start s (compiling) | cached start ms | steady words/s | peak RSS MiB |");
+    println!("|---|---|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
+    }
 }
 
 /// The baseline: word count with its operators compiled into this program,
@@ -355,7 +434,10 @@ fn main() -> Result<()> {
         args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_owned())
     };
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("weir-bench [--sentences N (1000000)] [--runs N (3)] [--out FILE (bench/results.json)]");
+        println!(
+            "weir-bench [--sentences N (1000000)] [--runs N (3)] [--out FILE (bench/results.json)] [--languages]\n\
+             --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results"
+        );
         return Ok(());
     }
     let sentences: u64 = value("--sentences", "1000000").parse().context("--sentences")?;
@@ -364,5 +446,5 @@ fn main() -> Result<()> {
     }
     let runs: usize = value("--runs", "3").parse().context("--runs")?;
     let out = PathBuf::from(value("--out", &repo().join("bench/results.json").display().to_string()));
-    harness(sentences, runs.max(1), &out)
+    harness(sentences, runs.max(1), &out, args.iter().any(|a| a == "--languages"))
 }
