@@ -73,6 +73,23 @@ fn unbounded_memory_growth_hits_the_memory_limit_the_topology_asked_for() {
 }
 
 #[test]
+fn a_guest_whose_memory_only_grows_gets_a_fresh_instance_before_it_traps() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let corpus = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    let lines: Vec<&str> = corpus.lines().take(300).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let data = dir.path().join("data");
+    let args = run_args(HOSTILE, &data, &input, &["--topology", "leak", "--batch-size", "10"]);
+    let output = weir().env("WEIR_LOG", "weir=debug").args(&args).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let log = text(&output);
+    assert!(log.contains("committed 30 batches (300 tuples)") && !log.contains("replayed"), "{log}");
+    assert!(log.contains("operator leaky: replacing its instance"), "{log}");
+    assert_counts_eq(&counts(&data, "leak"), &count_words(&lines));
+}
+
+#[test]
 fn deep_recursion_overflows_the_stack() {
     attack(HOSTILE, "deep-recursion", &[], "stack overflow");
 }

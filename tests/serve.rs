@@ -103,14 +103,6 @@ fn served_counts(server: &Server) -> BTreeMap<String, i64> {
         .collect()
 }
 
-fn count_words(lines: &[&str]) -> BTreeMap<String, i64> {
-    let mut counts = BTreeMap::new();
-    for word in lines.iter().flat_map(|l| l.split_whitespace()) {
-        *counts.entry(word.to_owned()).or_insert(0) += 1;
-    }
-    counts
-}
-
 fn bundle(dir: &Path, component: &str, name: &str) -> Vec<u8> {
     let path = dir.join(name);
     weir_ok(&["bundle", component, "-o", path.to_str().unwrap()]);

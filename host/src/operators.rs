@@ -136,6 +136,11 @@ impl Operators {
             }
         };
         *self.times.entry(operator.to_owned()).or_default() += started.elapsed();
+        if let Some(bytes) = self.instances.get(operator).and_then(Guest::nearly_full) {
+            // The next call gets a fresh instance rather than a trap.
+            tracing::debug!("operator {operator}: replacing its instance, which holds {} MiB", bytes >> 20);
+            self.instances.remove(operator);
+        }
         result.map_err(|e| match e {
             CallError::Retry(m) => BatchError::retry(operator, format!("retry: {m}")),
             CallError::Fatal(m) => BatchError::fatal(operator, format!("fatal: {m}")),

@@ -121,3 +121,12 @@ pub fn query(data: &Path, topology: &str, query: &str, args: &str) -> serde_json
     let last = stdout.lines().last().unwrap_or_else(|| panic!("weir query {query} {args:?} printed nothing"));
     serde_json::from_str(last).unwrap_or_else(|e| panic!("weir query's last line {last:?} is not JSON: {e}"))
 }
+
+/// Word counts of `lines`, split on whitespace.
+pub fn count_words(lines: &[&str]) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for word in lines.iter().flat_map(|l| l.split_whitespace()) {
+        *counts.entry(word.to_owned()).or_insert(0) += 1;
+    }
+    counts
+}

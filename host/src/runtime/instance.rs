@@ -278,6 +278,13 @@ impl Guest {
         Ok(output)
     }
 
+    /// The size of the instance's largest memory, in bytes, when it passed
+    /// three quarters of its limit.
+    pub fn nearly_full(&self) -> Option<usize> {
+        let limiter = &self.store.data().limiter;
+        limiter.nearly_full().then_some(limiter.largest)
+    }
+
     /// Readies the instance for a spout call.
     fn prepare_spout(&mut self, ctx: &SpoutContext) {
         self.store.set_epoch_deadline(deadline_ticks(self.sandbox.call_ms));

@@ -14,12 +14,14 @@ pub struct MemoryLimiter {
     max_bytes: usize,
     /// Size the guest tried to grow to past the limit, if it did.
     pub exceeded: Option<usize>,
+    /// Size of the instance's largest linear memory.
+    pub largest: usize,
 }
 
 impl MemoryLimiter {
     /// A limiter allowing `max_bytes` of linear memory.
     pub fn new(max_bytes: u64) -> MemoryLimiter {
-        MemoryLimiter { max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX), exceeded: None }
+        MemoryLimiter { max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX), exceeded: None, largest: 0 }
     }
 }
 
@@ -31,11 +33,21 @@ impl ResourceLimiter for MemoryLimiter {
             // abort anyway, with a less helpful message.
             wasmtime::bail!("memory limit of {} MiB exceeded", self.max_bytes >> 20);
         }
+        self.largest = self.largest.max(desired);
         Ok(true)
     }
 
     fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+impl MemoryLimiter {
+    /// Whether a memory of the instance passed three quarters of the limit: a
+    /// guest whose heap only grows (a garbage-collected language that never
+    /// collects between calls) is better replaced before it traps.
+    pub fn nearly_full(&self) -> bool {
+        self.largest > self.max_bytes / 4 * 3
     }
 }
 

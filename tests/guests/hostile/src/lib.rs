@@ -100,6 +100,33 @@ impl Function for Hostile {
     }
 }
 
+/// Splits like word count, and keeps 3 MiB of every call for good: a heap
+/// that only grows, as a garbage-collected guest's may.
+struct Leaky;
+
+impl Function for Leaky {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        if tuple.batch().txid != black_box(0) && tuple.fields().len() == 1 {
+            LEAKED.with(|leaked| {
+                let mut leaked = leaked.borrow_mut();
+                if leaked.last() != Some(&tuple.batch().txid) {
+                    leaked.push(tuple.batch().txid);
+                    black_box(Vec::leak(vec![1u8; 3 << 20]));
+                }
+            });
+        }
+        for word in tuple.str("sentence")?.split_whitespace() {
+            out.emit([word])?;
+        }
+        Ok(())
+    }
+}
+
+std::thread_local! {
+    /// Txids whose first tuple leaked already.
+    static LEAKED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 fn topology(name: &str, attack: Attack) -> weir_sdk::Stream {
     Topology::new(name)
         .new_stream(FileLines::new("sentence"))
@@ -125,6 +152,13 @@ fn topologies() -> Vec<Topology> {
         counted(topology("read-env", Attack::ReadEnv)),
         counted(topology("read-granted", Attack::ReadGranted).read_only_dir("granted", "/data")),
         counted(topology("ask-too-much", Attack::None).limits(Limits::new().memory_mib(4096))),
+        counted(
+            Topology::new("leak")
+                .new_stream(FileLines::new("sentence"))
+                .each(["sentence"], Leaky, ["word"])
+                .name("leaky")
+                .limits(Limits::new().memory_mib(16)),
+        ),
     ]
 }
 
