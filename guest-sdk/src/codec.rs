@@ -151,6 +151,7 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 /// Appends one encoded value to `out`.
+#[inline]
 pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
     match value {
         ValueRef::Null => out.push(NULL),
@@ -169,6 +170,7 @@ pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
     }
 }
 
+#[inline]
 fn write_len_prefixed(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
     let len = u32::try_from(bytes.len()).expect("a value is at most 4 GiB");
     out.push(kind);
@@ -193,6 +195,7 @@ impl<'a> Cursor<'a> {
         DecodeError { offset: self.pos, reason: reason.into() }
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self
             .pos
@@ -204,14 +207,17 @@ impl<'a> Cursor<'a> {
         Ok(bytes)
     }
 
+    #[inline]
     fn u32(&mut self) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
+    #[inline]
     fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
+    #[inline]
     fn value(&mut self) -> Result<ValueRef<'a>, DecodeError> {
         let kind = self.take(1)?[0];
         Ok(match kind {
@@ -265,6 +271,7 @@ pub struct EncodedValue<'a>(&'a [u8]);
 
 impl<'a> EncodedValue<'a> {
     /// The encoded bytes.
+    #[inline]
     pub fn bytes(self) -> &'a [u8] {
         self.0
     }
@@ -304,6 +311,7 @@ impl BatchWriter {
     }
 
     /// Starts a row with `tag`; push exactly `arity` values after it.
+    #[inline]
     pub fn begin_row(&mut self, tag: u32) {
         assert_eq!(self.values_in_row, self.arity, "previous row is incomplete");
         self.row_starts.push(self.buf.len() as u32);
@@ -312,6 +320,7 @@ impl BatchWriter {
     }
 
     /// Appends a value to the current row.
+    #[inline]
     pub fn push(&mut self, value: ValueRef<'_>) {
         assert!(self.values_in_row < self.arity, "row has more values than the batch's arity");
         write_value(&mut self.buf, value);
@@ -319,6 +328,7 @@ impl BatchWriter {
     }
 
     /// Appends a value copied from another batch's row.
+    #[inline]
     pub fn push_encoded(&mut self, value: EncodedValue<'_>) {
         assert!(self.values_in_row < self.arity, "row has more values than the batch's arity");
         self.buf.extend_from_slice(value.0);
@@ -327,6 +337,7 @@ impl BatchWriter {
 
     /// Appends a whole row. A row with the wrong number of values is not
     /// written, and the error says how many it had.
+    #[inline]
     pub fn push_row<'v>(&mut self, tag: u32, values: impl IntoIterator<Item = ValueRef<'v>>) -> Result<(), ArityError> {
         let row_start = self.buf.len();
         self.begin_row(tag);
@@ -438,6 +449,7 @@ impl<'a> Batch<'a> {
     }
 
     /// The row at `index`.
+    #[inline]
     pub fn row(&self, index: usize) -> Row<'_> {
         let start = self.row_starts[index] as usize;
         let end = self.row_starts.get(index + 1).map_or(self.buf.len(), |&e| e as usize);
@@ -445,6 +457,7 @@ impl<'a> Batch<'a> {
     }
 
     /// The rows, in order.
+    #[inline]
     pub fn rows(&self) -> impl ExactSizeIterator<Item = Row<'_>> + '_ {
         (0..self.len()).map(|i| self.row(i))
     }
@@ -459,21 +472,25 @@ pub struct Row<'a> {
 
 impl<'a> Row<'a> {
     /// The row's tag.
+    #[inline]
     pub fn tag(self) -> u32 {
         u32::from_le_bytes(self.bytes[..4].try_into().expect("valid row"))
     }
 
     /// The row's values, in order.
+    #[inline]
     pub fn values(self) -> impl Iterator<Item = ValueRef<'a>> + 'a {
         self.encoded_values().map(EncodedValue::decode)
     }
 
     /// The value at `index`.
+    #[inline]
     pub fn get(self, index: usize) -> Option<ValueRef<'a>> {
         self.encoded_values().nth(index).map(EncodedValue::decode)
     }
 
     /// Each value's encoded bytes, in order, to copy into another batch as is.
+    #[inline]
     pub fn encoded_values(self) -> impl Iterator<Item = EncodedValue<'a>> + 'a {
         let mut rest = &self.bytes[4..];
         (0..self.arity).map(move |_| {
@@ -487,6 +504,7 @@ impl<'a> Row<'a> {
 
 impl<'a> EncodedValue<'a> {
     /// The value, without checking it again: it comes from a valid batch.
+    #[inline]
     pub fn decode(self) -> ValueRef<'a> {
         let payload = &self.0[1..];
         match self.0[0] {
@@ -507,6 +525,7 @@ impl<'a> EncodedValue<'a> {
 }
 
 /// Length of the (valid) value encoded at the start of `buf`.
+#[inline]
 fn encoded_len(buf: &[u8]) -> usize {
     match buf[0] {
         NULL | FALSE | TRUE => 1,

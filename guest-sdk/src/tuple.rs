@@ -13,16 +13,19 @@ pub struct Tuple<'a> {
 /// Names a field by position or by name.
 pub trait FieldRef: Copy + std::fmt::Display {
     /// Position of the field among the tuple's fields.
+    #[inline]
     fn position(self, fields: &[String]) -> Option<usize>;
 }
 
 impl FieldRef for usize {
+    #[inline]
     fn position(self, fields: &[String]) -> Option<usize> {
         (self < fields.len()).then_some(self)
     }
 }
 
 impl FieldRef for &str {
+    #[inline]
     fn position(self, fields: &[String]) -> Option<usize> {
         fields.iter().position(|f| f == self)
     }
@@ -56,6 +59,7 @@ from_value! {
 
 impl<'a> Tuple<'a> {
     /// A tuple over `row`, whose fields are named in `info.fields`.
+    #[inline]
     pub fn new(row: Row<'a>, info: &'a BatchInfo) -> Tuple<'a> {
         Tuple { row, info }
     }
@@ -71,6 +75,7 @@ impl<'a> Tuple<'a> {
     }
 
     /// The raw value of a field.
+    #[inline]
     pub fn value(&self, field: impl FieldRef) -> Result<ValueRef<'a>, Error> {
         field.position(&self.info.fields).and_then(|i| self.row.get(i)).ok_or_else(|| {
             Error::fatal(format!(
@@ -81,6 +86,7 @@ impl<'a> Tuple<'a> {
     }
 
     /// A field's value as type `T`; an error names the field and both types.
+    #[inline]
     pub fn get<T: FromValue<'a>>(&self, field: impl FieldRef) -> Result<T, Error> {
         let value = self.value(field)?;
         T::from_value(value).ok_or_else(|| {
@@ -94,11 +100,13 @@ impl<'a> Tuple<'a> {
     }
 
     /// A string field.
+    #[inline]
     pub fn str(&self, field: impl FieldRef) -> Result<&'a str, Error> {
         self.get(field)
     }
 
     /// An integer field.
+    #[inline]
     pub fn i64(&self, field: impl FieldRef) -> Result<i64, Error> {
         self.get(field)
     }
@@ -113,12 +121,14 @@ pub struct Emitter<'w> {
 
 impl<'w> Emitter<'w> {
     /// An emitter whose rows extend input row `parent`.
+    #[inline]
     pub fn new(writer: &'w mut BatchWriter, parent: u32) -> Emitter<'w> {
         Emitter { writer, parent }
     }
 
     /// Emits one tuple: exactly as many values as the operator's output
     /// fields, or the call fails naming both counts.
+    #[inline]
     pub fn emit<'v, V: Into<ValueRef<'v>>>(&mut self, values: impl IntoIterator<Item = V>) -> Result<(), Error> {
         self.writer
             .push_row(self.parent, values.into_iter().map(Into::into))
