@@ -13,7 +13,6 @@ pub struct Tuple<'a> {
 /// Names a field by position or by name.
 pub trait FieldRef: Copy + std::fmt::Display {
     /// Position of the field among the tuple's fields.
-    #[inline]
     fn position(self, fields: &[String]) -> Option<usize>;
 }
 
