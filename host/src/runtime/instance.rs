@@ -4,7 +4,10 @@ use super::cache::{CacheOutcome, ComponentCache};
 use super::guest_output::GuestOutput;
 use super::limits::{MemoryLimiter, deadline_ticks};
 use super::random::BatchRandom;
-use crate::bindings::{BatchContext, OperatorError, PartitionBatch, SpoutContext, Topology, TopologyPre, WIT_PACKAGE};
+use crate::bindings::{
+    BatchContext, OperatorError, Operators as GuestOperators, PartitionBatch, SpoutContext, Topology, TopologyPre,
+    WIT_PACKAGE,
+};
 use crate::sandbox::OperatorSandbox;
 use crate::state::handle::StateHandle;
 use anyhow::{Context, Result, bail};
@@ -397,6 +400,21 @@ impl Guest {
         self.outcome(result)
     }
 
+    /// A call that reads or writes `state`: its output is a packed batch.
+    fn state_call(
+        &mut self,
+        ctx: &BatchContext,
+        state: &StateHandle,
+        call: impl FnOnce(&GuestOperators, &mut Store<HostState>, Resource<StateHandle>) -> Call<Vec<u8>>,
+    ) -> Result<Vec<u8>, CallError> {
+        self.prepare(ctx);
+        let output = self.with_state(state, |guest, handle| {
+            call(guest.bindings.weir_topology_operators(), &mut guest.store, handle)
+        })?;
+        self.check_output(&output, true)?;
+        Ok(output)
+    }
+
     /// Runs a state updater over `input`.
     pub fn update_state(
         &mut self,
@@ -404,12 +422,7 @@ impl Guest {
         state: &StateHandle,
         input: &[u8],
     ) -> Result<Vec<u8>, CallError> {
-        self.prepare(ctx);
-        let output = self.with_state(state, |guest, handle| {
-            guest.bindings.weir_topology_operators().call_update_state(&mut guest.store, ctx, handle, input)
-        })?;
-        self.check_output(&output, true)?;
-        Ok(output)
+        self.state_call(ctx, state, |ops, store, handle| ops.call_update_state(store, ctx, handle, input))
     }
 
     /// A query function's batch retrieval.
@@ -419,12 +432,7 @@ impl Guest {
         state: &StateHandle,
         input: &[u8],
     ) -> Result<Vec<u8>, CallError> {
-        self.prepare(ctx);
-        let output = self.with_state(state, |guest, handle| {
-            guest.bindings.weir_topology_operators().call_batch_retrieve(&mut guest.store, ctx, handle, input)
-        })?;
-        self.check_output(&output, true)?;
-        Ok(output)
+        self.state_call(ctx, state, |ops, store, handle| ops.call_batch_retrieve(store, ctx, handle, input))
     }
 
     /// A query function's per-tuple half.
