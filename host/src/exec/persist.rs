@@ -49,16 +49,15 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
         Partials::Values(values) => {
             let mut pairs = BatchWriter::new(2);
             let mut combined = Vec::with_capacity(values.len());
+            // Built-ins went to `combine_in_host`: this is a guest combiner,
+            // called once for every key that has a stored value.
             for (index, ((_, partial), base)) in values.into_iter().zip(&bases).enumerate() {
-                combined.push(match (base, aggregator.kind) {
-                    (Base::Value(stored), AggregatorKind::Builtin(builtin)) => {
-                        builtin.combine(stored.clone(), partial).map_err(|e| BatchError::fatal(id, e.to_string()))?
-                    }
-                    (Base::Value(stored), _) => {
+                combined.push(match base {
+                    Base::Value(stored) => {
                         pairs.push_row(index as u32, [stored.as_ref(), partial.as_ref()]).expect("two values");
                         Value::Null
                     }
-                    (_, _) => partial,
+                    _ => partial,
                 });
             }
             if pairs.rows() > 0 {
