@@ -7,15 +7,12 @@ use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-fn exact_counts(batch_size: &str, max_pending: &str) {
+fn exact_counts(batch_size: &str, max_pending: &str, extra: &[&str]) {
     let corpus = corpus_20k();
     let data = tempfile::tempdir().unwrap();
-    let output = weir_ok(&run_args(
-        WORD_COUNT,
-        data.path(),
-        &corpus.path,
-        &["--batch-size", batch_size, "--max-pending", max_pending],
-    ));
+    let mut args = vec!["--batch-size", batch_size, "--max-pending", max_pending];
+    args.extend_from_slice(extra);
+    let output = weir_ok(&run_args(WORD_COUNT, data.path(), &corpus.path, &args));
     let batches = 20_000usize.div_ceil(batch_size.parse().unwrap());
     assert!(text(&output).contains(&format!("committed {batches} batches (20000 tuples)")), "{}", text(&output));
     assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
@@ -23,32 +20,29 @@ fn exact_counts(batch_size: &str, max_pending: &str) {
 
 #[test]
 fn counts_are_exact_with_batches_of_1_line_one_pending() {
-    exact_counts("1", "1");
+    exact_counts("1", "1", &[]);
 }
 
 #[test]
 fn counts_are_exact_with_batches_of_1_line_four_pending() {
-    exact_counts("1", "4");
+    exact_counts("1", "4", &[]);
 }
 
 #[test]
 fn counts_are_exact_with_batches_of_100_lines() {
-    exact_counts("100", "1");
-    exact_counts("100", "4");
+    exact_counts("100", "1", &[]);
+    exact_counts("100", "4", &[]);
 }
 
 #[test]
 fn counts_are_exact_with_batches_of_1000_lines() {
-    exact_counts("1000", "1");
-    exact_counts("1000", "4");
+    exact_counts("1000", "1", &[]);
+    exact_counts("1000", "4", &[]);
 }
 
 #[test]
 fn two_instances_per_operator_count_exactly() {
-    let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
-    weir_ok(&run_args(WORD_COUNT, data.path(), &corpus.path, &["--batch-size", "1000", "--parallelism", "2"]));
-    assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+    exact_counts("1000", "4", &["--parallelism", "2"]);
 }
 
 #[test]

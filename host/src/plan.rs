@@ -151,6 +151,9 @@ pub enum Op {
         group: Vec<usize>,
         /// The aggregator.
         aggregator: Aggregator,
+        /// Nothing reads the state or this node's output during a batch, so
+        /// a built-in's partials may be combined in the commit itself.
+        in_place: bool,
     },
     /// A guest state updater.
     PartitionPersist {
@@ -204,18 +207,13 @@ fn check_name(what: &str, name: &str) -> Result<()> {
 }
 
 fn resolve(topology: &str, operator: &str, fields: &[String], names: &[String]) -> Result<Input> {
-    let mut positions = Vec::with_capacity(names.len());
-    for name in names {
-        match fields.iter().position(|f| f == name) {
-            Some(p) => positions.push(p),
-            None => bail!(
-                "topology {topology}: operator {operator} reads field {name:?}, which its input does not have \
-                 (it has {fields:?})"
-            ),
-        }
+    if let Some(name) = names.iter().find(|name| !fields.contains(name)) {
+        bail!(
+            "topology {topology}: operator {operator} reads field {name:?}, which its input does not have \
+             (it has {fields:?})"
+        );
     }
-    let whole_tuple = positions.iter().copied().eq(0..fields.len());
-    Ok(Input { positions, names: names.to_vec(), whole_tuple })
+    Ok(input_of(fields, names))
 }
 
 /// Trident's table of which spouts and states make exactly-once: a
@@ -682,6 +680,7 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
                     state: state.name.clone(),
                     group: positions(input_fields, group),
                     aggregator: aggregator_of(input_fields, aggregator),
+                    in_place: false,
                 },
                 logical[i].clone(),
             ),
@@ -730,7 +729,7 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
     for (new, &old) in order.iter().enumerate() {
         index_of[old] = new;
     }
-    let nodes: Vec<Node> = order
+    let mut nodes: Vec<Node> = order
         .iter()
         .map(|&old| {
             let mut node = nodes[old].take().expect("every node planned");
@@ -739,6 +738,23 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
             node
         })
         .collect();
+
+    // A query stream reads committed state only: what the data stream reads
+    // decides whether a persistent aggregate may combine in place.
+    let data_stream = nodes.iter().position(|n| n.op == Op::Spout).map_or(Vec::new(), |r| reachable_from(&nodes, r));
+    let read_in_batch: HashSet<String> = data_stream
+        .iter()
+        .filter_map(|&i| match &nodes[i].op {
+            Op::StateQuery { state, .. } => Some(state.clone()),
+            _ => None,
+        })
+        .collect();
+    for node in &mut nodes {
+        let childless = node.children.is_empty();
+        if let Op::PersistentAggregate { state, in_place, .. } = &mut node.op {
+            *in_place = childless && !read_in_batch.contains(state);
+        }
+    }
 
     let mut queries = BTreeMap::new();
     for (root, node) in nodes.iter().enumerate() {
@@ -839,14 +855,6 @@ impl Plan {
         plan
     }
 
-    /// Whether any operator of the data stream reads `state` (a query
-    /// stream reads committed state only).
-    pub fn state_read_by_data_stream(&self, state: &str) -> bool {
-        self.data_nodes()
-            .into_iter()
-            .any(|i| matches!(&self.nodes[i].op, Op::StateQuery { state: s, .. } if s == state))
-    }
-
     /// The most instances any node runs at once.
     pub fn max_parallelism(&self) -> usize {
         self.nodes.iter().map(|n| n.parallelism).max().unwrap_or(1)
@@ -921,6 +929,8 @@ mod tests {
         assert_eq!(plan.nodes[1].phase, Phase::Process);
         assert_eq!(plan.nodes[2].phase, Phase::Commit);
         assert_eq!(plan.nodes[2].fields, ["word", "count"]);
+        let Op::PersistentAggregate { in_place, .. } = plan.nodes[2].op else { panic!() };
+        assert!(in_place, "nothing reads the counts during a batch: they combine in the commit");
     }
 
     #[test]

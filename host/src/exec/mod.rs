@@ -148,7 +148,7 @@ struct Exec<'a> {
     views: Option<&'a Arc<Mutex<Views>>>,
 }
 
-impl Exec<'_> {
+impl<'a> Exec<'a> {
     fn call(
         &mut self,
         partition: usize,
@@ -160,12 +160,14 @@ impl Exec<'_> {
         self.operators[partition].call(operator, batch, fields, request)
     }
 
-    /// The state lent to a call, in the commit phase or a query.
+    /// The states as `node` sees them, in the commit phase or a query.
+    fn views(&self, node: &Node) -> Result<&'a Arc<Mutex<Views>>, BatchError> {
+        self.views.ok_or_else(|| BatchError::fatal(&node.id, "reads state outside the commit phase"))
+    }
+
+    /// The state lent to a call of `node`.
     fn state(&self, node: &Node, state: &str) -> Result<StateHandle, BatchError> {
-        match self.views {
-            Some(views) => Ok(StateHandle::new(Arc::clone(views), state)),
-            None => Err(BatchError::fatal(&node.id, "reads state outside the commit phase")),
-        }
+        Ok(StateHandle::new(Arc::clone(self.views(node)?), state))
     }
 
     /// Runs `f` over each partition, each with its own instances, at once.

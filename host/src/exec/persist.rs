@@ -4,20 +4,16 @@
 use super::aggregate::{Partials, single_values};
 use super::{BatchError, Exec, Parts, fit, guest_input, malformed, push_kept};
 use crate::operators::Request;
-use crate::plan::{Node, Op, Plan};
+use crate::plan::{Node, Op};
 use crate::state::keys;
 use crate::state::view::{Base, Views};
 use std::sync::{Arc, Mutex, MutexGuard};
-use weir_sdk::codec::{Batch, BatchWriter, Value};
+use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregatorKind, QueryDef};
 
 fn lock(views: &Arc<Mutex<Views>>) -> MutexGuard<'_, Views> {
     views.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn views<'a>(exec: &Exec<'a>, node: &Node) -> Result<&'a Arc<Mutex<Views>>, BatchError> {
-    exec.views.ok_or_else(|| BatchError::fatal(&node.id, "reads state outside the commit phase"))
 }
 
 fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
@@ -28,11 +24,13 @@ fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
 /// by Trident's rules, and emits the new values: the group fields, then
 /// the value.
 pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: Partials) -> Result<Parts, BatchError> {
-    let Op::PersistentAggregate { state, aggregator, .. } = &node.op else { unreachable!("a persistent aggregate") };
-    let views = views(exec, node)?;
+    let Op::PersistentAggregate { state, aggregator, in_place, .. } = &node.op else {
+        unreachable!("a persistent aggregate")
+    };
+    let views = exec.views(node)?;
     let partials = match (partials, aggregator.kind) {
         (Partials::Values(values), AggregatorKind::Builtin(builtin)) => {
-            return combine_in_host(exec.plan, views, node, state, &aggregator.id, builtin, values);
+            return combine_in_host(*in_place, views, node, state, &aggregator.id, builtin, values);
         }
         (partials, _) => partials,
     };
@@ -95,20 +93,26 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
             }
         };
         if emit {
-            writer.begin_row(0);
-            for group_value in keys::decode(&key).map_err(storage(state))? {
-                writer.push(group_value.as_ref());
-            }
-            writer.push(value.as_ref());
+            push_new_value(&mut writer, &key, value.as_ref()).map_err(storage(state))?;
         }
     }
     Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
 
+/// A new-values row: the group fields (decoded from the key), then the value.
+fn push_new_value(writer: &mut BatchWriter, key: &[u8], value: ValueRef<'_>) -> anyhow::Result<()> {
+    writer.begin_row(0);
+    for group_value in keys::decode(key)? {
+        writer.push(group_value.as_ref());
+    }
+    writer.push(value);
+    Ok(())
+}
+
 /// The commonest persistent aggregate: a built-in's partials combined
 /// with the stored values key by key, one lookup each.
 fn combine_in_host(
-    plan: &Plan,
+    in_place: bool,
     views: &Arc<Mutex<Views>>,
     node: &Node,
     state: &str,
@@ -118,7 +122,7 @@ fn combine_in_host(
 ) -> Result<Parts, BatchError> {
     let emit = !node.children.is_empty();
     let mut views = lock(views);
-    if !emit && !plan.state_read_by_data_stream(state) {
+    if in_place {
         views.combine_at_commit(state, builtin, values).map_err(storage(state))?;
         return Ok(vec![BatchWriter::new(node.fields.len()).finish_batch(); node.parallelism]);
     }
@@ -144,11 +148,8 @@ fn combine_in_host(
     let mut writer = BatchWriter::new(node.fields.len());
     for key in emitted {
         let value = views.base(state, &key).map_err(storage(state))?;
-        writer.begin_row(0);
-        for group_value in keys::decode(&key).map_err(storage(state))? {
-            writer.push(group_value.as_ref());
-        }
-        writer.push(value.value().map_or(weir_sdk::codec::ValueRef::Null, Value::as_ref));
+        push_new_value(&mut writer, &key, value.value().map_or(ValueRef::Null, Value::as_ref))
+            .map_err(storage(state))?;
     }
     Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
@@ -207,7 +208,7 @@ pub(super) fn state_query(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Re
         let mut writer = BatchWriter::new(kept.len() + outputs);
         match query {
             QueryDef::MapGet => {
-                let views = views(exec, node)?;
+                let views = exec.views(node)?;
                 let mut views = lock(views);
                 let mut key = Vec::new();
                 for row in part.rows() {
@@ -218,7 +219,7 @@ pub(super) fn state_query(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Re
                     let base = views.base(state, &key).map_err(storage(state))?;
                     writer.begin_row(0);
                     push_kept(&mut writer, row, kept);
-                    writer.push(base.value().map_or(weir_sdk::codec::ValueRef::Null, Value::as_ref));
+                    writer.push(base.value().map_or(ValueRef::Null, Value::as_ref));
                 }
             }
             QueryDef::Guest => {

@@ -298,25 +298,24 @@ fn combine_in_place(
     let mut written = 0;
     for (key, partial) in &combines.partials {
         let context = || format!("state {state}, key {}", describe_key(key));
-        let stored = match table.get_mut(key.as_slice())? {
-            Some(mut guard) => {
-                let stored = Stored::decode(guard.value()).with_context(context)?;
-                let value = match rules::step(combines.kind, Some(&stored), txid).with_context(context)? {
-                    rules::Step::Skip => continue,
-                    rules::Step::Fresh => partial.clone(),
-                    rules::Step::Combine(base) => combines.builtin.combine(base, partial.clone())?,
-                };
-                encoded.clear();
-                rules::updated(combines.kind, Some(&stored), txid, value).encode_into(encoded);
-                guard.insert(encoded.as_slice())?;
-                written += 1;
-                continue;
-            }
-            None => rules::updated(combines.kind, None, txid, partial.clone()),
+        let value_for = |base: Option<Value>| match base {
+            Some(base) => Ok(combines.builtin.combine(base, partial.clone())?),
+            None => Ok(partial.clone()),
         };
-        encoded.clear();
-        stored.encode_into(encoded);
-        table.insert(key.as_slice(), encoded.as_slice())?;
+        if let Some(mut guard) = table.get_mut(key.as_slice())? {
+            let stored = Stored::decode(guard.value()).with_context(context)?;
+            let Some(new) = rules::apply(combines.kind, Some(&stored), txid, value_for).with_context(context)? else {
+                continue;
+            };
+            encoded.clear();
+            new.encode_into(encoded);
+            guard.insert(encoded.as_slice())?;
+        } else {
+            let new = rules::apply(combines.kind, None, txid, value_for).with_context(context)?;
+            encoded.clear();
+            new.expect("a key with no value is always written").encode_into(encoded);
+            table.insert(key.as_slice(), encoded.as_slice())?;
+        }
         written += 1;
     }
     Ok(written)

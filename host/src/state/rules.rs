@@ -168,21 +168,22 @@ pub fn updated(kind: StateKind, stored: Option<&Stored>, txid: u64, value: Value
     }
 }
 
-/// Applies `partial` at `txid` to `stored` with `combine`: the whole rule,
-/// for one key.
+/// The whole rule for one key: the record to store once batch `txid`
+/// writes what `value_for` makes of the value it builds on (`None`: the key
+/// has none to build on); `None` when the batch was applied to the key
+/// already and nothing is written.
 pub fn apply(
     kind: StateKind,
-    stored: Option<Stored>,
+    stored: Option<&Stored>,
     txid: u64,
-    partial: Value,
-    combine: impl FnOnce(Value, Value) -> Result<Value>,
+    value_for: impl FnOnce(Option<Value>) -> Result<Value>,
 ) -> Result<Option<Stored>> {
-    let value = match step(kind, stored.as_ref(), txid)? {
-        Step::Skip => return Ok(stored),
-        Step::Fresh => partial,
-        Step::Combine(base) => combine(base, partial)?,
+    let value = match step(kind, stored, txid)? {
+        Step::Skip => return Ok(None),
+        Step::Fresh => value_for(None)?,
+        Step::Combine(base) => value_for(Some(base))?,
     };
-    Ok(Some(updated(kind, stored.as_ref(), txid, value)))
+    Ok(Some(updated(kind, stored, txid, value)))
 }
 
 #[cfg(test)]
@@ -190,8 +191,12 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn add(a: Value, b: Value) -> Result<Value> {
-        Ok(weir_sdk::operator::add(a, b)?)
+    /// What a batch whose partial is `partial` makes of a key's base.
+    fn plus(partial: i64) -> impl FnOnce(Option<Value>) -> Result<Value> {
+        move |base| match base {
+            Some(base) => Ok(weir_sdk::operator::add(base, Value::I64(partial))?),
+            None => Ok(Value::I64(partial)),
+        }
     }
 
     fn tx(value: i64, txid: u64) -> Stored {
@@ -215,8 +220,7 @@ mod tests {
             *partials.entry(key).or_default() += amount;
         }
         for (key, partial) in partials {
-            let stored = map.remove(key);
-            if let Some(new) = apply(kind, stored, txid, Value::I64(partial), add).unwrap() {
+            if let Some(new) = apply(kind, map.get(key), txid, plus(partial)).unwrap() {
                 map.insert(key, new);
             }
         }
@@ -232,9 +236,9 @@ mod tests {
     #[test]
     fn opaque_value_moves_forward_or_recomputes_from_prev() {
         let stored = opaque(4, Some(1), 2);
-        let next = apply(StateKind::Opaque, Some(stored.clone()), 3, Value::I64(2), add).unwrap();
+        let next = apply(StateKind::Opaque, Some(&stored), 3, plus(2)).unwrap();
         assert_eq!(next, Some(opaque(6, Some(4), 3)));
-        let replay = apply(StateKind::Opaque, Some(stored), 2, Value::I64(2), add).unwrap();
+        let replay = apply(StateKind::Opaque, Some(&stored), 2, plus(2)).unwrap();
         assert_eq!(replay, Some(opaque(3, Some(1), 2)));
     }
 
@@ -263,21 +267,21 @@ mod tests {
     #[test]
     fn stored_txid_ahead_of_the_batch_is_an_error() {
         for (kind, stored) in [(StateKind::Transactional, tx(1, 5)), (StateKind::Opaque, opaque(1, None, 5))] {
-            let err = apply(kind, Some(stored), 4, Value::I64(1), add).unwrap_err();
+            let err = apply(kind, Some(&stored), 4, plus(1)).unwrap_err();
             assert!(err.to_string().contains("stored txid 5 is ahead of batch txid 4"), "{err}");
         }
     }
 
     #[test]
     fn non_transactional_state_updates_blindly() {
-        let once = apply(StateKind::NonTransactional, None, 1, Value::I64(2), add).unwrap();
-        let twice = apply(StateKind::NonTransactional, once, 1, Value::I64(2), add).unwrap();
+        let once = apply(StateKind::NonTransactional, None, 1, plus(2)).unwrap();
+        let twice = apply(StateKind::NonTransactional, once.as_ref(), 1, plus(2)).unwrap();
         assert_eq!(twice, Some(Stored::Plain(Value::I64(4))));
     }
 
     #[test]
     fn a_value_of_another_kind_is_refused() {
-        let err = apply(StateKind::Opaque, Some(tx(1, 1)), 2, Value::I64(1), add).unwrap_err();
+        let err = apply(StateKind::Opaque, Some(&tx(1, 1)), 2, plus(1)).unwrap_err();
         assert!(err.to_string().contains("Transactional"), "{err}");
     }
 

@@ -226,18 +226,15 @@ impl Views {
             return Ok(());
         }
         let before = Self::committed_for_write(view, &key)?;
-        let step = rules::step(kind, before.as_ref(), txid)
+        let after = rules::apply(kind, before.as_ref(), txid, |base| new(base.map_or(Base::None, Base::Value)))
             .with_context(|| format!("state {}, key {}", view.def.name, super::describe_key(&key)))?;
-        let value = match step {
-            Step::Skip => {
-                view.cache.put(key, before);
-                return Ok(());
+        match after {
+            Some(after) => {
+                view.writes.insert(key, Write { before, after });
             }
-            Step::Fresh => new(Base::None)?,
-            Step::Combine(base) => new(Base::Value(base))?,
-        };
-        let after = rules::updated(kind, before.as_ref(), txid, value);
-        view.writes.insert(key, Write { before, after });
+            // Applied already: the committed record stays, cached again.
+            None => view.cache.put(key, before),
+        }
         Ok(())
     }
 
