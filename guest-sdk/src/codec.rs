@@ -178,6 +178,19 @@ fn write_len_prefixed(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// `bytes` as a string if they are UTF-8. Most strings are short and
+/// ASCII: checking that inline is several times cheaper than the general
+/// check, a call per string.
+#[inline]
+pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII is UTF-8.
+        Ok(unsafe { std::str::from_utf8_unchecked(bytes) })
+    } else {
+        std::str::from_utf8(bytes)
+    }
+}
+
 /// Decodes the value at the start of `buf`, returning it and the bytes after it.
 pub fn read_value(buf: &[u8]) -> Result<(ValueRef<'_>, &[u8]), DecodeError> {
     let mut cursor = Cursor { buf, pos: 0 };
@@ -230,7 +243,7 @@ impl<'a> Cursor<'a> {
                 let len = self.u32()? as usize;
                 let start = self.pos;
                 let bytes = self.take(len)?;
-                ValueRef::Str(std::str::from_utf8(bytes).map_err(|e| DecodeError {
+                ValueRef::Str(utf8(bytes).map_err(|e| DecodeError {
                     offset: start + e.valid_up_to(),
                     reason: "string is not valid UTF-8".into(),
                 })?)

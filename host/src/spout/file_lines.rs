@@ -110,7 +110,7 @@ impl FileLines {
     }
 
     fn push_line(&self, writer: &mut BatchWriter) -> Result<()> {
-        let line = std::str::from_utf8(&self.line).map_err(|e| {
+        let line = weir_sdk::codec::utf8(&self.line).map_err(|e| {
             let offset = self.position - self.line.len() as u64;
             anyhow::anyhow!("input {}: the line at byte {offset} is not UTF-8 ({e})", self.path.display())
         })?;

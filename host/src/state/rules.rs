@@ -103,14 +103,14 @@ impl Stored {
     /// Reads what [`Stored::encode`] wrote.
     pub fn decode(bytes: &[u8]) -> Result<Stored> {
         let Some((&tag, rest)) = bytes.split_first() else { bail!("empty stored value") };
-        let txid_and_rest = |rest: &[u8]| -> Result<(u64, Vec<u8>)> {
+        fn txid_and_rest(rest: &[u8]) -> Result<(u64, &[u8])> {
             let Some((txid, rest)) = rest.split_first_chunk::<8>() else { bail!("truncated stored value") };
-            Ok((u64::from_le_bytes(*txid), rest.to_vec()))
-        };
+            Ok((u64::from_le_bytes(*txid), rest))
+        }
         Ok(match tag {
             TAG_TRANSACTIONAL => {
                 let (txid, rest) = txid_and_rest(rest)?;
-                let (value, tail) = codec::read_value(&rest)?;
+                let (value, tail) = codec::read_value(rest)?;
                 if !tail.is_empty() {
                     bail!("trailing bytes in stored value");
                 }
@@ -118,7 +118,7 @@ impl Stored {
             }
             TAG_OPAQUE => {
                 let (txid, rest) = txid_and_rest(rest)?;
-                let (curr, tail) = codec::read_value(&rest)?;
+                let (curr, tail) = codec::read_value(rest)?;
                 let prev = if tail.is_empty() { None } else { Some(codec::read_value(tail)?.0.to_owned()) };
                 Stored::Opaque { txid, curr: curr.to_owned(), prev }
             }
