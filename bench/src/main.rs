@@ -4,7 +4,10 @@
 //! `weir` binary, the Wasm guest, durable redb commits) and, in the same run,
 //! the same topology with its operators compiled natively into the host
 //! through the same coordinator and commits: the baseline the Wasm figures
-//! are read against. Prints a table and writes JSON.
+//! are read against; and the machine's limit for the workload (see
+//! [`limit`]). Prints a table and writes JSON.
+
+mod limit;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value as Json, json};
@@ -65,6 +68,7 @@ enum Engine {
     Wasm,
     WasmNoCpuLimit,
     Native,
+    Limit,
 }
 
 impl Engine {
@@ -73,6 +77,7 @@ impl Engine {
             Engine::Wasm => "wasm",
             Engine::WasmNoCpuLimit => "wasm, no CPU limit",
             Engine::Native => "native",
+            Engine::Limit => "limit",
         }
     }
 }
@@ -112,9 +117,9 @@ impl Bench {
         let pending = config.max_pending.to_string();
         let parallelism = config.parallelism.to_string();
         let mut command = match config.engine {
-            Engine::Native => {
+            Engine::Native | Engine::Limit => {
                 let mut command = Command::new(std::env::current_exe()?);
-                command.arg("native");
+                command.arg(if config.engine == Engine::Native { "native" } else { "limit" });
                 command
             }
             Engine::Wasm | Engine::WasmNoCpuLimit => {
@@ -144,10 +149,8 @@ impl Bench {
     }
 }
 
-/// Checks the stored counts of a run against the corpus's ground truth.
-fn check_counts(data: &Path, corpus: &Path) -> Result<usize> {
-    let truth_path = corpus.with_extension("counts.json");
-    let truth: BTreeMap<String, i64> = serde_json::from_str(&std::fs::read_to_string(&truth_path)?)?;
+/// The counts a Weir run stored.
+fn weir_counts(data: &Path) -> Result<BTreeMap<String, i64>> {
     let db = Db::open(data)?;
     let mut stored = BTreeMap::new();
     for (key, value) in db.scan("word-count", "counts")? {
@@ -156,6 +159,13 @@ fn check_counts(data: &Path, corpus: &Path) -> Result<usize> {
         };
         stored.insert(word.clone(), *count);
     }
+    Ok(stored)
+}
+
+/// Checks the counts a run stored against the corpus's ground truth.
+fn check_counts(stored: BTreeMap<String, i64>, corpus: &Path) -> Result<usize> {
+    let truth_path = corpus.with_extension("counts.json");
+    let truth: BTreeMap<String, i64> = serde_json::from_str(&std::fs::read_to_string(&truth_path)?)?;
     if stored != truth {
         bail!(
             "stored counts differ from {} ({} words stored, {} expected)",
@@ -218,7 +228,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
     let mut results = serde_json::Map::new();
     let mut rows = Vec::new();
     let mut steady_rates = BTreeMap::new();
-    for engine in [Engine::Wasm, Engine::Native, Engine::WasmNoCpuLimit] {
+    for engine in [Engine::Wasm, Engine::Native, Engine::WasmNoCpuLimit, Engine::Limit] {
         eprintln!("measuring {} ({runs} runs each at {sentences} and {SMALL} sentences)", engine.name());
         let big = bench.run(&main(engine, sentences))?;
         let small = bench.run(&main(engine, SMALL))?;
@@ -240,9 +250,13 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
         );
     }
     let (verify, data) = bench.run_once(&main(Engine::Wasm, sentences), 99)?;
-    let words = check_counts(&data, &bench.corpus(sentences)?)?;
+    let words = check_counts(weir_counts(&data)?, &bench.corpus(sentences)?)?;
+    let (_, limit_data) = bench.run_once(&main(Engine::Limit, sentences), 99)?;
+    check_counts(limit::counts(&limit_data.join(limit::DB_FILE))?, &bench.corpus(sentences)?)
+        .context("the limit program's counts")?;
     let _ = verify;
     let ratio = steady_rates["wasm"] / steady_rates["native"];
+    let of_limit = steady_rates["wasm"] / steady_rates["limit"];
     let epoch_cost = 1.0 - steady_rates["wasm"] / steady_rates["wasm, no CPU limit"];
 
     eprintln!("sweeping batch size and max pending (1 run each)");
@@ -287,6 +301,9 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
         println!("{row}");
     }
     println!("Wasm/native ratio (steady words/s): {ratio:.2}");
+    println!(
+        "Wasm/limit ratio (steady words/s; limit: the least exactly-once word count, see bench/src/limit.rs): {of_limit:.2}"
+    );
     println!("CPU-limit (epoch interruption) cost on Wasm: {:.1}%", epoch_cost * 100.0);
     println!("counts check: {words} words, stored counts equal the ground truth");
     println!();
@@ -320,6 +337,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
         "runs": runs,
         "main": results,
         "wasm_native_ratio": ratio,
+        "wasm_limit_ratio": of_limit,
         "cpu_limit_cost": epoch_cost,
         "counts_check": { "words": words, "exact": true },
         "sweep": sweep,
@@ -359,7 +377,7 @@ fn languages(bench: &Bench, sentences: u64) -> Result<(Vec<String>, Json)> {
         let cold = guest.run_once(&config(SMALL), 0)?.0;
         let cached = guest.run_once(&config(SMALL), 0)?.0;
         let (big, data) = guest.run_once(&config(sentences), 0)?;
-        check_counts(&data, &guest.corpus(sentences)?)?;
+        check_counts(weir_counts(&data)?, &guest.corpus(sentences)?)?;
         let rate = steady(sentences, &big, &cached);
         let start = |m: &Measured| m.report["start_ms"].as_f64().unwrap_or(f64::NAN);
         rows.push(format!(
@@ -392,13 +410,39 @@ fn print_languages(sentences: u64, rows: &[String]) {
     }
 }
 
+/// The value of `--name value` in the arguments of a measured subcommand.
+fn flag<'a>(args: &'a [String], name: &str) -> Result<&'a str> {
+    let at = args.iter().position(|a| a == name).with_context(|| format!("{name} is required"))?;
+    args.get(at + 1).map(String::as_str).with_context(|| format!("{name} needs a value"))
+}
+
+/// The machine's limit: [`limit::run`] with the arguments of `weir run`.
+fn limit(args: &[String]) -> Result<()> {
+    let flag = |name: &str| flag(args, name);
+    let data = Path::new(flag("--data")?);
+    std::fs::create_dir_all(data)?;
+    let report = limit::run(
+        &data.join(limit::DB_FILE),
+        Path::new(flag("--input")?),
+        flag("--batch-size")?.parse()?,
+        flag("--max-pending")?.parse()?,
+    )?;
+    let millis = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
+    let figures = json!([{
+        "batches": report.batches,
+        "elapsed_s": report.elapsed.as_secs_f64(),
+        "start_ms": millis(report.first_batch_ready),
+        "commit_p50_ms": millis(report.commit_latency.quantile(0.5)),
+        "commit_p99_ms": millis(report.commit_latency.quantile(0.99)),
+    }]);
+    std::fs::write(flag("--report-json")?, serde_json::to_string_pretty(&figures)?)?;
+    Ok(())
+}
+
 /// The baseline: word count with its operators compiled into this program,
 /// through the same spout, coordinator and commits as `weir run`.
 fn native(args: &[String]) -> Result<()> {
-    let flag = |name: &str| -> Result<&str> {
-        let at = args.iter().position(|a| a == name).with_context(|| format!("native: {name} is required"))?;
-        args.get(at + 1).map(String::as_str).with_context(|| format!("native: {name} needs a value"))
-    };
+    let flag = |name: &str| flag(args, name);
     let config = RunConfig {
         batch_size: flag("--batch-size")?.parse()?,
         max_pending: flag("--max-pending")?.parse()?,
@@ -427,8 +471,10 @@ fn native(args: &[String]) -> Result<()> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("native") {
-        return native(&args[1..]);
+    match args.first().map(String::as_str) {
+        Some("native") => return native(&args[1..]),
+        Some("limit") => return limit(&args[1..]),
+        _ => {}
     }
     let value = |name: &str, default: &str| -> String {
         args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_owned())
