@@ -277,6 +277,21 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
             sweep.push(json!({ "batch_size": batch_size, "max_pending": max_pending, "words_per_s": rate, "figures": figures(&m) }));
         }
     }
+    eprintln!("sweeping the limit's batch size (1 run each)");
+    let mut limit_rows = Vec::new();
+    let mut limit_sweep = Vec::new();
+    for batch_size in [1000, 10_000, 100_000] {
+        let (m, _) = bench.run_once(&Config { batch_size, ..main(Engine::Limit, sentences) }, 0)?;
+        let rate = (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64();
+        limit_rows.push(format!(
+            "| {batch_size} | {:.2} | {:.2} M | {} / {} |",
+            m.wall.as_secs_f64(),
+            rate / 1e6,
+            ms(&m.report["commit_p50_ms"]),
+            ms(&m.report["commit_p99_ms"])
+        ));
+        limit_sweep.push(json!({ "batch_size": batch_size, "words_per_s": rate, "figures": figures(&m) }));
+    }
     eprintln!("sweeping parallelism (1 run each)");
     let mut parallel_rows = Vec::new();
     let mut parallel = Vec::new();
@@ -321,6 +336,14 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
         println!("{row}");
     }
 
+    println!();
+    println!("The limit program by batch size (wall-clock words/s, start-up included), max pending 4, 1 run each");
+    println!("| batch size | wall s | words/s | commit p50 / p99 ms |");
+    println!("|---|---|---|---|");
+    for row in &limit_rows {
+        println!("{row}");
+    }
+
     let (language_rows, language_figures) = languages(&bench, sentences)?;
     println!();
     print_languages(sentences, &language_rows);
@@ -342,6 +365,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
         "counts_check": { "words": words, "exact": true },
         "sweep": sweep,
         "parallelism": parallel,
+        "limit_by_batch_size": limit_sweep,
         "languages": { "sentences": sentences, "guests": language_figures },
     });
     std::fs::write(out, serde_json::to_string_pretty(&results)? + "\n")?;
