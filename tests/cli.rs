@@ -89,11 +89,7 @@ fn run_builds_a_guest_crate_directory() {
     let corpus = corpus_20k();
     let data = tempfile::tempdir().unwrap();
     let crate_dir = Path::new(REPO_ROOT).join("examples/word-count");
-    let output = weir()
-        .env("CARGO_TARGET_DIR", GUEST_TARGET_DIR)
-        .args(run_args(crate_dir.to_str().unwrap(), data.path(), &corpus.path, &[]))
-        .output()
-        .unwrap();
+    let output = weir().args(run_args(crate_dir.to_str().unwrap(), data.path(), &corpus.path, &[])).output().unwrap();
     assert!(output.status.success(), "{}", text(&output));
     assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
     let not_a_crate = tempfile::tempdir().unwrap();
@@ -274,7 +270,6 @@ fn weir_new_scaffolds_a_guest_that_runs_at_once() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("demo already exists"));
     let output = weir()
         .current_dir(dir.path())
-        .env("CARGO_TARGET_DIR", GUEST_TARGET_DIR)
         .args(["run", "demo", "--data", "data", "--input", corpus.path.to_str().unwrap()])
         .output()
         .unwrap();

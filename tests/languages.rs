@@ -112,11 +112,7 @@ fn a_polyglot_bundle_runs_exactly_once_through_a_replayed_batch() {
     let dir = tempfile::tempdir().unwrap();
     let example = Path::new(REPO_ROOT).join("examples/polyglot");
     let data = dir.path().join("data");
-    let output = weir()
-        .env("CARGO_TARGET_DIR", GUEST_TARGET_DIR)
-        .args(["run", example.to_str().unwrap(), "--data", data.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let output = weir().args(["run", example.to_str().unwrap(), "--data", data.to_str().unwrap()]).output().unwrap();
     let out = text(&output);
     assert!(output.status.success(), "{out}");
     // The Python split fails batch 2's first attempt: replayed, counted once.
@@ -128,11 +124,7 @@ fn a_polyglot_bundle_runs_exactly_once_through_a_replayed_batch() {
     // The same directory as one bundle file: its manifest says which
     // component runs which operator, and it runs the same.
     let bundle = dir.path().join("polyglot.weir");
-    let bundled = weir()
-        .env("CARGO_TARGET_DIR", GUEST_TARGET_DIR)
-        .args(["bundle", example.to_str().unwrap(), "-o", bundle.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let bundled = weir().args(["bundle", example.to_str().unwrap(), "-o", bundle.to_str().unwrap()]).output().unwrap();
     assert!(bundled.status.success(), "{}", text(&bundled));
     let inspected = weir_ok(&["inspect", "--json", bundle.to_str().unwrap()]);
     let manifest: serde_json::Value = serde_json::from_slice(&inspected.stdout).unwrap();

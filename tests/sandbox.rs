@@ -16,12 +16,18 @@ struct Target {
     data: std::path::PathBuf,
 }
 
-fn prepare(component: &str, topology: &str) -> (Target, Vec<serde_json::Value>) {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
+/// An input of the first 300 sentences of the 20,000-sentence corpus, in `dir`.
+fn first_sentences(dir: &std::path::Path) -> std::path::PathBuf {
+    let input = dir.join("input.txt");
     let text = std::fs::read_to_string(&corpus_20k().path).unwrap();
     let first: Vec<&str> = text.lines().take(300).collect();
     std::fs::write(&input, first.join("\n") + "\n").unwrap();
+    input
+}
+
+fn prepare(component: &str, topology: &str) -> (Target, Vec<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = first_sentences(dir.path());
     let data = dir.path().join("data");
     weir_ok(&run_args(component, &data, &input, &["--topology", topology, "--batch-size", "100"]));
     let before = scan(&data, topology, "counts");
@@ -75,10 +81,7 @@ fn unbounded_memory_growth_hits_the_memory_limit_the_topology_asked_for() {
 #[test]
 fn a_guest_whose_memory_only_grows_gets_a_fresh_instance_before_it_traps() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    let corpus = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    let lines: Vec<&str> = corpus.lines().take(300).collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let input = first_sentences(dir.path());
     let data = dir.path().join("data");
     let args = run_args(HOSTILE, &data, &input, &["--topology", "leak", "--batch-size", "10"]);
     let output = weir().env("WEIR_LOG", "weir=debug").args(&args).output().unwrap();
@@ -86,7 +89,8 @@ fn a_guest_whose_memory_only_grows_gets_a_fresh_instance_before_it_traps() {
     let log = text(&output);
     assert!(log.contains("committed 30 batches (300 tuples)") && !log.contains("replayed"), "{log}");
     assert!(log.contains("operator leaky: replacing its instance"), "{log}");
-    assert_counts_eq(&counts(&data, "leak"), &count_words(&lines));
+    let sentences = std::fs::read_to_string(&input).unwrap();
+    assert_counts_eq(&counts(&data, "leak"), &count_words(&sentences.lines().collect::<Vec<_>>()));
 }
 
 #[test]

@@ -192,6 +192,22 @@ fn figures(m: &Measured) -> Json {
     })
 }
 
+/// Words per second of one run over `sentences` sentences, start-up included.
+fn wall_rate(sentences: u64, m: &Measured) -> f64 {
+    (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64()
+}
+
+/// A one-run row's cells: wall s, words/s, commit p50 / p99 ms.
+fn run_cells(m: &Measured, rate: f64) -> String {
+    format!(
+        "{:.2} | {:.2} M | {} / {}",
+        m.wall.as_secs_f64(),
+        rate / 1e6,
+        ms(&m.report["commit_p50_ms"]),
+        ms(&m.report["commit_p99_ms"])
+    )
+}
+
 fn ms(v: &Json) -> String {
     v.as_f64().map_or("-".into(), |v| format!("{v:.1}"))
 }
@@ -266,14 +282,8 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
         for max_pending in [1, 4] {
             let config = Config { engine: Engine::Wasm, sentences, batch_size, max_pending, parallelism: 1 };
             let (m, _) = bench.run_once(&config, 0)?;
-            let rate = (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64();
-            sweep_rows.push(format!(
-                "| {batch_size} | {max_pending} | {:.2} | {:.2} M | {} / {} |",
-                m.wall.as_secs_f64(),
-                rate / 1e6,
-                ms(&m.report["commit_p50_ms"]),
-                ms(&m.report["commit_p99_ms"])
-            ));
+            let rate = wall_rate(sentences, &m);
+            sweep_rows.push(format!("| {batch_size} | {max_pending} | {} |", run_cells(&m, rate)));
             sweep.push(json!({ "batch_size": batch_size, "max_pending": max_pending, "words_per_s": rate, "figures": figures(&m) }));
         }
     }
@@ -282,14 +292,8 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
     let mut limit_sweep = Vec::new();
     for batch_size in [1000, 10_000, 100_000] {
         let (m, _) = bench.run_once(&Config { batch_size, ..main(Engine::Limit, sentences) }, 0)?;
-        let rate = (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64();
-        limit_rows.push(format!(
-            "| {batch_size} | {:.2} | {:.2} M | {} / {} |",
-            m.wall.as_secs_f64(),
-            rate / 1e6,
-            ms(&m.report["commit_p50_ms"]),
-            ms(&m.report["commit_p99_ms"])
-        ));
+        let rate = wall_rate(sentences, &m);
+        limit_rows.push(format!("| {batch_size} | {} |", run_cells(&m, rate)));
         limit_sweep.push(json!({ "batch_size": batch_size, "words_per_s": rate, "figures": figures(&m) }));
     }
     eprintln!("sweeping parallelism (1 run each)");
@@ -298,7 +302,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
     for parallelism in [1, 2] {
         for engine in [Engine::Wasm, Engine::Native] {
             let (m, _) = bench.run_once(&Config { parallelism, ..main(engine, sentences) }, 0)?;
-            let rate = (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64();
+            let rate = wall_rate(sentences, &m);
             parallel_rows.push(format!(
                 "| {} | {parallelism} | {:.2} | {:.2} M |",
                 engine.name(),

@@ -15,10 +15,12 @@ pub use weir_test_guests::{
 };
 
 /// The `weir` binary, with a compiled-component cache shared by every test
-/// of the run, so that each component is compiled once.
+/// of the run, so that each component is compiled once, and the guest
+/// crates it builds built in one target dir.
 pub fn weir() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
     command.env("WEIR_CACHE_DIR", Path::new(GUEST_TARGET_DIR).join("compiled-cache"));
+    command.env("CARGO_TARGET_DIR", GUEST_TARGET_DIR);
     command.env("WEIR_LOG", "weir=info");
     command
 }
