@@ -156,7 +156,7 @@ fn a_row_extending_a_missing_input_row_fails_the_batch() {
         RAW_GUEST,
         "out-of-range-parent",
         &[],
-        "operator split: returned a malformed batch: a row extends input row 4000000 of 1",
+        "operator split: returned a malformed batch: malformed batch at byte 8: a row extends input row 4000000 of 1",
     );
 }
 

@@ -31,6 +31,8 @@ const STR: u8 = 5;
 const BYTES: u8 = 6;
 
 const HEADER_LEN: usize = 8;
+/// A bound no row's tag reaches.
+const ANY_TAG: u64 = 1 << 32;
 
 /// A tuple field value, owned.
 #[derive(Clone, Debug, PartialEq)]
@@ -173,9 +175,35 @@ pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
 #[inline]
 fn write_len_prefixed(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
     let len = u32::try_from(bytes.len()).expect("a value is at most 4 GiB");
-    out.push(kind);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(bytes);
+    let mut head = [0u8; 5];
+    head[0] = kind;
+    head[1..].copy_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&head);
+    extend_short(out, bytes);
+}
+
+/// `out.extend_from_slice(bytes)`, with strings of up to 16 bytes (most
+/// words, keys and numbers) copied as two overlapping fixed-size chunks. A
+/// copy of varying size is a call to `memcpy`, and in a Wasm guest a call
+/// out of the sandbox into the runtime, which costs more than the copy.
+#[inline]
+fn extend_short(out: &mut Vec<u8>, bytes: &[u8]) {
+    let n = bytes.len();
+    if !(4..=16).contains(&n) {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    let at = out.len();
+    out.extend_from_slice(&[0u8; 16]);
+    let dst = &mut out[at..at + 16];
+    if n >= 8 {
+        dst[..8].copy_from_slice(&bytes[..8]);
+        dst[n - 8..n].copy_from_slice(&bytes[n - 8..]);
+    } else {
+        dst[..4].copy_from_slice(&bytes[..4]);
+        dst[n - 4..n].copy_from_slice(&bytes[n - 4..]);
+    }
+    out.truncate(at + n);
 }
 
 /// `bytes` as a string if they are UTF-8. Most strings are short and
@@ -393,8 +421,9 @@ pub struct Batch<'a> {
     row_starts: Vec<u32>,
 }
 
-/// Checks a whole batch; returns its arity and where each row starts.
-fn validate(buf: &[u8]) -> Result<(usize, Vec<u32>), DecodeError> {
+/// Checks a whole batch, each row's tag below `tags_below`; returns its
+/// arity and where each row starts.
+fn validate(buf: &[u8], tags_below: u64) -> Result<(usize, Vec<u32>), DecodeError> {
     if buf.len() > u32::MAX as usize {
         return Err(DecodeError { offset: 0, reason: "batch is larger than 4 GiB".into() });
     }
@@ -409,16 +438,26 @@ fn validate(buf: &[u8]) -> Result<(usize, Vec<u32>), DecodeError> {
             cursor.err(format!("header claims {rows} rows of {arity} values, the buffer holds {} bytes", buf.len()))
         );
     }
+    // The position lives in a register: the cursor only builds errors.
+    let mut pos = cursor.pos;
     let mut row_starts = Vec::with_capacity(rows);
     for _ in 0..rows {
-        row_starts.push(cursor.pos as u32);
-        cursor.u32()?;
+        row_starts.push(pos as u32);
+        let Some(tag) = buf.get(pos..pos + 4) else { return Err(Cursor { buf, pos }.take(4).unwrap_err()) };
+        let tag = u32::from_le_bytes(tag.try_into().expect("4 bytes"));
+        if u64::from(tag) >= tags_below {
+            return Err(Cursor { buf, pos }.err(format!("a row extends input row {tag} of {tags_below}")));
+        }
+        pos += 4;
         for _ in 0..arity {
-            cursor.value()?;
+            match value_end(buf, pos) {
+                Some(end) => pos = end,
+                None => return Err(invalid_value(buf, pos)),
+            }
         }
     }
-    if cursor.pos != buf.len() {
-        return Err(cursor.err(format!("{} bytes after the last row", buf.len() - cursor.pos)));
+    if pos != buf.len() {
+        return Err(Cursor { buf, pos }.err(format!("{} bytes after the last row", buf.len() - pos)));
     }
     Ok((arity, row_starts))
 }
@@ -426,13 +465,19 @@ fn validate(buf: &[u8]) -> Result<(usize, Vec<u32>), DecodeError> {
 impl<'a> Batch<'a> {
     /// Checks `buf` as a packed batch. Every later read borrows from it.
     pub fn decode(buf: &'a [u8]) -> Result<Batch<'a>, DecodeError> {
-        let (arity, row_starts) = validate(buf)?;
+        let (arity, row_starts) = validate(buf, ANY_TAG)?;
         Ok(Batch { buf: Cow::Borrowed(buf), arity, row_starts })
     }
 
     /// Checks `buf` as a packed batch, keeping it.
     pub fn decode_owned(buf: Vec<u8>) -> Result<Batch<'static>, DecodeError> {
-        let (arity, row_starts) = validate(&buf)?;
+        Batch::decode_extending(buf, ANY_TAG)
+    }
+
+    /// Checks `buf` as the rows a function emitted for `parents` input
+    /// rows: a packed batch whose every row's tag is the index of one.
+    pub fn decode_extending(buf: Vec<u8>, parents: u64) -> Result<Batch<'static>, DecodeError> {
+        let (arity, row_starts) = validate(&buf, parents)?;
         Ok(Batch { buf: Cow::Owned(buf), arity, row_starts })
     }
 
@@ -535,6 +580,51 @@ impl<'a> EncodedValue<'a> {
             _ => ValueRef::Bytes(&payload[4..]),
         }
     }
+}
+
+/// Where the value at `pos` ends, if it is a valid one: the check of
+/// [`Cursor::value`] without building the value or an error, so that it
+/// stays in registers.
+#[inline(always)]
+fn value_end(buf: &[u8], pos: usize) -> Option<usize> {
+    let end = match *buf.get(pos)? {
+        NULL | FALSE | TRUE => pos + 1,
+        I64 | F64 => pos + 9,
+        kind @ (STR | BYTES) => {
+            let len = u32::from_le_bytes(*buf.get(pos + 1..)?.first_chunk::<4>()?) as usize;
+            let start = pos + 5;
+            let payload = buf.get(start..start.checked_add(len)?)?;
+            if kind == STR && !ascii_within(buf, start, len) && utf8(payload).is_err() {
+                return None;
+            }
+            start + len
+        }
+        _ => return None,
+    };
+    (end <= buf.len()).then_some(end)
+}
+
+/// Why the value at `pos` is not valid, in [`Cursor::value`]'s words.
+#[cold]
+fn invalid_value(buf: &[u8], pos: usize) -> DecodeError {
+    let mut cursor = Cursor { buf, pos };
+    match cursor.value() {
+        Err(e) => e,
+        Ok(_) => Cursor { buf, pos }.err("invalid value"),
+    }
+}
+
+/// Whether the `len` bytes at `start` of `buf` are ASCII, for a string of
+/// up to 8 bytes checked as one word read from `buf` (the bytes past the
+/// string masked off); `false` where that does not apply.
+#[inline(always)]
+fn ascii_within(buf: &[u8], start: usize, len: usize) -> bool {
+    let Some(word) = buf.get(start..).and_then(|rest| rest.first_chunk::<8>()) else { return false };
+    if len == 0 || len > 8 {
+        return len == 0;
+    }
+    let mask = u64::MAX >> (64 - 8 * len) & 0x8080_8080_8080_8080;
+    u64::from_le_bytes(*word) & mask == 0
 }
 
 /// Length of the (valid) value encoded at the start of `buf`.
@@ -643,9 +733,47 @@ mod tests {
         bad_utf8[last] = 0xff;
         assert!(Batch::decode(&bad_utf8).unwrap_err().reason.contains("UTF-8"));
 
+        // Short strings with more rows after them are checked a word at a time.
+        let mut writer = BatchWriter::new(1);
+        for word in ["abc", "héé", "abcdefgh", "x"] {
+            writer.push_row(0, [ValueRef::Str(word)]).unwrap();
+        }
+        let words = writer.finish();
+        assert_eq!(Batch::decode(&words).unwrap().len(), 4);
+        let mut bad_middle = words.clone();
+        bad_middle[8 + 4 + 5 + 1] = 0xff;
+        let err = Batch::decode(&bad_middle).unwrap_err();
+        assert_eq!(err.offset, 8 + 4 + 5 + 1, "{err}");
+        assert!(err.reason.contains("UTF-8"), "{err}");
+
         let huge_rows = [255, 255, 255, 255, 1, 0, 0, 0];
         assert!(Batch::decode(&huge_rows).unwrap_err().reason.contains("claims"));
         assert!(Batch::decode(&[1, 2]).is_err());
+    }
+
+    #[test]
+    fn strings_of_every_short_length_are_written_whole() {
+        let text = "abcdefghijklmnopqrstu";
+        let mut writer = BatchWriter::new(2);
+        for n in 0..=text.len() {
+            writer.push_row(n as u32, [ValueRef::Str(&text[..n]), ValueRef::Bytes(&text.as_bytes()[n..])]).unwrap();
+        }
+        let batch = Batch::decode_owned(writer.finish()).unwrap();
+        for (n, row) in batch.rows().enumerate() {
+            let values: Vec<_> = row.values().collect();
+            assert_eq!(values, [ValueRef::Str(&text[..n]), ValueRef::Bytes(&text.as_bytes()[n..])]);
+        }
+    }
+
+    #[test]
+    fn emitted_rows_must_extend_an_input_row() {
+        let mut writer = BatchWriter::new(1);
+        writer.push_row(0, [ValueRef::I64(1)]).unwrap();
+        writer.push_row(2, [ValueRef::I64(2)]).unwrap();
+        let emitted = writer.finish();
+        assert_eq!(Batch::decode_extending(emitted.clone(), 3).unwrap().len(), 2);
+        let err = Batch::decode_extending(emitted, 2).unwrap_err();
+        assert_eq!((err.offset, err.reason.as_str()), (21, "a row extends input row 2 of 2"));
     }
 
     #[test]

@@ -281,10 +281,18 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
     let short = short.into_values().map(|(count, r)| (store_key(field(batch.row(r as usize), group[0]), 1), count));
     let long = long.into_iter().map(|(packed, count)| (store_key(&packed, group.len()), count));
     // Sorted by each key's first 16 bytes as an integer, then by the whole
-    // key: most comparisons are one integer comparison.
-    let mut sorted: Vec<(u128, Vec<u8>, i64)> = short.chain(long).map(|(k, n)| (key_prefix(&k), k, n)).collect();
-    sorted.sort_unstable();
-    sorted.into_iter().map(|(_, key, count)| (key, Value::I64(count))).collect()
+    // key: most comparisons are one integer comparison, and what moves is
+    // the integer and an index.
+    let mut counted: Vec<(Vec<u8>, i64)> = short.chain(long).collect();
+    let mut order: Vec<(u128, u32)> = counted.iter().enumerate().map(|(i, (k, _))| (key_prefix(k), i as u32)).collect();
+    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| counted[a.1 as usize].0.cmp(&counted[b.1 as usize].0)));
+    order
+        .into_iter()
+        .map(|(_, i)| {
+            let (key, count) = &mut counted[i as usize];
+            (std::mem::take(key), Value::I64(*count))
+        })
+        .collect()
 }
 
 /// An encoded value of 1 to 16 bytes as its length and two (overlapping)

@@ -28,15 +28,12 @@ pub(super) fn function(
     if kind == FunctionKind::Peek {
         return Ok(if kept.len() == batch.arity() { batch.clone() } else { super::project(batch, kept) });
     }
-    let emitted = Batch::decode_owned(out).map_err(|e| malformed(id, e))?;
+    let emitted = Batch::decode_extending(out, batch.len() as u64).map_err(|e| malformed(id, e))?;
     if emitted.arity() != outputs {
         return Err(BatchError::retry(
             id,
             format!("emitted rows of {} values, but it declares {outputs} output fields", emitted.arity()),
         ));
-    }
-    if let Some(row) = emitted.rows().find(|r| r.tag() as usize >= batch.len()) {
-        return Err(malformed(id, format!("a row extends input row {} of {}", row.tag(), batch.len())));
     }
     if kept.is_empty() {
         return Ok(emitted);

@@ -10,8 +10,9 @@
 //!
 //! A stored txid ahead of the batch's is an error, never a silent double count.
 
+use super::compact;
 use anyhow::{Result, bail};
-use weir_sdk::codec::{self, Value};
+use weir_sdk::codec::{self, Value, ValueRef};
 use weir_sdk::topology::StateKind;
 
 /// A value as stored, with the bookkeeping its kind needs.
@@ -48,9 +49,14 @@ pub enum Step {
     Combine(Value),
 }
 
-const TAG_TRANSACTIONAL: u8 = 1;
-const TAG_OPAQUE: u8 = 2;
-const TAG_PLAIN: u8 = 3;
+// Tags of stored values. The first three wrote the txid in eight bytes
+// and values in the batch encoding; they are still read, never written.
+const LEGACY_TRANSACTIONAL: u8 = 1;
+const LEGACY_OPAQUE: u8 = 2;
+const LEGACY_PLAIN: u8 = 3;
+const TAG_TRANSACTIONAL: u8 = 4;
+const TAG_OPAQUE: u8 = 5;
+const TAG_PLAIN: u8 = 6;
 
 impl Stored {
     /// The kind of state this value belongs to.
@@ -69,10 +75,10 @@ impl Stored {
         }
     }
 
-    /// Bytes as written to redb: a kind tag, the txid, then values in the
-    /// batch encoding.
+    /// Bytes as written to redb: a kind tag, the txid as a varint, then
+    /// values in the compact encoding (see [`compact`]).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24);
+        let mut out = Vec::with_capacity(8);
         self.encode_into(&mut out);
         out
     }
@@ -82,49 +88,74 @@ impl Stored {
         match self {
             Stored::Transactional { txid, value } => {
                 out.push(TAG_TRANSACTIONAL);
-                out.extend_from_slice(&txid.to_le_bytes());
-                codec::write_value(out, value.as_ref());
+                compact::write_varint(out, *txid);
+                compact::write_value(out, value.as_ref());
             }
             Stored::Opaque { txid, curr, prev } => {
                 out.push(TAG_OPAQUE);
-                out.extend_from_slice(&txid.to_le_bytes());
-                codec::write_value(out, curr.as_ref());
+                compact::write_varint(out, *txid);
+                compact::write_value(out, curr.as_ref());
                 if let Some(prev) = prev {
-                    codec::write_value(out, prev.as_ref());
+                    compact::write_value(out, prev.as_ref());
                 }
             }
             Stored::Plain(value) => {
                 out.push(TAG_PLAIN);
-                codec::write_value(out, value.as_ref());
+                compact::write_value(out, value.as_ref());
             }
         }
     }
 
-    /// Reads what [`Stored::encode`] wrote.
+    /// Reads what [`Stored::encode`] wrote, or a value of the legacy layout.
     pub fn decode(bytes: &[u8]) -> Result<Stored> {
         let Some((&tag, rest)) = bytes.split_first() else { bail!("empty stored value") };
-        fn txid_and_rest(rest: &[u8]) -> Result<(u64, &[u8])> {
-            let Some((txid, rest)) = rest.split_first_chunk::<8>() else { bail!("truncated stored value") };
-            Ok((u64::from_le_bytes(*txid), rest))
-        }
+        let fields = match tag {
+            TAG_TRANSACTIONAL | TAG_OPAQUE | TAG_PLAIN => Fields { legacy: false },
+            LEGACY_TRANSACTIONAL | LEGACY_OPAQUE | LEGACY_PLAIN => Fields { legacy: true },
+            other => bail!("unknown stored value tag {other}"),
+        };
         Ok(match tag {
-            TAG_TRANSACTIONAL => {
-                let (txid, rest) = txid_and_rest(rest)?;
-                let (value, tail) = codec::read_value(rest)?;
-                if !tail.is_empty() {
-                    bail!("trailing bytes in stored value");
-                }
-                Stored::Transactional { txid, value: value.to_owned() }
+            TAG_TRANSACTIONAL | LEGACY_TRANSACTIONAL => {
+                let (txid, rest) = fields.txid(rest)?;
+                Stored::Transactional { txid, value: fields.last_value(rest)? }
             }
-            TAG_OPAQUE => {
-                let (txid, rest) = txid_and_rest(rest)?;
-                let (curr, tail) = codec::read_value(rest)?;
-                let prev = if tail.is_empty() { None } else { Some(codec::read_value(tail)?.0.to_owned()) };
+            TAG_OPAQUE | LEGACY_OPAQUE => {
+                let (txid, rest) = fields.txid(rest)?;
+                let (curr, tail) = fields.value(rest)?;
+                let prev = if tail.is_empty() { None } else { Some(fields.last_value(tail)?) };
                 Stored::Opaque { txid, curr: curr.to_owned(), prev }
             }
-            TAG_PLAIN => Stored::Plain(codec::read_value(rest)?.0.to_owned()),
-            other => bail!("unknown stored value tag {other}"),
+            _ => Stored::Plain(fields.last_value(rest)?),
         })
+    }
+}
+
+/// Reads the fields of a stored value, in the current layout or the legacy one.
+#[derive(Clone, Copy)]
+struct Fields {
+    legacy: bool,
+}
+
+impl Fields {
+    fn txid(self, rest: &[u8]) -> Result<(u64, &[u8])> {
+        if !self.legacy {
+            return compact::read_varint(rest);
+        }
+        let Some((txid, rest)) = rest.split_first_chunk::<8>() else { bail!("truncated stored value") };
+        Ok((u64::from_le_bytes(*txid), rest))
+    }
+
+    fn value(self, rest: &[u8]) -> Result<(ValueRef<'_>, &[u8])> {
+        if self.legacy { Ok(codec::read_value(rest)?) } else { compact::read_value(rest) }
+    }
+
+    /// The value that ends the record.
+    fn last_value(self, rest: &[u8]) -> Result<Value> {
+        let (value, tail) = self.value(rest)?;
+        if !tail.is_empty() {
+            bail!("trailing bytes in stored value");
+        }
+        Ok(value.to_owned())
     }
 }
 
@@ -290,7 +321,27 @@ mod tests {
         for stored in [tx(3, 7), opaque(6, Some(4), 3), opaque(2, None, 1), Stored::Plain(Value::Str("x".into()))] {
             assert_eq!(Stored::decode(&stored.encode()).unwrap(), stored);
         }
+        assert_eq!(tx(3, 7).encode(), [TAG_TRANSACTIONAL, 7, 3, 6], "a small count at rest takes four bytes");
         assert!(Stored::decode(&[9]).is_err());
         assert!(Stored::decode(&[1, 0]).is_err());
+        assert!(Stored::decode(&[TAG_TRANSACTIONAL, 7, 3, 6, 0]).is_err(), "trailing bytes");
+    }
+
+    #[test]
+    fn values_of_the_legacy_layout_are_still_read() {
+        let legacy = |tag: u8, txid: u64, values: &[Value]| {
+            let mut out = vec![tag];
+            if tag != LEGACY_PLAIN {
+                out.extend_from_slice(&txid.to_le_bytes());
+            }
+            for value in values {
+                codec::write_value(&mut out, value.as_ref());
+            }
+            out
+        };
+        let decoded = |bytes: Vec<u8>| Stored::decode(&bytes).unwrap();
+        assert_eq!(decoded(legacy(LEGACY_TRANSACTIONAL, 7, &[Value::I64(3)])), tx(3, 7));
+        assert_eq!(decoded(legacy(LEGACY_OPAQUE, 3, &[Value::I64(6), Value::I64(4)])), opaque(6, Some(4), 3));
+        assert_eq!(decoded(legacy(LEGACY_PLAIN, 0, &[Value::Str("x".into())])), Stored::Plain(Value::Str("x".into())));
     }
 }
