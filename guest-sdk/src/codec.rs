@@ -183,25 +183,34 @@ fn write_len_prefixed(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
 }
 
 /// `out.extend_from_slice(bytes)`, with strings of up to 16 bytes (most
-/// words, keys and numbers) copied as two overlapping fixed-size chunks. A
+/// words, keys and numbers) copied as fixed-size chunks that overlap. A
 /// copy of varying size is a call to `memcpy`, and in a Wasm guest a call
 /// out of the sandbox into the runtime, which costs more than the copy.
 #[inline]
 fn extend_short(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len();
-    if !(4..=16).contains(&n) {
+    if n > 16 {
         out.extend_from_slice(bytes);
         return;
     }
     let at = out.len();
     out.extend_from_slice(&[0u8; 16]);
     let dst = &mut out[at..at + 16];
-    if n >= 8 {
-        dst[..8].copy_from_slice(&bytes[..8]);
-        dst[n - 8..n].copy_from_slice(&bytes[n - 8..]);
-    } else {
-        dst[..4].copy_from_slice(&bytes[..4]);
-        dst[n - 4..n].copy_from_slice(&bytes[n - 4..]);
+    match n {
+        8..=16 => {
+            dst[..8].copy_from_slice(&bytes[..8]);
+            dst[n - 8..n].copy_from_slice(&bytes[n - 8..]);
+        }
+        4..=7 => {
+            dst[..4].copy_from_slice(&bytes[..4]);
+            dst[n - 4..n].copy_from_slice(&bytes[n - 4..]);
+        }
+        1..=3 => {
+            dst[0] = bytes[0];
+            dst[n / 2] = bytes[n / 2];
+            dst[n - 1] = bytes[n - 1];
+        }
+        _ => {}
     }
     out.truncate(at + n);
 }

@@ -254,6 +254,7 @@ pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resul
 /// so that hashing and comparing it costs a few instructions. Each distinct
 /// key becomes the store's key once.
 fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
+    #[inline(always)]
     fn field(row: weir_sdk::codec::Row<'_>, p: usize) -> &[u8] {
         row.encoded_values().nth(p).expect("position within arity").bytes()
     }
@@ -278,14 +279,24 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
             }
         }
     }
-    let short = short.into_values().map(|(count, r)| (store_key(field(batch.row(r as usize), group[0]), 1), count));
+    let short = short.into_values().map(|(count, r)| {
+        let row = batch.row(r as usize);
+        let mut key = Vec::with_capacity(16);
+        keys::encode_value(&mut key, row.get(group[0]).expect("position within arity"));
+        (key, count)
+    });
     let long = long.into_iter().map(|(packed, count)| (store_key(&packed, group.len()), count));
     // Sorted by each key's first 16 bytes as an integer, then by the whole
     // key: most comparisons are one integer comparison, and what moves is
     // the integer and an index.
     let mut counted: Vec<(Vec<u8>, i64)> = short.chain(long).collect();
     let mut order: Vec<(u128, u32)> = counted.iter().enumerate().map(|(i, (k, _))| (key_prefix(k), i as u32)).collect();
-    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| counted[a.1 as usize].0.cmp(&counted[b.1 as usize].0)));
+    order.sort_unstable();
+    // Keys longer than 16 bytes may share their prefix: order those runs by
+    // the whole key.
+    for run in order.chunk_by_mut(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
+        run.sort_unstable_by(|a, b| counted[a.1 as usize].0.cmp(&counted[b.1 as usize].0));
+    }
     order
         .into_iter()
         .map(|(_, i)| {
@@ -297,8 +308,17 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
 
 /// An encoded value of 1 to 16 bytes as its length and two (overlapping)
 /// words that together hold every byte: equal keys, equal values.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct ShortKey(u64, u64, usize);
+
+impl std::hash::Hash for ShortKey {
+    /// One word to hash rather than three: the map compares whole keys, so
+    /// the rare two keys that mix to the same word only share a probe.
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0 ^ self.1.rotate_left(29) ^ (self.2 as u64).rotate_right(7));
+    }
+}
 
 impl ShortKey {
     #[inline]

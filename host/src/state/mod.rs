@@ -15,12 +15,14 @@ pub mod compact;
 pub mod handle;
 pub mod keys;
 pub mod rules;
+pub mod table;
 pub mod view;
 
 use anyhow::{Context, Result, bail};
 use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use rules::Stored;
 use std::path::{Path, PathBuf};
+use table::{ReadTable, WriteTable};
 use view::StateWrites;
 use weir_sdk::codec::Value;
 
@@ -74,10 +76,6 @@ fn meta_table(topology: &str) -> String {
 
 fn batches_table(topology: &str) -> String {
     format!("meta/{topology}/batches")
-}
-
-fn bytes_table(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
-    TableDefinition::new(name)
 }
 
 fn deployments_def() -> TableDefinition<'static, &'static str, &'static [u8]> {
@@ -173,16 +171,16 @@ impl Db {
             }
             let mut encoded = Vec::with_capacity(32);
             for write in writes {
+                let in_state = || format!("state {}", write.state);
                 let name = state_table(topology, &write.state);
-                let mut table = txn.open_table(bytes_table(&name))?;
+                let counts = table::holds_counts(write.combines.as_ref());
+                let mut table = WriteTable::open(&txn, &name, counts).with_context(in_state)?;
                 for (key, stored) in &write.records {
-                    encoded.clear();
-                    stored.encode_into(&mut encoded);
-                    table.insert(key.as_slice(), encoded.as_slice())?;
+                    table.insert(key, stored, &mut encoded).with_context(in_state)?;
                 }
                 written += write.records.len();
                 if let Some(combines) = &write.combines {
-                    written += combine_in_place(&mut table, txid, &write.state, combines, &mut encoded)?;
+                    written += table.combine_in_place(txid, combines, &mut encoded).with_context(in_state)?;
                 }
             }
             meta.insert(LAST_COMMITTED, txid)?;
@@ -200,12 +198,8 @@ impl Db {
         let txn = self.db.begin_read()?;
         let name = state_table(topology, state);
         let table = self.open_state(&txn, topology, state, &name)?;
-        let mut out = Vec::new();
-        for entry in table.iter()? {
-            let (key, value) = entry?;
-            out.push((keys::decode(key.value())?, Stored::decode(value.value())?));
-        }
-        Ok(out)
+        let entries = table.entries()?;
+        entries.into_iter().map(|(key, stored)| Ok((keys::decode(&key)?, stored))).collect()
     }
 
     /// The stored value of one key.
@@ -213,24 +207,16 @@ impl Db {
         let txn = self.db.begin_read()?;
         let name = state_table(topology, state);
         let table = self.open_state(&txn, topology, state, &name)?;
-        let encoded = keys::encode(key.iter().map(Value::as_ref));
-        table.get(encoded.as_slice())?.map(|v| Stored::decode(v.value())).transpose()
+        table.get(&keys::encode(key.iter().map(Value::as_ref)))
     }
 
-    fn open_state(
-        &self,
-        txn: &redb::ReadTransaction,
-        topology: &str,
-        state: &str,
-        name: &str,
-    ) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
-        match txn.open_table(bytes_table(name)) {
-            Ok(table) => Ok(table),
-            Err(redb::TableError::TableDoesNotExist(_)) => {
+    fn open_state(&self, txn: &redb::ReadTransaction, topology: &str, state: &str, name: &str) -> Result<ReadTable> {
+        match ReadTable::open(txn, name)? {
+            Some(table) => Ok(table),
+            None => {
                 let known = self.states(topology)?;
                 bail!("topology {topology} has no state {state} in {} (states: {known:?})", self.path.display())
             }
-            Err(e) => Err(e.into()),
         }
     }
 
@@ -284,42 +270,6 @@ impl Db {
         let prefix = format!("state/{topology}/");
         Ok(txn.list_tables()?.filter_map(|t| t.name().strip_prefix(&prefix).map(str::to_owned)).collect())
     }
-}
-
-/// Combines each partial with its key's stored value in the write
-/// transaction, by Trident's rules: one tree lookup per key, the value
-/// replaced in place. Returns the keys written.
-fn combine_in_place(
-    table: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
-    txid: u64,
-    state: &str,
-    combines: &view::Combines,
-    encoded: &mut Vec<u8>,
-) -> Result<usize> {
-    let mut written = 0;
-    for (key, partial) in &combines.partials {
-        let context = || format!("state {state}, key {}", describe_key(key));
-        let value_for = |base: Option<Value>| match base {
-            Some(base) => Ok(combines.builtin.combine(base, partial.clone())?),
-            None => Ok(partial.clone()),
-        };
-        if let Some(mut guard) = table.get_mut(key.as_slice())? {
-            let stored = Stored::decode(guard.value()).with_context(context)?;
-            let Some(new) = rules::apply(combines.kind, Some(&stored), txid, value_for).with_context(context)? else {
-                continue;
-            };
-            encoded.clear();
-            new.encode_into(encoded);
-            guard.insert(encoded.as_slice())?;
-        } else {
-            let new = rules::apply(combines.kind, None, txid, value_for).with_context(context)?;
-            encoded.clear();
-            new.expect("a key with no value is always written").encode_into(encoded);
-            table.insert(key.as_slice(), encoded.as_slice())?;
-        }
-        written += 1;
-    }
-    Ok(written)
 }
 
 pub(crate) fn describe_key(key: &[u8]) -> String {

@@ -7,8 +7,9 @@
 
 use super::keys;
 use super::rules::{self, Step, Stored};
+use super::table::ReadTable;
 use anyhow::{Context, Result, bail};
-use redb::{ReadOnlyTable, ReadTransaction, TableDefinition};
+use redb::ReadTransaction;
 use std::collections::{BTreeMap, HashMap};
 use weir_sdk::codec::Value;
 use weir_sdk::operator::Builtin;
@@ -83,7 +84,7 @@ struct Write {
 
 struct View {
     def: StateDef,
-    table: Option<ReadOnlyTable<&'static [u8], &'static [u8]>>,
+    table: Option<ReadTable>,
     cache: StateCache,
     writes: BTreeMap<Vec<u8>, Write>,
     combines: Option<Combines>,
@@ -132,11 +133,7 @@ impl Views {
         let mut views = HashMap::new();
         for (name, def) in states {
             let table_name = super::state_table(topology, name);
-            let table = match read.open_table(TableDefinition::<&[u8], &[u8]>::new(&table_name)) {
-                Ok(table) => Some(table),
-                Err(redb::TableError::TableDoesNotExist(_)) => None,
-                Err(e) => return Err(e.into()),
-            };
+            let table = ReadTable::open(read, &table_name)?;
             let capacity = def.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
             let cache = caches.remove(name).unwrap_or_else(|| StateCache::new(capacity));
             views
@@ -170,11 +167,9 @@ impl Views {
 
     fn read(view: &View, key: &[u8]) -> Result<Option<Stored>> {
         Ok(match &view.table {
-            Some(table) => table
-                .get(key)?
-                .map(|v| Stored::decode(v.value()))
-                .transpose()
-                .with_context(|| format!("state {} has an unreadable value", view.def.name))?,
+            Some(table) => {
+                table.get(key).with_context(|| format!("state {} has an unreadable value", view.def.name))?
+            }
             None => None,
         })
     }

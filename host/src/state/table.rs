@@ -1,0 +1,329 @@
+//! A state's redb table, in one of two layouts. Most states keep
+//! [`Stored`] records in their compact encoding, of any width. A
+//! transactional count (a persistent aggregate of `Count`, the commonest
+//! state) keeps fixed-width `(txid, count)` records instead: redb replaces
+//! a fixed-width value in place, where replacing a value of varying width
+//! rewrites the end offset of every later value in its page.
+//!
+//! The layout is chosen when the table is created, by its first commit, and
+//! redb records it as the table's value type, so readers open either.
+
+use super::rules::{self, Stored};
+use super::view::Combines;
+use anyhow::{Context, Result, bail};
+use redb::{
+    ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, TableError, TypeName, WriteTransaction,
+};
+use weir_sdk::codec::Value;
+use weir_sdk::operator::Builtin;
+use weir_sdk::topology::StateKind;
+
+/// A transactional count as stored: the txid that wrote it, then the count,
+/// 16 bytes.
+#[derive(Debug)]
+pub struct TransactionalCount;
+
+impl redb::Value for TransactionalCount {
+    type SelfType<'a> = (u64, i64);
+    type AsBytes<'a> = [u8; 16];
+
+    fn fixed_width() -> Option<usize> {
+        Some(16)
+    }
+
+    fn from_bytes<'a>(data: &'a [u8]) -> (u64, i64)
+    where
+        Self: 'a,
+    {
+        let (txid, count) = data.split_at(8);
+        (u64::from_le_bytes(txid.try_into().expect("8 bytes")), i64::from_le_bytes(count.try_into().expect("8 bytes")))
+    }
+
+    fn as_bytes<'a, 'b: 'a>(value: &'a (u64, i64)) -> [u8; 16]
+    where
+        Self: 'b,
+    {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&value.0.to_le_bytes());
+        out[8..].copy_from_slice(&value.1.to_le_bytes());
+        out
+    }
+
+    fn type_name() -> TypeName {
+        TypeName::new("weir::TransactionalCount")
+    }
+}
+
+fn records_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
+}
+
+fn counts_def(name: &str) -> TableDefinition<'_, &'static [u8], TransactionalCount> {
+    TableDefinition::new(name)
+}
+
+fn stored_count((txid, count): (u64, i64)) -> Stored {
+    Stored::Transactional { txid, value: Value::I64(count) }
+}
+
+/// The fixed-width record of `stored`, if it has one.
+fn count_of(stored: &Stored) -> Option<(u64, i64)> {
+    match stored {
+        Stored::Transactional { txid, value: Value::I64(count) } => Some((*txid, *count)),
+        _ => None,
+    }
+}
+
+/// A state's table in a read transaction.
+pub enum ReadTable {
+    /// Compact records.
+    Records(ReadOnlyTable<&'static [u8], &'static [u8]>),
+    /// Transactional counts.
+    Counts(ReadOnlyTable<&'static [u8], TransactionalCount>),
+}
+
+impl ReadTable {
+    /// The table `name`, in whichever layout it has; `None` when there is none.
+    pub fn open(txn: &ReadTransaction, name: &str) -> Result<Option<ReadTable>> {
+        match txn.open_table(records_def(name)) {
+            Ok(table) => Ok(Some(ReadTable::Records(table))),
+            Err(TableError::TableDoesNotExist(_)) => Ok(None),
+            Err(TableError::TableTypeMismatch { .. }) => Ok(Some(ReadTable::Counts(txn.open_table(counts_def(name))?))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The record of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
+        match self {
+            ReadTable::Records(table) => table.get(key)?.map(|v| Stored::decode(v.value())).transpose(),
+            ReadTable::Counts(table) => Ok(table.get(key)?.map(|v| stored_count(v.value()))),
+        }
+    }
+
+    /// Every key with its record, sorted by key.
+    pub fn entries(&self) -> Result<Vec<(Vec<u8>, Stored)>> {
+        let mut out = Vec::new();
+        match self {
+            ReadTable::Records(table) => {
+                for entry in table.iter()? {
+                    let (key, value) = entry?;
+                    out.push((key.value().to_vec(), Stored::decode(value.value())?));
+                }
+            }
+            ReadTable::Counts(table) => {
+                for entry in table.iter()? {
+                    let (key, value) = entry?;
+                    out.push((key.value().to_vec(), stored_count(value.value())));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A state's table in a write transaction.
+pub enum WriteTable<'t> {
+    /// Compact records.
+    Records(Table<'t, &'static [u8], &'static [u8]>),
+    /// Transactional counts.
+    Counts(Table<'t, &'static [u8], TransactionalCount>),
+}
+
+impl<'t> WriteTable<'t> {
+    /// The table `name`, in whichever layout it has; created as counts
+    /// when it does not exist yet and `counts` says the state holds
+    /// transactional counts.
+    pub fn open(txn: &'t WriteTransaction, name: &str, counts: bool) -> Result<WriteTable<'t>> {
+        // Opening creates a missing table in the layout asked for first.
+        let (first, second) = if counts { (true, false) } else { (false, true) };
+        match Self::open_as(txn, name, first) {
+            Err(TableError::TableTypeMismatch { .. }) => Ok(Self::open_as(txn, name, second)?),
+            other => Ok(other?),
+        }
+    }
+
+    fn open_as(txn: &'t WriteTransaction, name: &str, counts: bool) -> Result<WriteTable<'t>, TableError> {
+        Ok(if counts {
+            WriteTable::Counts(txn.open_table(counts_def(name))?)
+        } else {
+            WriteTable::Records(txn.open_table(records_def(name))?)
+        })
+    }
+
+    /// Stores `stored` as the record of `key`.
+    pub fn insert(&mut self, key: &[u8], stored: &Stored, encoded: &mut Vec<u8>) -> Result<()> {
+        match self {
+            WriteTable::Records(table) => {
+                encoded.clear();
+                stored.encode_into(encoded);
+                table.insert(key, encoded.as_slice())?;
+            }
+            WriteTable::Counts(table) => {
+                let Some(count) = count_of(stored) else {
+                    bail!("this state holds transactional counts, and {stored:?} is not one");
+                };
+                table.insert(key, count)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Combines each partial with its key's stored value, by Trident's
+    /// rules: one tree lookup per key, the value replaced in place. Returns
+    /// the keys written.
+    pub fn combine_in_place(&mut self, txid: u64, combines: &Combines, encoded: &mut Vec<u8>) -> Result<usize> {
+        let mut written = 0;
+        for (key, partial) in &combines.partials {
+            let context = || format!("key {}", super::describe_key(key));
+            let value_for = |base: Option<Value>| match base {
+                Some(base) => Ok(combines.builtin.combine(base, partial.clone())?),
+                None => Ok(partial.clone()),
+            };
+            match self {
+                WriteTable::Records(table) => {
+                    let guard = table.get_mut(key.as_slice())?;
+                    let stored = guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
+                    let Some(new) =
+                        rules::apply(combines.kind, stored.as_ref(), txid, value_for).with_context(context)?
+                    else {
+                        continue;
+                    };
+                    encoded.clear();
+                    new.encode_into(encoded);
+                    // Replaced in place, or inserted when the key had no value.
+                    if guard.map(|mut g| g.insert(encoded.as_slice())).transpose()?.is_none() {
+                        table.insert(key.as_slice(), encoded.as_slice())?;
+                    }
+                }
+                WriteTable::Counts(table) => {
+                    let guard = table.get_mut(key.as_slice())?;
+                    let stored = guard.as_ref().map(|g| stored_count(g.value()));
+                    let Some(new) =
+                        rules::apply(combines.kind, stored.as_ref(), txid, value_for).with_context(context)?
+                    else {
+                        continue;
+                    };
+                    let count = count_of(&new).with_context(|| format!("{}: {new:?} is not a count", context()))?;
+                    if guard.map(|mut g| g.insert(count)).transpose()?.is_none() {
+                        table.insert(key.as_slice(), count)?;
+                    }
+                }
+            }
+            written += 1;
+        }
+        Ok(written)
+    }
+}
+
+/// Whether a state's writes make it a transactional count: in place, by
+/// the built-in `Count`.
+pub fn holds_counts(combines: Option<&Combines>) -> bool {
+    combines.is_some_and(|c| c.kind == StateKind::Transactional && c.builtin == Builtin::Count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::view::StateWrites;
+    use crate::state::{BatchRecord, Db, keys};
+
+    fn key(word: &str) -> Vec<u8> {
+        keys::encode([weir_sdk::codec::ValueRef::Str(word)])
+    }
+
+    fn count_writes(kind: StateKind, partials: &[(&str, i64)]) -> Vec<StateWrites> {
+        let partials = partials.iter().map(|(word, n)| (key(word), Value::I64(*n))).collect();
+        let combines = Combines { kind, builtin: Builtin::Count, partials };
+        vec![StateWrites { state: "counts".into(), records: Vec::new(), combines: Some(combines) }]
+    }
+
+    fn commit(db: &Db, txid: u64, writes: &[StateWrites]) -> Result<usize> {
+        db.commit("t", txid, &BatchRecord { attempt: 0, spout: vec![] }, writes)
+    }
+
+    fn layout(db: &Db) -> &'static str {
+        let txn = db.begin_read().unwrap();
+        match ReadTable::open(&txn, "state/t/counts").unwrap() {
+            Some(ReadTable::Counts(_)) => "counts",
+            Some(ReadTable::Records(_)) => "records",
+            None => "none",
+        }
+    }
+
+    fn tx(txid: u64, count: i64) -> Stored {
+        Stored::Transactional { txid, value: Value::I64(count) }
+    }
+
+    #[test]
+    fn a_transactional_count_is_stored_in_fixed_width_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        commit(&db, 1, &count_writes(StateKind::Transactional, &[("a", 2), ("b", 1)])).unwrap();
+        assert_eq!(layout(&db), "counts");
+        commit(&db, 2, &count_writes(StateKind::Transactional, &[("a", 3), ("c", 1)])).unwrap();
+        let scanned = db.scan("t", "counts").unwrap();
+        let expected = [("a", tx(2, 5)), ("b", tx(1, 1)), ("c", tx(2, 1))];
+        assert_eq!(scanned, expected.map(|(w, s)| (vec![Value::from(w)], s)));
+        assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
+
+        // A record that is not a transactional count is refused, naming the
+        // state, and nothing of its batch is stored.
+        let stray = StateWrites {
+            state: "counts".into(),
+            records: vec![(key("a"), Stored::Plain(Value::from("x")))],
+            combines: None,
+        };
+        let err = commit(&db, 3, &[stray]).unwrap_err();
+        assert!(format!("{err:#}").contains("state counts") && format!("{err:#}").contains("not one"), "{err:#}");
+        assert_eq!(db.progress("t").unwrap().last_committed, 2);
+        assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
+    }
+
+    #[test]
+    fn in_place_counts_follow_trident_rules_in_either_layout() {
+        for (kind, expected_layout) in [(StateKind::Transactional, "counts"), (StateKind::Opaque, "records")] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = Db::open(dir.path()).unwrap();
+            commit(&db, 1, &count_writes(kind, &[("a", 2)])).unwrap();
+            assert_eq!(layout(&db), expected_layout, "{kind:?}");
+            let txn = db.db.begin_write().unwrap();
+            let combine = |table: &mut WriteTable<'_>, txid: u64, n: i64| {
+                let partials = vec![(key("a"), Value::I64(n))];
+                table.combine_in_place(txid, &Combines { kind, builtin: Builtin::Count, partials }, &mut Vec::new())
+            };
+            {
+                let mut table = WriteTable::open(&txn, "state/t/counts", false).unwrap();
+                // The batch that wrote the value again: a transactional
+                // state skips it, an opaque one recomputes from before it.
+                assert_eq!(combine(&mut table, 1, 5).unwrap(), usize::from(kind == StateKind::Opaque));
+                let err = combine(&mut table, 0, 1).unwrap_err();
+                assert!(format!("{err:#}").contains("ahead of batch txid 0"), "{err:#}");
+                combine(&mut table, 2, 3).unwrap();
+                let stored = match &table {
+                    WriteTable::Counts(t) => stored_count(t.get(key("a").as_slice()).unwrap().unwrap().value()),
+                    WriteTable::Records(t) => {
+                        Stored::decode(t.get(key("a").as_slice()).unwrap().unwrap().value()).unwrap()
+                    }
+                };
+                let expected = match kind {
+                    StateKind::Opaque => Stored::Opaque { txid: 2, curr: Value::I64(8), prev: Some(Value::I64(5)) },
+                    _ => tx(2, 5),
+                };
+                assert_eq!(stored, expected, "{kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_count_state_first_stored_as_records_stays_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let records = StateWrites { state: "counts".into(), records: vec![(key("a"), tx(1, 4))], combines: None };
+        commit(&db, 1, &[records]).unwrap();
+        assert_eq!(layout(&db), "records");
+        commit(&db, 2, &count_writes(StateKind::Transactional, &[("a", 1)])).unwrap();
+        assert_eq!(layout(&db), "records");
+        assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
+    }
+}
