@@ -258,7 +258,13 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
     fn field(row: weir_sdk::codec::Row<'_>, p: usize) -> &[u8] {
         row.encoded_values().nth(p).expect("position within arity").bytes()
     }
-    let mut short: KeyMapOf<ShortKey, (i64, u32)> = KeyMapOf::default();
+    // Room for a key per eight rows up front: growing the map moves every
+    // key counted so far.
+    // Per short key, its count and its first row (a batch's rows are
+    // counted in u32): 24 bytes an entry, so that more of the map stays in
+    // cache.
+    let mut short: KeyMapOf<ShortKey, (u32, u32)> =
+        KeyMapOf::with_capacity_and_hasher(batch.len() / 8, Default::default());
     let mut long: KeyMapOf<Vec<u8>, i64> = KeyMapOf::default();
     let mut packed = Vec::new();
     for (r, row) in batch.rows().enumerate() {
@@ -283,7 +289,7 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
         let row = batch.row(r as usize);
         let mut key = Vec::with_capacity(16);
         keys::encode_value(&mut key, row.get(group[0]).expect("position within arity"));
-        (key, count)
+        (key, i64::from(count))
     });
     let long = long.into_iter().map(|(packed, count)| (store_key(&packed, group.len()), count));
     // Sorted by each key's first 16 bytes as an integer, then by the whole
@@ -291,7 +297,7 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
     // the integer and an index.
     let mut counted: Vec<(Vec<u8>, i64)> = short.chain(long).collect();
     let mut order: Vec<(u128, u32)> = counted.iter().enumerate().map(|(i, (k, _))| (key_prefix(k), i as u32)).collect();
-    order.sort_unstable();
+    sort_by_prefix(&mut order);
     // Keys longer than 16 bytes may share their prefix: order those runs by
     // the whole key.
     for run in order.chunk_by_mut(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
@@ -306,32 +312,64 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
         .collect()
 }
 
-/// An encoded value of 1 to 16 bytes as its length and two (overlapping)
-/// words that together hold every byte: equal keys, equal values.
+/// An encoded value of 1 to 16 bytes, zero-padded into two words. An
+/// encoded value says where it ends, so no two share their padded words.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct ShortKey(u64, u64, usize);
+struct ShortKey(u64, u64);
 
 impl std::hash::Hash for ShortKey {
-    /// One word to hash rather than three: the map compares whole keys, so
+    /// One word to hash rather than two: the map compares whole keys, so
     /// the rare two keys that mix to the same word only share a probe.
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0 ^ self.1.rotate_left(29) ^ (self.2 as u64).rotate_right(7));
+        state.write_u64(self.0 ^ self.1.rotate_left(29));
     }
 }
 
 impl ShortKey {
+    /// Reads the bytes as overlapping fixed-size chunks, shifting off the
+    /// bytes one chunk shares with the other.
     #[inline]
     fn of(bytes: &[u8]) -> Option<ShortKey> {
         let n = bytes.len();
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")));
+        let byte = |at: usize| u64::from(bytes[at]) << (8 * at);
         Some(match n {
-            8..=16 => ShortKey(word(0), word(n - 8), n),
-            4..=7 => ShortKey(half(0), half(n - 4), n),
-            1..=3 => ShortKey(u64::from(bytes[0]), u64::from(bytes[n / 2]) | u64::from(bytes[n - 1]) << 8, n),
+            9..=16 => ShortKey(word(0), word(n - 8) >> (8 * (16 - n))),
+            8 => ShortKey(word(0), 0),
+            4..=7 => ShortKey(half(0) | (half(n - 4) >> (8 * (8 - n))) << 32, 0),
+            1..=3 => ShortKey(byte(0) | byte(n / 2) | byte(n - 1), 0),
             _ => return None,
         })
+    }
+}
+
+/// Sorts `(prefix, index)` pairs by prefix, equal prefixes in index order:
+/// a radix sort, a byte at a time from the last, that skips the bytes every
+/// prefix shares (a key's kind, the zeros past a short key's end). A few
+/// passes over the pairs cost less than the comparisons of a sort.
+fn sort_by_prefix(pairs: &mut Vec<(u128, u32)>) {
+    let mut sorted = vec![(0u128, 0u32); pairs.len()];
+    for shift in (0..128).step_by(8) {
+        let digit = |prefix: u128| (prefix >> shift) as u8 as usize;
+        let mut starts = [0usize; 256];
+        for &(prefix, _) in pairs.iter() {
+            starts[digit(prefix)] += 1;
+        }
+        if starts.contains(&pairs.len()) {
+            continue;
+        }
+        let mut next = 0;
+        for start in starts.iter_mut() {
+            (*start, next) = (next, next + *start);
+        }
+        for &pair in pairs.iter() {
+            let at = &mut starts[digit(pair.0)];
+            sorted[*at] = pair;
+            *at += 1;
+        }
+        std::mem::swap(pairs, &mut sorted);
     }
 }
 
@@ -371,6 +409,34 @@ mod tests {
             *counts.entry(keys::encode(group.iter().map(|&p| row.get(p).unwrap()))).or_insert(0) += 1;
         }
         counts.into_iter().map(|(key, n)| (key, Value::I64(n))).collect()
+    }
+
+    #[test]
+    fn a_short_key_is_its_bytes_zero_padded() {
+        let bytes: Vec<u8> = (1..=16u8).map(|b| b.wrapping_mul(151) | 1).collect();
+        for n in 1..=16 {
+            let mut padded = [0u8; 16];
+            padded[..n].copy_from_slice(&bytes[..n]);
+            let words = (
+                u64::from_le_bytes(padded[..8].try_into().unwrap()),
+                u64::from_le_bytes(padded[8..].try_into().unwrap()),
+            );
+            let key = ShortKey::of(&bytes[..n]).unwrap();
+            assert_eq!((key.0, key.1), words, "{n} bytes");
+        }
+        assert!(ShortKey::of(&[]).is_none() && ShortKey::of(&[1; 17]).is_none());
+    }
+
+    #[test]
+    fn pairs_sort_by_prefix_then_index() {
+        let mut pairs: Vec<(u128, u32)> =
+            (0..2000u32).map(|i| ((u128::from(i % 700) * 0x0101_0003) << 40, i)).collect();
+        pairs.push((u128::MAX, 2000));
+        pairs.push((0, 2001));
+        let mut expected = pairs.clone();
+        expected.sort_unstable();
+        sort_by_prefix(&mut pairs);
+        assert_eq!(pairs, expected);
     }
 
     #[test]

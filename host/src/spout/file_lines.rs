@@ -94,28 +94,27 @@ impl FileLines {
         Ok(())
     }
 
-    /// Reads one line into `self.line` (without its line ending); false at
-    /// the end of the file.
-    fn read_line(&mut self) -> Result<bool> {
+    /// Appends the next line to `writer`, without its line ending; false at
+    /// the end of the file. A line that lies whole in the reader's buffer
+    /// is copied once, from there into the batch.
+    fn push_next_line(&mut self, writer: &mut BatchWriter) -> Result<bool> {
+        let start = self.position;
+        let buffered = self.reader.fill_buf()?;
+        if let Some(newline) = memchr::memchr(b'\n', buffered) {
+            push_line(writer, &self.path, start, &buffered[..=newline])?;
+            self.reader.consume(newline + 1);
+            self.position += newline as u64 + 1;
+            return Ok(true);
+        }
+        // The line runs past the buffer, or is the last one and has no
+        // newline: gather it.
         self.line.clear();
         let n = self.reader.read_until(b'\n', &mut self.line)?;
         self.position += n as u64;
-        if self.line.last() == Some(&b'\n') {
-            self.line.pop();
-            if self.line.last() == Some(&b'\r') {
-                self.line.pop();
-            }
+        if n > 0 {
+            push_line(writer, &self.path, start, &self.line)?;
         }
         Ok(n > 0)
-    }
-
-    fn push_line(&self, writer: &mut BatchWriter) -> Result<()> {
-        let line = weir_sdk::codec::utf8(&self.line).map_err(|e| {
-            let offset = self.position - self.line.len() as u64;
-            anyhow::anyhow!("input {}: the line at byte {offset} is not UTF-8 ({e})", self.path.display())
-        })?;
-        writer.push_row(0, [ValueRef::Str(line)]).expect("one value per row");
-        Ok(())
     }
 
     /// The next batch: up to `max_lines` lines from byte `start`, packed one
@@ -123,9 +122,7 @@ impl FileLines {
     pub fn next_batch(&mut self, start: u64, max_lines: usize) -> Result<Option<(LineRange, Batch<'static>)>> {
         self.seek(start)?;
         let mut writer = BatchWriter::with_capacity(1, max_lines * 64);
-        while writer.rows() < max_lines && self.read_line()? {
-            self.push_line(&mut writer)?;
-        }
+        while writer.rows() < max_lines && self.push_next_line(&mut writer)? {}
         if writer.rows() == 0 {
             return Ok(None);
         }
@@ -137,9 +134,7 @@ impl FileLines {
     pub fn read_range(&mut self, range: &LineRange) -> Result<Batch<'static>> {
         self.seek(range.start)?;
         let mut writer = BatchWriter::with_capacity(1, (range.end - range.start) as usize + 16 * range.lines as usize);
-        while self.position < range.end && self.read_line()? {
-            self.push_line(&mut writer)?;
-        }
+        while self.position < range.end && self.push_next_line(&mut writer)? {}
         if self.position != range.end || writer.rows() as u64 != range.lines {
             bail!(
                 "input {} changed: bytes {}..{} no longer hold the {} lines recorded for this batch",
@@ -151,6 +146,19 @@ impl FileLines {
         }
         Ok(writer.finish_batch())
     }
+}
+
+/// Appends `line` (read at byte `offset` of the input `path`), less its
+/// line ending, as a tuple of one string.
+fn push_line(writer: &mut BatchWriter, path: &Path, offset: u64, line: &[u8]) -> Result<()> {
+    let line = match line.strip_suffix(b"\n") {
+        Some(line) => line.strip_suffix(b"\r").unwrap_or(line),
+        None => line,
+    };
+    let line = weir_sdk::codec::utf8(line)
+        .map_err(|e| anyhow::anyhow!("input {}: the line at byte {offset} is not UTF-8 ({e})", path.display()))?;
+    writer.push_row(0, [ValueRef::Str(line)]).expect("one value per row");
+    Ok(())
 }
 
 #[cfg(test)]
@@ -176,6 +184,18 @@ mod tests {
         assert!(spout.next_batch(second.end, 2).unwrap().is_none());
         assert_eq!(spout.read_range(&first).unwrap().bytes(), batch1.bytes());
         assert_eq!(LineRange::decode(&second.encode()).unwrap(), second);
+    }
+
+    #[test]
+    fn lines_across_the_read_buffer_are_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        let expected: Vec<String> = (0..100_000).map(|i| format!("line {i} {}", "x".repeat(i % 23))).collect();
+        std::fs::write(&path, expected.join("\n")).unwrap();
+        let mut spout = FileLines::open(&path, 1).unwrap();
+        let (range, batch) = spout.next_batch(0, 200_000).unwrap().unwrap();
+        assert!(range.end > 1 << 20, "the file is larger than the read buffer");
+        assert_eq!(lines(&batch), expected.iter().map(|l| format!("Str({l:?})")).collect::<Vec<_>>());
     }
 
     #[test]

@@ -173,14 +173,33 @@ pub fn step(kind: StateKind, stored: Option<&Stored>, txid: u64) -> Result<Step>
         bail!("the stored value is {:?} state, the topology declares {:?}", stored.kind(), kind);
     }
     Ok(match stored {
-        Stored::Transactional { txid: at, .. } if *at > txid => return Err(ahead(*at, txid)),
-        Stored::Transactional { txid: at, .. } if *at == txid => Step::Skip,
-        Stored::Transactional { value, .. } => Step::Combine(value.clone()),
-        Stored::Opaque { txid: at, .. } if *at > txid => return Err(ahead(*at, txid)),
-        Stored::Opaque { txid: at, prev, .. } if *at == txid => prev.clone().map_or(Step::Fresh, Step::Combine),
-        Stored::Opaque { curr, .. } => Step::Combine(curr.clone()),
+        Stored::Transactional { txid: at, value } => {
+            if moves_on(*at, txid)? {
+                Step::Combine(value.clone())
+            } else {
+                Step::Skip
+            }
+        }
+        Stored::Opaque { txid: at, curr, prev } => {
+            if moves_on(*at, txid)? {
+                Step::Combine(curr.clone())
+            } else {
+                prev.clone().map_or(Step::Fresh, Step::Combine)
+            }
+        }
         Stored::Plain(value) => Step::Combine(value.clone()),
     })
+}
+
+/// Whether batch `txid` follows the batch `at` that wrote a value (false:
+/// it is that batch, replayed); a value written by a later batch is an
+/// error.
+pub fn moves_on(at: u64, txid: u64) -> Result<bool> {
+    match at.cmp(&txid) {
+        std::cmp::Ordering::Greater => Err(ahead(at, txid)),
+        std::cmp::Ordering::Equal => Ok(false),
+        std::cmp::Ordering::Less => Ok(true),
+    }
 }
 
 /// The value to store once the new value of a key is known.

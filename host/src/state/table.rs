@@ -173,6 +173,9 @@ impl<'t> WriteTable<'t> {
     /// rules: one tree lookup per key, the value replaced in place. Returns
     /// the keys written.
     pub fn combine_in_place(&mut self, txid: u64, combines: &Combines, encoded: &mut Vec<u8>) -> Result<usize> {
+        if matches!(self, WriteTable::Counts(_)) && combines.kind != StateKind::Transactional {
+            bail!("this state holds transactional counts, the topology declares it {:?}", combines.kind);
+        }
         let mut written = 0;
         for (key, partial) in &combines.partials {
             let context = || format!("key {}", super::describe_key(key));
@@ -197,16 +200,20 @@ impl<'t> WriteTable<'t> {
                     }
                 }
                 WriteTable::Counts(table) => {
+                    // Trident's transactional rule, on the record as stored.
                     let guard = table.get_mut(key.as_slice())?;
-                    let stored = guard.as_ref().map(|g| stored_count(g.value()));
-                    let Some(new) =
-                        rules::apply(combines.kind, stored.as_ref(), txid, value_for).with_context(context)?
-                    else {
-                        continue;
+                    let base = match guard.as_ref().map(|g| g.value()) {
+                        Some((at, count)) if rules::moves_on(at, txid).with_context(context)? => {
+                            Some(Value::I64(count))
+                        }
+                        Some(_) => continue,
+                        None => None,
                     };
-                    let count = count_of(&new).with_context(|| format!("{}: {new:?} is not a count", context()))?;
-                    if guard.map(|mut g| g.insert(count)).transpose()?.is_none() {
-                        table.insert(key.as_slice(), count)?;
+                    let Value::I64(count) = value_for(base).with_context(context)? else {
+                        bail!("{}: the new value is not a count", context());
+                    };
+                    if guard.map(|mut g| g.insert((txid, count))).transpose()?.is_none() {
+                        table.insert(key.as_slice(), (txid, count))?;
                     }
                 }
             }
@@ -276,6 +283,8 @@ mod tests {
         };
         let err = commit(&db, 3, &[stray]).unwrap_err();
         assert!(format!("{err:#}").contains("state counts") && format!("{err:#}").contains("not one"), "{err:#}");
+        let err = commit(&db, 3, &count_writes(StateKind::Opaque, &[("a", 1)])).unwrap_err();
+        assert!(format!("{err:#}").contains("the topology declares it Opaque"), "{err:#}");
         assert_eq!(db.progress("t").unwrap().last_committed, 2);
         assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
     }
