@@ -60,7 +60,6 @@ struct Bench {
     work: PathBuf,
     weir: PathBuf,
     wasm: PathBuf,
-    runs: usize,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -137,16 +136,12 @@ impl Bench {
         command.stdout(std::process::Stdio::null()).env("WEIR_LOG", "warn");
         Ok((measure(command, &report)?, data))
     }
+}
 
-    /// The median of `self.runs` runs, by wall time.
-    fn run(&self, config: &Config) -> Result<Measured> {
-        let mut runs = Vec::new();
-        for i in 0..self.runs {
-            runs.push(self.run_once(config, i)?.0);
-        }
-        runs.sort_by_key(|m| m.wall);
-        Ok(runs.swap_remove(runs.len() / 2))
-    }
+/// The median of some runs, by wall time.
+fn median(mut runs: Vec<Measured>) -> Measured {
+    runs.sort_by_key(|m| m.wall);
+    runs.swap_remove(runs.len() / 2)
 }
 
 /// The counts a Weir run stored.
@@ -220,7 +215,6 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
         work,
         weir: root.join("target/release/weir"),
         wasm: root.join("target/guests/wasm32-wasip2/release/word_count.wasm"),
-        runs,
     };
     for needed in [&bench.weir, &bench.wasm] {
         if !needed.exists() {
@@ -244,10 +238,19 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
     let mut results = serde_json::Map::new();
     let mut rows = Vec::new();
     let mut steady_rates = BTreeMap::new();
-    for engine in [Engine::Wasm, Engine::Native, Engine::WasmNoCpuLimit, Engine::Limit] {
-        eprintln!("measuring {} ({runs} runs each at {sentences} and {SMALL} sentences)", engine.name());
-        let big = bench.run(&main(engine, sentences))?;
-        let small = bench.run(&main(engine, SMALL))?;
+    let engines = [Engine::Wasm, Engine::Native, Engine::WasmNoCpuLimit, Engine::Limit];
+    // Each round runs every engine once: a slow spell of this shared
+    // machine then falls on all of them, not on one engine's runs.
+    let mut measured: Vec<(Vec<Measured>, Vec<Measured>)> = engines.iter().map(|_| Default::default()).collect();
+    for round in 0..runs {
+        eprintln!("round {} of {runs}: each engine at {sentences} and {SMALL} sentences", round + 1);
+        for (engine, (big, small)) in engines.iter().zip(&mut measured) {
+            big.push(bench.run_once(&main(*engine, sentences), round)?.0);
+            small.push(bench.run_once(&main(*engine, SMALL), round)?.0);
+        }
+    }
+    for (engine, (big, small)) in engines.into_iter().zip(measured) {
+        let (big, small) = (median(big), median(small));
         let rate = steady(sentences, &big, &small);
         steady_rates.insert(engine.name(), rate);
         rows.push(format!(
@@ -392,12 +395,8 @@ fn languages(bench: &Bench, sentences: u64) -> Result<(Vec<String>, Json)> {
     ] {
         eprintln!("measuring the {language} word count");
         let size = std::fs::metadata(&wasm)?.len();
-        let guest = Bench {
-            wasm: wasm.clone(),
-            work: bench.work.join(format!("lang-{language}")),
-            weir: bench.weir.clone(),
-            runs: 1,
-        };
+        let guest =
+            Bench { wasm: wasm.clone(), work: bench.work.join(format!("lang-{language}")), weir: bench.weir.clone() };
         std::fs::create_dir_all(&guest.work)?;
         let _ = std::fs::remove_dir_all(guest.work.join("cache"));
         let config =
@@ -509,7 +508,7 @@ fn main() -> Result<()> {
     };
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
-            "weir-bench [--sentences N (1000000)] [--runs N (3)] [--out FILE (bench/results.json)] [--languages]\n\
+            "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages]\n\
              --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results"
         );
         return Ok(());
@@ -518,7 +517,7 @@ fn main() -> Result<()> {
     if sentences <= SMALL {
         bail!("--sentences must be more than {SMALL}: steady words/s subtracts a {SMALL}-sentence run");
     }
-    let runs: usize = value("--runs", "3").parse().context("--runs")?;
+    let runs: usize = value("--runs", "5").parse().context("--runs")?;
     let out = PathBuf::from(value("--out", &repo().join("bench/results.json").display().to_string()));
     harness(sentences, runs.max(1), &out, args.iter().any(|a| a == "--languages"))
 }

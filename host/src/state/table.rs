@@ -6,7 +6,8 @@
 //! rewrites the end offset of every later value in its page.
 //!
 //! The layout is chosen when the table is created, by its first commit, and
-//! redb records it as the table's value type, so readers open either.
+//! redb records it as the table's value type, so readers open either. The
+//! counts layout also compares its keys a word at a time ([`StateKey`]).
 
 use super::rules::{self, Stored};
 use super::view::Combines;
@@ -54,11 +55,56 @@ impl redb::Value for TransactionalCount {
     }
 }
 
+/// A state key, as [`super::keys`] encodes it, compared as bytes: first
+/// its leading 8 bytes as one word, which orders most short keys without a
+/// call to `memcmp`.
+#[derive(Debug)]
+pub struct StateKey;
+
+impl redb::Value for StateKey {
+    type SelfType<'a> = &'a [u8];
+    type AsBytes<'a> = &'a [u8];
+
+    fn fixed_width() -> Option<usize> {
+        None
+    }
+
+    fn from_bytes<'a>(data: &'a [u8]) -> &'a [u8]
+    where
+        Self: 'a,
+    {
+        data
+    }
+
+    fn as_bytes<'a, 'b: 'a>(value: &'a &'b [u8]) -> &'a [u8]
+    where
+        Self: 'b,
+    {
+        value
+    }
+
+    fn type_name() -> TypeName {
+        TypeName::new("weir::StateKey")
+    }
+}
+
+impl redb::Key for StateKey {
+    #[inline]
+    fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+        if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>())
+            && x != y
+        {
+            return u64::from_be_bytes(*x).cmp(&u64::from_be_bytes(*y));
+        }
+        a.cmp(b)
+    }
+}
+
 fn records_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::new(name)
 }
 
-fn counts_def(name: &str) -> TableDefinition<'_, &'static [u8], TransactionalCount> {
+fn counts_def(name: &str) -> TableDefinition<'_, StateKey, TransactionalCount> {
     TableDefinition::new(name)
 }
 
@@ -79,7 +125,7 @@ pub enum ReadTable {
     /// Compact records.
     Records(ReadOnlyTable<&'static [u8], &'static [u8]>),
     /// Transactional counts.
-    Counts(ReadOnlyTable<&'static [u8], TransactionalCount>),
+    Counts(ReadOnlyTable<StateKey, TransactionalCount>),
 }
 
 impl ReadTable {
@@ -127,7 +173,7 @@ pub enum WriteTable<'t> {
     /// Compact records.
     Records(Table<'t, &'static [u8], &'static [u8]>),
     /// Transactional counts.
-    Counts(Table<'t, &'static [u8], TransactionalCount>),
+    Counts(Table<'t, StateKey, TransactionalCount>),
 }
 
 impl<'t> WriteTable<'t> {
@@ -260,6 +306,28 @@ mod tests {
 
     fn tx(txid: u64, count: i64) -> Stored {
         Stored::Transactional { txid, value: Value::I64(count) }
+    }
+
+    #[test]
+    fn state_keys_compare_as_their_bytes() {
+        let keys: Vec<&[u8]> = vec![
+            b"",
+            b"\0",
+            b"\0\0",
+            b"\x05a",
+            b"\x05a\0\0",
+            b"\x05abcdefg",
+            b"\x05abcdefg\0\0",
+            b"\x05abcdefh",
+            b"\x05abcdefgh\0\0",
+            b"\x05abcdefgi",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
+        ];
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(<StateKey as redb::Key>::compare(a, b), a.cmp(b), "{a:?} against {b:?}");
+            }
+        }
     }
 
     #[test]
