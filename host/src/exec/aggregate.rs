@@ -6,6 +6,7 @@
 use super::{BatchError, Exec, Parts, fit, gather, malformed, push_kept};
 use crate::operators::{Operators, Request};
 use crate::plan::{Aggregator, Node, Op};
+use crate::state::keyed::KeyedValues;
 use crate::state::keys;
 use std::collections::HashMap;
 use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef, read_value};
@@ -19,7 +20,7 @@ type KeyMap<V> = HashMap<Vec<u8>, V, rustc_hash::FxBuildHasher>;
 /// A batch's contribution to a persistent aggregate, by key (sorted).
 pub enum Partials {
     /// One partial value per key, to combine with the stored value.
-    Values(Vec<(Vec<u8>, Value)>),
+    Values(KeyedValues),
     /// The aggregator's input rows, tagged with their key's index, to fold
     /// from the stored value (a reducer).
     Rows {
@@ -245,7 +246,7 @@ pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resul
         .map(|(key, mut tuples)| (key, tuples.pop().and_then(|mut t| t.pop()).unwrap_or(Value::Null)))
         .collect();
     partials.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    Ok(Partials::Values(partials))
+    Ok(Partials::Values(partials.into_iter().collect()))
 }
 
 /// Counts per key, the commonest aggregation, in one pass. Tuples are
@@ -253,7 +254,7 @@ pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resul
 /// field of up to 16 packed bytes (a word, a number) is read as two words,
 /// so that hashing and comparing it costs a few instructions. Each distinct
 /// key becomes the store's key once.
-fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
+fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> KeyedValues {
     #[inline(always)]
     fn field(row: weir_sdk::codec::Row<'_>, p: usize) -> &[u8] {
         row.encoded_values().nth(p).expect("position within arity").bytes()
@@ -285,31 +286,33 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
             }
         }
     }
-    let short = short.into_values().map(|(count, r)| {
-        let row = batch.row(r as usize);
-        let mut key = Vec::with_capacity(16);
-        keys::encode_value(&mut key, row.get(group[0]).expect("position within arity"));
-        (key, i64::from(count))
-    });
-    let long = long.into_iter().map(|(packed, count)| (store_key(&packed, group.len()), count));
+    let distinct = short.len() + long.len();
+    let mut counted = KeyedValues::with_capacity(distinct, 16 * distinct);
+    let mut key = Vec::with_capacity(32);
+    for (count, r) in short.into_values() {
+        key.clear();
+        keys::encode_value(&mut key, batch.row(r as usize).get(group[0]).expect("position within arity"));
+        counted.push(&key, Value::I64(i64::from(count)));
+    }
+    for (packed, count) in long {
+        counted.push(&store_key(&packed, group.len()), Value::I64(count));
+    }
     // Sorted by each key's first 16 bytes as an integer, then by the whole
     // key: most comparisons are one integer comparison, and what moves is
     // the integer and an index.
-    let mut counted: Vec<(Vec<u8>, i64)> = short.chain(long).collect();
     let mut order: Vec<(u128, u32)> = counted.iter().enumerate().map(|(i, (k, _))| (key_prefix(k), i as u32)).collect();
     sort_by_prefix(&mut order);
     // Keys longer than 16 bytes may share their prefix: order those runs by
     // the whole key.
     for run in order.chunk_by_mut(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
-        run.sort_unstable_by(|a, b| counted[a.1 as usize].0.cmp(&counted[b.1 as usize].0));
+        run.sort_unstable_by(|a, b| counted.key(a.1 as usize).cmp(counted.key(b.1 as usize)));
     }
-    order
-        .into_iter()
-        .map(|(_, i)| {
-            let (key, count) = &mut counted[i as usize];
-            (std::mem::take(key), Value::I64(*count))
-        })
-        .collect()
+    let mut sorted = KeyedValues::with_capacity(order.len(), 16 * order.len());
+    for (_, i) in order {
+        let (key, count) = counted.get(i as usize);
+        sorted.push(key, count.clone());
+    }
+    sorted
 }
 
 /// An encoded value of 1 to 16 bytes, zero-padded into two words. An
@@ -466,7 +469,8 @@ mod tests {
         }
         let batch = writer.finish_batch();
         for group in [&[0][..], &[1], &[0, 1], &[1, 0]] {
-            assert_eq!(count_by_key(&batch, group), expected(&batch, group), "grouped by {group:?}");
+            let counted: Vec<_> = count_by_key(&batch, group).into_pairs().collect();
+            assert_eq!(counted, expected(&batch, group), "grouped by {group:?}");
         }
     }
 }

@@ -5,6 +5,7 @@ use super::aggregate::{Partials, single_values};
 use super::{BatchError, Exec, Parts, fit, guest_input, malformed, push_kept};
 use crate::operators::Request;
 use crate::plan::{Node, Op};
+use crate::state::keyed::KeyedValues;
 use crate::state::keys;
 use crate::state::view::{Base, Views};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,7 +36,7 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
         (partials, _) => partials,
     };
     let keys: Vec<Vec<u8>> = match &partials {
-        Partials::Values(values) => values.iter().map(|(k, _)| k.clone()).collect(),
+        Partials::Values(values) => values.iter().map(|(k, _)| k.to_vec()).collect(),
         Partials::Rows { keys, .. } => keys.clone(),
     };
     let bases: Vec<Base> = {
@@ -49,7 +50,7 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
             let mut combined = Vec::with_capacity(values.len());
             // Built-ins went to `combine_in_host`: this is a guest combiner,
             // called once for every key that has a stored value.
-            for (index, ((_, partial), base)) in values.into_iter().zip(&bases).enumerate() {
+            for (index, ((_, partial), base)) in values.into_pairs().zip(&bases).enumerate() {
                 combined.push(match base {
                     Base::Value(stored) => {
                         pairs.push_row(index as u32, [stored.as_ref(), partial.as_ref()]).expect("two values");
@@ -118,7 +119,7 @@ fn combine_in_host(
     state: &str,
     id: &str,
     builtin: Builtin,
-    values: Vec<(Vec<u8>, Value)>,
+    values: KeyedValues,
 ) -> Result<Parts, BatchError> {
     let emit = !node.children.is_empty();
     let mut views = lock(views);
@@ -128,7 +129,7 @@ fn combine_in_host(
     }
     let mut emitted = Vec::new();
     let mut failed = None;
-    for (key, partial) in values {
+    for (key, partial) in values.into_pairs() {
         if emit {
             emitted.push(key.clone());
         }

@@ -13,6 +13,7 @@
 
 pub mod compact;
 pub mod handle;
+pub mod keyed;
 pub mod keys;
 pub mod rules;
 pub mod table;

@@ -159,6 +159,11 @@ impl Fields {
     }
 }
 
+/// A stored value of one kind of state met a topology that declares another.
+pub fn kind_mismatch(stored: StateKind, declared: StateKind) -> anyhow::Error {
+    anyhow::anyhow!("the stored value is {stored:?} state, the topology declares {declared:?}")
+}
+
 fn ahead(stored: u64, txid: u64) -> anyhow::Error {
     anyhow::anyhow!(
         "stored txid {stored} is ahead of batch txid {txid}: this state was written by a later batch \
@@ -170,7 +175,7 @@ fn ahead(stored: u64, txid: u64) -> anyhow::Error {
 pub fn step(kind: StateKind, stored: Option<&Stored>, txid: u64) -> Result<Step> {
     let Some(stored) = stored else { return Ok(Step::Fresh) };
     if stored.kind() != kind {
-        bail!("the stored value is {:?} state, the topology declares {:?}", stored.kind(), kind);
+        return Err(kind_mismatch(stored.kind(), kind));
     }
     Ok(match stored {
         Stored::Transactional { txid: at, value } => {

@@ -220,10 +220,10 @@ impl<'t> WriteTable<'t> {
     /// the keys written.
     pub fn combine_in_place(&mut self, txid: u64, combines: &Combines, encoded: &mut Vec<u8>) -> Result<usize> {
         if matches!(self, WriteTable::Counts(_)) && combines.kind != StateKind::Transactional {
-            bail!("this state holds transactional counts, the topology declares it {:?}", combines.kind);
+            return Err(rules::kind_mismatch(StateKind::Transactional, combines.kind));
         }
         let mut written = 0;
-        for (key, partial) in &combines.partials {
+        for (key, partial) in combines.partials.iter() {
             let context = || format!("key {}", super::describe_key(key));
             let value_for = |base: Option<Value>| match base {
                 Some(base) => Ok(combines.builtin.combine(base, partial.clone())?),
@@ -231,7 +231,7 @@ impl<'t> WriteTable<'t> {
             };
             match self {
                 WriteTable::Records(table) => {
-                    let guard = table.get_mut(key.as_slice())?;
+                    let guard = table.get_mut(key)?;
                     let stored = guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
                     let Some(new) =
                         rules::apply(combines.kind, stored.as_ref(), txid, value_for).with_context(context)?
@@ -242,12 +242,12 @@ impl<'t> WriteTable<'t> {
                     new.encode_into(encoded);
                     // Replaced in place, or inserted when the key had no value.
                     if guard.map(|mut g| g.insert(encoded.as_slice())).transpose()?.is_none() {
-                        table.insert(key.as_slice(), encoded.as_slice())?;
+                        table.insert(key, encoded.as_slice())?;
                     }
                 }
                 WriteTable::Counts(table) => {
                     // Trident's transactional rule, on the record as stored.
-                    let guard = table.get_mut(key.as_slice())?;
+                    let guard = table.get_mut(key)?;
                     let base = match guard.as_ref().map(|g| g.value()) {
                         Some((at, count)) if rules::moves_on(at, txid).with_context(context)? => {
                             Some(Value::I64(count))
@@ -259,7 +259,7 @@ impl<'t> WriteTable<'t> {
                         bail!("{}: the new value is not a count", context());
                     };
                     if guard.map(|mut g| g.insert((txid, count))).transpose()?.is_none() {
-                        table.insert(key.as_slice(), (txid, count))?;
+                        table.insert(key, (txid, count))?;
                     }
                 }
             }
@@ -352,7 +352,10 @@ mod tests {
         let err = commit(&db, 3, &[stray]).unwrap_err();
         assert!(format!("{err:#}").contains("state counts") && format!("{err:#}").contains("not one"), "{err:#}");
         let err = commit(&db, 3, &count_writes(StateKind::Opaque, &[("a", 1)])).unwrap_err();
-        assert!(format!("{err:#}").contains("the topology declares it Opaque"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("the stored value is Transactional state, the topology declares Opaque"),
+            "{err:#}"
+        );
         assert_eq!(db.progress("t").unwrap().last_committed, 2);
         assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
     }
@@ -366,7 +369,7 @@ mod tests {
             assert_eq!(layout(&db), expected_layout, "{kind:?}");
             let txn = db.db.begin_write().unwrap();
             let combine = |table: &mut WriteTable<'_>, txid: u64, n: i64| {
-                let partials = vec![(key("a"), Value::I64(n))];
+                let partials = [(key("a"), Value::I64(n))].into_iter().collect();
                 table.combine_in_place(txid, &Combines { kind, builtin: Builtin::Count, partials }, &mut Vec::new())
             };
             {

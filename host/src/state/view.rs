@@ -5,6 +5,7 @@
 //!
 //! Queries use the same view, read-only, over what is committed.
 
+use super::keyed::KeyedValues;
 use super::keys;
 use super::rules::{self, Step, Stored};
 use super::table::ReadTable;
@@ -98,7 +99,7 @@ pub struct Combines {
     /// How a partial meets a stored value.
     pub builtin: Builtin,
     /// Encoded key and partial, sorted by key.
-    pub partials: Vec<(Vec<u8>, Value)>,
+    pub partials: KeyedValues,
 }
 
 /// The states of one topology as a batch (or a query) sees them.
@@ -235,7 +236,7 @@ impl Views {
 
     /// Leaves `partials` of a state nothing reads during the batch to the
     /// commit, which combines each with its stored value in place.
-    pub fn combine_at_commit(&mut self, state: &str, builtin: Builtin, partials: Vec<(Vec<u8>, Value)>) -> Result<()> {
+    pub fn combine_at_commit(&mut self, state: &str, builtin: Builtin, partials: KeyedValues) -> Result<()> {
         if !self.writable {
             bail!("topology {}: a query cannot write state {state}", self.topology);
         }
