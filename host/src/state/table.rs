@@ -182,9 +182,8 @@ impl<'t> WriteTable<'t> {
     /// transactional counts.
     pub fn open(txn: &'t WriteTransaction, name: &str, counts: bool) -> Result<WriteTable<'t>> {
         // Opening creates a missing table in the layout asked for first.
-        let (first, second) = if counts { (true, false) } else { (false, true) };
-        match Self::open_as(txn, name, first) {
-            Err(TableError::TableTypeMismatch { .. }) => Ok(Self::open_as(txn, name, second)?),
+        match Self::open_as(txn, name, counts) {
+            Err(TableError::TableTypeMismatch { .. }) => Ok(Self::open_as(txn, name, !counts)?),
             other => Ok(other?),
         }
     }
