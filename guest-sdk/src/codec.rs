@@ -628,12 +628,12 @@ fn invalid_value(buf: &[u8], pos: usize) -> DecodeError {
 /// string masked off); `false` where that does not apply.
 #[inline(always)]
 fn ascii_within(buf: &[u8], start: usize, len: usize) -> bool {
-    let Some(word) = buf.get(start..).and_then(|rest| rest.first_chunk::<8>()) else { return false };
-    if len == 0 || len > 8 {
+    if !(1..=8).contains(&len) {
         return len == 0;
     }
-    let mask = u64::MAX >> (64 - 8 * len) & 0x8080_8080_8080_8080;
-    u64::from_le_bytes(*word) & mask == 0
+    let Some(word) = buf.get(start..).and_then(|rest| rest.first_chunk::<8>()) else { return false };
+    let high_bits = (u64::MAX >> (64 - 8 * len)) & 0x8080_8080_8080_8080;
+    u64::from_le_bytes(*word) & high_bits == 0
 }
 
 /// Length of the (valid) value encoded at the start of `buf`.

@@ -259,11 +259,10 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> KeyedValues {
     fn field(row: weir_sdk::codec::Row<'_>, p: usize) -> &[u8] {
         row.encoded_values().nth(p).expect("position within arity").bytes()
     }
-    // Room for a key per eight rows up front: growing the map moves every
-    // key counted so far.
     // Per short key, its count and its first row (a batch's rows are
     // counted in u32): 24 bytes an entry, so that more of the map stays in
-    // cache.
+    // cache. Room for a key per eight rows up front: growing the map moves
+    // every key counted so far.
     let mut short: KeyMapOf<ShortKey, (u32, u32)> =
         KeyMapOf::with_capacity_and_hasher(batch.len() / 8, Default::default());
     let mut long: KeyMapOf<Vec<u8>, i64> = KeyMapOf::default();

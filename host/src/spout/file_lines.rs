@@ -199,6 +199,15 @@ mod tests {
     }
 
     #[test]
+    fn a_line_that_is_not_utf8_is_an_error_naming_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, b"ok\n\xff bad\nmore\n").unwrap();
+        let err = FileLines::open(&path, 10).unwrap().next_batch(0, 10).unwrap_err();
+        assert!(err.to_string().contains("the line at byte 3 is not UTF-8"), "{err}");
+    }
+
+    #[test]
     fn lag_is_the_input_not_yet_committed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.txt");
