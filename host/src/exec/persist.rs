@@ -50,7 +50,7 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
             let mut combined = Vec::with_capacity(values.len());
             // Built-ins went to `combine_in_host`: this is a guest combiner,
             // called once for every key that has a stored value.
-            for (index, ((_, partial), base)) in values.into_pairs().zip(&bases).enumerate() {
+            for (index, (partial, base)) in values.into_values().into_iter().zip(&bases).enumerate() {
                 combined.push(match base {
                     Base::Value(stored) => {
                         pairs.push_row(index as u32, [stored.as_ref(), partial.as_ref()]).expect("two values");

@@ -56,6 +56,11 @@ impl KeyedValues {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    /// The values, in key order.
+    pub fn into_values(self) -> Vec<Value> {
+        self.values
+    }
+
     /// Each key with its value, owned, in order.
     pub fn into_pairs(self) -> impl Iterator<Item = (Vec<u8>, Value)> {
         let keys: Vec<Vec<u8>> = (0..self.len()).map(|i| self.key(i).to_vec()).collect();
@@ -85,6 +90,7 @@ mod tests {
         assert_eq!(keyed.key(2), b"abc");
         let borrowed: Vec<(Vec<u8>, Value)> = keyed.iter().map(|(k, v)| (k.to_vec(), v.clone())).collect();
         assert_eq!(borrowed, pairs);
+        assert_eq!(keyed.clone().into_values(), pairs.clone().map(|(_, v)| v));
         assert_eq!(keyed.into_pairs().collect::<Vec<_>>(), pairs);
         assert!(KeyedValues::default().is_empty());
     }
