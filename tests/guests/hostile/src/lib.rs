@@ -19,6 +19,7 @@ enum Attack {
     OpenSocket,
     ReadEnv,
     ReadGranted,
+    SleepInWasi,
 }
 
 struct Hostile(Attack);
@@ -83,6 +84,12 @@ impl Hostile {
                 }
                 Err(e) => Err(Error::retry(format!("reading /data/words.txt failed: {e}"))),
             },
+            // Blocks inside a WASI call (a monotonic-clock poll), where no
+            // guest code runs to be interrupted.
+            Attack::SleepInWasi => {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                out.emit(["woke"])
+            }
         }
     }
 }
@@ -150,6 +157,7 @@ fn topologies() -> Vec<Topology> {
         counted(topology("read-passwd", Attack::ReadPasswd)),
         counted(topology("open-socket", Attack::OpenSocket)),
         counted(topology("read-env", Attack::ReadEnv)),
+        counted(topology("sleep-in-wasi", Attack::SleepInWasi)),
         counted(topology("read-granted", Attack::ReadGranted).read_only_dir("granted", "/data")),
         counted(topology("ask-too-much", Attack::None).limits(Limits::new().memory_mib(4096))),
         counted(

@@ -1,0 +1,158 @@
+//! A real `weir serve` for the tests: started on a free loopback port, talked
+//! to over plain HTTP/1.1, killed when dropped.
+
+use super::*;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// The token every test server is started with.
+pub const TOKEN: &str = "s3cret-token";
+
+/// A running `weir serve`.
+pub struct Server {
+    /// The server process.
+    pub child: Child,
+    /// host:port it listens on.
+    pub address: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts `weir serve` in `dir` (data in `dir/data`, inputs under
+    /// `dir/in`, the token in `dir/token`), with `extra` arguments.
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
+        std::fs::write(dir.join("token"), TOKEN).unwrap();
+        std::fs::create_dir_all(dir.join("in")).unwrap();
+        let mut child = weir()
+            .current_dir(dir)
+            .args(["serve", "--data", "data", "--listen", "127.0.0.1:0", "--token-file", "token", "--input-dir", "in"])
+            .args(["--max-upload-mib", "1", "--poll-ms", "50", "--batch-size", "1000"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let address =
+            line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected: {line:?}")).to_owned();
+        Server { child, address }
+    }
+
+    /// Starts `weir serve` in `dir` with the tests' usual settings.
+    pub fn start(dir: &Path) -> Server {
+        Server::start_with(dir, &[])
+    }
+
+    /// The server's base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// One HTTP/1.1 request; returns the status and the body.
+    pub fn http(&self, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.address,
+            body.len()
+        );
+        if let Some(token) = token {
+            request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        // The server may answer (413) before reading the whole body.
+        let _ = stream.write_all(body);
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response);
+        let response = String::from_utf8_lossy(&response).into_owned();
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {response:?}"));
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        (status, body)
+    }
+
+    /// An API call with the token; the body parsed as JSON (null if it is not).
+    pub fn api(&self, method: &str, path: &str, body: &[u8]) -> (u16, serde_json::Value) {
+        let (status, body) = self.http(method, path, Some(TOKEN), body);
+        (status, serde_json::from_str(&body).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Waits until `topology` has committed `txid`; fails if it fails.
+    pub fn wait_for_topology(&self, topology: &str, txid: u64) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, body) = self.api("GET", &format!("/v1/topologies/{topology}"), b"");
+            assert_eq!(status, 200, "{body}");
+            if body["last_committed"].as_u64() == Some(txid) {
+                return body;
+            }
+            assert!(body["state"] != "failed", "{body}");
+            assert!(Instant::now() < deadline, "txid {txid} of {topology} was not committed: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `topology`'s status satisfies `done`, and returns it.
+    pub fn wait_for_status(&self, topology: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, body) = self.api("GET", &format!("/v1/topologies/{topology}"), b"");
+            assert_eq!(status, 200, "{body}");
+            if done(&body) {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "{topology} did not reach the expected status: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A word-count state read back through the API as word => count.
+    pub fn counts(&self, topology: &str) -> BTreeMap<String, i64> {
+        let (status, body) = self.api("GET", &format!("/v1/topologies/{topology}/states/counts"), b"");
+        assert_eq!(status, 200, "{body}");
+        body.as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["key"][0].as_str().unwrap().to_owned(), e["value"].as_i64().unwrap()))
+            .collect()
+    }
+
+    /// Deploys the word count (as `word-count`) over the 20,000-sentence
+    /// corpus: the sibling a hostile deployment must not disturb. `dir` is
+    /// the server's directory.
+    pub fn deploy_word_count(&self, dir: &Path) {
+        std::fs::copy(&corpus_20k().path, dir.join("in/corpus.txt")).unwrap();
+        let bundle = bundle(dir, WORD_COUNT, "wc.weir");
+        let (status, body) = self.api("POST", "/v1/topologies?input=in/corpus.txt", &bundle);
+        assert_eq!(status, 201, "{body}");
+    }
+
+    /// Asserts the word count deployed by [`Server::deploy_word_count`]
+    /// commits all of its input and ends with exact counts.
+    pub fn assert_word_count_exact(&self) {
+        self.wait_for_topology("word-count", 20);
+        assert_counts_eq(&self.counts("word-count"), &corpus_20k().truth);
+    }
+}
+
+/// Bundles `component` into `dir/name` and returns the bundle's bytes.
+pub fn bundle(dir: &Path, component: &str, name: &str) -> Vec<u8> {
+    let path = dir.join(name);
+    weir_ok(&["bundle", component, "-o", path.to_str().unwrap()]);
+    std::fs::read(path).unwrap()
+}
