@@ -4,14 +4,16 @@
 //! when their turn comes; a file must not change once written.
 
 use super::file_lines::{FileLines, LineRange};
+use super::input::{InputDir, InputScope};
 use super::{Emitted, Spout, SpoutKind};
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 use weir_sdk::codec::Batch;
 
 /// Reads batches of lines from the files of a directory.
 pub struct DirectoryLines {
     dir: PathBuf,
+    input: InputDir,
     batch_size: usize,
     open: Option<(String, FileLines)>,
 }
@@ -33,15 +35,20 @@ fn decode(meta: &[u8]) -> Result<(String, LineRange)> {
 impl DirectoryLines {
     /// Reads the files of `dir`, `batch_size` lines per batch.
     pub fn open(dir: &Path, batch_size: usize) -> Result<DirectoryLines> {
-        if !dir.is_dir() {
-            bail!("cannot read input {}: it is not a directory", dir.display());
-        }
-        Ok(DirectoryLines { dir: dir.to_owned(), batch_size, open: None })
+        DirectoryLines::open_in(&InputScope::Anywhere, dir, batch_size)
+    }
+
+    /// Reads the files of `dir` if `scope` allows it (each file checked as
+    /// it is opened), `batch_size` lines per batch.
+    pub fn open_in(scope: &InputScope, dir: &Path, batch_size: usize) -> Result<DirectoryLines> {
+        let input = scope.open_dir(dir)?;
+        Ok(DirectoryLines { dir: dir.to_owned(), input, batch_size, open: None })
     }
 
     fn file(&mut self, name: &str) -> Result<&mut FileLines> {
         if self.open.as_ref().is_none_or(|(open, _)| open != name) {
-            let lines = FileLines::open(&self.dir.join(name), self.batch_size)?;
+            let file = self.input.open_file(name)?;
+            let lines = FileLines::reading(file, &self.dir.join(name), self.batch_size);
             self.open = Some((name.to_owned(), lines));
         }
         Ok(&mut self.open.as_mut().expect("opened above").1)
@@ -50,7 +57,7 @@ impl DirectoryLines {
     /// Names of the directory's files after `after`, in order.
     fn files_after(&self, after: Option<&str>) -> Result<Vec<String>> {
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).with_context(|| format!("listing {}", self.dir.display()))? {
+        for entry in self.input.read_dir()? {
             let entry = entry?;
             if !entry.file_type()?.is_file() {
                 continue;

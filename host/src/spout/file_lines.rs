@@ -5,8 +5,8 @@
 //! it emits exactly the same tuples. Lines appended to the file later are
 //! picked up by the next batches.
 
-use super::{Emitted, Spout, SpoutKind};
-use anyhow::{Context, Result, bail};
+use super::{Emitted, InputScope, Spout, SpoutKind};
+use anyhow::{Result, bail};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -65,7 +65,8 @@ impl Spout for FileLines {
 
     fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
         let done = committed.map(LineRange::decode).transpose().ok()?.map_or(0, |r| r.end);
-        let size = std::fs::metadata(&self.path).ok()?.len();
+        // The file opened, not whatever its path names now.
+        let size = self.reader.get_ref().metadata().ok()?.len();
         Some(size.saturating_sub(done))
     }
 }
@@ -73,17 +74,24 @@ impl Spout for FileLines {
 impl FileLines {
     /// Opens the input file, for batches of `batch_size` lines.
     pub fn open(path: &Path, batch_size: usize) -> Result<FileLines> {
-        let file = File::open(path).with_context(|| format!("cannot read input {}", path.display()))?;
-        if file.metadata()?.is_dir() {
-            bail!("cannot read input {}: it is a directory", path.display());
-        }
-        Ok(FileLines {
+        FileLines::open_in(&InputScope::Anywhere, path, batch_size)
+    }
+
+    /// Opens the input file if `scope` allows it, for batches of
+    /// `batch_size` lines.
+    pub fn open_in(scope: &InputScope, path: &Path, batch_size: usize) -> Result<FileLines> {
+        Ok(FileLines::reading(scope.open_file(path)?, path, batch_size))
+    }
+
+    /// Reads the opened input `file`, named `path` in errors.
+    pub(super) fn reading(file: File, path: &Path, batch_size: usize) -> FileLines {
+        FileLines {
             path: path.to_owned(),
             reader: BufReader::with_capacity(1 << 20, file),
             position: 0,
             line: Vec::new(),
             batch_size,
-        })
+        }
     }
 
     fn seek(&mut self, offset: u64) -> Result<()> {

@@ -20,6 +20,8 @@ pub struct GuestSpout {
     guest: Option<Guest>,
     kind: GuestSpoutKind,
     topology: String,
+    /// The name its logs are kept under (a deployment's name).
+    logs_as: String,
     arity: usize,
     batch_size: u32,
 }
@@ -86,15 +88,21 @@ impl GuestSpout {
         arity: usize,
         batch_size: usize,
     ) -> GuestSpout {
-        let topology = topology.to_owned();
-        GuestSpout { component, sandbox, guest: None, kind, topology, arity, batch_size: batch_size as u32 }
+        let (topology, logs_as) = (topology.to_owned(), topology.to_owned());
+        GuestSpout { component, sandbox, guest: None, kind, topology, logs_as, arity, batch_size: batch_size as u32 }
+    }
+
+    /// This spout with its logs kept under `name` (a deployment's name)
+    /// rather than its topology's.
+    pub fn logs_as(self, name: &str) -> GuestSpout {
+        GuestSpout { logs_as: name.to_owned(), ..self }
     }
 
     /// Calls the spout's instance (made first if needed); `what` names the
     /// call in errors.
     fn call<T>(&mut self, what: &str, call: impl FnOnce(&mut Guest) -> Result<T, CallError>) -> Result<T> {
         if self.guest.is_none() {
-            self.guest = Some(self.component.instantiate(&self.topology, SPOUT_ID, &self.sandbox)?);
+            self.guest = Some(self.component.instantiate(&self.logs_as, SPOUT_ID, &self.sandbox)?);
         }
         let result = call(self.guest.as_mut().expect("instantiated above"));
         if let Err(CallError::Trap(_)) = &result {

@@ -5,11 +5,13 @@ mod directory;
 mod file_lines;
 mod generator;
 mod guest;
+mod input;
 
 pub use directory::DirectoryLines;
 pub use file_lines::{FileLines, LineRange};
 pub use generator::Generator;
 pub use guest::GuestSpout;
+pub use input::{InputDir, InputScope};
 
 use crate::runtime::LoadedComponent;
 use crate::sandbox::OperatorSandbox;
@@ -82,6 +84,23 @@ pub trait Spout: Send {
 /// Where a guest spout runs: the component, and the spout's sandbox.
 pub type GuestCode = Option<(Arc<LoadedComponent>, OperatorSandbox)>;
 
+/// Whom a spout is opened for, and where its input may come from.
+pub struct Site<'a> {
+    /// The topology's own name, which its guest spout is called with.
+    pub topology: &'a str,
+    /// The name the host keeps the topology's logs and state under.
+    pub stored_as: &'a str,
+    /// Where its input may be read from.
+    pub scope: &'a InputScope,
+}
+
+impl<'a> Site<'a> {
+    /// A topology kept under its own name, reading its input anywhere.
+    pub fn local(topology: &'a str) -> Site<'a> {
+        Site { topology, stored_as: topology, scope: &InputScope::Anywhere }
+    }
+}
+
 /// The spout a topology's definition names, reading `input` where it needs
 /// one, in batches of `batch_size` tuples; a guest spout runs in `guest`.
 pub fn open(
@@ -91,28 +110,48 @@ pub fn open(
     batch_size: usize,
     guest: GuestCode,
 ) -> Result<Box<dyn Spout>> {
+    open_at(def, &Site::local(topology), input, batch_size, guest)
+}
+
+/// [`open`], for `site`.
+pub fn open_at(
+    def: &SpoutDef,
+    site: &Site<'_>,
+    input: Option<&Path>,
+    batch_size: usize,
+    guest: GuestCode,
+) -> Result<Box<dyn Spout>> {
+    let topology = site.stored_as;
     let input = |what: &str| {
         input.with_context(|| format!("topology {topology} reads the lines of {what}: give it with --input"))
     };
     Ok(match def {
-        SpoutDef::FileLines { .. } => Box::new(FileLines::open(input("a file")?, batch_size)?),
-        SpoutDef::DirectoryLines { .. } => Box::new(DirectoryLines::open(input("a directory's files")?, batch_size)?),
+        SpoutDef::FileLines { .. } => Box::new(FileLines::open_in(site.scope, input("a file")?, batch_size)?),
+        SpoutDef::DirectoryLines { .. } => {
+            Box::new(DirectoryLines::open_in(site.scope, input("a directory's files")?, batch_size)?)
+        }
         SpoutDef::Generator { count, .. } => Box::new(Generator::new(*count, batch_size)),
         SpoutDef::Guest { promise, fields } => {
             let (component, sandbox) =
                 guest.with_context(|| format!("topology {topology}: a guest spout needs its component"))?;
-            Box::new(GuestSpout::new(component, sandbox, *promise, topology, fields.len(), batch_size))
+            let spout = GuestSpout::new(component, sandbox, *promise, site.topology, fields.len(), batch_size);
+            Box::new(spout.logs_as(site.stored_as))
         }
     })
 }
 
 /// Checks that `input` is what `def` needs, before anything else runs.
 pub fn check_input(def: &SpoutDef, topology: &str, input: Option<&Path>) -> Result<()> {
+    check_input_at(def, &Site::local(topology), input)
+}
+
+/// [`check_input`], for `site`.
+pub fn check_input_at(def: &SpoutDef, site: &Site<'_>, input: Option<&Path>) -> Result<()> {
     match (def, input) {
         (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, Some(path)) => {
-            bail!("topology {topology} makes its own input: --input {} is not used", path.display())
+            bail!("topology {} makes its own input: --input {} is not used", site.stored_as, path.display())
         }
         (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, None) => Ok(()),
-        _ => open(def, topology, input, 1, None).map(drop),
+        _ => open_at(def, site, input, 1, None).map(drop),
     }
 }
