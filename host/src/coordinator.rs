@@ -167,7 +167,7 @@ struct Coordinator<'a> {
 
 impl Coordinator<'_> {
     fn topology(&self) -> &str {
-        &self.plan.topology
+        &self.plan.stored_as
     }
 
     fn run(&mut self, on_commit: &mut dyn FnMut(&RunReport)) -> Result<RunReport> {

@@ -113,7 +113,7 @@ impl Operators {
                 if !self.instances.contains_key(operator) {
                     let guest = components
                         .for_operator(operator)
-                        .instantiate(&self.plan.topology, operator, self.plan.sandboxes.of(operator))
+                        .instantiate(&self.plan.stored_as, operator, self.plan.sandboxes.of(operator))
                         .map_err(|e| BatchError::retry(operator, format!("cannot instantiate: {e:#}")))?;
                     self.instances.insert(operator.to_owned(), guest);
                 }

@@ -21,8 +21,11 @@ use weir_sdk::topology::{
 /// A validated topology, ready to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// The topology's name.
+    /// The topology's name: what its guests are told they run.
     pub topology: String,
+    /// The name the host keeps its state, progress and logs under: the
+    /// topology's own, or the name a server deployed it under.
+    pub stored_as: String,
     /// The graph's nodes, each after its inputs.
     pub nodes: Vec<Node>,
     /// Every state, by name.
@@ -815,7 +818,7 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
             &SandboxConfig::default(),
         )?,
     };
-    Ok(Plan { topology: name.clone(), nodes, states, queries, sandboxes })
+    Ok(Plan { topology: name.clone(), stored_as: name.clone(), nodes, states, queries, sandboxes })
 }
 
 /// Nodes reachable from `root`, itself included, in index order.

@@ -341,7 +341,7 @@ impl Committer {
         let plan = Arc::clone(&self.plan);
         let storage = |e: anyhow::Error| BatchError::retry("(state)", format!("{e:#}"));
         let read = db.begin_read().map_err(storage)?;
-        let views = Views::new(&read, &plan.topology, &plan.states, &mut self.caches, txid, true).map_err(storage)?;
+        let views = Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true).map_err(storage)?;
         let views = Arc::new(Mutex::new(views));
         let result = self.run_nodes(&plan, txid, record.attempt, &views, handover);
         let views = Arc::try_unwrap(views)
@@ -351,7 +351,7 @@ impl Committer {
             .unwrap_or_else(|e| e.into_inner());
         let writes = views.finish(&mut self.caches);
         let committed = result.and_then(|()| {
-            db.commit(&plan.topology, txid, record, &writes).map_err(|e| {
+            db.commit(&plan.stored_as, txid, record, &writes).map_err(|e| {
                 let states: Vec<&str> = plan.states.keys().map(String::as_str).collect();
                 BatchError::retry(&states.join(","), format!("commit failed: {e:#}"))
             })
@@ -415,10 +415,10 @@ pub fn query(
     };
     let read = db.begin_read()?;
     let mut caches = HashMap::new();
-    let views = Views::new(&read, &plan.topology, &plan.states, &mut caches, u64::MAX, false)?;
+    let views = Views::new(&read, &plan.stored_as, &plan.states, &mut caches, u64::MAX, false)?;
     let views = Arc::new(Mutex::new(views));
     let mut operators = instances(plan, source);
-    let last = db.progress(&plan.topology)?.last_committed;
+    let last = db.progress(&plan.stored_as)?.last_committed;
     let mut exec = Exec { plan, operators: &mut operators, txid: last, attempt: 0, views: Some(&views) };
     let mut outputs: Vec<Option<Parts>> = vec![None; plan.nodes.len()];
     for &i in &nodes {
