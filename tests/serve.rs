@@ -34,8 +34,9 @@ fn deploy_status_upgrade_restart_stop_delete() {
     let (status_code, answer) = server.api("POST", "/v1/topologies/word-count/queries/words", b"w1 w2 w1");
     assert_eq!(status_code, 200, "{answer}");
     assert_eq!(answer, serde_json::json!([[2 * counted["w1"] + counted["w2"]]]));
-    let (status_code, _) = server.api("POST", "/v1/topologies/word-count/queries/nope", b"w1");
-    assert_eq!(status_code, 400);
+    let (status_code, body) = server.api("POST", "/v1/topologies/word-count/queries/nope", b"w1");
+    assert_eq!(status_code, 404, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("has no query \"nope\""), "{body}");
     assert!(status["operator_ms"]["split"].as_f64().is_some_and(|ms| ms > 0.0), "no time for split: {status}");
     assert_eq!(status["tuples"], 10_000);
     assert_eq!(status["spout_lag"], 0, "{status}");

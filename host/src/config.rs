@@ -107,3 +107,27 @@ impl Default for SandboxConfig {
         }
     }
 }
+
+// What `weir serve` allows a client.
+
+/// Largest request body (a bundle upload), in MiB (`--max-upload-mib`); a
+/// body declared larger gets 413 before any of it is read.
+pub const DEFAULT_MAX_UPLOAD_MIB: usize = 64;
+
+/// Time a client may take to send a request's headers, in milliseconds
+/// (`--header-timeout-ms`); past it the connection is closed. An idle
+/// kept-alive connection is closed after it too.
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+
+/// Time a client may take to send a request's body, in milliseconds
+/// (`--body-timeout-ms`): a full-size upload at about 1 MiB/s; past it the
+/// call gets 408 and the connection is closed.
+pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 60_000;
+
+/// Time the topologies get to stop at a batch boundary on SIGTERM or SIGINT,
+/// in milliseconds (`--shutdown-timeout-ms`); past it the server exits
+/// anyway (their uncommitted batches replay at the next start).
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+
+/// Longest name a topology may be deployed under, in characters.
+pub const MAX_DEPLOYMENT_NAME: usize = 128;

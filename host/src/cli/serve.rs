@@ -7,12 +7,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use weir::config::{
-    DEFAULT_BATCH_SIZE, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES,
-    DEFAULT_MAX_PENDING, RunConfig, SandboxConfig,
+    DEFAULT_BATCH_SIZE, DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CALL_MS,
+    DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_PENDING,
+    DEFAULT_MAX_UPLOAD_MIB, DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig,
 };
 use weir::runtime::{self, ComponentCache};
 use weir::server::deployments::Host;
 use weir::server::{ServeConfig, serve};
+use weir::spout::InputScope;
 use weir::state::Db;
 
 #[derive(Args, Debug)]
@@ -25,12 +27,27 @@ pub struct ServeArgs {
     listen: SocketAddr,
     /// File holding the token every API call must bear
     /// (`Authorization: Bearer <token>`); /health and /metrics need none.
+    /// Without one, calls must come from this machine and not from a web
+    /// page (loopback Host, no foreign Origin, no browser form).
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Largest bundle upload, in MiB; larger ones get 413.
-    #[arg(long, default_value_t = 64)]
+    /// Largest bundle upload, in MiB; a larger one gets 413 before it is read.
+    #[arg(long, default_value_t = DEFAULT_MAX_UPLOAD_MIB)]
     max_upload_mib: usize,
-    /// A directory topologies' spouts may read their input from. Repeatable.
+    /// Time a client may take to send a request's headers, in
+    /// milliseconds; past it the connection is closed.
+    #[arg(long, default_value_t = DEFAULT_HEADER_TIMEOUT_MS)]
+    header_timeout_ms: u64,
+    /// Time a client may take to send a request's body, in milliseconds;
+    /// past it the call gets 408 and the connection is closed.
+    #[arg(long, default_value_t = DEFAULT_BODY_TIMEOUT_MS)]
+    body_timeout_ms: u64,
+    /// Time the topologies get to stop at a batch boundary on SIGTERM or
+    /// SIGINT, in milliseconds, before the server exits anyway.
+    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_MS)]
+    shutdown_timeout_ms: u64,
+    /// A directory topologies' spouts may read their input from (checked at
+    /// every open: no link leads outside). Repeatable.
     #[arg(long)]
     input_dir: Vec<PathBuf>,
     /// Lines (spout tuples) per batch.
@@ -72,9 +89,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let db = Arc::new(Db::open(&args.data)?);
+    // Absolute, so that errors sent to clients can name bundles relative to it.
+    let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
     let host = Host {
-        db: Arc::new(Db::open(&args.data)?),
-        bundles: args.data.join("bundles"),
+        db,
+        bundles: data.join("bundles"),
         engine: runtime::engine(args.max_call_ms > 0)?,
         cache: ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir)),
         sandbox: SandboxConfig {
@@ -90,7 +110,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
             follow: Some(Duration::from_millis(args.poll_ms.max(1))),
             ..RunConfig::default()
         },
-        input_dirs: args.input_dir.clone(),
+        inputs: InputScope::Under(args.input_dir.clone()),
     };
-    serve(ServeConfig { host, listen: args.listen, token, max_upload: args.max_upload_mib << 20 })
+    serve(ServeConfig {
+        host,
+        listen: args.listen,
+        token,
+        max_upload: args.max_upload_mib.saturating_mul(1 << 20),
+        header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
+        body_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
+        shutdown_timeout: Duration::from_millis(args.shutdown_timeout_ms),
+    })
 }

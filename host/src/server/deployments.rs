@@ -1,23 +1,31 @@
-//! The topologies a server runs: each deployed from a bundle stored in the
-//! data dir, run by its own coordinator on threads of its own, its
-//! deployment recorded in redb so that a restarted server resumes it.
+//! The topologies a server runs: each deployed under a name of its own from
+//! a bundle stored in the data dir by its content hash, run by its own
+//! coordinator on threads of its own, its deployment recorded in redb so
+//! that a restarted server resumes it.
+//!
+//! Deploy, upgrade, stop, resume and delete of one name are serialised: a
+//! second such call on a name that one is working on gets 409. Nothing from
+//! a request or a bundle reaches a path: bundles are stored as
+//! `bundles/<sha256>.weir`, only once everything about the deployment has
+//! been checked, and inputs are opened through [`InputScope`].
 
 use crate::bundle::{Bundle, supports_wit};
-use crate::config::{RunConfig, SandboxConfig};
+use crate::config::{MAX_DEPLOYMENT_NAME, RunConfig, SandboxConfig};
 use crate::coordinator::{self, RunReport};
-use crate::operators::OperatorSource;
+use crate::operators::{Components, OperatorSource};
+use crate::plan::Plan;
 use crate::runtime::ComponentCache;
-use crate::spout;
+use crate::spout::{self, InputScope, Site};
 use crate::state::Db;
-use crate::topology::{self, LoadedTopology};
+use crate::topology;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use wasmtime::Engine;
 use weir_sdk::codec::Value;
 use weir_sdk::topology::{SPOUT_ID, TopologyDef};
@@ -25,19 +33,38 @@ use weir_sdk::topology::{SPOUT_ID, TopologyDef};
 /// What is remembered of a deployment across restarts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeploymentRecord {
-    /// The bundle's file, in the data dir's `bundles/`.
+    /// The bundle's file in the data dir's `bundles/`.
     pub bundle: String,
+    /// The bundle's topology it runs; absent in records written before
+    /// deployments had names of their own, whose name is their topology's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<String>,
     /// The input file or directory of the topology's spout, if it reads one.
     pub input: Option<PathBuf>,
     /// Whether it should be running.
     pub running: bool,
 }
 
+/// Whether a served topology runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// Its coordinator is running batches.
+    Running,
+    /// Stopped at a batch boundary (or not started).
+    #[default]
+    Stopped,
+    /// Halted by an error (`Status::error` says which).
+    Failed,
+}
+
 /// How a deployment is doing.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Status {
-    /// running, stopped or failed.
-    pub state: String,
+    /// The bundle's topology it runs.
+    pub topology: String,
+    /// Running, stopped or failed.
+    pub state: RunState,
     /// Why it failed, if it did.
     pub error: Option<String>,
     /// The last committed txid.
@@ -64,11 +91,12 @@ pub struct Status {
 }
 
 impl Status {
-    fn of(state: &str, report: &RunReport) -> Status {
+    fn of(state: RunState, topology: &str, report: &RunReport) -> Status {
         let seconds = report.elapsed.as_secs_f64().max(1e-9);
         let ms = |q| report.commit_latency.quantile(q).map(|d| d.as_secs_f64() * 1000.0);
         Status {
-            state: state.to_owned(),
+            topology: topology.to_owned(),
+            state,
             error: None,
             last_committed: report.last_committed,
             batches: report.batches,
@@ -78,9 +106,13 @@ impl Status {
             tuples_per_s: report.tuples as f64 / seconds,
             commit_p50_ms: ms(0.5),
             commit_p99_ms: ms(0.99),
-            operator_ms: report.operator_time.iter().map(|(op, t)| (op.clone(), t.as_secs_f64() * 1000.0)).collect(),
+            operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
             spout_lag: report.spout_lag,
         }
+    }
+
+    fn failed(topology: &str, error: String) -> Status {
+        Status { topology: topology.to_owned(), state: RunState::Failed, error: Some(error), ..Status::default() }
     }
 }
 
@@ -89,18 +121,35 @@ struct Running {
     thread: JoinHandle<()>,
 }
 
+/// A topology as loaded from its bundle, kept for its runs and queries.
+#[derive(Clone)]
+struct Loaded {
+    definition: TopologyDef,
+    plan: Arc<Plan>,
+    components: Arc<Components>,
+}
+
 struct Deployment {
     record: DeploymentRecord,
-    definition: TopologyDef,
+    /// None when its bundle could not be loaded at a restart (the status
+    /// says why); a resume tries again.
+    loaded: Option<Loaded>,
     status: Arc<Mutex<Status>>,
     running: Option<Running>,
+}
+
+impl Deployment {
+    fn topology<'a>(&'a self, name: &'a str) -> &'a str {
+        self.record.topology.as_deref().unwrap_or(name)
+    }
 }
 
 /// Everything a server needs to run topologies.
 pub struct Host {
     /// The data dir's database.
     pub db: Arc<Db>,
-    /// Where bundles are stored.
+    /// Where bundles are stored (an absolute path: errors sent to clients
+    /// name its files relative to the data dir).
     pub bundles: PathBuf,
     /// The engine components are compiled for.
     pub engine: Engine,
@@ -110,23 +159,30 @@ pub struct Host {
     pub sandbox: SandboxConfig,
     /// How topologies batch and retry.
     pub run: RunConfig,
-    /// Directories spouts may read input from.
-    pub input_dirs: Vec<PathBuf>,
+    /// Where spouts may read their input from.
+    pub inputs: InputScope,
 }
 
-/// The deployed topologies, by name.
-pub struct Deployments {
-    host: Arc<Host>,
-    deployed: Mutex<BTreeMap<String, Deployment>>,
+impl Host {
+    /// `message` as a client may see it: the server's own directories
+    /// rewritten out, so that it names files relative to the data dir
+    /// (inputs are named as the client gave them).
+    pub fn public(&self, message: &str) -> String {
+        let bundles = format!("{}/", self.bundles.display());
+        let cache = format!("{}/", self.cache.dir().display());
+        message.replace(&bundles, "bundles/").replace(&cache, "the component cache: ")
+    }
 }
 
-/// A client's mistake, as opposed to the server's: the API answers 400/404.
+/// Why a call failed: the client's mistake (400, 404, 409) or the server's.
 #[derive(Debug)]
 pub enum DeployError {
     /// The request is wrong; the message says why.
     BadRequest(String),
-    /// No such topology.
+    /// No such topology, or no such thing of it; the message names it.
     NotFound(String),
+    /// The name is deployed already, or another call is working on it.
+    Conflict(String),
     /// The server failed.
     Internal(anyhow::Error),
 }
@@ -141,123 +197,305 @@ fn bad(e: anyhow::Error) -> DeployError {
     DeployError::BadRequest(format!("{e:#}"))
 }
 
+fn not_deployed(name: &str) -> DeployError {
+    DeployError::NotFound(format!("no topology {name} is deployed"))
+}
+
 /// The state kinds of a topology's states, to refuse an upgrade changing one.
 fn states(def: &TopologyDef) -> Vec<(String, String)> {
     def.states().into_iter().map(|state| (state.name.clone(), format!("{:?}", state.kind))).collect()
 }
 
+/// A deployment's name is a redb table name's part, a URL's path segment,
+/// a metrics label and a thread's name, never a file name: any printable
+/// characters but `/`, at most [`MAX_DEPLOYMENT_NAME`] of them.
+pub fn check_name(name: &str) -> Result<(), DeployError> {
+    let count = name.chars().count();
+    if count == 0 || count > MAX_DEPLOYMENT_NAME || name.contains('/') || name.chars().any(char::is_control) {
+        return Err(DeployError::BadRequest(format!(
+            "deployment name {name:?} must be 1 to {MAX_DEPLOYMENT_NAME} characters, without '/' or control characters"
+        )));
+    }
+    if name.trim() != name {
+        return Err(DeployError::BadRequest(format!(
+            "deployment name {name:?} must not begin or end with white space"
+        )));
+    }
+    Ok(())
+}
+
+/// The name of a stored bundle's file: its content's SHA-256.
+fn bundle_file(bytes: &[u8]) -> String {
+    format!("{}.weir", crate::bundle::sha256_hex(bytes))
+}
+
+/// Whether `file` may name a file of the bundles directory: records written
+/// by earlier versions named theirs after the topology.
+fn is_plain_file_name(file: &str) -> bool {
+    !file.is_empty() && !file.starts_with('.') && !file.contains('/') && !file.contains('\\')
+}
+
+/// An uploaded bundle written beside the stored ones while it is checked;
+/// removed unless [`Staged::keep`] stores it.
+struct Staged {
+    path: PathBuf,
+    file: String,
+}
+
+/// Staged files are named `.<counter>.staged`; a restarted server removes
+/// the ones a crash left behind.
+const STAGED_SUFFIX: &str = ".staged";
+
+impl Staged {
+    fn write(bundles: &Path, bytes: &[u8]) -> Result<Staged> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        std::fs::create_dir_all(bundles).context("creating the bundles directory")?;
+        let path = bundles.join(format!(".{}{STAGED_SUFFIX}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        std::fs::write(&path, bytes).context("storing the bundle")?;
+        Ok(Staged { path, file: bundle_file(bytes) })
+    }
+
+    /// Stores the bundle under its content hash (a file that is there
+    /// already holds the same bytes).
+    fn keep(self, bundles: &Path) -> Result<String> {
+        std::fs::rename(&self.path, bundles.join(&self.file)).context("storing the bundle")?;
+        Ok(self.file.clone())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A claim on a name while a call changes its deployment.
+struct Claim<'a> {
+    busy: &'a Mutex<BTreeSet<String>>,
+    name: String,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.busy.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.name);
+    }
+}
+
+/// What a deploy asks for.
+pub struct DeployRequest {
+    /// The deployment's name; the topology's when absent.
+    pub name: Option<String>,
+    /// The bundle's topology to deploy; needed when it defines several.
+    pub topology: Option<String>,
+    /// The input of the topology's spout, if it reads one.
+    pub input: Option<PathBuf>,
+}
+
+/// The deployed topologies, by name.
+pub struct Deployments {
+    host: Arc<Host>,
+    deployed: Mutex<BTreeMap<String, Deployment>>,
+    /// Names a deploy, upgrade, stop, resume or delete is working on.
+    busy: Mutex<BTreeSet<String>>,
+    /// Set once the server shuts down: nothing starts any more.
+    closing: AtomicBool,
+}
+
 impl Deployments {
     /// The deployments of `host`, resuming every one recorded as running.
+    /// One that cannot be loaded is listed as failed, with the reason.
     pub fn resume(host: Arc<Host>) -> Result<Deployments> {
-        let deployments = Deployments { host, deployed: Mutex::new(BTreeMap::new()) };
+        let deployments = Deployments {
+            host,
+            deployed: Mutex::new(BTreeMap::new()),
+            busy: Mutex::new(BTreeSet::new()),
+            closing: AtomicBool::new(false),
+        };
+        let mut deployed = deployments.lock();
         for (name, record) in deployments.host.db.deployments()? {
-            let record: DeploymentRecord = serde_json::from_slice(&record)?;
-            let path = deployments.host.bundles.join(&record.bundle);
-            match deployments.load(&path, &name) {
+            let record: DeploymentRecord = serde_json::from_slice(&record)
+                .with_context(|| format!("the deployment record of {name} cannot be read"))?;
+            let mut deployment = Deployment { record, loaded: None, status: Arc::default(), running: None };
+            let topology = deployment.topology(&name).to_owned();
+            match deployments.load_stored(&deployment.record, &topology, &name) {
                 Ok(loaded) => {
-                    let running = record.running;
-                    deployments.insert(&name, record, loaded.definition.clone());
-                    if running {
-                        deployments.start(&name, loaded)?;
+                    deployment.loaded = Some(loaded);
+                    *deployments.status_of(&deployment) = Status { topology, ..Status::default() };
+                    if deployment.record.running {
+                        deployments.start(&name, &mut deployment)?;
                         tracing::info!("resumed topology {name}");
                     }
                 }
-                Err(e) => tracing::error!("cannot resume topology {name}: {e:#}"),
+                Err(e) => {
+                    tracing::error!("cannot resume topology {name}: {e:#}");
+                    let error = deployments.host.public(&format!("{e:#}"));
+                    *deployments.status_of(&deployment) = Status::failed(&topology, error);
+                }
             }
+            deployed.insert(name, deployment);
         }
+        deployments.sweep_bundles(&deployed);
+        drop(deployed);
         Ok(deployments)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Deployment>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Deployment>> {
         self.deployed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn load(&self, bundle: &Path, name: &str) -> Result<LoadedTopology> {
+    fn status_of<'a>(&self, deployment: &'a Deployment) -> MutexGuard<'a, Status> {
+        deployment.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Claims `name` for a change, or says another call is changing it.
+    fn claim(&self, name: &str) -> Result<Claim<'_>, DeployError> {
+        if !self.busy.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_owned()) {
+            return Err(DeployError::Conflict(format!(
+                "another call is deploying, upgrading, stopping or deleting topology {name}: try again when it is done"
+            )));
+        }
+        Ok(Claim { busy: &self.busy, name: name.to_owned() })
+    }
+
+    /// Loads topology `topology` of the bundle at `path`, to be kept under
+    /// `name`.
+    fn load(&self, path: &Path, topology: &str, name: &str) -> Result<Loaded> {
         let host = &self.host;
-        let mut loaded = topology::load(&host.engine, &host.cache, bundle, &[name.to_owned()], &host.sandbox)?;
-        Ok(loaded.remove(0))
+        let mut loaded = topology::load(&host.engine, &host.cache, path, &[topology.to_owned()], &host.sandbox)?;
+        let loaded = loaded.remove(0);
+        let mut plan = loaded.plan;
+        Arc::make_mut(&mut plan).stored_as = name.to_owned();
+        Ok(Loaded { definition: loaded.definition, plan, components: loaded.components })
     }
 
-    fn insert(&self, name: &str, record: DeploymentRecord, definition: TopologyDef) {
-        let status = Arc::new(Mutex::new(Status { state: "stopped".into(), ..Status::default() }));
-        self.lock().insert(name.to_owned(), Deployment { record, definition, status, running: None });
+    fn load_stored(&self, record: &DeploymentRecord, topology: &str, name: &str) -> Result<Loaded> {
+        if !is_plain_file_name(&record.bundle) {
+            bail!("its record names bundle {:?}, which is not a file of the bundles directory", record.bundle);
+        }
+        self.load(&self.host.bundles.join(&record.bundle), topology, name)
     }
 
-    fn check_input(&self, definition: &TopologyDef, input: Option<&Path>) -> Result<(), DeployError> {
+    /// Loads an uploaded bundle's `topology` for `name` from `staged`;
+    /// errors name the bundle as the upload.
+    fn load_staged(&self, staged: &Staged, topology: &str, name: &str) -> Result<Loaded, DeployError> {
+        self.load(&staged.path, topology, name).map_err(|e| {
+            let message = format!("{e:#}").replace(&staged.path.display().to_string(), "the uploaded bundle");
+            DeployError::BadRequest(message)
+        })
+    }
+
+    fn check_input(&self, loaded: &Loaded, name: &str, input: Option<&Path>) -> Result<(), DeployError> {
+        let definition = &loaded.definition;
         let Some(spout) = definition.spout() else {
             return Err(DeployError::BadRequest(format!(
                 "topology {} has no spout: it only answers queries, so there is nothing to run",
                 definition.name
             )));
         };
-        spout::check_input(spout, &definition.name, input).map_err(bad)?;
-        let Some(input) = input else { return Ok(()) };
-        let input =
-            input.canonicalize().map_err(|e| DeployError::BadRequest(format!("input {}: {e}", input.display())))?;
-        let allowed = self.host.input_dirs.iter().filter_map(|d| d.canonicalize().ok()).any(|d| input.starts_with(d));
-        if !allowed {
-            return Err(DeployError::BadRequest(format!(
-                "input {} is not under a directory this server allows (--input-dir)",
-                input.display()
+        let site = Site { topology: &definition.name, stored_as: name, scope: &self.host.inputs };
+        spout::check_input_at(spout, &site, input).map_err(bad)
+    }
+
+    /// Removes bundle `file` unless a deployment still runs from it.
+    fn forget_bundle(&self, deployed: &BTreeMap<String, Deployment>, file: &str) {
+        if is_plain_file_name(file) && !deployed.values().any(|d| d.record.bundle == file) {
+            let _ = std::fs::remove_file(self.host.bundles.join(file));
+        }
+    }
+
+    /// Removes what a crash left in the bundles directory: staged uploads
+    /// and bundles no deployment runs from.
+    fn sweep_bundles(&self, deployed: &BTreeMap<String, Deployment>) {
+        let Ok(entries) = std::fs::read_dir(&self.host.bundles) else { return };
+        for entry in entries.flatten() {
+            let Ok(file) = entry.file_name().into_string() else { continue };
+            if file.ends_with(STAGED_SUFFIX) || !deployed.values().any(|d| d.record.bundle == file) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// The topology `bundle` is deployed for: `chosen`, or its only one.
+    fn choose_topology(bundle: &Bundle, chosen: Option<String>) -> Result<String, DeployError> {
+        let names: Vec<&str> = bundle.manifest.topologies.iter().map(|t| t.definition.name.as_str()).collect();
+        match (chosen, names.as_slice()) {
+            (Some(chosen), _) if names.contains(&chosen.as_str()) => Ok(chosen),
+            (Some(chosen), _) => Err(DeployError::BadRequest(format!(
+                "the bundle defines no topology {chosen:?} (it defines {names:?})"
+            ))),
+            (None, [only]) => Ok((*only).to_owned()),
+            (None, []) => Err(DeployError::BadRequest("the bundle defines no topology".into())),
+            (None, _) => {
+                Err(DeployError::BadRequest(format!("the bundle defines {names:?}: choose one with ?topology=")))
+            }
+        }
+    }
+
+    /// Deploys a topology of an uploaded bundle under its name and starts it.
+    /// A refused deploy leaves nothing behind: no bundle, no record, no state.
+    pub fn deploy(&self, request: DeployRequest, bytes: &[u8]) -> Result<Status, DeployError> {
+        let bundle = Bundle::from_bytes(Path::new("upload"), bytes).map_err(bad)?;
+        let topology = Self::choose_topology(&bundle, request.topology)?;
+        let name = request.name.unwrap_or_else(|| topology.clone());
+        check_name(&name)?;
+        let _claim = self.claim(&name)?;
+        if self.lock().contains_key(&name) {
+            return Err(DeployError::Conflict(format!(
+                "topology {name} is deployed already: upgrade or delete it, or deploy under another ?name="
             )));
+        }
+        let staged = Staged::write(&self.host.bundles, bytes)?;
+        let loaded = self.load_staged(&staged, &topology, &name)?;
+        self.check_input(&loaded, &name, request.input.as_deref())?;
+        let mut deployed = self.lock();
+        self.refuse_when_closing()?;
+        let file = staged.keep(&self.host.bundles)?;
+        let record = DeploymentRecord { bundle: file, topology: Some(topology), input: request.input, running: true };
+        let mut deployment = Deployment { record, loaded: Some(loaded), status: Arc::default(), running: None };
+        let started = self.save(&name, &deployment.record).and_then(|()| self.start(&name, &mut deployment));
+        if let Err(e) = started {
+            // Only the record: state kept from an earlier deployment of the name stays.
+            let _ = self.host.db.forget_deployment(&name, false);
+            self.forget_bundle(&deployed, &deployment.record.bundle);
+            return Err(e.into());
+        }
+        let status = self.status_of(&deployment).clone();
+        deployed.insert(name, deployment);
+        Ok(status)
+    }
+
+    fn refuse_when_closing(&self) -> Result<(), DeployError> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(DeployError::Conflict("the server is shutting down".into()));
         }
         Ok(())
     }
 
-    /// Checks and stores an uploaded bundle; returns its stored path.
-    fn store_bundle(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, DeployError> {
-        let bundle = Bundle::from_bytes(Path::new("upload"), bytes).map_err(bad)?;
-        if !bundle.manifest.topologies.iter().any(|t| t.definition.name == name) {
-            let names: Vec<_> = bundle.manifest.topologies.iter().map(|t| t.definition.name.clone()).collect();
-            return Err(DeployError::BadRequest(format!(
-                "the bundle defines no topology {name:?} (it defines {names:?})"
-            )));
-        }
-        std::fs::create_dir_all(&self.host.bundles).context("creating the bundles directory")?;
-        let file = format!("{name}-{}.weir", &crate::bundle::sha256_hex(bytes)[..16]);
-        let path = self.host.bundles.join(&file);
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, bytes).context("storing the bundle")?;
-        std::fs::rename(&tmp, &path).context("storing the bundle")?;
-        Ok(path)
+    fn save(&self, name: &str, record: &DeploymentRecord) -> Result<()> {
+        self.host.db.save_deployment(name, &serde_json::to_vec(record).context("encoding the deployment")?)
     }
 
-    /// Deploys topology `name` from an uploaded bundle and starts it.
-    pub fn deploy(&self, name: &str, bytes: &[u8], input: Option<PathBuf>) -> Result<Status, DeployError> {
-        if self.lock().contains_key(name) {
-            return Err(DeployError::BadRequest(format!("topology {name} is deployed already: upgrade or delete it")));
-        }
-        let path = self.store_bundle(name, bytes)?;
-        let loaded = self.load(&path, name).map_err(bad)?;
-        self.check_input(&loaded.definition, input.as_deref())?;
-        let bundle = path.file_name().and_then(|f| f.to_str()).unwrap_or_default().to_owned();
-        let record = DeploymentRecord { bundle, input, running: true };
-        self.host.db.save_deployment(name, &serde_json::to_vec(&record).context("encoding the deployment")?)?;
-        self.insert(name, record, loaded.definition.clone());
-        self.start(name, loaded)?;
-        self.status(name)
-    }
-
-    fn start(&self, name: &str, loaded: LoadedTopology) -> Result<()> {
-        let mut deployed = self.lock();
-        let deployment = deployed.get_mut(name).context("no such deployment")?;
+    /// Starts `deployment`'s coordinator on a thread of its own.
+    fn start(&self, name: &str, deployment: &mut Deployment) -> Result<()> {
+        let loaded = deployment.loaded.clone().context("the topology is not loaded")?;
         let host = Arc::clone(&self.host);
         let input = deployment.record.input.clone();
         let status = Arc::clone(&deployment.status);
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
-        let topology = name.to_owned();
-        let last_committed = host.db.progress(name)?.last_committed;
-        *status.lock().unwrap_or_else(|e| e.into_inner()) =
-            Status { state: "running".into(), last_committed, ..Status::default() };
+        let name = name.to_owned();
+        let topology = loaded.definition.name.clone();
+        let last_committed = host.db.progress(&name)?.last_committed;
+        *self.status_of(deployment) =
+            Status { topology: topology.clone(), state: RunState::Running, last_committed, ..Status::default() };
         let thread = std::thread::Builder::new().name(format!("weir-{name}")).spawn(move || {
             let started = Instant::now();
             let outcome = (|| {
-                let definition = &loaded.definition;
+                let spout_def = loaded.definition.spout().context("the topology has no spout")?;
                 let spout_component = Arc::clone(loaded.components.for_operator(SPOUT_ID));
                 let guest = Some((spout_component, loaded.plan.sandboxes.of(SPOUT_ID).clone()));
-                let spout_def = definition.spout().context("the topology has no spout")?;
-                let mut spout = spout::open(spout_def, &topology, input.as_deref(), host.run.batch_size, guest)?;
+                let site = Site { topology: &topology, stored_as: &name, scope: &host.inputs };
+                let mut spout = spout::open_at(spout_def, &site, input.as_deref(), host.run.batch_size, guest)?;
                 coordinator::run(
                     &host.db,
                     Arc::clone(&loaded.plan),
@@ -266,17 +504,18 @@ impl Deployments {
                     &host.run,
                     &stop_flag,
                     &mut |report| {
-                        *status.lock().unwrap_or_else(|e| e.into_inner()) = Status::of("running", report);
+                        *status.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Status::of(RunState::Running, &topology, report);
                     },
                 )
             })();
             let mut status = status.lock().unwrap_or_else(|e| e.into_inner());
             match outcome {
-                Ok(report) => *status = Status::of("stopped", &report),
+                Ok(report) => *status = Status::of(RunState::Stopped, &topology, &report),
                 Err(e) => {
-                    tracing::error!("topology {topology} failed after {:.1}s: {e:#}", started.elapsed().as_secs_f64());
-                    status.state = "failed".into();
-                    status.error = Some(format!("{e:#}"));
+                    tracing::error!("topology {name} failed after {:.1}s: {e:#}", started.elapsed().as_secs_f64());
+                    status.state = RunState::Failed;
+                    status.error = Some(host.public(&format!("{e:#}")));
                 }
             }
         })?;
@@ -289,16 +528,15 @@ impl Deployments {
     fn halt(&self, name: &str, remember: bool) -> Result<(), DeployError> {
         let running = {
             let mut deployed = self.lock();
-            let deployment = deployed.get_mut(name).ok_or_else(|| DeployError::NotFound(name.to_owned()))?;
+            let deployment = deployed.get_mut(name).ok_or_else(|| not_deployed(name))?;
             if remember {
                 deployment.record.running = false;
-                let record = serde_json::to_vec(&deployment.record).context("encoding the deployment")?;
-                self.host.db.save_deployment(name, &record)?;
+                self.save(name, &deployment.record)?;
             }
             deployment.running.take()
         };
         if let Some(running) = running {
-            running.stop.store(true, Ordering::Relaxed);
+            running.stop.store(true, Ordering::SeqCst);
             let _ = running.thread.join();
         }
         Ok(())
@@ -306,97 +544,130 @@ impl Deployments {
 
     /// Stops topology `name`; it stays stopped across restarts.
     pub fn stop(&self, name: &str) -> Result<Status, DeployError> {
+        let _claim = self.claim(name)?;
         self.halt(name, true)?;
         self.status(name)
     }
 
     /// Starts a stopped topology again.
     pub fn resume_one(&self, name: &str) -> Result<Status, DeployError> {
-        let (path, record) = {
+        let _claim = self.claim(name)?;
+        let (record, loaded) = {
             let deployed = self.lock();
-            let deployment = deployed.get(name).ok_or_else(|| DeployError::NotFound(name.to_owned()))?;
+            let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
             if deployment.running.is_some() {
-                return Err(DeployError::BadRequest(format!("topology {name} is running")));
+                return Err(DeployError::Conflict(format!("topology {name} is running")));
             }
-            (self.host.bundles.join(&deployment.record.bundle), deployment.record.clone())
+            (deployment.record.clone(), deployment.loaded.clone())
         };
-        let loaded = self.load(&path, name)?;
-        let record = DeploymentRecord { running: true, ..record };
-        self.host.db.save_deployment(name, &serde_json::to_vec(&record).context("encoding the deployment")?)?;
-        self.lock().get_mut(name).expect("deployed").record = record;
-        self.start(name, loaded)?;
-        self.status(name)
+        let loaded = match loaded {
+            Some(loaded) => loaded,
+            None => {
+                let topology = record.topology.as_deref().unwrap_or(name);
+                self.load_stored(&record, topology, name).map_err(bad)?
+            }
+        };
+        let mut deployed = self.lock();
+        self.refuse_when_closing()?;
+        let deployment = deployed.get_mut(name).ok_or_else(|| not_deployed(name))?;
+        deployment.loaded = Some(loaded);
+        deployment.record.running = true;
+        self.save(name, &deployment.record)?;
+        self.start(name, deployment)?;
+        Ok(self.status_of(deployment).clone())
     }
 
     /// Answers query `query` of topology `name` with `args`, over its
     /// committed state: the result tuples.
     pub fn query(&self, name: &str, query: &str, args: &str) -> Result<Vec<Vec<Value>>, DeployError> {
-        let path = {
+        let loaded = {
             let deployed = self.lock();
-            let deployment = deployed.get(name).ok_or_else(|| DeployError::NotFound(name.to_owned()))?;
-            self.host.bundles.join(&deployment.record.bundle)
+            let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
+            deployment
+                .loaded
+                .clone()
+                .ok_or_else(|| DeployError::BadRequest(format!("topology {name} is not loaded: its status says why")))?
         };
-        let loaded = self.load(&path, name)?;
+        if !loaded.plan.queries.contains_key(query) {
+            let known: Vec<&String> = loaded.plan.queries.keys().collect();
+            return Err(DeployError::NotFound(format!("topology {name} has no query {query:?} (queries: {known:?})")));
+        }
         let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
         crate::exec::query(&self.host.db, &loaded.plan, &source, query, args).map_err(bad)
     }
 
+    /// The states topology `name` declares.
+    pub fn states(&self, name: &str) -> Result<Vec<String>, DeployError> {
+        let deployed = self.lock();
+        let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
+        Ok(match &deployment.loaded {
+            Some(loaded) => loaded.plan.states.keys().cloned().collect(),
+            // Not loaded: whatever it stored.
+            None => self.host.db.states(name)?,
+        })
+    }
+
     /// Swaps topology `name`'s bundle at a batch boundary, keeping its state.
-    /// Refused when the new bundle changes a state's kind or the WIT major.
+    /// Refused when the new bundle changes a state's kind or the WIT major;
+    /// a refused upgrade changes nothing and leaves nothing behind.
     pub fn upgrade(&self, name: &str, bytes: &[u8]) -> Result<Status, DeployError> {
-        let old = self
-            .lock()
-            .get(name)
-            .map(|d| d.definition.clone())
-            .ok_or_else(|| DeployError::NotFound(name.to_owned()))?;
+        let _claim = self.claim(name)?;
+        let (topology, old) = {
+            let deployed = self.lock();
+            let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
+            let old = deployment.loaded.as_ref().map(|l| states(&l.definition));
+            (deployment.topology(name).to_owned(), old)
+        };
         let upload = Bundle::from_bytes(Path::new("upload"), bytes).map_err(bad)?;
         if !supports_wit(&upload.manifest.wit) {
             return Err(DeployError::BadRequest(format!("the bundle targets {}", upload.manifest.wit)));
         }
-        let path = self.store_bundle(name, bytes)?;
-        let loaded = self.load(&path, name).map_err(bad)?;
-        if states(&old) != states(&loaded.definition) {
+        Self::choose_topology(&upload, Some(topology.clone()))?;
+        let staged = Staged::write(&self.host.bundles, bytes)?;
+        let loaded = self.load_staged(&staged, &topology, name)?;
+        let new = states(&loaded.definition);
+        if let Some(old) = old.filter(|old| old != &new) {
             return Err(DeployError::BadRequest(format!(
-                "the upgrade changes topology {name}'s states ({:?} -> {:?}); deploy it under a new name instead",
-                states(&old),
-                states(&loaded.definition)
+                "the upgrade changes topology {name}'s states ({old:?} -> {new:?}); deploy it under a new name instead"
             )));
         }
         self.halt(name, false)?;
-        let record = {
-            let mut deployed = self.lock();
-            let deployment = deployed.get_mut(name).expect("deployed");
-            deployment.record.bundle = path.file_name().and_then(|f| f.to_str()).unwrap_or_default().to_owned();
-            deployment.record.running = true;
-            deployment.definition = loaded.definition.clone();
-            deployment.record.clone()
-        };
-        self.host.db.save_deployment(name, &serde_json::to_vec(&record).context("encoding the deployment")?)?;
-        self.start(name, loaded)?;
-        self.status(name)
+        let mut deployed = self.lock();
+        self.refuse_when_closing()?;
+        let file = staged.keep(&self.host.bundles)?;
+        let deployment = deployed.get_mut(name).ok_or_else(|| not_deployed(name))?;
+        let old_file = std::mem::replace(&mut deployment.record.bundle, file);
+        deployment.record.running = true;
+        deployment.loaded = Some(loaded);
+        self.save(name, &deployment.record)?;
+        self.start(name, deployment)?;
+        let status = self.status_of(deployment).clone();
+        self.forget_bundle(&deployed, &old_file);
+        Ok(status)
     }
 
     /// Deletes topology `name`, keeping or dropping its state.
     pub fn delete(&self, name: &str, drop_state: bool) -> Result<(), DeployError> {
+        let _claim = self.claim(name)?;
         self.halt(name, false)?;
         self.host.db.forget_deployment(name, drop_state)?;
-        self.lock().remove(name);
+        let mut deployed = self.lock();
+        if let Some(deployment) = deployed.remove(name) {
+            self.forget_bundle(&deployed, &deployment.record.bundle);
+        }
         Ok(())
     }
 
     /// How topology `name` is doing.
     pub fn status(&self, name: &str) -> Result<Status, DeployError> {
         let deployed = self.lock();
-        let deployment = deployed.get(name).ok_or_else(|| DeployError::NotFound(name.to_owned()))?;
-        Ok(deployment.status.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
+        Ok(self.status_of(deployment).clone())
     }
 
     /// Every deployed topology's name and status.
     pub fn list(&self) -> Vec<(String, Status)> {
-        self.lock()
-            .iter()
-            .map(|(name, d)| (name.clone(), d.status.lock().unwrap_or_else(|e| e.into_inner()).clone()))
-            .collect()
+        self.lock().iter().map(|(name, d)| (name.clone(), self.status_of(d).clone())).collect()
     }
 
     /// Whether topology `name` is deployed.
@@ -404,21 +675,67 @@ impl Deployments {
         self.lock().contains_key(name)
     }
 
-    /// Stops every topology at a batch boundary, leaving their records as
-    /// they are: a restarted server resumes them.
-    pub fn shutdown(&self) {
-        let names: Vec<String> = self.lock().keys().cloned().collect();
-        for name in names {
-            let _ = self.halt(&name, false);
+    /// Stops every topology at a batch boundary, all at once, leaving their
+    /// records as they are (a restarted server resumes them), and waits for
+    /// them at most `within`. Nothing starts afterwards. Returns the names
+    /// of those still running then: their uncommitted batches replay at the
+    /// next start.
+    pub fn shutdown(&self, within: Duration) -> Vec<String> {
+        let running: Vec<(String, Running)> = {
+            let mut deployed = self.lock();
+            self.closing.store(true, Ordering::SeqCst);
+            deployed.iter_mut().filter_map(|(name, d)| d.running.take().map(|r| (name.clone(), r))).collect()
+        };
+        for (_, running) in &running {
+            running.stop.store(true, Ordering::SeqCst);
         }
+        let deadline = Instant::now() + within;
+        while running.iter().any(|(_, r)| !r.thread.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut unstopped = Vec::new();
+        for (name, running) in running {
+            if running.thread.is_finished() {
+                let _ = running.thread.join();
+            } else {
+                unstopped.push(name);
+            }
+        }
+        unstopped
     }
 }
 
-/// Only for checks that need a bundle's topology list without loading it.
-pub fn bundle_names(bytes: &[u8]) -> Result<Vec<String>> {
-    let bundle = Bundle::from_bytes(Path::new("upload"), bytes)?;
-    if bundle.manifest.topologies.is_empty() {
-        bail!("the bundle defines no topology");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deployment_names_are_printable_without_slashes() {
+        for good in ["word-count", "wc two", "a\"b\\c", "é", &"x".repeat(MAX_DEPLOYMENT_NAME)] {
+            assert!(check_name(good).is_ok(), "{good:?}");
+        }
+        for bad in ["", "../x", "/tmp/x", "a/b", "a\nb", "a\0b", " a", "a ", &"x".repeat(MAX_DEPLOYMENT_NAME + 1)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
     }
-    Ok(bundle.manifest.topologies.into_iter().map(|t| t.definition.name).collect())
+
+    #[test]
+    fn old_records_still_read_and_name_their_topology_by_the_deployment() {
+        let old: DeploymentRecord =
+            serde_json::from_str(r#"{"bundle":"wc-0123456789abcdef.weir","input":"in/c.txt","running":true}"#).unwrap();
+        assert_eq!(old.topology, None);
+        assert!(is_plain_file_name(&old.bundle));
+        for bad in ["../x.weir", "/tmp/x.weir", ".hidden", "", "a\\b"] {
+            assert!(!is_plain_file_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn run_states_serialise_as_words() {
+        let words: Vec<String> = [RunState::Running, RunState::Stopped, RunState::Failed]
+            .iter()
+            .map(|s| serde_json::to_string(s).unwrap())
+            .collect();
+        assert_eq!(words, ["\"running\"", "\"stopped\"", "\"failed\""]);
+    }
 }

@@ -1,22 +1,31 @@
 //! `weir serve`: a long-running host for any number of topologies, driven
 //! over an HTTP JSON API.
+//!
+//! What a client sends is bounded before it is handled: headers must arrive
+//! within `--header-timeout-ms`, a body within `--body-timeout-ms`, and a
+//! body declared larger than `--max-upload-mib` is refused at once. Without
+//! a token, a call must come from this machine and not from a web page.
 
 pub mod deployments;
+mod metrics;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use deployments::{DeployError, Deployments, Host, Status};
+use deployments::{DeployError, DeployRequest, Deployments, Host, Status};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Deserialize;
 use serde_json::json;
-use std::fmt::Write;
-use std::net::SocketAddr;
+use sha2::{Digest, Sha256};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
 
 /// How a server is set up.
 pub struct ServeConfig {
@@ -26,55 +35,173 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// The token every API call must bear, if any.
     pub token: Option<String>,
-    /// Largest bundle upload, in bytes.
+    /// Largest request body (a bundle upload), in bytes.
     pub max_upload: usize,
+    /// Time a client may take to send a request's headers.
+    pub header_timeout: Duration,
+    /// Time a client may take to send a request's body.
+    pub body_timeout: Duration,
+    /// Time the topologies get to stop at a batch boundary on SIGTERM or
+    /// SIGINT before the server exits regardless.
+    pub shutdown_timeout: Duration,
 }
 
 struct App {
+    host: Arc<Host>,
     deployments: Deployments,
-    token: Option<String>,
+    /// The token's SHA-256: compared in constant time, whatever its length.
+    token: Option<[u8; 32]>,
+    max_upload: usize,
+    body_timeout: Duration,
 }
 
 type Shared = Arc<App>;
+
+/// A handler's answer: a response, or a refusal that is one too.
+type Answer = Result<Response, Response>;
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
-impl IntoResponse for DeployError {
-    fn into_response(self) -> Response {
-        match self {
-            DeployError::BadRequest(m) => error(StatusCode::BAD_REQUEST, m),
-            DeployError::NotFound(name) => error(StatusCode::NOT_FOUND, format!("no topology {name} is deployed")),
+/// An error that ends the connection: its request was not read whole.
+fn closing(status: StatusCode, message: impl Into<String>) -> Response {
+    let mut response = error(status, message);
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+impl App {
+    /// The answer to a refused call; its message never names a server path.
+    fn refusal(&self, e: DeployError) -> Response {
+        match e {
+            DeployError::BadRequest(m) => error(StatusCode::BAD_REQUEST, self.host.public(&m)),
+            DeployError::NotFound(m) => error(StatusCode::NOT_FOUND, self.host.public(&m)),
+            DeployError::Conflict(m) => error(StatusCode::CONFLICT, self.host.public(&m)),
             DeployError::Internal(e) => {
                 tracing::error!("{e:#}");
-                error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
+                error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the server failed: {}", self.host.public(&format!("{e:#}"))),
+                )
             }
         }
     }
-}
 
-/// Compares without an early exit, so that timing reveals nothing of the token.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    let mut difference = a.len() ^ b.len();
-    for (i, byte) in a.iter().enumerate() {
-        difference |= usize::from(byte ^ b.get(i).copied().unwrap_or(0));
-    }
-    difference == 0
-}
-
-async fn authorize(State(app): State<Shared>, headers: HeaderMap, request: Request, next: Next) -> Response {
-    if let Some(token) = &app.token {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or_default();
-        if !same_secret(presented.as_bytes(), token.as_bytes()) {
-            return error(StatusCode::UNAUTHORIZED, "a valid `Authorization: Bearer <token>` header is required");
+    /// `result` as an answer with `status`.
+    fn answer<T: serde::Serialize>(&self, status: StatusCode, result: Result<T, DeployError>) -> Answer {
+        match result {
+            Ok(value) => Ok((status, Json(value)).into_response()),
+            Err(e) => Err(self.refusal(e)),
         }
     }
-    next.run(request).await
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Whether `host` (a Host header: name or address, and maybe a port) names
+/// this machine.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map_or("", |(address, _)| address),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Without a token, refuses a call that may come from a web page: a
+/// browser lets any page send a form POST to a loopback port, and DNS
+/// rebinding lets it send any call with the page's own Host. So the Host
+/// must name this machine, an `Origin` (sent with every cross-origin
+/// request) must be this server's own, fetch metadata must not say
+/// cross-site, and a change must not carry a form's content type (what
+/// browsers that send no `Origin` with forms still send).
+fn refuse_web_pages(method: &Method, headers: &HeaderMap) -> Result<(), Response> {
+    let forbidden = |why: String| Err(error(StatusCode::FORBIDDEN, why));
+    let text = |name: header::HeaderName| headers.get(name).map(|v| v.to_str().unwrap_or("(not text)"));
+    let host = text(header::HOST).unwrap_or_default();
+    if !is_loopback_host(host) {
+        return forbidden(format!(
+            "a server without a token answers only calls addressed to this machine (Host {host:?}); \
+             give it a token with --token-file to call it by another name"
+        ));
+    }
+    if let Some(origin) = text(header::ORIGIN).filter(|origin| *origin != format!("http://{host}")) {
+        return forbidden(format!("a call from the web page origin {origin:?} is refused"));
+    }
+    if let Some(site) =
+        text(header::HeaderName::from_static("sec-fetch-site")).filter(|site| !matches!(*site, "same-origin" | "none"))
+    {
+        return forbidden(format!("a call a browser marks as {site} is refused"));
+    }
+    let form = ["application/x-www-form-urlencoded", "multipart/form-data", "text/plain"];
+    let kind = text(header::CONTENT_TYPE).unwrap_or_default().split(';').next().unwrap_or_default().trim();
+    if !matches!(*method, Method::GET | Method::HEAD) && form.iter().any(|f| kind.eq_ignore_ascii_case(f)) {
+        return forbidden(format!(
+            "a change sent as a browser form ({kind}) is refused: send Content-Type: application/octet-stream"
+        ));
+    }
+    Ok(())
+}
+
+/// Every /v1 call: the token, where there is one; else nothing a web page
+/// could have sent.
+async fn guard(State(app): State<Shared>, request: Request, next: Next) -> Response {
+    let verdict = match &app.token {
+        Some(token) => {
+            let presented = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or_default();
+            if bool::from(sha256(presented.as_bytes()).ct_eq(token)) {
+                Ok(())
+            } else {
+                Err(error(StatusCode::UNAUTHORIZED, "a valid `Authorization: Bearer <token>` header is required"))
+            }
+        }
+        None => refuse_web_pages(request.method(), request.headers()),
+    };
+    match verdict {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused,
+    }
+}
+
+/// Reads a request's body whole before it is handled: a body declared over
+/// the limit is refused before any of it is read, one that grows over it
+/// when it does, and one that does not arrive in time ends the connection.
+async fn read_body(State(app): State<Shared>, request: Request, next: Next) -> Response {
+    let too_large = || {
+        closing(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request's body is over the server's limit of {} bytes (--max-upload-mib)", app.max_upload),
+        )
+    };
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > app.max_upload as u64) {
+        return too_large();
+    }
+    let (parts, body) = request.into_parts();
+    let read = tokio::time::timeout(app.body_timeout, Limited::new(body, app.max_upload).collect()).await;
+    let bytes = match read {
+        Err(_) => {
+            return closing(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request's body did not arrive within {} ms (--body-timeout-ms)",
+                    app.body_timeout.as_millis()
+                ),
+            );
+        }
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
+        Ok(Err(e)) => return closing(StatusCode::BAD_REQUEST, format!("the request's body cannot be read: {e}")),
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
 
 /// Runs blocking work (compiling, joining threads) off the async runtime.
@@ -86,6 +213,7 @@ async fn blocking<T: Send + 'static>(
 
 #[derive(Deserialize)]
 struct DeployQuery {
+    name: Option<String>,
     topology: Option<String>,
     input: Option<PathBuf>,
 }
@@ -96,39 +224,26 @@ fn status_json(name: &str, status: &Status) -> serde_json::Value {
     value
 }
 
-async fn deploy(
-    State(app): State<Shared>,
-    Query(query): Query<DeployQuery>,
-    body: Bytes,
-) -> Result<Response, DeployError> {
-    let name = match query.topology {
-        Some(name) => name,
-        None => {
-            let names = deployments::bundle_names(&body).map_err(|e| DeployError::BadRequest(format!("{e:#}")))?;
-            match names.as_slice() {
-                [only] => only.clone(),
-                _ => {
-                    return Err(DeployError::BadRequest(format!(
-                        "the bundle defines {names:?}: choose with ?topology="
-                    )));
-                }
-            }
+async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, body: Bytes) -> Answer {
+    let request = DeployRequest { name: query.name, topology: query.topology, input: query.input };
+    let result = blocking({
+        let app = Arc::clone(&app);
+        move || {
+            let name = request.name.clone();
+            let status = app.deployments.deploy(request, &body)?;
+            Ok(status_json(name.as_deref().unwrap_or(&status.topology), &status))
         }
-    };
-    let status = blocking({
-        let (app, name) = (Arc::clone(&app), name.clone());
-        move || app.deployments.deploy(&name, &body, query.input)
     })
-    .await?;
-    Ok((StatusCode::CREATED, Json(status_json(&name, &status))).into_response())
+    .await;
+    app.answer(StatusCode::CREATED, result)
 }
 
 async fn list(State(app): State<Shared>) -> Json<serde_json::Value> {
     Json(json!(app.deployments.list().iter().map(|(name, status)| status_json(name, status)).collect::<Vec<_>>()))
 }
 
-async fn status(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
-    Ok(Json(status_json(&name, &app.deployments.status(&name)?)))
+async fn status(State(app): State<Shared>, Path(name): Path<String>) -> Answer {
+    app.answer(StatusCode::OK, app.deployments.status(&name).map(|status| status_json(&name, &status)))
 }
 
 /// Runs `action` on deployment `name` off the async runtime (it may compile
@@ -137,50 +252,43 @@ async fn act(
     app: Shared,
     name: String,
     action: impl FnOnce(&Deployments, &str) -> Result<Status, DeployError> + Send + 'static,
-) -> Result<Json<serde_json::Value>, DeployError> {
-    let status = blocking({
-        let name = name.clone();
-        move || action(&app.deployments, &name)
+) -> Answer {
+    let result = blocking({
+        let app = Arc::clone(&app);
+        move || action(&app.deployments, &name).map(|status| status_json(&name, &status))
     })
-    .await?;
-    Ok(Json(status_json(&name, &status)))
+    .await;
+    app.answer(StatusCode::OK, result)
 }
 
-async fn stop(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
+async fn stop(State(app): State<Shared>, Path(name): Path<String>) -> Answer {
     act(app, name, Deployments::stop).await
 }
 
-async fn resume(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
+async fn resume(State(app): State<Shared>, Path(name): Path<String>) -> Answer {
     act(app, name, Deployments::resume_one).await
 }
 
-async fn upgrade(
-    State(app): State<Shared>,
-    Path(name): Path<String>,
-    body: Bytes,
-) -> Result<Json<serde_json::Value>, DeployError> {
+async fn upgrade(State(app): State<Shared>, Path(name): Path<String>, body: Bytes) -> Answer {
     act(app, name, move |deployments, name| deployments.upgrade(name, &body)).await
 }
 
-async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Result<Json<serde_json::Value>, DeployError> {
-    if !app.deployments.contains(&name) {
-        return Err(DeployError::NotFound(name));
-    }
-    Ok(Json(json!(crate::runtime::recent_lines(&name))))
+async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Answer {
+    let lines = app.deployments.status(&name).map(|_| crate::runtime::recent_lines(&name));
+    app.answer(StatusCode::OK, lines)
 }
 
 /// Runs a query stream; the body is the request's arguments, as text.
-async fn query(
-    State(app): State<Shared>,
-    Path((name, query)): Path<(String, String)>,
-    args: String,
-) -> Result<Json<serde_json::Value>, DeployError> {
-    let rows = tokio::task::spawn_blocking(move || app.deployments.query(&name, &query, &args))
-        .await
-        .map_err(|e| DeployError::Internal(anyhow::anyhow!("the query panicked: {e}")))??;
-    let rows: Vec<serde_json::Value> =
-        rows.iter().map(|row| serde_json::Value::Array(row.iter().map(crate::json::to_json).collect())).collect();
-    Ok(Json(serde_json::Value::Array(rows)))
+async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, String)>, args: String) -> Answer {
+    let result = blocking({
+        let app = Arc::clone(&app);
+        move || {
+            let rows = app.deployments.query(&name, &query, &args)?;
+            Ok(rows.iter().map(|row| row.iter().map(crate::json::to_json).collect()).collect::<Vec<Vec<_>>>())
+        }
+    })
+    .await;
+    app.answer(StatusCode::OK, result)
 }
 
 #[derive(Deserialize)]
@@ -188,18 +296,18 @@ struct DeleteQuery {
     state: Option<String>,
 }
 
-async fn delete(
-    State(app): State<Shared>,
-    Path(name): Path<String>,
-    Query(query): Query<DeleteQuery>,
-) -> Result<StatusCode, DeployError> {
+async fn delete(State(app): State<Shared>, Path(name): Path<String>, Query(query): Query<DeleteQuery>) -> Answer {
     let drop_state = match query.state.as_deref() {
         Some("keep") => false,
         Some("drop") => true,
-        _ => return Err(DeployError::BadRequest("say what becomes of the state: ?state=keep or ?state=drop".into())),
+        _ => return Err(error(StatusCode::BAD_REQUEST, "say what becomes of the state: ?state=keep or ?state=drop")),
     };
-    blocking(move || app.deployments.delete(&name, drop_state)).await?;
-    Ok(StatusCode::NO_CONTENT)
+    let result = blocking({
+        let app = Arc::clone(&app);
+        move || app.deployments.delete(&name, drop_state)
+    })
+    .await;
+    app.answer(StatusCode::OK, result).map(|_| StatusCode::NO_CONTENT.into_response())
 }
 
 #[derive(Deserialize)]
@@ -207,113 +315,50 @@ struct StateQuery {
     key: Option<String>,
 }
 
+/// One key of a topology's state, or every key, sorted.
+fn read_state(app: &App, name: &str, state: &str, key: Option<&str>) -> Result<serde_json::Value, DeployError> {
+    let states = app.deployments.states(name)?;
+    if !states.iter().any(|s| s == state) {
+        return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
+    }
+    let bad = |e: anyhow::Error| DeployError::BadRequest(format!("{e:#}"));
+    let db = &app.host.db;
+    let Some(key) = key else {
+        let all = db.scan(name, state).map_err(bad)?;
+        return Ok(json!(all.iter().map(|(k, v)| crate::json::entry(k, v, false)).collect::<Vec<_>>()));
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(key).map_err(|e| DeployError::BadRequest(format!("key is not JSON: {e}")))?;
+    let values = json
+        .as_array()
+        .ok_or_else(|| DeployError::BadRequest("key must be a JSON array".into()))?
+        .iter()
+        .map(crate::json::from_json)
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map_err(|e| DeployError::BadRequest(format!("key: {e:#}")))?;
+    match db.get(name, state, &values).map_err(bad)? {
+        Some(stored) => Ok(crate::json::entry(&values, &stored, false)),
+        None => Err(DeployError::NotFound(format!("state {state} of topology {name} has no key {json}"))),
+    }
+}
+
 async fn state(
     State(app): State<Shared>,
     Path((name, state)): Path<(String, String)>,
     Query(query): Query<StateQuery>,
-    host_db: axum::Extension<Arc<crate::state::Db>>,
-) -> Result<Json<serde_json::Value>, DeployError> {
-    if !app.deployments.contains(&name) {
-        return Err(DeployError::NotFound(name));
-    }
-    let db = Arc::clone(&host_db.0);
-    let bad = |e: anyhow::Error| DeployError::BadRequest(format!("{e:#}"));
-    match query.key {
-        Some(key) => {
-            let key: serde_json::Value =
-                serde_json::from_str(&key).map_err(|e| DeployError::BadRequest(format!("key is not JSON: {e}")))?;
-            let key = key
-                .as_array()
-                .ok_or_else(|| DeployError::BadRequest("key must be a JSON array".into()))?
-                .iter()
-                .map(crate::json::from_json)
-                .collect::<anyhow::Result<Vec<_>>>()
-                .map_err(bad)?;
-            match db.get(&name, &state, &key).map_err(bad)? {
-                Some(stored) => Ok(Json(crate::json::entry(&key, &stored, false))),
-                None => Err(DeployError::NotFound(format!("{name} key {key:?} in state {state}"))),
-            }
-        }
-        None => {
-            let all = db.scan(&name, &state).map_err(bad)?;
-            Ok(Json(json!(all.iter().map(|(k, v)| crate::json::entry(k, v, false)).collect::<Vec<_>>())))
-        }
+) -> Answer {
+    app.answer(StatusCode::OK, read_state(&app, &name, &state, query.key.as_deref()))
+}
+
+async fn metrics(State(app): State<Shared>) -> Response {
+    match metrics::exposition(&app.deployments.list()) {
+        Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the metrics failed: {e}")),
     }
 }
 
-/// A metric family: one sample per topology.
-struct Family {
-    name: &'static str,
-    kind: &'static str,
-    help: &'static str,
-    value: fn(&Status) -> Option<f64>,
-}
-
-/// Prometheus text: a family's help and type, then one sample per topology.
-async fn metrics(State(app): State<Shared>) -> impl IntoResponse {
-    let all = app.deployments.list();
-    let mut out = String::new();
-    let families = [
-        Family {
-            name: "weir_topology_up",
-            kind: "gauge",
-            help: "1 when the topology is running",
-            value: |s| Some(f64::from(u8::from(s.state == "running"))),
-        },
-        Family {
-            name: "weir_last_committed_txid",
-            kind: "gauge",
-            help: "The last committed txid",
-            value: |s| Some(s.last_committed as f64),
-        },
-        Family {
-            name: "weir_batches_committed_total",
-            kind: "counter",
-            help: "Batches committed since the topology started",
-            value: |s| Some(s.batches as f64),
-        },
-        Family {
-            name: "weir_tuples_committed_total",
-            kind: "counter",
-            help: "Spout tuples committed since the topology started",
-            value: |s| Some(s.tuples as f64),
-        },
-        Family {
-            name: "weir_replays_total",
-            kind: "counter",
-            help: "Failed batch attempts replayed since the topology started",
-            value: |s| Some(s.replays as f64),
-        },
-        Family {
-            name: "weir_commit_latency_p99_seconds",
-            kind: "gauge",
-            help: "Commit latency, 99th percentile",
-            value: |s| s.commit_p99_ms.map(|ms| ms / 1000.0),
-        },
-    ];
-    for Family { name: family, kind, help, value } in families {
-        let _ = writeln!(out, "# HELP {family} {help}.\n# TYPE {family} {kind}");
-        for (name, status) in &all {
-            if let Some(v) = value(status) {
-                let _ = writeln!(out, "{family}{{topology=\"{name}\"}} {v}");
-            }
-        }
-    }
-    let family = "weir_operator_seconds_total";
-    let _ = writeln!(
-        out,
-        "# HELP {family} Time spent in each guest operator since the topology started.\n# TYPE {family} counter"
-    );
-    for (name, status) in &all {
-        for (operator, ms) in &status.operator_ms {
-            let _ = writeln!(out, "{family}{{topology=\"{name}\",operator=\"{operator}\"}} {}", ms / 1000.0);
-        }
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
-}
-
-/// The API's routes; every call under /v1 needs the token, if there is one.
-fn router(app: Shared, db: Arc<crate::state::Db>, max_upload: usize) -> Router {
+/// The API's routes; every call under /v1 passes [`guard`].
+fn router(app: Shared) -> Router {
     let api = Router::new()
         .route("/v1/topologies", post(deploy).get(list))
         .route("/v1/topologies/{name}", get(status).delete(delete))
@@ -323,45 +368,109 @@ fn router(app: Shared, db: Arc<crate::state::Db>, max_upload: usize) -> Router {
         .route("/v1/topologies/{name}/logs", get(logs))
         .route("/v1/topologies/{name}/states/{state}", get(state))
         .route("/v1/topologies/{name}/queries/{query}", post(query))
-        .layer(axum::Extension(db))
-        .layer(middleware::from_fn_with_state(Arc::clone(&app), authorize));
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard));
     Router::new()
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .merge(api)
-        .layer(DefaultBodyLimit::max(max_upload))
+        .layer(DefaultBodyLimit::max(app.max_upload))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), read_body))
         .with_state(app)
 }
 
+/// Resolves on SIGINT or SIGTERM.
+async fn interrupted() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}
+
+/// Serves HTTP/1 connections on `listener` until interrupted; returns the
+/// connections still open, told to close once their request is answered.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    header_timeout: Duration,
+) -> tokio::task::JoinSet<()> {
+    let (closing_tx, closing_rx) = tokio::sync::watch::channel(());
+    let mut connections = tokio::task::JoinSet::new();
+    let interrupted = interrupted();
+    tokio::pin!(interrupted);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, say: wait rather than spin.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut interrupted => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let mut closing = closing_rx.clone();
+        connections.spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = closing.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+        while connections.try_join_next().is_some() {}
+    }
+    drop(closing_tx);
+    connections
+}
+
 /// Serves until interrupted (SIGINT or SIGTERM), then stops every topology
-/// at a batch boundary.
+/// at a batch boundary, waiting for them at most the shutdown timeout.
 pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if !config.listen.ip().is_loopback() && config.token.is_none() {
         anyhow::bail!("refusing to listen on {} without a token: give one with --token-file", config.listen);
     }
-    let db = Arc::clone(&config.host.db);
-    let deployments = Deployments::resume(Arc::new(config.host))?;
-    let app = Arc::new(App { deployments, token: config.token });
+    let host = Arc::new(config.host);
+    let deployments = Deployments::resume(Arc::clone(&host))?;
+    let app = Arc::new(App {
+        host,
+        deployments,
+        token: config.token.as_deref().map(|t| sha256(t.as_bytes())),
+        max_upload: config.max_upload,
+        body_timeout: config.body_timeout,
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async {
+    let mut connections = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let address = listener.local_addr()?;
         tracing::info!("listening on {address}");
         println!("listening on {address}");
-        let router = router(Arc::clone(&app), db, config.max_upload);
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async {
-                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-                }
-            })
-            .await?;
-        anyhow::Ok(())
+        anyhow::Ok(accept(listener, router(Arc::clone(&app)), config.header_timeout).await)
     })?;
     tracing::info!("stopping every topology at a batch boundary");
-    app.deployments.shutdown();
+    let unstopped = app.deployments.shutdown(config.shutdown_timeout);
+    if !unstopped.is_empty() {
+        tracing::warn!(
+            "topologies {unstopped:?} did not stop within {} ms; exiting anyway: their uncommitted batches replay at the next start",
+            config.shutdown_timeout.as_millis()
+        );
+    }
+    // Answers in flight get a moment to go out; the rest are cut.
+    runtime.block_on(async {
+        let _ =
+            tokio::time::timeout(Duration::from_secs(1), async { while connections.join_next().await.is_some() {} })
+                .await;
+    });
+    runtime.shutdown_background();
     Ok(())
 }
 
@@ -370,10 +479,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn secrets_compare_whole() {
-        assert!(same_secret(b"token", b"token"));
-        assert!(!same_secret(b"token", b"tokem"));
-        assert!(!same_secret(b"token", b"token2"));
-        assert!(!same_secret(b"", b"token"));
+    fn loopback_hosts_are_this_machine() {
+        for host in ["127.0.0.1:7878", "127.1.2.3", "localhost:1", "LOCALHOST", "[::1]:7878", "[::1]"] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in ["", "evil.example:7878", "10.0.0.1:7878", "localhost.evil.example", "[::2]:1", "127.0.0.1.evil"] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn without_a_token_only_calls_no_web_page_could_send_pass() {
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, value.parse().unwrap());
+            }
+            map
+        };
+        let local = [("host", "127.0.0.1:7878")];
+        assert!(refuse_web_pages(&Method::POST, &headers(&local)).is_ok());
+        assert!(refuse_web_pages(&Method::POST, &headers(&[local[0], ("origin", "http://127.0.0.1:7878")])).is_ok());
+        assert!(
+            refuse_web_pages(&Method::POST, &headers(&[local[0], ("content-type", "application/octet-stream")]))
+                .is_ok()
+        );
+        assert!(refuse_web_pages(&Method::GET, &headers(&[local[0], ("content-type", "text/plain")])).is_ok());
+        for refused in [
+            headers(&[("host", "evil.example:7878")]),
+            headers(&[local[0], ("origin", "http://evil.example")]),
+            headers(&[local[0], ("origin", "null")]),
+            headers(&[local[0], ("sec-fetch-site", "cross-site")]),
+            headers(&[local[0], ("content-type", "application/x-www-form-urlencoded")]),
+            headers(&[local[0], ("content-type", "text/plain; charset=utf-8")]),
+            headers(&[local[0], ("content-type", "multipart/form-data; boundary=x")]),
+        ] {
+            let response = refuse_web_pages(&Method::POST, &refused).expect_err("refused");
+            assert_eq!(response.status(), StatusCode::FORBIDDEN, "{refused:?}");
+        }
     }
 }

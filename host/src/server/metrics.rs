@@ -1,0 +1,83 @@
+//! `/metrics`: the served topologies' figures in the Prometheus (OpenMetrics)
+//! text format, written by `prometheus-client`, which escapes label values
+//! (a deployment's name may hold quotes and backslashes).
+
+use super::deployments::{RunState, Status};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// What the exposition is, for the Content-Type header.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The exposition of `all` (each topology's name and status), built afresh
+/// for each scrape from the statuses.
+pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
+    let up = Family::<Labels, Gauge>::default();
+    let last_committed = Family::<Labels, Gauge<u64, AtomicU64>>::default();
+    let batches = Family::<Labels, Counter>::default();
+    let tuples = Family::<Labels, Counter>::default();
+    let replays = Family::<Labels, Counter>::default();
+    let commit_p99 = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let operator_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    for (name, status) in all {
+        let topology = vec![("topology", name.clone())];
+        up.get_or_create(&topology).set(i64::from(status.state == RunState::Running));
+        last_committed.get_or_create(&topology).set(status.last_committed);
+        batches.get_or_create(&topology).inc_by(status.batches);
+        tuples.get_or_create(&topology).inc_by(status.tuples);
+        replays.get_or_create(&topology).inc_by(status.replays);
+        if let Some(ms) = status.commit_p99_ms {
+            commit_p99.get_or_create(&topology).set(ms / 1000.0);
+        }
+        for (operator, ms) in &status.operator_ms {
+            let labels = vec![("topology", name.clone()), ("operator", operator.clone())];
+            operator_seconds.get_or_create(&labels).inc_by(ms / 1000.0);
+        }
+    }
+    let mut registry = Registry::default();
+    // Counters get their `_total` suffix from the encoder.
+    registry.register("weir_topology_up", "1 when the topology is running", up);
+    registry.register("weir_last_committed_txid", "The last committed txid", last_committed);
+    registry.register("weir_batches_committed", "Batches committed since the topology started", batches);
+    registry.register("weir_tuples_committed", "Spout tuples committed since the topology started", tuples);
+    registry.register("weir_replays", "Failed batch attempts replayed since the topology started", replays);
+    registry.register("weir_commit_latency_p99_seconds", "Commit latency, 99th percentile", commit_p99);
+    registry.register(
+        "weir_operator_seconds",
+        "Time spent in each guest operator since the topology started",
+        operator_seconds,
+    );
+    let mut out = String::new();
+    encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        let status = Status {
+            state: RunState::Running,
+            last_committed: 7,
+            operator_ms: [("split".to_owned(), 1500.0)].into(),
+            ..Status::default()
+        };
+        let text = exposition(&[("a\"b\\c".to_owned(), status)]).unwrap();
+        assert!(text.contains("weir_topology_up{topology=\"a\\\"b\\\\c\"} 1\n"), "{text}");
+        assert!(text.contains("weir_last_committed_txid{topology=\"a\\\"b\\\\c\"} 7\n"), "{text}");
+        assert!(
+            text.contains("weir_operator_seconds_total{topology=\"a\\\"b\\\\c\",operator=\"split\"} 1.5\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE weir_batches_committed counter\n"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}
