@@ -1,10 +1,10 @@
 //! What the verbs that talk to a `weir serve` share: the server's address,
-//! the token, one HTTP/1.1 request, and how answers are printed.
+//! the token, one HTTP request (path segments and query values escaped),
+//! and how answers are printed.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use std::time::Duration;
 
 /// Where the server is, and how to print its answers.
@@ -19,57 +19,88 @@ pub struct ServerArgs {
     pub json: bool,
 }
 
+/// Everything but RFC 3986's unreserved characters is escaped, in a path
+/// segment and in a query value alike: a name with `/`, `?`, `#`, `%`, `&`
+/// or `+` reaches the server as itself.
+const ESCAPED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// The longest answer read from a server.
+const MAX_ANSWER: u64 = 1 << 30;
+
+/// `segments` as a URL path and `query` as its query string, escaped.
+pub fn url_path(segments: &[&str], query: &[(&str, &str)]) -> String {
+    let mut path: String = segments.iter().map(|s| format!("/{}", utf8_percent_encode(s, ESCAPED))).collect();
+    for (i, (key, value)) in query.iter().enumerate() {
+        path.push(if i == 0 { '?' } else { '&' });
+        path.push_str(&format!("{}={}", utf8_percent_encode(key, ESCAPED), utf8_percent_encode(value, ESCAPED)));
+    }
+    path
+}
+
 impl ServerArgs {
     /// The server at `url`.
     pub fn at(url: &str) -> ServerArgs {
         ServerArgs { server: Some(url.to_owned()), json: false }
     }
 
-    fn address(&self) -> Result<String> {
+    fn base(&self) -> Result<String> {
         let url = self
             .server
             .clone()
             .or_else(|| std::env::var("WEIR_SERVER").ok())
             .unwrap_or_else(|| "http://127.0.0.1:7878".to_owned());
-        let Some(rest) = url.strip_prefix("http://") else {
+        if !url.starts_with("http://") {
             bail!("--server {url}: only http:// addresses are supported")
-        };
-        Ok(rest.trim_end_matches('/').to_owned())
+        }
+        Ok(url.trim_end_matches('/').to_owned())
     }
 
-    /// Sends one request and returns the server's JSON; a non-2xx answer is
-    /// an error quoting the server.
-    pub fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<serde_json::Value> {
-        let address = self.address()?;
-        let mut stream =
-            TcpStream::connect(&address).with_context(|| format!("cannot reach weir serve at {address}"))?;
-        stream.set_read_timeout(Some(Duration::from_secs(600)))?;
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            body.len()
-        );
+    /// Sends one request to the path of `segments` with `query`, and
+    /// returns the server's JSON; a non-2xx answer is an error quoting the
+    /// server.
+    pub fn call(
+        &self,
+        method: &str,
+        segments: &[&str],
+        query: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<serde_json::Value> {
+        let base = self.base()?;
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(600)))
+            .max_redirects(0)
+            .proxy(None)
+            .build()
+            .into();
+        let mut request =
+            ureq::http::Request::builder().method(method).uri(format!("{base}{}", url_path(segments, query)));
         if let Ok(token) = std::env::var("WEIR_TOKEN") {
-            request.push_str(&format!("Authorization: Bearer {}\r\n", token.trim()));
+            request = request.header("Authorization", format!("Bearer {}", token.trim()));
         }
-        request.push_str("\r\n");
-        stream.write_all(request.as_bytes())?;
-        let _ = stream.write_all(body);
-        let mut response = Vec::new();
-        let _ = stream.read_to_end(&mut response);
-        let response = String::from_utf8_lossy(&response);
-        let (head, body) = response.split_once("\r\n\r\n").context("the server's answer is not HTTP")?;
-        let status: u16 =
-            head.split(' ').nth(1).and_then(|s| s.parse().ok()).context("the server's answer has no status")?;
-        let body = if body.trim().is_empty() {
+        let sent = if body.is_empty() {
+            agent.run(request.body(())?)
+        } else {
+            agent.run(request.header("Content-Type", "application/octet-stream").body(body)?)
+        };
+        let mut response = sent.with_context(|| format!("cannot reach weir serve at {base}"))?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_ANSWER)
+            .read_to_string()
+            .with_context(|| format!("reading the answer of weir serve at {base}"))?;
+        let answer = if text.trim().is_empty() {
             serde_json::Value::Null
         } else {
-            serde_json::from_str(body).unwrap_or_else(|_| body.into())
+            serde_json::from_str(&text).unwrap_or_else(|_| text.into())
         };
         if !(200..300).contains(&status) {
-            let reason = body["error"].as_str().map(str::to_owned).unwrap_or_else(|| body.to_string());
+            let reason = answer["error"].as_str().map(str::to_owned).unwrap_or_else(|| answer.to_string());
             bail!("the server answered {status}: {reason}");
         }
-        Ok(body)
+        Ok(answer)
     }
 }
 
@@ -84,13 +115,14 @@ pub fn print_statuses(args: &ServerArgs, statuses: &serde_json::Value) -> Result
         one => vec![one],
     };
     println!(
-        "{:<24} {:<8} {:>14} {:>10} {:>12} {:>8}  ERROR",
-        "TOPOLOGY", "STATE", "LAST COMMITTED", "BATCHES", "TUPLES/S", "REPLAYS"
+        "{:<24} {:<24} {:<8} {:>14} {:>10} {:>12} {:>8}  ERROR",
+        "NAME", "TOPOLOGY", "STATE", "LAST COMMITTED", "BATCHES", "TUPLES/S", "REPLAYS"
     );
     for row in rows {
         println!(
-            "{:<24} {:<8} {:>14} {:>10} {:>12.0} {:>8}  {}",
+            "{:<24} {:<24} {:<8} {:>14} {:>10} {:>12.0} {:>8}  {}",
             row["name"].as_str().unwrap_or("?"),
+            row["topology"].as_str().unwrap_or("?"),
             row["state"].as_str().unwrap_or("?"),
             row["last_committed"],
             row["batches"],

@@ -27,7 +27,7 @@ pub struct DeleteArgs {
 
 pub fn run(args: DeleteArgs) -> Result<()> {
     let state = if args.state.drop_state { "drop" } else { "keep" };
-    args.server.call("DELETE", &format!("/v1/topologies/{}?state={state}", args.name), b"")?;
+    args.server.call("DELETE", &["v1", "topologies", &args.name], &[("state", state)], b"")?;
     println!("deleted {} ({} its state)", args.name, if args.state.drop_state { "dropped" } else { "kept" });
     Ok(())
 }

@@ -9,10 +9,14 @@ use std::path::PathBuf;
 pub struct DeployArgs {
     /// The bundle (.weir) to upload.
     bundle: PathBuf,
-    /// The topology to deploy from it (its name is the deployment's name);
-    /// needed when the bundle defines several.
+    /// The name to deploy it under, which its state, progress, logs and
+    /// metrics are kept under [default: the topology's]: one topology may
+    /// be deployed under several names, over several inputs.
     #[arg(long)]
     name: Option<String>,
+    /// The bundle's topology to deploy; needed when it defines several.
+    #[arg(long)]
+    topology: Option<String>,
     /// The input the topology's spout reads, on the server, under one of its --input-dir.
     #[arg(long)]
     input: Option<String>,
@@ -20,30 +24,13 @@ pub struct DeployArgs {
     server: ServerArgs,
 }
 
-/// `value` escaped for a URL's query.
-pub fn query_escape(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_./".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
 pub fn run(args: DeployArgs) -> Result<()> {
     let bundle =
         std::fs::read(&args.bundle).with_context(|| format!("cannot read bundle {}", args.bundle.display()))?;
-    let mut query = Vec::new();
-    if let Some(name) = &args.name {
-        query.push(format!("topology={}", query_escape(name)));
-    }
-    if let Some(input) = &args.input {
-        query.push(format!("input={}", query_escape(input)));
-    }
-    let answer = args.server.call("POST", &format!("/v1/topologies?{}", query.join("&")), &bundle)?;
+    let query: Vec<(&str, &str)> = [("name", &args.name), ("topology", &args.topology), ("input", &args.input)]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value.as_deref()?)))
+        .collect();
+    let answer = args.server.call("POST", &["v1", "topologies"], &query, &bundle)?;
     print_statuses(&args.server, &answer)
 }

@@ -16,7 +16,7 @@ pub struct LogsArgs {
 }
 
 pub fn run(args: LogsArgs) -> Result<()> {
-    let answer = args.server.call("GET", &format!("/v1/topologies/{}/logs", args.name), b"")?;
+    let answer = args.server.call("GET", &["v1", "topologies", &args.name, "logs"], &[], b"")?;
     let lines: Vec<&serde_json::Value> = answer.as_array().into_iter().flatten().take(args.lines).collect();
     if args.server.json {
         println!("{}", serde_json::to_string_pretty(&lines)?);

@@ -11,6 +11,6 @@ pub struct PsArgs {
 }
 
 pub fn run(args: PsArgs) -> Result<()> {
-    let answer = args.server.call("GET", "/v1/topologies", b"")?;
+    let answer = args.server.call("GET", &["v1", "topologies"], &[], b"")?;
     print_statuses(&args.server, &answer)
 }

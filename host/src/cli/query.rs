@@ -20,7 +20,7 @@ pub struct QueryArgs {
     /// Ask a running `weir serve` instead (token from WEIR_TOKEN).
     #[arg(long)]
     server: Option<String>,
-    /// The topology's name.
+    /// The topology's name (with --server, the name it is deployed under).
     #[arg(long)]
     topology: String,
     /// The query stream's name.
@@ -43,8 +43,8 @@ pub struct QueryArgs {
 pub fn run(args: QueryArgs) -> Result<()> {
     let rows = match &args.server {
         Some(server) => {
-            let path = format!("/v1/topologies/{}/queries/{}", args.topology, args.query);
-            ServerArgs::at(server).call("POST", &path, args.args.as_bytes())?
+            let path = ["v1", "topologies", &args.topology, "queries", &args.query];
+            ServerArgs::at(server).call("POST", &path, &[], args.args.as_bytes())?
         }
         None => serde_json::Value::Array(local(&args)?),
     };

@@ -13,6 +13,6 @@ pub struct ResumeArgs {
 }
 
 pub fn run(args: ResumeArgs) -> Result<()> {
-    let answer = args.server.call("POST", &format!("/v1/topologies/{}/resume", args.name), b"")?;
+    let answer = args.server.call("POST", &["v1", "topologies", &args.name, "resume"], &[], b"")?;
     print_statuses(&args.server, &answer)
 }

@@ -57,11 +57,8 @@ fn remote(args: &StateArgs, server: &str, key: Option<&str>) -> Result<()> {
         bail!("--raw reads a data dir: a server answers keys and values only");
     }
     let server = ServerArgs::at(server);
-    let mut path = format!("/v1/topologies/{}/states/{}", args.topology, args.state);
-    if let Some(key) = key {
-        path.push_str(&format!("?key={}", super::deploy::query_escape(key)));
-    }
-    let answer = server.call("GET", &path, b"")?;
+    let path = ["v1", "topologies", &args.topology, "states", &args.state];
+    let answer = server.call("GET", &path, &key.map(|key| ("key", key)).into_iter().collect::<Vec<_>>(), b"")?;
     let mut out = std::io::stdout().lock();
     match answer {
         serde_json::Value::Array(entries) => {

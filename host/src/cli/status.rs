@@ -13,6 +13,6 @@ pub struct StatusArgs {
 }
 
 pub fn run(args: StatusArgs) -> Result<()> {
-    let answer = args.server.call("GET", &format!("/v1/topologies/{}", args.name), b"")?;
+    let answer = args.server.call("GET", &["v1", "topologies", &args.name], &[], b"")?;
     print_statuses(&args.server, &answer)
 }

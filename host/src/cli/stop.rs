@@ -13,6 +13,6 @@ pub struct StopArgs {
 }
 
 pub fn run(args: StopArgs) -> Result<()> {
-    let answer = args.server.call("POST", &format!("/v1/topologies/{}/stop", args.name), b"")?;
+    let answer = args.server.call("POST", &["v1", "topologies", &args.name, "stop"], &[], b"")?;
     print_statuses(&args.server, &answer)
 }

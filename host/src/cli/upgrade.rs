@@ -18,6 +18,6 @@ pub struct UpgradeArgs {
 pub fn run(args: UpgradeArgs) -> Result<()> {
     let bundle =
         std::fs::read(&args.bundle).with_context(|| format!("cannot read bundle {}", args.bundle.display()))?;
-    let answer = args.server.call("PUT", &format!("/v1/topologies/{}/bundle", args.name), &bundle)?;
+    let answer = args.server.call("PUT", &["v1", "topologies", &args.name, "bundle"], &[], &bundle)?;
     print_statuses(&args.server, &answer)
 }

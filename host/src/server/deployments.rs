@@ -208,12 +208,15 @@ fn states(def: &TopologyDef) -> Vec<(String, String)> {
 
 /// A deployment's name is a redb table name's part, a URL's path segment,
 /// a metrics label and a thread's name, never a file name: any printable
-/// characters but `/`, at most [`MAX_DEPLOYMENT_NAME`] of them.
+/// characters but `/`, at most [`MAX_DEPLOYMENT_NAME`] of them, and not
+/// `.` or `..` (which a URL's path would read as a step).
 pub fn check_name(name: &str) -> Result<(), DeployError> {
     let count = name.chars().count();
-    if count == 0 || count > MAX_DEPLOYMENT_NAME || name.contains('/') || name.chars().any(char::is_control) {
+    let bad = count == 0 || count > MAX_DEPLOYMENT_NAME || name.contains('/') || name.chars().any(char::is_control);
+    if bad || name == "." || name == ".." {
         return Err(DeployError::BadRequest(format!(
-            "deployment name {name:?} must be 1 to {MAX_DEPLOYMENT_NAME} characters, without '/' or control characters"
+            "deployment name {name:?} must be 1 to {MAX_DEPLOYMENT_NAME} characters, without '/' or control \
+             characters, and not . or .."
         )));
     }
     if name.trim() != name {
@@ -714,7 +717,8 @@ mod tests {
         for good in ["word-count", "wc two", "a\"b\\c", "é", &"x".repeat(MAX_DEPLOYMENT_NAME)] {
             assert!(check_name(good).is_ok(), "{good:?}");
         }
-        for bad in ["", "../x", "/tmp/x", "a/b", "a\nb", "a\0b", " a", "a ", &"x".repeat(MAX_DEPLOYMENT_NAME + 1)] {
+        let long = "x".repeat(MAX_DEPLOYMENT_NAME + 1);
+        for bad in ["", ".", "..", "../x", "/tmp/x", "a/b", "a\nb", "a\0b", " a", "a ", &long] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
     }
