@@ -166,8 +166,9 @@ struct Coordinator<'a> {
 }
 
 impl Coordinator<'_> {
+    /// The name its progress is kept under (`Plan::stored_as`).
     fn topology(&self) -> &str {
-        &self.plan.stored_as
+        self.plan.stored_as.as_str()
     }
 
     fn run(&mut self, on_commit: &mut dyn FnMut(&RunReport)) -> Result<RunReport> {

@@ -556,10 +556,16 @@ impl Deployments {
     pub fn resume_one(&self, name: &str) -> Result<Status, DeployError> {
         let _claim = self.claim(name)?;
         let (record, loaded) = {
-            let deployed = self.lock();
-            let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
-            if deployment.running.is_some() {
-                return Err(DeployError::Conflict(format!("topology {name} is running")));
+            let mut deployed = self.lock();
+            let deployment = deployed.get_mut(name).ok_or_else(|| not_deployed(name))?;
+            // A coordinator that ended (the topology failed) is joined; a running one refuses.
+            match deployment.running.take() {
+                Some(running) if running.thread.is_finished() => drop(running.thread.join()),
+                Some(running) => {
+                    deployment.running = Some(running);
+                    return Err(DeployError::Conflict(format!("topology {name} is running")));
+                }
+                None => {}
             }
             (deployment.record.clone(), deployment.loaded.clone())
         };

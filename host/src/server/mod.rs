@@ -57,9 +57,6 @@ struct App {
 
 type Shared = Arc<App>;
 
-/// A handler's answer: a response, or a refusal that is one too.
-type Answer = Result<Response, Response>;
-
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
@@ -88,11 +85,11 @@ impl App {
         }
     }
 
-    /// `result` as an answer with `status`.
-    fn answer<T: serde::Serialize>(&self, status: StatusCode, result: Result<T, DeployError>) -> Answer {
+    /// `result` as an answer with `status`, or its refusal.
+    fn answer<T: serde::Serialize>(&self, status: StatusCode, result: Result<T, DeployError>) -> Response {
         match result {
-            Ok(value) => Ok((status, Json(value)).into_response()),
-            Err(e) => Err(self.refusal(e)),
+            Ok(value) => (status, Json(value)).into_response(),
+            Err(e) => self.refusal(e),
         }
     }
 }
@@ -118,8 +115,8 @@ fn is_loopback_host(host: &str) -> bool {
 /// request) must be this server's own, fetch metadata must not say
 /// cross-site, and a change must not carry a form's content type (what
 /// browsers that send no `Origin` with forms still send).
-fn refuse_web_pages(method: &Method, headers: &HeaderMap) -> Result<(), Response> {
-    let forbidden = |why: String| Err(error(StatusCode::FORBIDDEN, why));
+fn refuse_web_pages(method: &Method, headers: &HeaderMap) -> Result<(), String> {
+    let forbidden = Err;
     let text = |name: header::HeaderName| headers.get(name).map(|v| v.to_str().unwrap_or("(not text)"));
     let host = text(header::HOST).unwrap_or_default();
     if !is_loopback_host(host) {
@@ -163,7 +160,7 @@ async fn guard(State(app): State<Shared>, request: Request, next: Next) -> Respo
                 Err(error(StatusCode::UNAUTHORIZED, "a valid `Authorization: Bearer <token>` header is required"))
             }
         }
-        None => refuse_web_pages(request.method(), request.headers()),
+        None => refuse_web_pages(request.method(), request.headers()).map_err(|why| error(StatusCode::FORBIDDEN, why)),
     };
     match verdict {
         Ok(()) => next.run(request).await,
@@ -224,7 +221,7 @@ fn status_json(name: &str, status: &Status) -> serde_json::Value {
     value
 }
 
-async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, body: Bytes) -> Answer {
+async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, body: Bytes) -> Response {
     let request = DeployRequest { name: query.name, topology: query.topology, input: query.input };
     let result = blocking({
         let app = Arc::clone(&app);
@@ -242,7 +239,7 @@ async fn list(State(app): State<Shared>) -> Json<serde_json::Value> {
     Json(json!(app.deployments.list().iter().map(|(name, status)| status_json(name, status)).collect::<Vec<_>>()))
 }
 
-async fn status(State(app): State<Shared>, Path(name): Path<String>) -> Answer {
+async fn status(State(app): State<Shared>, Path(name): Path<String>) -> Response {
     app.answer(StatusCode::OK, app.deployments.status(&name).map(|status| status_json(&name, &status)))
 }
 
@@ -252,7 +249,7 @@ async fn act(
     app: Shared,
     name: String,
     action: impl FnOnce(&Deployments, &str) -> Result<Status, DeployError> + Send + 'static,
-) -> Answer {
+) -> Response {
     let result = blocking({
         let app = Arc::clone(&app);
         move || action(&app.deployments, &name).map(|status| status_json(&name, &status))
@@ -261,25 +258,25 @@ async fn act(
     app.answer(StatusCode::OK, result)
 }
 
-async fn stop(State(app): State<Shared>, Path(name): Path<String>) -> Answer {
+async fn stop(State(app): State<Shared>, Path(name): Path<String>) -> Response {
     act(app, name, Deployments::stop).await
 }
 
-async fn resume(State(app): State<Shared>, Path(name): Path<String>) -> Answer {
+async fn resume(State(app): State<Shared>, Path(name): Path<String>) -> Response {
     act(app, name, Deployments::resume_one).await
 }
 
-async fn upgrade(State(app): State<Shared>, Path(name): Path<String>, body: Bytes) -> Answer {
+async fn upgrade(State(app): State<Shared>, Path(name): Path<String>, body: Bytes) -> Response {
     act(app, name, move |deployments, name| deployments.upgrade(name, &body)).await
 }
 
-async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Answer {
+async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Response {
     let lines = app.deployments.status(&name).map(|_| crate::runtime::recent_lines(&name));
     app.answer(StatusCode::OK, lines)
 }
 
 /// Runs a query stream; the body is the request's arguments, as text.
-async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, String)>, args: String) -> Answer {
+async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, String)>, args: String) -> Response {
     let result = blocking({
         let app = Arc::clone(&app);
         move || {
@@ -296,18 +293,21 @@ struct DeleteQuery {
     state: Option<String>,
 }
 
-async fn delete(State(app): State<Shared>, Path(name): Path<String>, Query(query): Query<DeleteQuery>) -> Answer {
+async fn delete(State(app): State<Shared>, Path(name): Path<String>, Query(query): Query<DeleteQuery>) -> Response {
     let drop_state = match query.state.as_deref() {
         Some("keep") => false,
         Some("drop") => true,
-        _ => return Err(error(StatusCode::BAD_REQUEST, "say what becomes of the state: ?state=keep or ?state=drop")),
+        _ => return error(StatusCode::BAD_REQUEST, "say what becomes of the state: ?state=keep or ?state=drop"),
     };
     let result = blocking({
         let app = Arc::clone(&app);
         move || app.deployments.delete(&name, drop_state)
     })
     .await;
-    app.answer(StatusCode::OK, result).map(|_| StatusCode::NO_CONTENT.into_response())
+    match result {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => app.refusal(e),
+    }
 }
 
 #[derive(Deserialize)]
@@ -346,7 +346,7 @@ async fn state(
     State(app): State<Shared>,
     Path((name, state)): Path<(String, String)>,
     Query(query): Query<StateQuery>,
-) -> Answer {
+) -> Response {
     app.answer(StatusCode::OK, read_state(&app, &name, &state, query.key.as_deref()))
 }
 
@@ -514,8 +514,7 @@ mod tests {
             headers(&[local[0], ("content-type", "text/plain; charset=utf-8")]),
             headers(&[local[0], ("content-type", "multipart/form-data; boundary=x")]),
         ] {
-            let response = refuse_web_pages(&Method::POST, &refused).expect_err("refused");
-            assert_eq!(response.status(), StatusCode::FORBIDDEN, "{refused:?}");
+            assert!(refuse_web_pages(&Method::POST, &refused).is_err(), "{refused:?}");
         }
     }
 }
