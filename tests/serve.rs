@@ -4,12 +4,17 @@
 
 mod common;
 
-use common::server::{Server, TOKEN, bundle};
+use common::server::{Server, TOKEN, bundle, escape};
 use common::*;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
 
-fn write_lines(path: &PathBuf, lines: &[&str]) {
+fn write_lines(path: &Path, lines: &[&str]) {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
@@ -225,4 +230,469 @@ fn logs_show_what_guests_wrote_most_recent_first() {
     assert!(output.status.success(), "{}", text(&output));
     let lines: Vec<String> = String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect();
     assert_eq!(lines, ["[split] stderr: split warns about txid 20", "[split] stdout: split starts txid 20"]);
+}
+
+/// Every file under `dir`, as paths relative to it.
+fn files_under(dir: &Path) -> BTreeSet<PathBuf> {
+    let mut files = BTreeSet::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && !path.is_symlink() {
+                stack.push(path);
+            } else {
+                files.insert(path.strip_prefix(dir).unwrap().to_owned());
+            }
+        }
+    }
+    files
+}
+
+/// `bundle` with its manifest naming its one topology `name`.
+fn renamed_in_manifest(bundle: &[u8], name: &str) -> Vec<u8> {
+    let mut bundle = weir::bundle::Bundle::from_bytes(Path::new("wc.weir"), bundle).unwrap();
+    bundle.manifest.topologies[0].definition.name = name.to_owned();
+    bundle.to_bytes().unwrap()
+}
+
+#[test]
+fn a_manifest_naming_its_topology_with_a_path_writes_nothing_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let server = Server::start(dir.path());
+    let before = files_under(dir.path());
+    let outside = format!("/tmp/weir-traversal-{}", std::process::id());
+    for name in ["../../x", outside.as_str(), "../../../../../../../../../../tmp/weir-traversal-up"] {
+        let hostile = renamed_in_manifest(&word_count, name);
+        let topology = escape(name);
+        for query in [String::new(), format!("&topology={topology}"), format!("&name=ok&topology={topology}")] {
+            let (status, body) = server.api("POST", &format!("/v1/topologies?input=in/corpus.txt{query}"), &hostile);
+            assert_eq!(status, 400, "{name} {query}: {body}");
+            let error = body["error"].as_str().unwrap();
+            assert!(
+                error.contains(&format!("deployment name {name:?}")) || error.contains("describes other topologies"),
+                "{body}"
+            );
+            assert!(!error.contains(dir.path().to_str().unwrap()), "a server path in {body}");
+        }
+    }
+    let (_, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!(listed, serde_json::json!([]));
+    assert_eq!(files_under(dir.path()), before, "files appeared under the server's directory");
+    let leaked: Vec<_> = std::fs::read_dir("/tmp")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|f| f.starts_with("weir-traversal-"))
+        .collect();
+    assert!(leaked.is_empty(), "written outside: {leaked:?}");
+    drop(server);
+    let db = weir::state::Db::open(&dir.path().join("data")).unwrap();
+    assert!(db.deployments().unwrap().is_empty());
+    for name in ["ok", "../../x", outside.as_str()] {
+        assert!(db.states(name).unwrap().is_empty());
+        assert_eq!(db.progress(name).unwrap().last_committed, 0);
+    }
+}
+
+#[test]
+fn concurrent_deploys_of_one_name_start_one_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let server = Server::start(dir.path());
+    let barrier = Barrier::new(4);
+    let answers: Vec<(u16, serde_json::Value)> = std::thread::scope(|s| {
+        let deploys: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    server.api("POST", "/v1/topologies?input=in/corpus.txt", &word_count)
+                })
+            })
+            .collect();
+        deploys.into_iter().map(|d| d.join().unwrap()).collect()
+    });
+    let mut codes: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    codes.sort();
+    assert_eq!(codes, [201, 409, 409, 409], "{answers:?}");
+    for (_, body) in answers.iter().filter(|(status, _)| *status == 409) {
+        assert!(body["error"].as_str().unwrap().contains("topology word-count"), "{body}");
+    }
+    server.assert_word_count_exact();
+    let status = server.wait_for_topology("word-count", 20);
+    assert_eq!((status["batches"].as_u64(), status["tuples"].as_u64()), (Some(20), Some(20_000)), "{status}");
+    let (_, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    // Stopped, no coordinator thread is left: an orphaned second one would be.
+    let (status, body) = server.api("POST", "/v1/topologies/word-count/stop", b"");
+    assert_eq!((status, body["state"].as_str()), (200, Some("stopped")), "{body}");
+    assert_eq!(server.threads_named("weir-word-count"), 0);
+
+    // A DELETE racing a deploy waits its turn (409, or 404 before the
+    // deploy has the name) and leaves no coordinator running.
+    std::thread::scope(|s| {
+        let deploy = s.spawn(|| server.api("POST", "/v1/topologies?name=wc2&input=in/corpus.txt", &word_count));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            match server.api("DELETE", "/v1/topologies/wc2?state=drop", b"") {
+                (204, _) => break,
+                (404 | 409, _) => assert!(Instant::now() < deadline, "wc2 was never deleted"),
+                other => panic!("unexpected answer to the DELETE: {other:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (status, body) = deploy.join().unwrap();
+        assert_eq!(status, 201, "{body}");
+    });
+    assert_eq!(server.threads_named("weir-wc2"), 0);
+    let (_, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!(listed.as_array().unwrap().iter().map(|s| s["name"].as_str()).collect::<Vec<_>>(), [Some("word-count")]);
+    // The two shared one bundle file, which stays while word-count runs from it.
+    assert_eq!(std::fs::read_dir(dir.path().join("data/bundles")).unwrap().count(), 1);
+}
+
+#[test]
+fn an_input_link_re_pointed_outside_is_refused_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    std::os::unix::fs::symlink("corpus.txt", dir.path().join("in/link")).unwrap();
+    let outside = dir.path().join("outside.txt");
+    std::fs::write(&outside, "secretword another\n".repeat(100)).unwrap();
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let server = Server::start(dir.path());
+    let (status, body) = server.api("POST", "/v1/topologies?input=in/link", &word_count);
+    assert_eq!(status, 201, "{body}");
+    server.assert_word_count_exact();
+    drop(server);
+
+    std::fs::remove_file(dir.path().join("in/link")).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.path().join("in/link")).unwrap();
+    let server = Server::start(dir.path());
+    let failed = server.wait_for_status("word-count", |s| s["state"] == "failed");
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("input in/link is not under a directory this server allows"), "{failed}");
+    assert!(!error.contains(dir.path().to_str().unwrap()), "a server path in {failed}");
+    // Resumed, it is checked again, and refused again.
+    let (status, body) = server.api("POST", "/v1/topologies/word-count/resume", b"");
+    assert_eq!(status, 200, "{body}");
+    let failed = server.wait_for_status("word-count", |s| s["state"] == "failed");
+    assert!(failed["error"].as_str().unwrap().contains("is not under a directory this server allows"), "{failed}");
+    assert_eq!(failed["last_committed"], 20, "{failed}");
+    assert_counts_eq(&server.counts("word-count"), &corpus_20k().truth);
+}
+
+/// One sample of an exposition: its metric, its labels, its value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Reads a Prometheus (OpenMetrics) text exposition strictly: comments of
+/// the known kinds, samples `name{label="value",...} number` whose label
+/// values use only the format's escapes (`\\`, `\"`, `\n`), and `# EOF` at
+/// the end. Panics on anything else.
+fn parse_exposition(text: &str) -> Vec<Sample> {
+    let is_name = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with(|c: char| c.is_ascii_digit())
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "{text}");
+    let mut samples = Vec::new();
+    for line in &lines[..lines.len() - 1] {
+        if let Some(comment) = line.strip_prefix("# ") {
+            let (kind, rest) = comment.split_once(' ').unwrap_or_else(|| panic!("bad comment {line:?}"));
+            assert!(["HELP", "TYPE", "UNIT"].contains(&kind) && is_name(rest.split(' ').next().unwrap()), "{line:?}");
+            continue;
+        }
+        let end = line.find(['{', ' ']).unwrap_or_else(|| panic!("no value in {line:?}"));
+        let (name, mut rest) = line.split_at(end);
+        assert!(is_name(name), "bad metric name in {line:?}");
+        let mut labels = Vec::new();
+        if let Some(inner) = rest.strip_prefix('{') {
+            rest = inner;
+            loop {
+                let (key, after) = rest.split_once("=\"").unwrap_or_else(|| panic!("bad label in {line:?}"));
+                assert!(is_name(key), "bad label name {key:?} in {line:?}");
+                let mut value = String::new();
+                let mut chars = after.char_indices();
+                let close = loop {
+                    match chars.next().unwrap_or_else(|| panic!("unterminated label value in {line:?}")) {
+                        (i, '"') => break i,
+                        (_, '\\') => match chars.next().map(|(_, c)| c) {
+                            Some('\\') => value.push('\\'),
+                            Some('"') => value.push('"'),
+                            Some('n') => value.push('\n'),
+                            other => panic!("bad escape {other:?} in {line:?}"),
+                        },
+                        (_, c) => value.push(c),
+                    }
+                };
+                labels.push((key.to_owned(), value));
+                rest = &after[close + 1..];
+                if let Some(next) = rest.strip_prefix(',') {
+                    rest = next;
+                } else {
+                    rest = rest.strip_prefix('}').unwrap_or_else(|| panic!("labels not closed in {line:?}"));
+                    break;
+                }
+            }
+        }
+        let value = rest.strip_prefix(' ').unwrap_or_else(|| panic!("no space before the value in {line:?}"));
+        let value = value.parse().unwrap_or_else(|_| panic!("not a number in {line:?}"));
+        samples.push((name.to_owned(), labels, value));
+    }
+    samples
+}
+
+#[test]
+fn metrics_labels_with_quotes_and_backslashes_stay_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let server = Server::start(dir.path());
+    let name = r#"wc "quoted" \back\slash} x="y",z"#;
+    let (status, body) =
+        server.api("POST", &format!("/v1/topologies?name={}&input=in/corpus.txt", escape(name)), &word_count);
+    assert_eq!((status, body["name"].as_str()), (201, Some(name)), "{body}");
+    server.wait_for_topology(name, 20);
+    let (status, text) = server.http("GET", "/metrics", None, b"");
+    assert_eq!(status, 200);
+    let samples = parse_exposition(&text);
+    let sample = |metric: &str, labels: &[(&str, &str)]| {
+        let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let found: Vec<f64> = samples.iter().filter(|s| s.0 == metric && s.1 == labels).map(|s| s.2).collect();
+        assert_eq!(found.len(), 1, "{metric} {labels:?} in {text}");
+        found[0]
+    };
+    assert_eq!(sample("weir_last_committed_txid", &[("topology", name)]), 20.0);
+    assert_eq!(sample("weir_tuples_committed_total", &[("topology", name)]), 20_000.0);
+    assert_eq!(sample("weir_batches_committed_total", &[("topology", name)]), 20.0);
+    assert_eq!(sample("weir_replays_total", &[("topology", name)]), 0.0);
+    assert_eq!(sample("weir_topology_up", &[("topology", name)]), 1.0);
+    assert!(sample("weir_operator_seconds_total", &[("topology", name), ("operator", "split")]) > 0.0);
+    assert!(sample("weir_commit_latency_p99_seconds", &[("topology", name)]) > 0.0);
+}
+
+#[test]
+fn a_cross_origin_post_is_refused_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let bundle_path = dir.path().join("wc.weir");
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let server = Server::start_without_token(dir.path());
+    let deploy = "/v1/topologies?input=in/corpus.txt";
+    for (headers, reason) in [
+        (vec![("Origin", "http://evil.example")], "origin"),
+        (vec![("Origin", "null")], "origin"),
+        (vec![("Host", "evil.example:7878")], "addressed to this machine"),
+        (vec![("Host", "evil.example:7878"), ("Origin", "http://evil.example:7878")], "addressed to this machine"),
+        (vec![("Content-Type", "application/x-www-form-urlencoded")], "browser form"),
+        (vec![("Content-Type", "text/plain")], "browser form"),
+        (vec![("Sec-Fetch-Site", "cross-site")], "cross-site"),
+    ] {
+        let (status, body) = server.request("POST", deploy, &headers, &word_count);
+        assert_eq!(status, 403, "{headers:?}: {body}");
+        assert!(body.contains(reason), "{headers:?}: {body}");
+    }
+    let (_, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!(listed, serde_json::json!([]));
+
+    // This machine's own client goes through, and a web page still cannot stop what it deployed.
+    let output = weir()
+        .env_remove("WEIR_TOKEN")
+        .env("WEIR_SERVER", server.url())
+        .args(["deploy", bundle_path.to_str().unwrap(), "--input", "in/corpus.txt"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    server.assert_word_count_exact();
+    let (status, _) =
+        server.request("POST", "/v1/topologies/word-count/stop", &[("Origin", "http://evil.example")], b"");
+    assert_eq!(status, 403);
+    let (status, _) =
+        server.request("DELETE", "/v1/topologies/word-count?state=drop", &[("Host", "evil.example")], b"");
+    assert_eq!(status, 403);
+    assert_eq!(server.wait_for_topology("word-count", 20)["state"], "running");
+}
+
+/// Reads what the server sends on `stream` until it closes it; fails if it
+/// is still open after `within`.
+fn read_until_closed(mut stream: TcpStream, within: Duration) -> String {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut answer = Vec::new();
+    if let Err(e) = stream.read_to_end(&mut answer) {
+        panic!("the connection was still open after {within:?} ({e}); it sent {:?}", String::from_utf8_lossy(&answer));
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn an_over_limit_declared_length_gets_413_before_the_body_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    for token in [TOKEN, "wrong"] {
+        let mut stream = TcpStream::connect(&server.address).unwrap();
+        let head = format!(
+            "POST /v1/topologies HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n",
+            server.address,
+            100 << 20
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        // The server's body timeout is a minute: an answer within 30 s is
+        // one given without waiting for the body.
+        let answer = read_until_closed(stream, Duration::from_secs(30));
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("over the server's limit of 1048576 bytes"), "{answer}");
+    }
+}
+
+#[test]
+fn a_stalled_header_or_body_is_closed_after_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--header-timeout-ms", "1000", "--body-timeout-ms", "1000"]);
+    let connect = || TcpStream::connect(&server.address).unwrap();
+    let mut header = connect();
+    header.write_all(b"GET /v1/topologies HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
+    let silent = connect();
+    let mut body = connect();
+    let head = format!(
+        "POST /v1/topologies HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 1000\r\n\r\n",
+        server.address
+    );
+    body.write_all(head.as_bytes()).unwrap();
+    body.write_all(b"0123456789").unwrap();
+    // Meanwhile the server answers others.
+    assert_eq!(server.http("GET", "/health", None, b"").0, 200);
+    let answer = read_until_closed(body, Duration::from_secs(30));
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within 1000 ms"), "{answer}");
+    read_until_closed(header, Duration::from_secs(30));
+    read_until_closed(silent, Duration::from_secs(30));
+    let (_, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!(listed, serde_json::json!([]));
+}
+
+#[test]
+fn one_topology_deployed_under_two_names_keeps_two_states() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    let lines: Vec<&str> = sentences.lines().collect();
+    let (first, second) = (&lines[..10_000], &lines[10_000..15_000]);
+    write_lines(&dir.path().join("in/first.txt"), first);
+    write_lines(&dir.path().join("in/second.txt"), second);
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let chatty = bundle(dir.path(), TEST_TOPOLOGIES, "variants.weir");
+    let server = Server::start(dir.path());
+    for (name, bundle, topology, input) in [
+        ("first", &word_count, "", "first"),
+        ("second", &word_count, "", "second"),
+        ("chatty first", &chatty, "&topology=chatty-word-count", "first"),
+        ("chatty second", &chatty, "&topology=chatty-word-count", "second"),
+    ] {
+        let path = format!("/v1/topologies?name={}{topology}&input=in/{input}.txt", escape(name));
+        let (status, body) = server.api("POST", &path, bundle);
+        assert_eq!((status, body["name"].as_str()), (201, Some(name)), "{body}");
+    }
+    for (name, part, txid) in
+        [("first", first, 10), ("second", second, 5), ("chatty first", first, 10), ("chatty second", second, 5)]
+    {
+        let status = server.wait_for_topology(name, txid);
+        assert_eq!(status["tuples"], part.len(), "{status}");
+        assert_counts_eq(&server.counts(name), &count_words(part));
+    }
+    let (_, first_status) = server.api("GET", "/v1/topologies/first", b"");
+    assert_eq!(first_status["topology"], "word-count", "{first_status}");
+    for (name, part) in [("first", first), ("second", second)] {
+        let counted = count_words(part);
+        let (status, answer) = server.api("POST", &format!("/v1/topologies/{name}/queries/words"), b"w1 w2");
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer, serde_json::json!([[counted["w1"] + counted["w2"]]]), "{name}");
+    }
+    for (name, txid) in [("chatty first", 10), ("chatty second", 5)] {
+        let (status, logs) = server.api("GET", &format!("/v1/topologies/{}/logs", escape(name)), b"");
+        assert_eq!(status, 200, "{logs}");
+        assert_eq!(logs[0]["line"], format!("split warns about txid {txid}"), "{name}: {logs}");
+        let lines = logs.as_array().unwrap().len();
+        assert_eq!(lines, 2 * txid as usize, "{name}: each of its batches logged twice, no other's: {logs}");
+    }
+    // Deleting one leaves the other as it was.
+    let (status, _) = server.api("DELETE", "/v1/topologies/first?state=drop", b"");
+    assert_eq!(status, 204);
+    assert_counts_eq(&server.counts("second"), &count_words(second));
+    let (status, _) = server.api("GET", "/v1/topologies/first/states/counts", b"");
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn the_client_verbs_escape_names_and_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    let input = "in/a b&c=d#e%f+g?.txt";
+    std::fs::copy(&corpus_20k().path, dir.path().join(input)).unwrap();
+    let bundle_path = dir.path().join("wc.weir");
+    weir_ok(&["bundle", WORD_COUNT, "-o", bundle_path.to_str().unwrap()]);
+    let server = Server::start(dir.path());
+    let url = server.url();
+    let client = |args: &[&str]| {
+        let output = weir().env("WEIR_TOKEN", TOKEN).env("WEIR_SERVER", &url).args(args).output().unwrap();
+        (output.status.success(), text(&output))
+    };
+    let ok = |args: &[&str]| {
+        let (success, out) = client(args);
+        assert!(success, "weir {args:?}: {out}");
+        out
+    };
+    let name = "wc #1 ?x=y&z%2F+ \"é\" \\";
+    let bundle = bundle_path.to_str().unwrap();
+    ok(&["deploy", bundle, "--name", name, "--topology", "word-count", "--input", input]);
+    server.wait_for_topology(name, 20);
+    let status: serde_json::Value = serde_json::from_str(&ok(&["status", name, "--json"])).unwrap();
+    assert_eq!((status["name"].as_str(), status["last_committed"].as_u64()), (Some(name), Some(20)), "{status}");
+    assert!(ok(&["ps"]).lines().any(|row| row.starts_with(name)));
+    let key = r#"["w1"]"#;
+    let got = ok(&["state", "get", "--server", &url, "--topology", name, "--state", "counts", "--key", key]);
+    assert!(got.contains(&format!(r#"{{"key":["w1"],"value":{}}}"#, corpus_20k().truth["w1"])), "{got}");
+    let truth = &corpus_20k().truth;
+    let answer = ok(&["query", "--server", &url, "--topology", name, "--query", "words", "--args", "w1 w2"]);
+    assert!(answer.contains(&format!("[[{}]]", truth["w1"] + truth["w2"])), "{answer}");
+    ok(&["logs", name]);
+    assert!(ok(&["stop", name]).contains("stopped"));
+    assert!(ok(&["resume", name]).contains("running"));
+    assert!(ok(&["upgrade", name, bundle]).contains("running"));
+    // A name that would be a path of another call reaches the server whole.
+    let (success, out) = client(&["status", "x/stop"]);
+    assert!(!success && out.contains(r#"answered 404: no topology x/stop is deployed"#), "{out}");
+    let (success, out) = client(&["deploy", bundle, "--name", "a/b"]);
+    assert!(!success && out.contains(r#"deployment name "a/b" must be"#), "{out}");
+    assert!(ok(&["delete", name, "--drop-state"]).contains("dropped its state"));
+    assert!(!ok(&["ps"]).contains("wc #1"));
+}
+
+#[test]
+fn sigterm_stops_every_topology_and_exits_then_a_restart_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    server.deploy_word_count(dir.path());
+    server.assert_word_count_exact();
+    let sent = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(exit) = server.child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "the server did not exit within a minute of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}");
+    let server = Server::start(dir.path());
+    assert_eq!(server.wait_for_topology("word-count", 20)["state"], "running");
+    server.assert_word_count_exact();
 }

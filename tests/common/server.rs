@@ -31,10 +31,20 @@ impl Server {
     /// `dir/in`, the token in `dir/token`), with `extra` arguments.
     pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
         std::fs::write(dir.join("token"), TOKEN).unwrap();
+        Server::spawn(dir, &[&["--token-file", "token"], extra].concat())
+    }
+
+    /// Starts `weir serve` in `dir` as [`Server::start`] does, but with no
+    /// token.
+    pub fn start_without_token(dir: &Path) -> Server {
+        Server::spawn(dir, &[])
+    }
+
+    fn spawn(dir: &Path, extra: &[&str]) -> Server {
         std::fs::create_dir_all(dir.join("in")).unwrap();
         let mut child = weir()
             .current_dir(dir)
-            .args(["serve", "--data", "data", "--listen", "127.0.0.1:0", "--token-file", "token", "--input-dir", "in"])
+            .args(["serve", "--data", "data", "--listen", "127.0.0.1:0", "--input-dir", "in"])
             .args(["--max-upload-mib", "1", "--poll-ms", "50", "--batch-size", "1000"])
             .args(extra)
             .stdout(Stdio::piped())
@@ -60,15 +70,23 @@ impl Server {
 
     /// One HTTP/1.1 request; returns the status and the body.
     pub fn http(&self, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {
+        let authorization = token.map(|token| format!("Bearer {token}"));
+        let headers: Vec<(&str, &str)> = authorization.iter().map(|a| ("Authorization", a.as_str())).collect();
+        self.request(method, path, &headers, body)
+    }
+
+    /// One HTTP/1.1 request with `headers` (a Host header among them
+    /// replaces the server's own); returns the status and the body.
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
         let mut stream = TcpStream::connect(&self.address).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.address,
-            body.len()
-        );
-        if let Some(token) = token {
-            request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        let mut request =
+            format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+        if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+            request.push_str(&format!("Host: {}\r\n", self.address));
+        }
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
         }
         request.push_str("\r\n");
         stream.write_all(request.as_bytes()).unwrap();
@@ -92,11 +110,22 @@ impl Server {
         (status, serde_json::from_str(&body).unwrap_or(serde_json::Value::Null))
     }
 
+    /// How many of the server's threads have a name beginning with `prefix`
+    /// (Linux keeps the first 15 bytes of a name; a thread a named one
+    /// starts without a name of its own bears its name too).
+    pub fn threads_named(&self, prefix: &str) -> usize {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.child.id())).unwrap();
+        tasks
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim_end().starts_with(prefix))
+            .count()
+    }
+
     /// Waits until `topology` has committed `txid`; fails if it fails.
     pub fn wait_for_topology(&self, topology: &str, txid: u64) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let (status, body) = self.api("GET", &format!("/v1/topologies/{topology}"), b"");
+            let (status, body) = self.api("GET", &format!("/v1/topologies/{}", escape(topology)), b"");
             assert_eq!(status, 200, "{body}");
             if body["last_committed"].as_u64() == Some(txid) {
                 return body;
@@ -111,7 +140,7 @@ impl Server {
     pub fn wait_for_status(&self, topology: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let (status, body) = self.api("GET", &format!("/v1/topologies/{topology}"), b"");
+            let (status, body) = self.api("GET", &format!("/v1/topologies/{}", escape(topology)), b"");
             assert_eq!(status, 200, "{body}");
             if done(&body) {
                 return body;
@@ -123,7 +152,7 @@ impl Server {
 
     /// A word-count state read back through the API as word => count.
     pub fn counts(&self, topology: &str) -> BTreeMap<String, i64> {
-        let (status, body) = self.api("GET", &format!("/v1/topologies/{topology}/states/counts"), b"");
+        let (status, body) = self.api("GET", &format!("/v1/topologies/{}/states/counts", escape(topology)), b"");
         assert_eq!(status, 200, "{body}");
         body.as_array()
             .unwrap()
@@ -155,4 +184,16 @@ pub fn bundle(dir: &Path, component: &str, name: &str) -> Vec<u8> {
     let path = dir.join(name);
     weir_ok(&["bundle", component, "-o", path.to_str().unwrap()]);
     std::fs::read(path).unwrap()
+}
+
+/// `segment` percent-encoded for a URL's path or query: every byte but
+/// RFC 3986's unreserved ones.
+pub fn escape(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
