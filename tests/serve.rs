@@ -60,6 +60,8 @@ fn deploy_status_upgrade_restart_stop_delete() {
     let (status, body) = server.api("PUT", "/v1/topologies/word-count/bundle", &opaque);
     assert_eq!(status, 400, "{body}");
     assert!(body["error"].as_str().unwrap().contains("changes topology word-count's states"), "{body}");
+    let stored: Vec<_> = std::fs::read_dir(dir.path().join("data/bundles")).unwrap().collect();
+    assert_eq!(stored.len(), 1, "the refused upgrade left a file: {stored:?}");
 
     // A crash of the server: the next one resumes, nothing lost or doubled.
     drop(server);
@@ -127,9 +129,17 @@ fn the_api_refuses_what_it_should_and_keeps_serving() {
         assert_eq!(status, 400, "{body}");
         assert!(body["error"].as_str().unwrap().contains(reason), "{reason:?} missing from {body}");
     }
-    let (status, body) = server.api("POST", "/v1/topologies?input=/etc/passwd", &word_count);
+    // Outside the input dirs, present or missing, one answer; inside, missing says so.
+    for input in ["/etc/passwd", "/nonexistent/passwd", "in/../../../../etc/passwd", "in/../../nowhere/passwd"] {
+        let (status, body) = server.api("POST", &format!("/v1/topologies?input={input}"), &word_count);
+        assert_eq!(status, 400, "{body}");
+        let expected = format!("input {input} is not under a directory this server allows (--input-dir)");
+        assert!(body["error"].as_str().unwrap().ends_with(&expected), "{body}");
+    }
+    let (status, body) = server.api("POST", "/v1/topologies?input=in/missing.txt", &word_count);
     assert_eq!(status, 400, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("not under a directory this server allows"), "{body}");
+    assert!(body["error"].as_str().unwrap().contains("cannot read input in/missing.txt: no such file"), "{body}");
+    assert!(files_under(&dir.path().join("data/bundles")).is_empty());
 
     // Still serving: a good deploy goes through, and /metrics moves.
     let (status, body) = server.api("POST", "/v1/topologies?input=in/corpus.txt", &word_count);
