@@ -15,6 +15,8 @@ use weir::server::deployments::Host;
 use weir::server::{ServeConfig, serve};
 use weir::state::Db;
 
+use super::nats::NatsArgs;
+
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Directory holding every topology's state and the uploaded bundles.
@@ -60,6 +62,8 @@ pub struct ServeArgs {
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    nats: NatsArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -91,6 +95,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             ..RunConfig::default()
         },
         input_dirs: args.input_dir.clone(),
+        nats: args.nats.config()?,
     };
     serve(ServeConfig { host, listen: args.listen, token, max_upload: args.max_upload_mib << 20 })
 }

@@ -112,6 +112,8 @@ pub struct Host {
     pub run: RunConfig,
     /// Directories spouts may read input from.
     pub input_dirs: Vec<PathBuf>,
+    /// The NATS server JetStream spouts read from.
+    pub nats: Option<crate::nats::NatsConfig>,
 }
 
 /// The deployed topologies, by name.
@@ -190,7 +192,13 @@ impl Deployments {
                 definition.name
             )));
         };
-        spout::check_input(spout, &definition.name, input).map_err(bad)?;
+        let env = spout::SpoutEnv {
+            topology: &definition.name,
+            input,
+            batch_size: self.host.run.batch_size,
+            nats: self.host.nats.as_ref(),
+        };
+        spout::check_input(spout, &env).map_err(bad)?;
         let Some(input) = input else { return Ok(()) };
         let input =
             input.canonicalize().map_err(|e| DeployError::BadRequest(format!("input {}: {e}", input.display())))?;
@@ -257,7 +265,13 @@ impl Deployments {
                 let spout_component = Arc::clone(loaded.components.for_operator(SPOUT_ID));
                 let guest = Some((spout_component, loaded.plan.sandboxes.of(SPOUT_ID).clone()));
                 let spout_def = definition.spout().context("the topology has no spout")?;
-                let mut spout = spout::open(spout_def, &topology, input.as_deref(), host.run.batch_size, guest)?;
+                let env = spout::SpoutEnv {
+                    topology: &topology,
+                    input: input.as_deref(),
+                    batch_size: host.run.batch_size,
+                    nats: host.nats.as_ref(),
+                };
+                let mut spout = spout::open(spout_def, &env, guest)?;
                 coordinator::run(
                     &host.db,
                     Arc::clone(&loaded.plan),

@@ -5,16 +5,20 @@ mod directory;
 mod file_lines;
 mod generator;
 mod guest;
+pub mod jetstream;
 
 pub use directory::DirectoryLines;
 pub use file_lines::{FileLines, LineRange};
 pub use generator::Generator;
 pub use guest::GuestSpout;
+pub use jetstream::JetStreamSpout;
 
+use crate::nats::NatsConfig;
 use crate::runtime::LoadedComponent;
 use crate::sandbox::OperatorSandbox;
 use std::sync::Arc;
-use weir_sdk::topology::GuestSpoutKind;
+use std::time::Duration;
+use weir_sdk::topology::{GuestSpoutKind, JetStreamKind};
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -46,6 +50,10 @@ impl SpoutKind {
                 SpoutKind::Transactional
             }
             SpoutDef::Guest { promise: GuestSpoutKind::PartitionedOpaque, .. } => SpoutKind::Opaque,
+            SpoutDef::JetStream(def) => match def.promise {
+                JetStreamKind::Transactional => SpoutKind::Transactional,
+                JetStreamKind::Opaque => SpoutKind::Opaque,
+            },
         }
     }
 }
@@ -77,23 +85,40 @@ pub trait Spout: Send {
         let _ = committed;
         None
     }
+
+    /// Waits up to `timeout` for more input, once the spout had nothing
+    /// (a followed topology that has caught up); returns early when more
+    /// has come, where the spout can tell.
+    fn wait_for_input(&mut self, timeout: Duration) {
+        std::thread::sleep(timeout);
+    }
 }
 
 /// Where a guest spout runs: the component, and the spout's sandbox.
 pub type GuestCode = Option<(Arc<LoadedComponent>, OperatorSandbox)>;
 
-/// The spout a topology's definition names, reading `input` where it needs
-/// one, in batches of `batch_size` tuples; a guest spout runs in `guest`.
-pub fn open(
-    def: &SpoutDef,
-    topology: &str,
-    input: Option<&Path>,
-    batch_size: usize,
-    guest: GuestCode,
-) -> Result<Box<dyn Spout>> {
+/// What opening a topology's spout takes besides its definition.
+#[derive(Clone, Copy, Debug)]
+pub struct SpoutEnv<'a> {
+    /// The topology's name.
+    pub topology: &'a str,
+    /// The input file or directory, for the spouts over lines.
+    pub input: Option<&'a Path>,
+    /// Spout tuples per batch (for a JetStream spout, per partition, unless
+    /// the topology says otherwise).
+    pub batch_size: usize,
+    /// The NATS server, for the JetStream spouts.
+    pub nats: Option<&'a NatsConfig>,
+}
+
+/// The spout a topology's definition names, opened in `env`; a guest spout
+/// runs in `guest`.
+pub fn open(def: &SpoutDef, env: &SpoutEnv<'_>, guest: GuestCode) -> Result<Box<dyn Spout>> {
+    let topology = env.topology;
     let input = |what: &str| {
-        input.with_context(|| format!("topology {topology} reads the lines of {what}: give it with --input"))
+        env.input.with_context(|| format!("topology {topology} reads the lines of {what}: give it with --input"))
     };
+    let batch_size = env.batch_size;
     Ok(match def {
         SpoutDef::FileLines { .. } => Box::new(FileLines::open(input("a file")?, batch_size)?),
         SpoutDef::DirectoryLines { .. } => Box::new(DirectoryLines::open(input("a directory's files")?, batch_size)?),
@@ -103,16 +128,39 @@ pub fn open(
                 guest.with_context(|| format!("topology {topology}: a guest spout needs its component"))?;
             Box::new(GuestSpout::new(component, sandbox, *promise, topology, fields.len(), batch_size))
         }
+        SpoutDef::JetStream(stream) => Box::new(JetStreamSpout::open(stream, topology, nats(def, env)?, batch_size)?),
     })
 }
 
-/// Checks that `input` is what `def` needs, before anything else runs.
-pub fn check_input(def: &SpoutDef, topology: &str, input: Option<&Path>) -> Result<()> {
-    match (def, input) {
+/// The NATS server a JetStream spout reads from.
+fn nats<'a>(def: &SpoutDef, env: &SpoutEnv<'a>) -> Result<&'a NatsConfig> {
+    let SpoutDef::JetStream(stream) = def else { unreachable!("only JetStream spouts connect to NATS") };
+    env.nats.with_context(|| {
+        format!(
+            "topology {} reads stream {} from NATS JetStream: give the server with --nats URL",
+            env.topology, stream.stream
+        )
+    })
+}
+
+/// Checks that the input and servers in `env` are what `def` needs, before
+/// anything else runs (a JetStream spout's server is not asked yet).
+pub fn check_input(def: &SpoutDef, env: &SpoutEnv<'_>) -> Result<()> {
+    let topology = env.topology;
+    match (def, env.input) {
         (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, Some(path)) => {
             bail!("topology {topology} makes its own input: --input {} is not used", path.display())
         }
+        (SpoutDef::JetStream(stream), Some(path)) => bail!(
+            "topology {topology} reads stream {} from NATS JetStream: --input {} is not used",
+            stream.stream,
+            path.display()
+        ),
+        (SpoutDef::JetStream(stream), None) => {
+            nats(def, env)?;
+            jetstream::check(stream, topology)
+        }
         (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, None) => Ok(()),
-        _ => open(def, topology, input, 1, None).map(drop),
+        _ => open(def, env, None).map(drop),
     }
 }
