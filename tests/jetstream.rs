@@ -190,6 +190,27 @@ fn json_messages_become_fields_with_their_subject_sequence_and_timestamp_and_one
     assert!(raw(&data, "jetstream-events", "totals") == committed, "committed state changed");
 }
 
+#[test]
+fn a_wildcard_over_a_stream_taking_a_wildcard_reads_the_subjects_that_hold_messages() {
+    let nats = shared_nats();
+    nats.create_stream("dynamic", &["dynamic.>"]);
+    let lines = sentences(2000);
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    nats.publish("dynamic", "dynamic.{a,b}", &lines[..1000]);
+    // Not a partition: `dynamic.*` takes one token after `dynamic`.
+    nats.publish("dynamic", "dynamic.x.y", &["ignored words"]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-dynamic", &data, &url, &["--batch-size", "100"]);
+    weir_ok(&args);
+    assert_counts_eq(&counts(&data, "jetstream-dynamic"), &count_words(&lines[..1000]));
+    nats.publish("dynamic", "dynamic.{c,a}", &lines[1000..]);
+    let output = weir_ok(&args);
+    assert!(text(&output).contains("(1000 tuples)"), "{}", text(&output));
+    assert_counts_eq(&counts(&data, "jetstream-dynamic"), &count_words(&lines));
+}
+
 /// The error `weir run` of `topology` halts with, given `extra` arguments.
 fn run_error(topology: &str, nats: &str, extra: &[&str]) -> String {
     let data = tempfile::tempdir().unwrap();

@@ -148,6 +148,18 @@ impl NatsServer {
         text(&weir_ok(&[&args[..], &[file.to_str().unwrap()]].concat()))
     }
 
+    /// Creates `stream`, taking `subjects` (wildcards too).
+    pub fn create_stream(&self, stream: &str, subjects: &[&str]) {
+        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        let config = async_nats::jetstream::stream::Config {
+            name: stream.to_owned(),
+            subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+            storage: async_nats::jetstream::stream::StorageType::File,
+            ..Default::default()
+        };
+        nats.runtime.block_on(nats.jetstream.create_stream(config)).unwrap();
+    }
+
     /// Removes every message of `stream`.
     pub fn purge(&self, stream: &str) {
         let config = self.config();

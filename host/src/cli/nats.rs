@@ -11,16 +11,17 @@ use weir::nats::NatsConfig;
 #[derive(Args, Debug)]
 #[command(next_help_heading = "NATS JetStream")]
 pub struct NatsArgs {
-    /// The NATS server (with JetStream) that JetStream spouts read from:
-    /// nats://HOST:PORT, several comma-separated for a cluster; a
-    /// user:password@ in it is used to log in and never shown.
+    /// The NATS server (with JetStream) of the JetStream spouts and of
+    /// `weir publish`: nats://HOST:PORT, several comma-separated for a
+    /// cluster; a user:password@ in it is used to log in and never shown.
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
     /// A file holding the token to authenticate to the NATS server with.
     #[arg(long, value_name = "FILE")]
     pub nats_token_file: Option<PathBuf>,
     /// How long to keep trying to reach the NATS server, at start and after
-    /// the connection is lost, before the topology halts, in milliseconds.
+    /// the connection is lost, before giving up (a topology halts), in
+    /// milliseconds.
     #[arg(long, default_value_t = DEFAULT_NATS_RETRY_MS, value_name = "MS")]
     pub nats_retry_ms: u64,
 }

@@ -143,6 +143,14 @@ impl JetStreamSpout {
     }
 }
 
+impl Drop for JetStreamSpout {
+    fn drop(&mut self) {
+        let reader = &mut self.reader;
+        let _ =
+            self.nats.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(1), reader.close()).await });
+    }
+}
+
 impl Spout for JetStreamSpout {
     fn kind(&self) -> SpoutKind {
         match self.promise {

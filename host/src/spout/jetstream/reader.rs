@@ -123,6 +123,19 @@ impl Reader {
         ))
     }
 
+    /// Deletes the consumers this reader made (the server would drop them
+    /// once idle anyway).
+    pub async fn close(&mut self) {
+        let mut names: Vec<String> =
+            self.consumers.drain().map(|(_, c)| c.consumer.cached_info().name.clone()).collect();
+        names.extend(self.watch.take().map(|(_, c)| c.cached_info().name.clone()));
+        if let Some(stream) = &self.stream {
+            for name in names {
+                let _ = stream.delete_consumer(&name).await;
+            }
+        }
+    }
+
     /// Forgets the consumers: after a lost connection, where they stand is
     /// not known.
     pub fn forget_consumers(&mut self) {
@@ -450,7 +463,12 @@ impl Reader {
             Err(_) => return Err(self.no_answer(&doing)),
         };
         match tokio::time::timeout(timeout + NATS_REQUEST_TIMEOUT, arrivals.next()).await {
-            Ok(Some(Ok(_))) => Ok(true),
+            Ok(Some(Ok(_))) => {
+                // It has moved on: the next wait starts further on.
+                let name = consumer.cached_info().name.clone();
+                let _ = tokio::time::timeout(NATS_REQUEST_TIMEOUT, self.stream().await?.delete_consumer(&name)).await;
+                Ok(true)
+            }
             Ok(None) => {
                 // Nothing came: the consumer still stands at `from`.
                 self.watch = Some((from, consumer));

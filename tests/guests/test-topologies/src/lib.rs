@@ -176,6 +176,14 @@ fn jetstream_topologies() -> Vec<Topology> {
             Split::default(),
             State::transactional("counts"),
         ),
+        // Its stream takes `dynamic.>`: the partitions are the subjects
+        // that hold messages, looked up for each batch.
+        jetstream_word_count(
+            "jetstream-dynamic",
+            JetStream::opaque("dynamic", ["dynamic.*"]),
+            Split::default(),
+            State::opaque("counts"),
+        ),
         jetstream_word_count(
             "jetstream-missing-stream",
             JetStream::transactional("no-such-stream", ["anything.*"]),
