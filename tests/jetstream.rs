@@ -92,13 +92,14 @@ fn sentences(n: usize) -> Vec<String> {
     std::fs::read_to_string(&corpus_20k().path).unwrap().lines().take(n).map(str::to_owned).collect()
 }
 
-/// What `stream`'s partition 0 held in txid 3, when 2,000 lines were
-/// published round-robin over four partitions and each batch takes 100 of
-/// each: lines 800 to 1196, every fourth.
-fn txid_3_of_partition_0(stream: &str) -> String {
+/// What is wrong with `stream`'s partition 0 in txid 3, `left` of its
+/// messages being left, when 2,000 lines were published round-robin over
+/// four partitions and each batch takes 100 of each: it held lines 800 to
+/// 1196, every fourth.
+fn txid_3_of_partition_0(stream: &str, left: u64) -> String {
     format!(
         "stream {stream} no longer holds the messages recorded in partition {stream}.0: sequences 801..=1197 held \
-         100 messages, 0 of them are left"
+         100 messages, {left} of them are left"
     )
 }
 
@@ -122,13 +123,13 @@ fn a_batch_recorded_but_not_committed_whose_messages_were_purged_halts_its_repla
     assert_eq!(replayed.status.code(), Some(1), "{}", text(&replayed));
     let stderr = String::from_utf8_lossy(&replayed.stderr);
     assert!(stderr.contains("topology jetstream-fatal-at-3 halts at txid 3, which is not committed"), "{stderr}");
-    assert!(stderr.contains(&txid_3_of_partition_0("purgeable")), "{stderr}");
+    assert!(stderr.contains(&txid_3_of_partition_0("purgeable", 0)), "{stderr}");
     assert_eq!(last_committed(&data, "jetstream-fatal-at-3"), 2);
     assert!(raw(&data, "jetstream-fatal-at-3", "counts") == before, "committed state changed");
 }
 
 #[test]
-fn messages_purged_while_a_failed_batch_waits_for_its_replay_halt_the_run_naming_them() {
+fn a_message_deleted_while_a_failed_batch_waits_for_its_replay_halts_the_run_naming_the_range() {
     let nats = shared_nats();
     let lines = sentences(2000);
     nats.publish("purged-live", "purged-live.{0..3}", &lines.iter().map(String::as_str).collect::<Vec<_>>());
@@ -140,14 +141,14 @@ fn messages_purged_while_a_failed_batch_waits_for_its_replay_halt_the_run_naming
     command.args(run_args("jetstream-retry-at-3", &data, &url, &extra)).stdout(Stdio::null()).stderr(Stdio::piped());
     let mut child = command.spawn().unwrap();
     let mut log = LogReader::follow(&mut child);
-    // The replay waits out its back-off: purge the stream meanwhile.
+    // The replay waits out its back-off: delete a message of it meanwhile.
     log.until("txid 3 attempt 0 failed");
-    nats.purge("purged-live");
+    nats.delete_message("purged-live", 805);
     let status = wait_for_exit(&mut child);
     let log = log.rest();
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("replaying txid 3"), "{log}");
-    assert!(log.contains(&txid_3_of_partition_0("purged-live")), "{log}");
+    assert!(log.contains(&txid_3_of_partition_0("purged-live", 99)), "{log}");
     assert_eq!(last_committed(&data, "jetstream-retry-at-3"), 2);
 }
 
@@ -209,6 +210,46 @@ fn a_wildcard_over_a_stream_taking_a_wildcard_reads_the_subjects_that_hold_messa
     let output = weir_ok(&args);
     assert!(text(&output).contains("(1000 tuples)"), "{}", text(&output));
     assert_counts_eq(&counts(&data, "jetstream-dynamic"), &count_words(&lines));
+}
+
+#[test]
+fn weir_publish_creates_the_stream_when_asked_spreads_lines_by_key_and_names_a_subject_the_stream_lacks() {
+    let nats = shared_nats();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lines.txt");
+    std::fs::write(&file, "a 1\nb 2\na 3\nc 4\na 5\nb 6\n").unwrap();
+    let url = nats.url();
+    let publish = |extra: &[&str]| {
+        let args = ["publish", "--nats", &url, "--stream", "keyed", "--subjects", "keyed.{0..2}"];
+        weir_output(&[&args[..], extra, &[file.to_str().unwrap()]].concat())
+    };
+    let missing = publish(&[]);
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains(&format!("stream keyed does not exist on the NATS server at {url}: add --create")),
+        "{}",
+        text(&missing)
+    );
+    let published = publish(&["--create", "--key", "word:1"]);
+    assert!(published.status.success(), "{}", text(&published));
+    assert!(text(&published).contains("published 6 lines to stream keyed over 3 subjects"), "{}", text(&published));
+    // Lines keyed alike share a subject: a's three, b's two and c's one.
+    let mut held: Vec<usize> = nats.subject_counts("keyed").into_values().collect();
+    held.sort();
+    assert!([&[1, 2, 3][..], &[1, 5], &[2, 4], &[3, 3], &[6]].contains(&held.as_slice()), "{held:?}");
+    let again = publish(&["--key", "word:1"]);
+    assert!(again.status.success(), "{}", text(&again));
+    let mut doubled: Vec<usize> = nats.subject_counts("keyed").into_values().collect();
+    doubled.sort();
+    assert_eq!(doubled, held.iter().map(|n| n * 2).collect::<Vec<_>>(), "a key keeps its subject");
+    let args = ["publish", "--nats", &url, "--stream", "keyed", "--subjects", "other.1", file.to_str().unwrap()];
+    let lacking = weir_output(&args);
+    assert!(
+        String::from_utf8_lossy(&lacking.stderr)
+            .contains("stream keyed does not take subject other.1 (its subjects: keyed.0, keyed.1, keyed.2)"),
+        "{}",
+        text(&lacking)
+    );
 }
 
 /// The error `weir run` of `topology` halts with, given `extra` arguments.

@@ -160,6 +160,25 @@ impl NatsServer {
         nats.runtime.block_on(nats.jetstream.create_stream(config)).unwrap();
     }
 
+    /// How many messages each subject of `stream` holds.
+    pub fn subject_counts(&self, stream: &str) -> std::collections::BTreeMap<String, usize> {
+        use futures_util::TryStreamExt;
+        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        nats.runtime.block_on(async {
+            let stream = nats.jetstream.get_stream(stream).await.unwrap();
+            stream.info_with_subjects(">").await.unwrap().try_collect().await.unwrap()
+        })
+    }
+
+    /// Deletes the message of `stream` at `sequence`.
+    pub fn delete_message(&self, stream: &str, sequence: u64) {
+        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        nats.runtime.block_on(async {
+            let stream = nats.jetstream.get_stream(stream).await.unwrap();
+            assert!(stream.delete_message(sequence).await.unwrap(), "no message {sequence} to delete");
+        });
+    }
+
     /// Removes every message of `stream`.
     pub fn purge(&self, stream: &str) {
         let config = self.config();
