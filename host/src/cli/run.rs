@@ -147,6 +147,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         }
     }
     let nats = args.nats.config()?;
+    // What every topology's spout shares; each takes its own name below.
     let env = spout::SpoutEnv {
         topology: "",
         input: args.input.as_deref(),

@@ -50,6 +50,17 @@ pub fn check(def: &JetStreamDef, topology: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where an emission that found nothing left the spout.
+struct CaughtUp {
+    /// The sequence the next message of the partitions will have, or pass.
+    from: u64,
+    /// The metadata that emission followed.
+    previous: Option<Vec<u8>>,
+    /// The last wait saw no message come: asking the server again would
+    /// find nothing either (the next wait sees what comes meanwhile).
+    quiet: bool,
+}
+
 /// A JetStream spout, with its connection.
 pub struct JetStreamSpout {
     promise: JetStreamKind,
@@ -60,9 +71,8 @@ pub struct JetStreamSpout {
     retry_for: Duration,
     /// Since when the server has been out of reach.
     lost_since: Option<Instant>,
-    /// After an emission that found nothing: where the next message will
-    /// be, to wait for it.
-    watch_from: Option<u64>,
+    /// After an emission that found nothing: what to wait for.
+    caught_up: Option<CaughtUp>,
     /// Per partition, messages left after the last emission.
     pending: BTreeMap<String, u64>,
     /// Emitted batches not yet known committed: metadata and messages.
@@ -87,7 +97,7 @@ impl JetStreamSpout {
             reader,
             retry_for: nats.retry_for,
             lost_since: None,
-            watch_from: None,
+            caught_up: None,
             pending: BTreeMap::new(),
             uncommitted: VecDeque::new(),
         };
@@ -160,18 +170,25 @@ impl Spout for JetStreamSpout {
     }
 
     fn emit(&mut self, txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+        if let Some(caught_up) = &mut self.caught_up
+            && caught_up.previous.as_deref() == previous
+            && std::mem::take(&mut caught_up.quiet)
+        {
+            return Ok(None);
+        }
         let before = previous.map(meta::decode).transpose()?.unwrap_or_default();
         let read = self
             .retrying(|runtime, reader| runtime.block_on(reader.emit(&before)))
             .with_context(|| format!("topology {}: reading txid {txid} from stream {}", self.topology, self.stream))?;
         match read {
             Read::Empty { last } => {
-                self.watch_from = Some(last + 1);
+                self.caught_up =
+                    Some(CaughtUp { from: last + 1, previous: previous.map(<[u8]>::to_vec), quiet: false });
                 self.pending.values_mut().for_each(|n| *n = 0);
                 Ok(None)
             }
             Read::Batch { positions, batch, pending } => {
-                self.watch_from = None;
+                self.caught_up = None;
                 self.pending = pending;
                 let meta = meta::encode(&positions);
                 self.note_emitted(previous, &meta, batch.len() as u64);
@@ -205,11 +222,12 @@ impl Spout for JetStreamSpout {
     }
 
     fn wait_for_input(&mut self, timeout: Duration) {
-        let Some(from) = self.watch_from else { return std::thread::sleep(timeout) };
+        let Some(caught_up) = &mut self.caught_up else { return std::thread::sleep(timeout) };
         let started = Instant::now();
-        match self.nats.runtime.block_on(self.reader.watch(from, timeout)) {
+        match self.nats.runtime.block_on(self.reader.watch(caught_up.from, timeout)) {
             Ok(arrived) => {
-                tracing::debug!("topology {}: stream {}: new messages: {arrived}", self.topology, self.stream)
+                caught_up.quiet = !arrived;
+                tracing::debug!("topology {}: stream {}: new messages: {arrived}", self.topology, self.stream);
             }
             Err(Failure::Lost(e) | Failure::Fatal(e)) => {
                 // The next emission meets the error again and handles it.
