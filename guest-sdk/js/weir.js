@@ -514,6 +514,83 @@ export class Generator {
   }
 }
 
+/**
+ * The host's built-in spout over a NATS JetStream stream, each subject a
+ * partition, read by the host from the server `weir run --nats` names:
+ * `JetStream.transactional("clicks", ["clicks.*"]).json(["user", "url"])`.
+ * The payload goes into one bytes field named `payload` unless `string`,
+ * `bytes` or `json` says otherwise.
+ */
+export class JetStream {
+  constructor(promise, stream, subjects) {
+    this.promise = promise;
+    this.stream = stream;
+    this.subjects = names(subjects);
+    this.payload = { as: "bytes", field: "payload" };
+    this.extra = { subject_field: null, sequence_field: null, timestamp_field: null };
+    this.perPartition = null;
+  }
+  /** A replay reads exactly the sequence range each partition had in the batch. */
+  static transactional(stream, subjects) {
+    return new JetStream("transactional", stream, subjects);
+  }
+  /** A replay reads afresh from each partition's next sequence as of the last commit. */
+  static opaque(stream, subjects) {
+    return new JetStream("opaque", stream, subjects);
+  }
+  /** The payload as bytes in `field`. */
+  bytes(field) {
+    this.payload = { as: "bytes", field };
+    return this;
+  }
+  /** The payload as a UTF-8 string in `field`. */
+  string(field) {
+    this.payload = { as: "string", field };
+    return this;
+  }
+  /** The payload is a JSON object: each of `fields` takes its member. */
+  json(fields) {
+    this.payload = { as: "json", fields: names(fields) };
+    return this;
+  }
+  /** Also emits the message's subject in `field`. */
+  subjectField(field) {
+    this.extra.subject_field = field;
+    return this;
+  }
+  /** Also emits the message's stream sequence in `field`. */
+  sequenceField(field) {
+    this.extra.sequence_field = field;
+    return this;
+  }
+  /** Also emits the time the server stored the message (ms since the Unix epoch) in `field`. */
+  timestampField(field) {
+    this.extra.timestamp_field = field;
+    return this;
+  }
+  /** Takes at most `messages` from each partition per batch. */
+  maxPerPartition(messages) {
+    this.perPartition = messages;
+    return this;
+  }
+  define() {
+    const out = { kind: "jetstream", promise: this.promise, stream: this.stream, subjects: this.subjects };
+    out.payload = this.payload;
+    for (const [key, value] of Object.entries(this.extra)) if (value !== null) out[key] = value;
+    if (this.perPartition !== null) out.max_per_partition = Number(this.perPartition);
+    return out;
+  }
+}
+
+/** The fields of a spout definition's tuples, as the host reads them. */
+function spoutFieldsOf(spout) {
+  if (spout.kind === "guest") return spout.fields;
+  if (spout.kind !== "jetstream") return [spout.field];
+  const fields = spout.payload.as === "json" ? [...spout.payload.fields] : [spout.payload.field];
+  for (const key of ["subject_field", "sequence_field", "timestamp_field"]) if (key in spout) fields.push(spout[key]);
+  return fields;
+}
+
 /** A spout of the guest's own, declared with the fields of its tuples. */
 export class GuestSpout {
   constructor(promise, spout, fields) {
@@ -623,8 +700,7 @@ export class Topology {
   spoutFields() {
     const node = this.nodes.find((n) => n.op.op === "spout");
     if (!node) return [];
-    const spout = node.op.spout;
-    return spout.kind === "guest" ? spout.fields : [spout.field];
+    return spoutFieldsOf(node.op.spout);
   }
 
   root(id, op) {

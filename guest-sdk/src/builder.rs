@@ -38,8 +38,9 @@ use crate::operator::{
     MapFunction, MapGet, PartitionedSpout, QueryFunction, ReducerAggregator, StateUpdater,
 };
 use crate::topology::{
-    AggregateScope, AggregatorDef, AggregatorKind, DirGrant, GuestSpoutKind, JoinKind, Limits, NodeDef, OperationDef,
-    Partitioning, QueryDef, SPOUT_ID, SandboxDef, SpoutDef, StateDef, StateKind, TopologyDef,
+    AggregateScope, AggregatorDef, AggregatorKind, DirGrant, GuestSpoutKind, JetStreamDef, JetStreamKind, JoinKind,
+    Limits, NodeDef, OperationDef, Partitioning, PayloadDef, QueryDef, SPOUT_ID, SandboxDef, SpoutDef, StateDef,
+    StateKind, TopologyDef,
 };
 use crate::tuple::{Emitter, Tuple};
 use std::cell::RefCell;
@@ -139,6 +140,105 @@ impl Generator {
 impl Spout for Generator {
     fn define(self, _: &mut Topology) -> SpoutDef {
         SpoutDef::Generator { field: self.field, count: self.count }
+    }
+}
+
+/// The host's built-in spout over a NATS JetStream stream, each subject a
+/// partition, read by the host from the server `weir run --nats` names:
+///
+/// ```
+/// use weir_sdk::prelude::*;
+///
+/// let clicks = JetStream::transactional("clicks", ["clicks.*"])
+///     .json(["user", "url"])
+///     .timestamp_field("at")
+///     .max_per_partition(500);
+/// # let _ = clicks;
+/// ```
+///
+/// The payload goes into one bytes field named `payload` unless
+/// [`JetStream::string`], [`JetStream::bytes`] or [`JetStream::json`] says
+/// otherwise.
+#[derive(Clone, Debug)]
+pub struct JetStream(JetStreamDef);
+
+impl JetStream {
+    /// A transactional spout: a replay reads exactly the sequence range each
+    /// partition had in the batch (the topology halts if the stream no
+    /// longer holds it). `subjects` are the stream's subjects to read, or
+    /// wildcards matching them.
+    pub fn transactional<const N: usize>(stream: &str, subjects: [&str; N]) -> JetStream {
+        JetStream::of_kind(JetStreamKind::Transactional, stream, subjects)
+    }
+
+    /// An opaque spout: a replay reads afresh from each partition's next
+    /// sequence as of the last commit.
+    pub fn opaque<const N: usize>(stream: &str, subjects: [&str; N]) -> JetStream {
+        JetStream::of_kind(JetStreamKind::Opaque, stream, subjects)
+    }
+
+    fn of_kind<const N: usize>(promise: JetStreamKind, stream: &str, subjects: [&str; N]) -> JetStream {
+        JetStream(JetStreamDef {
+            promise,
+            stream: stream.to_owned(),
+            subjects: names(subjects),
+            payload: PayloadDef::Bytes { field: "payload".to_owned() },
+            subject_field: None,
+            sequence_field: None,
+            timestamp_field: None,
+            max_per_partition: None,
+        })
+    }
+
+    /// The payload as bytes in `field`.
+    pub fn bytes(mut self, field: &str) -> JetStream {
+        self.0.payload = PayloadDef::Bytes { field: field.to_owned() };
+        self
+    }
+
+    /// The payload as a UTF-8 string in `field`.
+    pub fn string(mut self, field: &str) -> JetStream {
+        self.0.payload = PayloadDef::String { field: field.to_owned() };
+        self
+    }
+
+    /// The payload is a JSON object: each of `fields` takes its member of
+    /// that name.
+    pub fn json<const N: usize>(mut self, fields: [&str; N]) -> JetStream {
+        self.0.payload = PayloadDef::Json { fields: names(fields) };
+        self
+    }
+
+    /// Also emits the message's subject in `field`.
+    pub fn subject_field(mut self, field: &str) -> JetStream {
+        self.0.subject_field = Some(field.to_owned());
+        self
+    }
+
+    /// Also emits the message's stream sequence in `field`.
+    pub fn sequence_field(mut self, field: &str) -> JetStream {
+        self.0.sequence_field = Some(field.to_owned());
+        self
+    }
+
+    /// Also emits the time the server stored the message (milliseconds
+    /// since the Unix epoch) in `field`.
+    pub fn timestamp_field(mut self, field: &str) -> JetStream {
+        self.0.timestamp_field = Some(field.to_owned());
+        self
+    }
+
+    /// Takes at most `messages` from each partition per batch (the run's
+    /// batch size when unset).
+    pub fn max_per_partition(mut self, messages: u64) -> JetStream {
+        self.0.max_per_partition = Some(messages);
+        self
+    }
+}
+
+impl Spout for JetStream {
+    fn define(self, _: &mut Topology) -> SpoutDef {
+        SpoutDef::JetStream(self.0)
     }
 }
 

@@ -185,6 +185,11 @@ pub enum SpoutDef {
         /// How many integers.
         count: u64,
     },
+    /// Host built-in: the messages of a NATS JetStream stream, each subject
+    /// a partition. The host reads the log; the guest never reaches the
+    /// network.
+    #[serde(rename = "jetstream")]
+    JetStream(JetStreamDef),
     /// The component's own spout.
     Guest {
         /// What it promises on replay.
@@ -206,6 +211,85 @@ pub enum GuestSpoutKind {
     PartitionedOpaque,
 }
 
+/// A spout over a NATS JetStream stream: which messages it reads, how each
+/// becomes a tuple, and what a replay promises.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JetStreamDef {
+    /// What a replay of a batch emits.
+    pub promise: JetStreamKind,
+    /// The stream's name.
+    pub stream: String,
+    /// The subjects that make the partitions: each a subject of the
+    /// stream, or a wildcard (`clicks.*`, `clicks.>`) that the host expands
+    /// into the stream's subjects it matches.
+    pub subjects: Vec<String>,
+    /// How a message's payload becomes fields.
+    pub payload: PayloadDef,
+    /// A field holding the message's subject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_field: Option<String>,
+    /// A field holding the message's stream sequence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_field: Option<String>,
+    /// A field holding the time the server stored the message, in
+    /// milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp_field: Option<String>,
+    /// The most messages a batch takes from one partition; the run's batch
+    /// size when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_partition: Option<u64>,
+}
+
+impl JetStreamDef {
+    /// The fields of the spout's tuples: the payload's, then the subject,
+    /// sequence and timestamp fields that are set.
+    pub fn fields(&self) -> Vec<String> {
+        let payload = match &self.payload {
+            PayloadDef::Bytes { field } | PayloadDef::String { field } => vec![field.clone()],
+            PayloadDef::Json { fields } => fields.clone(),
+        };
+        let extra = [&self.subject_field, &self.sequence_field, &self.timestamp_field];
+        payload.into_iter().chain(extra.into_iter().flatten().cloned()).collect()
+    }
+}
+
+/// What a JetStream spout promises on replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JetStreamKind {
+    /// A replay reads exactly the sequence ranges recorded for the batch; if
+    /// the stream no longer holds them, the topology halts.
+    Transactional,
+    /// A replay reads afresh from the next sequence per partition stored
+    /// with the last commit.
+    Opaque,
+}
+
+/// How a JetStream message's payload becomes fields.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "as", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum PayloadDef {
+    /// The payload as bytes, in one field.
+    Bytes {
+        /// The field.
+        field: String,
+    },
+    /// The payload as a UTF-8 string, in one field.
+    String {
+        /// The field.
+        field: String,
+    },
+    /// The payload is a JSON object: each field takes the member of its
+    /// name (null when absent); members must be strings, numbers, booleans
+    /// or null.
+    Json {
+        /// The fields, named as the members.
+        fields: Vec<String>,
+    },
+}
+
 /// The operator id of a topology's guest spout, in logs and sandbox settings.
 pub const SPOUT_ID: &str = "spout";
 
@@ -216,6 +300,7 @@ impl SpoutDef {
             SpoutDef::FileLines { field } | SpoutDef::DirectoryLines { field } | SpoutDef::Generator { field, .. } => {
                 vec![field.clone()]
             }
+            SpoutDef::JetStream(def) => def.fields(),
             SpoutDef::Guest { fields, .. } => fields.clone(),
         }
     }

@@ -187,7 +187,27 @@ fn topologies() -> Vec<Topology> {
         .new_stream(DirectoryLines::new("line"))
         .persistent_aggregate(State::transactional("lines"), Count, ["count"])
         .build();
-    vec![t.build(), batch, partitioned, opaque, generated, files]
+    let clicks = Topology::new("clicks")
+        .new_stream(
+            JetStream::transactional("clicks", ["clicks.*", "ads.eu"])
+                .json(["user", "url"])
+                .subject_field("subject")
+                .sequence_field("seq")
+                .timestamp_field("at")
+                .max_per_partition(500),
+        )
+        .group_by(["user"])
+        .persistent_aggregate(State::transactional("clicks"), Count, ["count"])
+        .build();
+    let lines = Topology::new("log-lines")
+        .new_stream(JetStream::opaque("logs", ["logs.>"]).string("line"))
+        .persistent_aggregate(State::opaque("lines"), Count, ["count"])
+        .build();
+    let raw = Topology::new("raw-bytes")
+        .new_stream(JetStream::opaque("raw", ["raw.0"]))
+        .persistent_aggregate(State::opaque("messages"), Count, ["count"])
+        .build();
+    vec![t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw]
 }
 
 #[test]

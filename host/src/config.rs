@@ -131,3 +131,23 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 
 /// Longest name a topology may be deployed under, in characters.
 pub const MAX_DEPLOYMENT_NAME: usize = 128;
+/// How long the host keeps trying to reach a NATS server, when a JetStream
+/// spout opens and after its connection is lost, before the topology halts,
+/// in milliseconds (`--nats-retry-ms`). Long enough to ride out a server's
+/// restart.
+pub const DEFAULT_NATS_RETRY_MS: u64 = 30_000;
+
+/// Time one request to a NATS server (or the next message of a read) may
+/// take before the server counts as out of reach.
+pub const NATS_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Subjects (partitions) one JetStream spout reads at most; a topology whose
+/// subjects expand to more is refused, naming the stream.
+pub const MAX_JETSTREAM_PARTITIONS: usize = 1024;
+
+/// Messages one JetStream batch holds at most, all partitions together:
+/// with many partitions, each gives fewer than its `max_per_partition`.
+pub const MAX_JETSTREAM_BATCH_MESSAGES: usize = 1_000_000;
+
+/// Publish acknowledgements `weir publish` waits on at once.
+pub const PUBLISH_ACKS_IN_FLIGHT: usize = 1024;

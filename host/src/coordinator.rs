@@ -203,7 +203,7 @@ impl Coordinator<'_> {
                 match self.config.follow {
                     Some(interval) if !stopping => {
                         // Caught up: ask the spout again after a while.
-                        std::thread::sleep(interval);
+                        self.spout.wait_for_input(interval);
                         self.exhausted = false;
                         continue;
                     }

@@ -9,6 +9,7 @@ pub mod exec;
 pub mod guest_build;
 pub mod json;
 pub mod metrics;
+pub mod nats;
 pub mod operators;
 pub mod plan;
 pub mod runtime;

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod kill;
+pub mod nats;
 pub mod server;
 
 use std::collections::BTreeMap;

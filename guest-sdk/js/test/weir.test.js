@@ -17,6 +17,7 @@ import {
   Generator,
   GuestSpout,
   INNER,
+  JetStream,
   Limits,
   MapGet,
   MapState,
@@ -167,11 +168,37 @@ function kitchenSink() {
     .newStream(new DirectoryLines("line"))
     .persistentAggregate(State.transactional("lines"), Count, ["count"])
     .build();
-  return [t.build(), batch, partitioned, opaque, generated, files];
+  const clicks = new Topology("clicks")
+    .newStream(
+      JetStream.transactional("clicks", ["clicks.*", "ads.eu"])
+        .json(["user", "url"])
+        .subjectField("subject")
+        .sequenceField("seq")
+        .timestampField("at")
+        .maxPerPartition(500),
+    )
+    .groupBy(["user"])
+    .persistentAggregate(State.transactional("clicks"), Count, ["count"])
+    .build();
+  const lines = new Topology("log-lines")
+    .newStream(JetStream.opaque("logs", "logs.>").string("line"))
+    .persistentAggregate(State.opaque("lines"), Count, ["count"])
+    .build();
+  const raw = new Topology("raw-bytes")
+    .newStream(JetStream.opaque("raw", ["raw.0"]))
+    .persistentAggregate(State.opaque("messages"), Count, ["count"])
+    .build();
+  return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw];
 }
 
 test("the builder writes the Rust builder's definitions byte for byte", () => {
   assert.equal(weir.describe(kitchenSink()), vectors("topologies.json").trimEnd());
+});
+
+test("a JetStream spout emits its payload fields, then the message fields", () => {
+  const topologies = kitchenSink();
+  assert.deepEqual(topologies[6].spoutFields(), ["user", "url", "subject", "seq", "at"]);
+  assert.deepEqual(topologies[8].spoutFields(), ["payload"]);
 });
 
 test("operators are registered under their final ids", () => {

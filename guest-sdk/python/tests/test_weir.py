@@ -26,6 +26,7 @@ from weir import (  # noqa: E402
     General,
     Generator,
     GuestSpout,
+    JetStream,
     Limits,
     MapGet,
     Max,
@@ -232,7 +233,33 @@ def kitchen_sink():
         .persistent_aggregate(State.transactional("lines"), Count, ["count"])
         .build()
     )
-    return [t.build(), batch, partitioned, opaque, generated, files]
+    clicks = (
+        Topology("clicks")
+        .new_stream(
+            JetStream.transactional("clicks", ["clicks.*", "ads.eu"])
+            .json(["user", "url"])
+            .subject_field("subject")
+            .sequence_field("seq")
+            .timestamp_field("at")
+            .max_per_partition(500)
+        )
+        .group_by(["user"])
+        .persistent_aggregate(State.transactional("clicks"), Count, ["count"])
+        .build()
+    )
+    lines = (
+        Topology("log-lines")
+        .new_stream(JetStream.opaque("logs", "logs.>").string("line"))
+        .persistent_aggregate(State.opaque("lines"), Count, ["count"])
+        .build()
+    )
+    raw = (
+        Topology("raw-bytes")
+        .new_stream(JetStream.opaque("raw", ["raw.0"]))
+        .persistent_aggregate(State.opaque("messages"), Count, ["count"])
+        .build()
+    )
+    return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw]
 
 
 class Builder(unittest.TestCase):
@@ -240,6 +267,11 @@ class Builder(unittest.TestCase):
         with open(os.path.join(VECTORS, "topologies.json"), encoding="utf-8") as f:
             want = f.read().rstrip("\n")
         self.assertEqual(weir.describe(kitchen_sink()), want)
+
+    def test_a_jetstream_spout_emits_its_payload_fields_then_the_message_fields(self):
+        clicks = kitchen_sink()[6]
+        self.assertEqual(clicks.spout_fields(), ["user", "url", "subject", "seq", "at"])
+        self.assertEqual(kitchen_sink()[8].spout_fields(), ["payload"])
 
     def test_operators_are_registered_under_their_final_ids(self):
         t = kitchen_sink()[0]

@@ -38,6 +38,7 @@ __all__ = [
     "FileLines",
     "DirectoryLines",
     "Generator",
+    "JetStream",
     "GuestSpout",
     "Reducer",
     "General",
@@ -157,6 +158,98 @@ class Generator:
 
     def _define(self, topology):
         return {"kind": "generator", "field": self.field, "count": self.count}
+
+
+class JetStream:
+    """The host's built-in spout over a NATS JetStream stream, each subject a
+    partition, read by the host from the server ``weir run --nats`` names::
+
+        JetStream.transactional("clicks", ["clicks.*"]).json(["user", "url"])
+
+    The payload goes into one bytes field named ``payload`` unless
+    ``string``, ``bytes`` or ``json`` says otherwise."""
+
+    def __init__(self, promise, stream, subjects):
+        self._promise = promise
+        self._stream = stream
+        self._subjects = _names(subjects)
+        self._payload = {"as": "bytes", "field": "payload"}
+        self._extra = {"subject_field": None, "sequence_field": None, "timestamp_field": None}
+        self._max_per_partition = None
+
+    @staticmethod
+    def transactional(stream, subjects):
+        """A replay reads exactly the sequence range each partition had in
+        the batch; ``subjects`` are the stream's subjects, or wildcards."""
+        return JetStream("transactional", stream, subjects)
+
+    @staticmethod
+    def opaque(stream, subjects):
+        """A replay reads afresh from each partition's next sequence as of
+        the last commit."""
+        return JetStream("opaque", stream, subjects)
+
+    def bytes(self, field):
+        """The payload as bytes in ``field``."""
+        self._payload = {"as": "bytes", "field": field}
+        return self
+
+    def string(self, field):
+        """The payload as a UTF-8 string in ``field``."""
+        self._payload = {"as": "string", "field": field}
+        return self
+
+    def json(self, fields):
+        """The payload is a JSON object: each of ``fields`` takes its member."""
+        self._payload = {"as": "json", "fields": _names(fields)}
+        return self
+
+    def subject_field(self, field):
+        """Also emits the message's subject in ``field``."""
+        self._extra["subject_field"] = field
+        return self
+
+    def sequence_field(self, field):
+        """Also emits the message's stream sequence in ``field``."""
+        self._extra["sequence_field"] = field
+        return self
+
+    def timestamp_field(self, field):
+        """Also emits the time the server stored the message (milliseconds
+        since the Unix epoch) in ``field``."""
+        self._extra["timestamp_field"] = field
+        return self
+
+    def max_per_partition(self, messages):
+        """Takes at most ``messages`` from each partition per batch."""
+        self._max_per_partition = messages
+        return self
+
+    def _define(self, topology):
+        out = {
+            "kind": "jetstream",
+            "promise": self._promise,
+            "stream": self._stream,
+            "subjects": self._subjects,
+            "payload": self._payload,
+        }
+        out.update((key, value) for key, value in self._extra.items() if value is not None)
+        if self._max_per_partition is not None:
+            out["max_per_partition"] = self._max_per_partition
+        return out
+
+
+def _spout_fields(spout):
+    """The fields of a spout definition's tuples, as the host reads them."""
+    kind = spout["kind"]
+    if kind == "guest":
+        return list(spout["fields"])
+    if kind == "jetstream":
+        payload = spout["payload"]
+        fields = list(payload["fields"]) if payload["as"] == "json" else [payload["field"]]
+        extra = (spout.get(key) for key in ("subject_field", "sequence_field", "timestamp_field"))
+        return fields + [field for field in extra if field is not None]
+    return [spout["field"]]
 
 
 class GuestSpout:
@@ -313,8 +406,7 @@ class Topology:
         """The fields of the data spout's tuples."""
         for node in self.nodes:
             if node["op"]["op"] == "spout":
-                spout = node["op"]["spout"]
-                return list(spout["fields"]) if spout["kind"] == "guest" else [spout["field"]]
+                return _spout_fields(node["op"]["spout"])
         return []
 
     # -- building ------------------------------------------------------------

@@ -59,6 +59,9 @@ fn spout(def: &SpoutDef) -> String {
         SpoutDef::DirectoryLines { .. } => "directory lines (built in)".to_owned(),
         SpoutDef::Generator { count, .. } => format!("generator of {count} integers (built in)"),
         SpoutDef::Guest { promise, .. } => format!("guest spout ({promise:?})"),
+        SpoutDef::JetStream(stream) => {
+            format!("NATS JetStream stream {}, subjects {} (built in)", stream.stream, stream.subjects.join(", "))
+        }
     };
     format!("{what}, {kind} -> {}", fields(&def.fields()))
 }

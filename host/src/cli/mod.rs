@@ -6,8 +6,10 @@ mod delete;
 mod deploy;
 mod inspect;
 mod logs;
+mod nats;
 mod new;
 mod ps;
+mod publish;
 mod query;
 mod resume;
 mod run;
@@ -88,6 +90,9 @@ enum Command {
     Delete(delete::DeleteArgs),
     /// Show what a served topology's guests wrote, most recent first.
     Logs(logs::LogsArgs),
+    /// Publish the lines of a file into a NATS JetStream stream, spread over
+    /// its partition subjects, each acknowledged.
+    Publish(publish::PublishArgs),
 }
 
 /// Sends logs to stderr, filtered by `WEIR_LOG` (default: info for Weir).
@@ -125,5 +130,6 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
         Command::Upgrade(args) => upgrade::run(args),
         Command::Delete(args) => delete::run(args),
         Command::Logs(args) => logs::run(args),
+        Command::Publish(args) => publish::run(args),
     }
 }

@@ -21,6 +21,8 @@ use weir::state::Db;
 use weir::{guest_build, topology};
 use weir_sdk::topology::SPOUT_ID;
 
+use super::nats::NatsArgs;
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// A component (.wasm) or bundle (.weir), or a guest directory, built
@@ -89,6 +91,8 @@ pub struct RunArgs {
     /// ~/.cache/weir].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    nats: NatsArgs,
 }
 
 fn progress_bar() -> ProgressBar {
@@ -142,11 +146,15 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
             loaded.plan = Arc::new(loaded.plan.with_parallelism(args.parallelism as usize));
         }
     }
+    let nats = args.nats.config()?;
+    // What every topology's spout shares; each takes its own name below.
+    let env = spout::SpoutEnv::local("", args.input.as_deref(), config.batch_size, nats.as_ref());
     for loaded in &topologies {
         let Some(spout) = loaded.definition.spout() else {
             bail!("topology {} has no spout: it only answers queries (see weir query)", loaded.plan.topology);
         };
-        spout::check_input(spout, &loaded.plan.topology, args.input.as_deref())?;
+        let name = &loaded.plan.topology;
+        spout::check_input(spout, &spout::SpoutEnv { topology: name, stored_as: name, ..env })?;
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
@@ -167,14 +175,15 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         let handles: Vec<_> = topologies
             .into_iter()
             .map(|loaded| {
-                let (db, config, bar, reports, input) = (&db, &config, &bar, &reports, args.input.as_deref());
+                let (db, config, bar, reports) = (&db, &config, &bar, &reports);
                 let name = loaded.plan.topology.clone();
                 let handle = scope.spawn(move || {
                     let definition = &loaded.definition;
                     let spout_component = Arc::clone(loaded.components.for_operator(SPOUT_ID));
                     let guest = Some((spout_component, loaded.plan.sandboxes.of(SPOUT_ID).clone()));
                     let spout_def = definition.spout().expect("checked above");
-                    let mut spout = spout::open(spout_def, &definition.name, input, config.batch_size, guest)?;
+                    let env = spout::SpoutEnv { topology: &definition.name, stored_as: &definition.name, ..env };
+                    let mut spout = spout::open(spout_def, &env, guest)?;
                     coordinator::run(
                         db,
                         loaded.plan,

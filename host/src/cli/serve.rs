@@ -17,6 +17,8 @@ use weir::server::{ServeConfig, serve};
 use weir::spout::InputScope;
 use weir::state::Db;
 
+use super::nats::NatsArgs;
+
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Directory holding every topology's state and the uploaded bundles.
@@ -77,6 +79,8 @@ pub struct ServeArgs {
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    nats: NatsArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -111,6 +115,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             ..RunConfig::default()
         },
         inputs: InputScope::Under(args.input_dir.clone()),
+        nats: args.nats.config()?,
     };
     serve(ServeConfig {
         host,

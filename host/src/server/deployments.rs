@@ -15,7 +15,7 @@ use crate::coordinator::{self, RunReport};
 use crate::operators::{Components, OperatorSource};
 use crate::plan::Plan;
 use crate::runtime::ComponentCache;
-use crate::spout::{self, InputScope, Site};
+use crate::spout::{self, InputScope};
 use crate::state::Db;
 use crate::topology;
 use anyhow::{Context, Result, bail};
@@ -161,6 +161,8 @@ pub struct Host {
     pub run: RunConfig,
     /// Where spouts may read their input from.
     pub inputs: InputScope,
+    /// The NATS server JetStream spouts read from.
+    pub nats: Option<crate::nats::NatsConfig>,
 }
 
 impl Host {
@@ -395,8 +397,15 @@ impl Deployments {
                 definition.name
             )));
         };
-        let site = Site { topology: &definition.name, stored_as: name, scope: &self.host.inputs };
-        spout::check_input_at(spout, &site, input).map_err(bad)
+        let env = spout::SpoutEnv {
+            topology: &definition.name,
+            stored_as: name,
+            scope: &self.host.inputs,
+            input,
+            batch_size: self.host.run.batch_size,
+            nats: self.host.nats.as_ref(),
+        };
+        spout::check_input(spout, &env).map_err(bad)
     }
 
     /// Removes bundle `file` unless a deployment still runs from it.
@@ -497,8 +506,15 @@ impl Deployments {
                 let spout_def = loaded.definition.spout().context("the topology has no spout")?;
                 let spout_component = Arc::clone(loaded.components.for_operator(SPOUT_ID));
                 let guest = Some((spout_component, loaded.plan.sandboxes.of(SPOUT_ID).clone()));
-                let site = Site { topology: &topology, stored_as: &name, scope: &host.inputs };
-                let mut spout = spout::open_at(spout_def, &site, input.as_deref(), host.run.batch_size, guest)?;
+                let env = spout::SpoutEnv {
+                    topology: &topology,
+                    stored_as: &name,
+                    scope: &host.inputs,
+                    input: input.as_deref(),
+                    batch_size: host.run.batch_size,
+                    nats: host.nats.as_ref(),
+                };
+                let mut spout = spout::open(spout_def, &env, guest)?;
                 coordinator::run(
                     &host.db,
                     Arc::clone(&loaded.plan),

@@ -6,17 +6,21 @@ mod file_lines;
 mod generator;
 mod guest;
 mod input;
+pub mod jetstream;
 
 pub use directory::DirectoryLines;
 pub use file_lines::{FileLines, LineRange};
 pub use generator::Generator;
 pub use guest::GuestSpout;
 pub use input::{InputDir, InputScope};
+pub use jetstream::JetStreamSpout;
 
+use crate::nats::NatsConfig;
 use crate::runtime::LoadedComponent;
 use crate::sandbox::OperatorSandbox;
 use std::sync::Arc;
-use weir_sdk::topology::GuestSpoutKind;
+use std::time::Duration;
+use weir_sdk::topology::{GuestSpoutKind, JetStreamKind};
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -48,6 +52,10 @@ impl SpoutKind {
                 SpoutKind::Transactional
             }
             SpoutDef::Guest { promise: GuestSpoutKind::PartitionedOpaque, .. } => SpoutKind::Opaque,
+            SpoutDef::JetStream(def) => match def.promise {
+                JetStreamKind::Transactional => SpoutKind::Transactional,
+                JetStreamKind::Opaque => SpoutKind::Opaque,
+            },
         }
     }
 }
@@ -79,79 +87,96 @@ pub trait Spout: Send {
         let _ = committed;
         None
     }
+
+    /// Waits up to `timeout` for more input, once the spout had nothing
+    /// (a followed topology that has caught up); returns early when more
+    /// has come, where the spout can tell.
+    fn wait_for_input(&mut self, timeout: Duration) {
+        std::thread::sleep(timeout);
+    }
 }
 
 /// Where a guest spout runs: the component, and the spout's sandbox.
 pub type GuestCode = Option<(Arc<LoadedComponent>, OperatorSandbox)>;
 
-/// Whom a spout is opened for, and where its input may come from.
-pub struct Site<'a> {
+/// What opening a topology's spout takes besides its definition.
+#[derive(Clone, Copy, Debug)]
+pub struct SpoutEnv<'a> {
     /// The topology's own name, which its guest spout is called with.
     pub topology: &'a str,
     /// The name the host keeps the topology's logs and state under.
     pub stored_as: &'a str,
     /// Where its input may be read from.
     pub scope: &'a InputScope,
+    /// The input file or directory, for the spouts over lines.
+    pub input: Option<&'a Path>,
+    /// Spout tuples per batch (for a JetStream spout, per partition, unless
+    /// the topology says otherwise).
+    pub batch_size: usize,
+    /// The NATS server, for the JetStream spouts.
+    pub nats: Option<&'a NatsConfig>,
 }
 
-impl<'a> Site<'a> {
-    /// A topology kept under its own name, reading its input anywhere.
-    pub fn local(topology: &'a str) -> Site<'a> {
-        Site { topology, stored_as: topology, scope: &InputScope::Anywhere }
+impl<'a> SpoutEnv<'a> {
+    /// A topology kept under its own name, reading `input` wherever it is.
+    pub fn local(topology: &'a str, input: Option<&'a Path>, batch_size: usize, nats: Option<&'a NatsConfig>) -> Self {
+        SpoutEnv { topology, stored_as: topology, scope: &InputScope::Anywhere, input, batch_size, nats }
     }
 }
 
-/// The spout a topology's definition names, reading `input` where it needs
-/// one, in batches of `batch_size` tuples; a guest spout runs in `guest`.
-pub fn open(
-    def: &SpoutDef,
-    topology: &str,
-    input: Option<&Path>,
-    batch_size: usize,
-    guest: GuestCode,
-) -> Result<Box<dyn Spout>> {
-    open_at(def, &Site::local(topology), input, batch_size, guest)
-}
-
-/// [`open`], for `site`.
-pub fn open_at(
-    def: &SpoutDef,
-    site: &Site<'_>,
-    input: Option<&Path>,
-    batch_size: usize,
-    guest: GuestCode,
-) -> Result<Box<dyn Spout>> {
-    let topology = site.stored_as;
+/// The spout a topology's definition names, opened in `env`; a guest spout
+/// runs in `guest`.
+pub fn open(def: &SpoutDef, env: &SpoutEnv<'_>, guest: GuestCode) -> Result<Box<dyn Spout>> {
+    let topology = env.stored_as;
     let input = |what: &str| {
-        input.with_context(|| format!("topology {topology} reads the lines of {what}: give it with --input"))
+        env.input.with_context(|| format!("topology {topology} reads the lines of {what}: give it with --input"))
     };
+    let batch_size = env.batch_size;
     Ok(match def {
-        SpoutDef::FileLines { .. } => Box::new(FileLines::open_in(site.scope, input("a file")?, batch_size)?),
+        SpoutDef::FileLines { .. } => Box::new(FileLines::open_in(env.scope, input("a file")?, batch_size)?),
         SpoutDef::DirectoryLines { .. } => {
-            Box::new(DirectoryLines::open_in(site.scope, input("a directory's files")?, batch_size)?)
+            Box::new(DirectoryLines::open_in(env.scope, input("a directory's files")?, batch_size)?)
         }
         SpoutDef::Generator { count, .. } => Box::new(Generator::new(*count, batch_size)),
         SpoutDef::Guest { promise, fields } => {
             let (component, sandbox) =
                 guest.with_context(|| format!("topology {topology}: a guest spout needs its component"))?;
-            let spout = GuestSpout::new(component, sandbox, *promise, site.topology, fields.len(), batch_size);
-            Box::new(spout.logs_as(site.stored_as))
+            let spout = GuestSpout::new(component, sandbox, *promise, env.topology, fields.len(), batch_size);
+            Box::new(spout.logs_as(env.stored_as))
         }
+        SpoutDef::JetStream(stream) => Box::new(JetStreamSpout::open(stream, topology, nats(def, env)?, batch_size)?),
     })
 }
 
-/// Checks that `input` is what `def` needs, before anything else runs.
-pub fn check_input(def: &SpoutDef, topology: &str, input: Option<&Path>) -> Result<()> {
-    check_input_at(def, &Site::local(topology), input)
+/// The NATS server a JetStream spout reads from.
+fn nats<'a>(def: &SpoutDef, env: &SpoutEnv<'a>) -> Result<&'a NatsConfig> {
+    let SpoutDef::JetStream(stream) = def else { unreachable!("only JetStream spouts connect to NATS") };
+    env.nats.with_context(|| {
+        format!(
+            "topology {} reads stream {} from NATS JetStream: give the server with --nats URL",
+            env.stored_as, stream.stream
+        )
+    })
 }
 
-/// [`check_input`], for `site`.
-pub fn check_input_at(def: &SpoutDef, site: &Site<'_>, input: Option<&Path>) -> Result<()> {
-    match (def, input) {
+/// Checks that the input and servers in `env` are what `def` needs, before
+/// anything else runs (a JetStream spout's server is not asked yet).
+pub fn check_input(def: &SpoutDef, env: &SpoutEnv<'_>) -> Result<()> {
+    let topology = env.stored_as;
+    match (def, env.input) {
         (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, Some(path)) => {
-            bail!("topology {} makes its own input: --input {} is not used", site.stored_as, path.display())
+            bail!("topology {topology} makes its own input: --input {} is not used", path.display())
+        }
+        (SpoutDef::JetStream(stream), Some(path)) => bail!(
+            "topology {topology} reads stream {} from NATS JetStream: --input {} is not used",
+            stream.stream,
+            path.display()
+        ),
+        (SpoutDef::JetStream(stream), None) => {
+            nats(def, env)?;
+            jetstream::check(stream, topology)
         }
         (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, None) => Ok(()),
-        _ => open_at(def, site, input, 1, None).map(drop),
+        _ => open(def, &SpoutEnv { batch_size: 1, ..*env }, None).map(drop),
     }
 }

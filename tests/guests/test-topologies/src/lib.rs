@@ -110,8 +110,98 @@ fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggr
         .build()
 }
 
-fn topologies() -> Vec<Topology> {
+/// Word count over the sentences of a JetStream stream.
+fn jetstream_word_count(name: &str, spout: JetStream, split: Split, state: State) -> Topology {
+    Topology::new(name)
+        .new_stream(spout.string("sentence"))
+        .each(["sentence"], split, ["word"])
+        .name("split")
+        .group_by(["word"])
+        .persistent_aggregate(state, Count, ["count"])
+        .name("count")
+        .build()
+}
+
+/// JSON events from a JetStream stream: totals per user, messages per
+/// subject, the last sequence and the latest timestamp.
+fn jetstream_events() -> Topology {
+    let t = Topology::new("jetstream-events");
+    let events = t.new_stream(
+        JetStream::transactional("events", ["events.*"])
+            .json(["user", "n"])
+            .subject_field("subject")
+            .sequence_field("seq")
+            .timestamp_field("at")
+            .max_per_partition(3),
+    );
+    events.group_by(["user"]).persistent_aggregate_over(State::transactional("totals"), ["n"], Sum, ["total"]);
+    events.group_by(["subject"]).persistent_aggregate(State::transactional("per-subject"), Count, ["count"]);
+    events.persistent_aggregate_over(State::transactional("last-seq"), ["seq"], Max, ["seq"]);
+    events.persistent_aggregate_over(State::transactional("latest"), ["at"], Max, ["at"]);
+    t.build()
+}
+
+fn jetstream_topologies() -> Vec<Topology> {
+    let corpus = ["corpus.0", "corpus.1", "corpus.2", "corpus.3"];
     vec![
+        jetstream_word_count(
+            "jetstream-word-count",
+            JetStream::transactional("corpus", ["corpus.*"]),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        jetstream_word_count(
+            "jetstream-word-count-opaque",
+            JetStream::opaque("corpus", corpus),
+            Split::default(),
+            State::opaque("counts"),
+        ),
+        // Halts at txid 3 with txids 3 and later recorded: a restart replays them.
+        jetstream_word_count(
+            "jetstream-fatal-at-3",
+            JetStream::transactional("purgeable", ["purgeable.*"]),
+            Split { fatal_txid: Some(3), ..Split::default() },
+            State::transactional("counts"),
+        ),
+        // Replays txid 3 after its first attempt fails, within the run.
+        jetstream_word_count(
+            "jetstream-retry-at-3",
+            JetStream::transactional("purged-live", ["purged-live.*"]),
+            Split { retry_txid: Some(3), ..Split::default() },
+            State::transactional("counts"),
+        ),
+        jetstream_word_count(
+            "jetstream-follow",
+            JetStream::transactional("follow", ["follow.*"]),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        // Its stream takes `dynamic.>`: the partitions are the subjects
+        // that hold messages, looked up for each batch.
+        jetstream_word_count(
+            "jetstream-dynamic",
+            JetStream::opaque("dynamic", ["dynamic.*"]),
+            Split::default(),
+            State::opaque("counts"),
+        ),
+        jetstream_word_count(
+            "jetstream-missing-stream",
+            JetStream::transactional("no-such-stream", ["anything.*"]),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        jetstream_word_count(
+            "jetstream-wrong-subject",
+            JetStream::transactional("corpus", ["corpus.1", "elsewhere.1"]),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        jetstream_events(),
+    ]
+}
+
+fn topologies() -> Vec<Topology> {
+    let mut topologies = vec![
         word_count("word-count-opaque", Split::default(), State::opaque("counts"), Count),
         word_count(
             "flaky-word-count",
@@ -170,7 +260,9 @@ fn topologies() -> Vec<Topology> {
             .new_stream(Generator::new("n", 5000))
             .persistent_aggregate_over(State::transactional("total"), ["n"], Sum, ["sum"])
             .build(),
-    ]
+    ];
+    topologies.extend(jetstream_topologies());
+    topologies
 }
 
 weir_sdk::export!(topologies);

@@ -1,0 +1,276 @@
+//! The built-in spouts over a NATS JetStream stream, each subject of it a
+//! partition. The host reads the log; the guest never reaches the network.
+//!
+//! - Transactional: a batch's metadata is each partition's sequence range,
+//!   recorded before the batch is processed; a replay reads exactly those
+//!   messages again, and halts the topology, naming the stream, partition
+//!   and sequences, when the stream no longer holds them.
+//! - Opaque: the metadata is each partition's next sequence, stored at
+//!   commit; a replay reads afresh from there.
+//!
+//! A server out of reach (at start or mid-run) is retried with back-off for
+//! `--nats-retry-ms` before the topology halts; nothing is emitted from a
+//! read that did not finish, so nothing committed is lost.
+
+mod meta;
+mod reader;
+mod tuples;
+
+use super::{Emitted, Spout, SpoutKind};
+use crate::config::{MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS};
+use crate::nats::{Nats, NatsConfig, subject};
+use anyhow::{Context, Result, bail};
+use reader::{Failure, Read, Reader};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+use weir_sdk::codec::Batch;
+use weir_sdk::topology::{JetStreamDef, JetStreamKind, PayloadDef};
+
+/// Checks a JetStream spout's definition (it comes from a guest: every
+/// name and number is bounded) before anything connects.
+pub fn check(def: &JetStreamDef, topology: &str) -> Result<()> {
+    let spout = || format!("topology {topology}: the JetStream spout");
+    subject::check_stream_name(&def.stream).with_context(spout)?;
+    if def.subjects.is_empty() || def.subjects.len() > MAX_JETSTREAM_PARTITIONS {
+        bail!("{}: give 1 to {MAX_JETSTREAM_PARTITIONS} subjects, not {}", spout(), def.subjects.len());
+    }
+    for pattern in &def.subjects {
+        subject::check(pattern).with_context(|| format!("{} of stream {}", spout(), def.stream))?;
+    }
+    if let PayloadDef::Json { fields } = &def.payload
+        && fields.is_empty()
+    {
+        bail!("{}: a JSON payload needs at least one field", spout());
+    }
+    if let Some(n) = def.max_per_partition
+        && (n == 0 || n > MAX_JETSTREAM_BATCH_MESSAGES as u64)
+    {
+        bail!("{}: max_per_partition {n} is not between 1 and {MAX_JETSTREAM_BATCH_MESSAGES}", spout());
+    }
+    Ok(())
+}
+
+/// Where an emission that found nothing left the spout.
+struct CaughtUp {
+    /// The sequence the next message of the partitions will have, or pass.
+    from: u64,
+    /// The metadata that emission followed.
+    previous: Option<Vec<u8>>,
+    /// The last wait saw no message come: asking the server again would
+    /// find nothing either (the next wait sees what comes meanwhile).
+    quiet: bool,
+}
+
+/// A JetStream spout, with its connection.
+pub struct JetStreamSpout {
+    promise: JetStreamKind,
+    topology: String,
+    stream: String,
+    nats: Nats,
+    reader: Reader,
+    retry_for: Duration,
+    /// Since when the server has been out of reach.
+    lost_since: Option<Instant>,
+    /// After an emission that found nothing: what to wait for.
+    caught_up: Option<CaughtUp>,
+    /// Per partition, messages left after the last emission.
+    pending: BTreeMap<String, u64>,
+    /// Emitted batches not yet known committed: metadata and messages.
+    uncommitted: VecDeque<(Vec<u8>, u64)>,
+}
+
+impl JetStreamSpout {
+    /// Connects to the server of `nats` and checks that the stream and its
+    /// subjects are there; up to `batch_size` messages a partition per
+    /// batch unless the definition says otherwise.
+    pub fn open(def: &JetStreamDef, topology: &str, nats: &NatsConfig, batch_size: usize) -> Result<JetStreamSpout> {
+        check(def, topology)?;
+        let doing = || format!("topology {topology} reads stream {}", def.stream);
+        let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
+        let per_partition = def.max_per_partition.map_or(batch_size, |n| n as usize).max(1);
+        let reader = Reader::new(connection.jetstream.clone(), connection.server.clone(), def, per_partition);
+        let mut spout = JetStreamSpout {
+            promise: def.promise,
+            topology: topology.to_owned(),
+            stream: def.stream.clone(),
+            nats: connection,
+            reader,
+            retry_for: nats.retry_for,
+            lost_since: None,
+            caught_up: None,
+            pending: BTreeMap::new(),
+            uncommitted: VecDeque::new(),
+        };
+        spout.retrying(|runtime, reader| runtime.block_on(reader.prepare())).with_context(doing)?;
+        Ok(spout)
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the server has
+    /// been out of reach for longer than the retry window.
+    fn retrying<T>(
+        &mut self,
+        mut attempt: impl FnMut(&tokio::runtime::Runtime, &mut Reader) -> Result<T, Failure>,
+    ) -> Result<T> {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match attempt(&self.nats.runtime, &mut self.reader) {
+                Ok(value) => {
+                    if self.lost_since.take().is_some() {
+                        tracing::info!("topology {}: reading stream {} again", self.topology, self.stream);
+                    }
+                    return Ok(value);
+                }
+                Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Lost(e)) => {
+                    self.reader.forget_consumers();
+                    let since = *self.lost_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.retry_for {
+                        return Err(e.context(format!(
+                            "the NATS server at {} has been out of reach for {:.1} s",
+                            self.nats.server,
+                            since.elapsed().as_secs_f64()
+                        )));
+                    }
+                    tracing::warn!(
+                        "topology {}: stream {}: {e:#}; retrying in {} ms",
+                        self.topology,
+                        self.stream,
+                        backoff.as_millis()
+                    );
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// Notes an emitted batch for `lag`: the batches emitted after
+    /// `previous` before are abandoned (an opaque replay emits anew).
+    fn note_emitted(&mut self, previous: Option<&[u8]>, meta: &[u8], messages: u64) {
+        let keep = previous.and_then(|p| self.uncommitted.iter().position(|(m, _)| m == p)).map_or(0, |i| i + 1);
+        self.uncommitted.truncate(keep);
+        self.uncommitted.push_back((meta.to_vec(), messages));
+    }
+}
+
+impl Drop for JetStreamSpout {
+    fn drop(&mut self) {
+        let reader = &mut self.reader;
+        let _ =
+            self.nats.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(1), reader.close()).await });
+    }
+}
+
+impl Spout for JetStreamSpout {
+    fn kind(&self) -> SpoutKind {
+        match self.promise {
+            JetStreamKind::Transactional => SpoutKind::Transactional,
+            JetStreamKind::Opaque => SpoutKind::Opaque,
+        }
+    }
+
+    fn emit(&mut self, txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+        if let Some(caught_up) = &mut self.caught_up
+            && caught_up.previous.as_deref() == previous
+            && std::mem::take(&mut caught_up.quiet)
+        {
+            return Ok(None);
+        }
+        let before = previous.map(meta::decode).transpose()?.unwrap_or_default();
+        let read = self
+            .retrying(|runtime, reader| runtime.block_on(reader.emit(&before)))
+            .with_context(|| format!("topology {}: reading txid {txid} from stream {}", self.topology, self.stream))?;
+        match read {
+            Read::Empty { last } => {
+                self.caught_up =
+                    Some(CaughtUp { from: last + 1, previous: previous.map(<[u8]>::to_vec), quiet: false });
+                self.pending.values_mut().for_each(|n| *n = 0);
+                Ok(None)
+            }
+            Read::Batch { positions, batch, pending } => {
+                self.caught_up = None;
+                self.pending = pending;
+                let meta = meta::encode(&positions);
+                self.note_emitted(previous, &meta, batch.len() as u64);
+                Ok(Some(Emitted { meta, batch }))
+            }
+        }
+    }
+
+    fn replay(&mut self, txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
+        let positions = meta::decode(meta)?;
+        let batch =
+            self.retrying(|runtime, reader| runtime.block_on(reader.replay(&positions))).with_context(|| {
+                format!(
+                    "topology {} halts at txid {txid}, which is not committed: it cannot be replayed exactly",
+                    self.topology
+                )
+            })?;
+        if !self.uncommitted.iter().any(|(m, _)| m == meta) {
+            self.uncommitted.push_back((meta.to_vec(), batch.len() as u64));
+        }
+        Ok(batch)
+    }
+
+    fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
+        if let Some(committed) = committed
+            && let Some(i) = self.uncommitted.iter().position(|(m, _)| m == committed)
+        {
+            self.uncommitted.drain(..=i);
+        }
+        Some(self.pending.values().sum::<u64>() + self.uncommitted.iter().map(|(_, n)| n).sum::<u64>())
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) {
+        let Some(caught_up) = &mut self.caught_up else { return std::thread::sleep(timeout) };
+        let started = Instant::now();
+        match self.nats.runtime.block_on(self.reader.watch(caught_up.from, timeout)) {
+            Ok(arrived) => {
+                caught_up.quiet = !arrived;
+                tracing::debug!("topology {}: stream {}: new messages: {arrived}", self.topology, self.stream);
+            }
+            Err(Failure::Lost(e) | Failure::Fatal(e)) => {
+                // The next emission meets the error again and handles it.
+                tracing::debug!("topology {}: waiting on stream {}: {e:#}", self.topology, self.stream);
+                self.reader.forget_consumers();
+                std::thread::sleep(timeout.saturating_sub(started.elapsed()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def() -> JetStreamDef {
+        JetStreamDef {
+            promise: JetStreamKind::Transactional,
+            stream: "clicks".into(),
+            subjects: vec!["clicks.*".into()],
+            payload: PayloadDef::String { field: "line".into() },
+            subject_field: None,
+            sequence_field: None,
+            timestamp_field: None,
+            max_per_partition: None,
+        }
+    }
+
+    #[test]
+    fn a_hostile_definition_is_refused_naming_what_is_wrong() {
+        assert!(check(&def(), "t").is_ok());
+        let err = |d: JetStreamDef| format!("{:#}", check(&d, "t").unwrap_err());
+        let e = err(JetStreamDef { stream: "a.b".into(), ..def() });
+        assert!(e.contains("topology t: the JetStream spout: stream name \"a.b\" may not hold"), "{e}");
+        let e = err(JetStreamDef { subjects: vec![], ..def() });
+        assert!(e.contains("give 1 to 1024 subjects, not 0"), "{e}");
+        let e = err(JetStreamDef { subjects: vec!["x".into(); 2000], ..def() });
+        assert!(e.contains("not 2000"), "{e}");
+        let e = err(JetStreamDef { subjects: vec!["a.>.b".into()], ..def() });
+        assert!(e.contains("of stream clicks: subject \"a.>.b\": > may only be the last token"), "{e}");
+        let e = err(JetStreamDef { max_per_partition: Some(0), ..def() });
+        assert!(e.contains("max_per_partition 0 is not between 1 and"), "{e}");
+        let e = err(JetStreamDef { payload: PayloadDef::Json { fields: vec![] }, ..def() });
+        assert!(e.contains("a JSON payload needs at least one field"), "{e}");
+    }
+}

@@ -1,0 +1,282 @@
+//! A real `nats-server` for the tests: JetStream with file storage, on a
+//! free loopback port, started by the tests themselves. A guard's drop
+//! kills it; so does the end of the test process, however it ends (a
+//! watchdog shell waits on a pipe that only this process holds open), so
+//! the server a test binary shares does not outlive the binary.
+
+use super::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A running `nats-server`.
+pub struct NatsServer {
+    server: Option<Child>,
+    watchdog: Option<Child>,
+    dir: tempfile::TempDir,
+    /// The loopback port it listens on.
+    pub port: u16,
+    extra: Vec<String>,
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The `nats-server` binary: on the PATH, or where Debian puts it.
+fn binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("WEIR_NATS_SERVER") {
+        return PathBuf::from(path);
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).map(|p| p.join("nats-server")).find(|p| p.is_file()))
+        .unwrap_or_default();
+    on_path.or_else(|| Some(PathBuf::from("/usr/sbin/nats-server")).filter(|p| p.is_file())).unwrap_or_else(|| {
+        panic!(
+            "nats-server is not installed: run scripts/ensure-services (Debian: apt-get install nats-server), \
+             or set WEIR_NATS_SERVER to its path"
+        )
+    })
+}
+
+impl NatsServer {
+    /// Starts a server of its own (for tests that stop, restart or
+    /// configure it), with `extra` arguments.
+    pub fn start_with(extra: &[&str]) -> NatsServer {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = extra.iter().map(|a| (*a).to_owned()).collect();
+        let mut server = NatsServer { server: None, watchdog: None, dir, port: 0, extra };
+        server.launch();
+        server
+    }
+
+    /// Starts a server of its own.
+    pub fn start() -> NatsServer {
+        NatsServer::start_with(&[])
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("nats.log")
+    }
+
+    /// Starts the server process (on the port it had, if it had one) and
+    /// waits until it is ready.
+    fn launch(&mut self) {
+        let log_before = std::fs::metadata(self.log()).map_or(0, |m| m.len() as usize);
+        let port = if self.port == 0 { "-1".to_owned() } else { self.port.to_string() };
+        let store = self.dir.path().join("store");
+        let server = Command::new(binary())
+            .args(["-js", "-sd"])
+            .arg(&store)
+            .args(["-a", "127.0.0.1", "-p", &port, "-l"])
+            .arg(self.log())
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nats-server");
+        // Kills the server once this process's end of the pipe closes.
+        let watchdog = Command::new("sh")
+            .args(["-c", &format!("read _ignored; kill -9 {} 2>/dev/null", server.id())])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the nats-server watchdog");
+        self.server = Some(server);
+        self.watchdog = Some(watchdog);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+            let log = log.get(log_before..).unwrap_or_default();
+            if log.contains("Server is ready") {
+                if self.port == 0 {
+                    let marker = "Listening for client connections on 127.0.0.1:";
+                    let at = log.find(marker).unwrap_or_else(|| panic!("no client port in the log:\n{log}"));
+                    let digits: String = log[at + marker.len()..].chars().take_while(char::is_ascii_digit).collect();
+                    self.port = digits.parse().unwrap();
+                }
+                return;
+            }
+            if let Some(status) = self.server.as_mut().unwrap().try_wait().unwrap() {
+                panic!("nats-server exited ({status}) before it was ready:\n{log}");
+            }
+            assert!(Instant::now() < deadline, "nats-server was not ready within 30 s:\n{log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the server with SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+    }
+
+    /// Starts the killed server again, on its port, over its store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// Publishes `lines` into `stream` (created when missing) over the
+    /// subjects `subjects` (braces expand), through `weir publish`.
+    pub fn publish(&self, stream: &str, subjects: &str, lines: &[&str]) -> String {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        self.publish_file(stream, subjects, file.path())
+    }
+
+    /// Publishes the lines of `file` into `stream` over `subjects`.
+    pub fn publish_file(&self, stream: &str, subjects: &str, file: &Path) -> String {
+        let url = self.url();
+        let args = ["publish", "--nats", &url, "--stream", stream, "--subjects", subjects, "--create"];
+        text(&weir_ok(&[&args[..], &[file.to_str().unwrap()]].concat()))
+    }
+
+    /// Creates `stream`, taking `subjects` (wildcards too).
+    pub fn create_stream(&self, stream: &str, subjects: &[&str]) {
+        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        let config = async_nats::jetstream::stream::Config {
+            name: stream.to_owned(),
+            subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+            storage: async_nats::jetstream::stream::StorageType::File,
+            ..Default::default()
+        };
+        nats.runtime.block_on(nats.jetstream.create_stream(config)).unwrap();
+    }
+
+    /// How many messages each subject of `stream` holds.
+    pub fn subject_counts(&self, stream: &str) -> std::collections::BTreeMap<String, usize> {
+        use futures_util::TryStreamExt;
+        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        nats.runtime.block_on(async {
+            let stream = nats.jetstream.get_stream(stream).await.unwrap();
+            stream.info_with_subjects(">").await.unwrap().try_collect().await.unwrap()
+        })
+    }
+
+    /// Deletes the message of `stream` at `sequence`.
+    pub fn delete_message(&self, stream: &str, sequence: u64) {
+        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        nats.runtime.block_on(async {
+            let stream = nats.jetstream.get_stream(stream).await.unwrap();
+            assert!(stream.delete_message(sequence).await.unwrap(), "no message {sequence} to delete");
+        });
+    }
+
+    /// Removes every message of `stream`.
+    pub fn purge(&self, stream: &str) {
+        let config = self.config();
+        let nats = weir::nats::Nats::connect(&config, "test").unwrap();
+        nats.runtime.block_on(async {
+            let stream = nats.jetstream.get_stream(stream).await.unwrap();
+            stream.purge().await.unwrap();
+        });
+    }
+
+    /// How the tests' host code reaches this server.
+    pub fn config(&self) -> weir::nats::NatsConfig {
+        weir::nats::NatsConfig { url: self.url(), token: None, retry_for: Duration::from_secs(10) }
+    }
+}
+
+/// The server this test binary's tests share, each with streams of its own.
+pub fn shared_nats() -> &'static NatsServer {
+    static SERVER: OnceLock<NatsServer> = OnceLock::new();
+    SERVER.get_or_init(NatsServer::start)
+}
+
+/// The canonical corpus of 50,000 sentences, published once per test
+/// binary into the shared server's stream `corpus`, over the subjects
+/// corpus.0 to corpus.3, round-robin.
+pub fn corpus_stream() -> &'static Corpus {
+    static CORPUS: OnceLock<Corpus> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        let corpus = super::generate(50_000);
+        let published = shared_nats().publish_file("corpus", "corpus.{0..3}", &corpus.path);
+        assert!(published.contains("published 50000 lines to stream corpus over 4 subjects"), "{published}");
+        corpus
+    })
+}
+
+/// Reads `child`'s stderr on a thread of its own, line by line; `until`
+/// waits for a line holding some text, bounded.
+pub struct LogReader {
+    lines: std::sync::mpsc::Receiver<String>,
+    /// Every line read so far.
+    pub seen: Vec<String>,
+}
+
+impl LogReader {
+    /// Follows the stderr of `child`, which must be piped.
+    pub fn follow(child: &mut Child) -> LogReader {
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        LogReader { lines, seen: Vec::new() }
+    }
+
+    /// Waits up to two minutes for a line holding `text`.
+    pub fn until(&mut self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(text);
+                    self.seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(_) => panic!("no line holding {text:?} within two minutes:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+
+    /// Every line until the process closes its stderr (bounded).
+    pub fn rest(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while let Ok(line) = self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+}
+
+/// Waits up to two minutes for `child` to exit.
+pub fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the process did not exit within two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,382 @@
+//! The JetStream spouts against a real `nats-server` (JetStream, file
+//! storage, started by the tests: one shared by this binary's tests, each
+//! test with streams of its own, and servers of their own for the tests that
+//! kill or configure one), the real `weir` binary and a real Wasm guest.
+
+mod common;
+
+use common::kill::{Lcg, kill_after};
+use common::nats::{LogReader, NatsServer, corpus_stream, shared_nats, wait_for_exit};
+use common::server::{Server, bundle};
+use common::*;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// `weir run` of `topology` of the test guest against `nats`, data in `data`.
+fn run_args<'a>(topology: &'a str, data: &'a Path, nats: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", TEST_TOPOLOGIES, "--topology", topology, "--data", data.to_str().unwrap()];
+    args.extend_from_slice(&["--nats", nats]);
+    args.extend_from_slice(extra);
+    args
+}
+
+fn last_committed(data: &Path, topology: &str) -> u64 {
+    if !data.exists() {
+        return 0;
+    }
+    weir::state::Db::open(data).unwrap().progress(topology).unwrap().last_committed
+}
+
+/// A state's entries as stored, txids and all, byte for byte.
+fn raw(data: &Path, topology: &str, state: &str) -> Vec<u8> {
+    let data = data.to_str().unwrap();
+    weir_ok(&["state", "scan", "--data", data, "--topology", topology, "--state", state, "--raw"]).stdout
+}
+
+fn word_count_is_exact(topology: &str, batch_size: &str) {
+    let corpus = corpus_stream();
+    let data = tempfile::tempdir().unwrap();
+    let url = shared_nats().url();
+    let output = weir_ok(&run_args(topology, data.path(), &url, &["--batch-size", batch_size]));
+    assert!(text(&output).contains("(50000 tuples)"), "{}", text(&output));
+    assert_counts_eq(&counts(data.path(), topology), &corpus.truth);
+}
+
+#[test]
+fn word_count_over_a_four_partition_stream_is_exact_with_the_transactional_spout_at_two_batch_sizes() {
+    word_count_is_exact("jetstream-word-count", "1000");
+    word_count_is_exact("jetstream-word-count", "97");
+}
+
+#[test]
+fn word_count_over_a_four_partition_stream_is_exact_with_the_opaque_spout_at_two_batch_sizes() {
+    word_count_is_exact("jetstream-word-count-opaque", "1000");
+    word_count_is_exact("jetstream-word-count-opaque", "97");
+}
+
+/// Kills `weir run` of `topology` at three seeded moments, restarting it
+/// each time, then runs it to the end: the counts must be exact.
+fn survives_kills(topology: &str, seed: u64) {
+    let corpus = corpus_stream();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = shared_nats().url();
+    let args = run_args(topology, &data, &url, &["--batch-size", "100", "--max-pending", "4"]);
+    let mut rng = Lcg(seed);
+    let mut kills = Vec::new();
+    for _ in 0..3 {
+        let txid = last_committed(&data, topology) + 1 + rng.below(30);
+        if let Err(log) = kill_after(&args, txid, Duration::from_millis(rng.below(8))) {
+            panic!("{topology}: the run ended before txid {txid} was committed:\n{log}");
+        }
+        kills.push(txid);
+    }
+    let output = weir_ok(&args);
+    assert_counts_eq(&counts(&data, topology), &corpus.truth);
+    assert!(last_committed(&data, topology) > *kills.last().unwrap(), "{}", text(&output));
+}
+
+#[test]
+fn the_transactional_spout_killed_mid_run_and_restarted_counts_exactly() {
+    survives_kills("jetstream-word-count", 11);
+}
+
+#[test]
+fn the_opaque_spout_killed_mid_run_and_restarted_counts_exactly() {
+    survives_kills("jetstream-word-count-opaque", 12);
+}
+
+/// The first `n` sentences of the 20,000-sentence corpus.
+fn sentences(n: usize) -> Vec<String> {
+    std::fs::read_to_string(&corpus_20k().path).unwrap().lines().take(n).map(str::to_owned).collect()
+}
+
+/// What is wrong with `stream`'s partition 0 in txid 3, `left` of its
+/// messages being left, when 2,000 lines were published round-robin over
+/// four partitions and each batch takes 100 of each: it held lines 800 to
+/// 1196, every fourth.
+fn txid_3_of_partition_0(stream: &str, left: u64) -> String {
+    format!(
+        "stream {stream} no longer holds the messages recorded in partition {stream}.0: sequences 801..=1197 held \
+         100 messages, {left} of them are left"
+    )
+}
+
+#[test]
+fn a_batch_recorded_but_not_committed_whose_messages_were_purged_halts_its_replay_and_commits_nothing() {
+    let nats = shared_nats();
+    let lines = sentences(2000);
+    nats.publish("purgeable", "purgeable.{0..3}", &lines.iter().map(String::as_str).collect::<Vec<_>>());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-fatal-at-3", &data, &url, &["--batch-size", "100"]);
+    // The run halts at txid 3, recorded and not committed, as a kill would
+    // leave it.
+    let halted = weir_output(&args);
+    assert!(text(&halted).contains("halted at txid 3"), "{}", text(&halted));
+    assert_eq!(last_committed(&data, "jetstream-fatal-at-3"), 2);
+    let before = raw(&data, "jetstream-fatal-at-3", "counts");
+    nats.purge("purgeable");
+    let replayed = weir_output(&args);
+    assert_eq!(replayed.status.code(), Some(1), "{}", text(&replayed));
+    let stderr = String::from_utf8_lossy(&replayed.stderr);
+    assert!(stderr.contains("topology jetstream-fatal-at-3 halts at txid 3, which is not committed"), "{stderr}");
+    assert!(stderr.contains(&txid_3_of_partition_0("purgeable", 0)), "{stderr}");
+    assert_eq!(last_committed(&data, "jetstream-fatal-at-3"), 2);
+    assert!(raw(&data, "jetstream-fatal-at-3", "counts") == before, "committed state changed");
+}
+
+#[test]
+fn a_message_deleted_while_a_failed_batch_waits_for_its_replay_halts_the_run_naming_the_range() {
+    let nats = shared_nats();
+    let lines = sentences(2000);
+    nats.publish("purged-live", "purged-live.{0..3}", &lines.iter().map(String::as_str).collect::<Vec<_>>());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let extra = ["--batch-size", "100", "--retry-backoff-ms", "3000"];
+    let mut command = weir();
+    command.args(run_args("jetstream-retry-at-3", &data, &url, &extra)).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut log = LogReader::follow(&mut child);
+    // The replay waits out its back-off: delete a message of it meanwhile.
+    log.until("txid 3 attempt 0 failed");
+    nats.delete_message("purged-live", 805);
+    let status = wait_for_exit(&mut child);
+    let log = log.rest();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("replaying txid 3"), "{log}");
+    assert!(log.contains(&txid_3_of_partition_0("purged-live", 99)), "{log}");
+    assert_eq!(last_committed(&data, "jetstream-retry-at-3"), 2);
+}
+
+#[test]
+fn json_messages_become_fields_with_their_subject_sequence_and_timestamp_and_one_not_json_halts_naming_it() {
+    let nats = shared_nats();
+    let events = [
+        r#"{"user":"ann","n":3}"#,
+        r#"{"user":"bob","n":4,"other":"ignored"}"#,
+        r#"{"user":"ann","n":5}"#,
+        r#"{"user":"cid"}"#,
+        r#"{"user":"ann","n":-1}"#,
+    ];
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let before = now();
+    nats.publish("events", "events.{0..1}", &events);
+    let after = now();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-events", &data, &url, &["--retry-backoff-ms", "1"]);
+    weir_ok(&args);
+    let scan = |state| scan(&data, "jetstream-events", state);
+    let entry = |key: &str, value: i64| serde_json::json!({"key": [key], "value": value});
+    assert_eq!(scan("totals"), [entry("ann", 7), entry("bob", 4), entry("cid", 0)]);
+    assert_eq!(scan("per-subject"), [entry("events.0", 3), entry("events.1", 2)]);
+    assert_eq!(scan("last-seq"), [serde_json::json!({"key": [], "value": 5})]);
+    let latest = scan("latest")[0]["value"].as_i64().unwrap();
+    assert!((before..=after).contains(&latest), "timestamp {latest} not within {before}..={after}");
+
+    let committed = raw(&data, "jetstream-events", "totals");
+    nats.publish("events", "events.{0..1}", &["not json", r#"{"user":"ann","n":1}"#]);
+    let output = weir_output(&args);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("stream events, partition events.0, sequence 6: the payload is not a JSON object"),
+        "{stderr}"
+    );
+    assert!(raw(&data, "jetstream-events", "totals") == committed, "committed state changed");
+}
+
+#[test]
+fn a_wildcard_over_a_stream_taking_a_wildcard_reads_the_subjects_that_hold_messages() {
+    let nats = shared_nats();
+    nats.create_stream("dynamic", &["dynamic.>"]);
+    let lines = sentences(2000);
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    nats.publish("dynamic", "dynamic.{a,b}", &lines[..1000]);
+    // Not a partition: `dynamic.*` takes one token after `dynamic`.
+    nats.publish("dynamic", "dynamic.x.y", &["ignored words"]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-dynamic", &data, &url, &["--batch-size", "100"]);
+    weir_ok(&args);
+    assert_counts_eq(&counts(&data, "jetstream-dynamic"), &count_words(&lines[..1000]));
+    nats.publish("dynamic", "dynamic.{c,a}", &lines[1000..]);
+    let output = weir_ok(&args);
+    assert!(text(&output).contains("(1000 tuples)"), "{}", text(&output));
+    assert_counts_eq(&counts(&data, "jetstream-dynamic"), &count_words(&lines));
+}
+
+#[test]
+fn weir_publish_creates_the_stream_when_asked_spreads_lines_by_key_and_names_a_subject_the_stream_lacks() {
+    let nats = shared_nats();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lines.txt");
+    std::fs::write(&file, "a 1\nb 2\na 3\nc 4\na 5\nb 6\n").unwrap();
+    let url = nats.url();
+    let publish = |extra: &[&str]| {
+        let args = ["publish", "--nats", &url, "--stream", "keyed", "--subjects", "keyed.{0..2}"];
+        weir_output(&[&args[..], extra, &[file.to_str().unwrap()]].concat())
+    };
+    let missing = publish(&[]);
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains(&format!("stream keyed does not exist on the NATS server at {url}: add --create")),
+        "{}",
+        text(&missing)
+    );
+    let published = publish(&["--create", "--key", "word:1"]);
+    assert!(published.status.success(), "{}", text(&published));
+    assert!(text(&published).contains("published 6 lines to stream keyed over 3 subjects"), "{}", text(&published));
+    // Lines keyed alike share a subject: a's three, b's two and c's one.
+    let mut held: Vec<usize> = nats.subject_counts("keyed").into_values().collect();
+    held.sort();
+    assert!([&[1, 2, 3][..], &[1, 5], &[2, 4], &[3, 3], &[6]].contains(&held.as_slice()), "{held:?}");
+    let again = publish(&["--key", "word:1"]);
+    assert!(again.status.success(), "{}", text(&again));
+    let mut doubled: Vec<usize> = nats.subject_counts("keyed").into_values().collect();
+    doubled.sort();
+    assert_eq!(doubled, held.iter().map(|n| n * 2).collect::<Vec<_>>(), "a key keeps its subject");
+    let args = ["publish", "--nats", &url, "--stream", "keyed", "--subjects", "other.1", file.to_str().unwrap()];
+    let lacking = weir_output(&args);
+    assert!(
+        String::from_utf8_lossy(&lacking.stderr)
+            .contains("stream keyed does not take subject other.1 (its subjects: keyed.0, keyed.1, keyed.2)"),
+        "{}",
+        text(&lacking)
+    );
+}
+
+/// The error `weir run` of `topology` halts with, given `extra` arguments.
+fn run_error(topology: &str, nats: &str, extra: &[&str]) -> String {
+    let data = tempfile::tempdir().unwrap();
+    let output = weir_output(&run_args(topology, data.path(), nats, extra));
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    assert_eq!(last_committed(data.path(), topology), 0);
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn a_stream_or_subject_that_does_not_exist_is_named() {
+    let url = shared_nats().url();
+    let _ = corpus_stream();
+    let err = run_error("jetstream-missing-stream", &url, &[]);
+    assert!(
+        err.contains(&format!(
+            "topology jetstream-missing-stream reads stream no-such-stream: stream no-such-stream does not exist on \
+             the NATS server at {url}"
+        )),
+        "{err}"
+    );
+    let err = run_error("jetstream-wrong-subject", &url, &[]);
+    assert!(
+        err.contains(
+            "subject elsewhere.1 is not one of stream corpus's subjects (corpus.0, corpus.1, corpus.2, corpus.3)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_server_out_of_reach_at_start_is_retried_then_the_run_halts_naming_it() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let err = run_error("jetstream-word-count", &url, &["--nats-retry-ms", "1500"]);
+    assert!(started.elapsed() >= Duration::from_millis(1500), "it did not retry");
+    assert!(err.contains(&format!("cannot reach the NATS server at {url}: tried")), "{err}");
+    assert!(err.contains("retrying in"), "no back-off: {err}");
+}
+
+#[test]
+fn a_jetstream_topology_needs_a_server_and_takes_no_input() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    let args = ["run", TEST_TOPOLOGIES, "--topology", "jetstream-word-count", "--data", dir];
+    let output = weir_output(&args);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(
+            "topology jetstream-word-count reads stream corpus from NATS JetStream: give the server with --nats URL"
+        ),
+        "{}",
+        text(&output)
+    );
+    let input = corpus_20k().path.to_str().unwrap();
+    let output = weir_output(&[&args[..], &["--nats", "nats://127.0.0.1:1", "--input", input]].concat());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("from NATS JetStream: --input"), "{}", text(&output));
+}
+
+#[test]
+fn the_server_killed_and_restarted_mid_run_is_found_again_and_the_counts_are_exact() {
+    let mut nats = NatsServer::start();
+    let corpus = corpus_20k();
+    nats.publish_file("corpus", "corpus.{0..3}", &corpus.path);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-word-count", &data, &url, &["--batch-size", "25"]);
+    let mut command = weir();
+    command.env("WEIR_LOG", "weir=debug").args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut log = LogReader::follow(&mut child);
+    log.until("committed txid 10 ");
+    nats.kill();
+    log.until("lost the NATS server at");
+    std::thread::sleep(Duration::from_millis(1500));
+    nats.restart();
+    let status = wait_for_exit(&mut child);
+    let log = log.rest();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("retrying in"), "{log}");
+    assert!(log.contains("reading stream corpus again"), "{log}");
+    assert_counts_eq(&counts(&data, "jetstream-word-count"), &corpus.truth);
+}
+
+#[test]
+fn a_token_file_logs_in_and_a_wrong_token_is_refused_by_name() {
+    let nats = NatsServer::start_with(&["--auth", "nats-s3cret"]);
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "nats-s3cret\n").unwrap();
+    let token = token.to_str().unwrap();
+    let lines = sentences(400);
+    let file = dir.path().join("lines.txt");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let url = nats.url();
+    let publish = ["publish", "--nats", &url, "--nats-token-file", token, "--stream", "corpus"];
+    let publish = [&publish[..], &["--subjects", "corpus.{0..3}", "--create", file.to_str().unwrap()]].concat();
+    weir_ok(&publish);
+    let data = dir.path().join("data");
+    weir_ok(&run_args("jetstream-word-count", &data, &url, &["--nats-token-file", token]));
+    let want = count_words(&lines.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_counts_eq(&counts(&data, "jetstream-word-count"), &want);
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "guess").unwrap();
+    let err = run_error("jetstream-word-count", &url, &["--nats-token-file", wrong.to_str().unwrap()]);
+    assert!(err.contains(&format!("the NATS server at {url} refused the credentials")), "{err}");
+}
+
+#[test]
+fn a_served_topology_follows_the_stream_as_it_grows() {
+    let nats = shared_nats();
+    let dir = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let server = Server::start_with(dir.path(), &["--nats", &url]);
+    let lines = sentences(20_000);
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    nats.publish("follow", "follow.{0..3}", &lines[..12_000]);
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=jetstream-follow", &bytes);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_status("jetstream-follow", |s| s["tuples"] == 12_000 && s["spout_lag"] == 0);
+    nats.publish("follow", "follow.{0..3}", &lines[12_000..]);
+    let status = server.wait_for_status("jetstream-follow", |s| s["tuples"] == 20_000);
+    assert_eq!(status["state"], "running", "{status}");
+    assert_counts_eq(&server.counts("jetstream-follow"), &corpus_20k().truth);
+}
