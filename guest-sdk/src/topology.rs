@@ -42,17 +42,12 @@ impl TopologyDef {
             .collect()
     }
 
-    /// Every state the topology writes, once each.
+    /// Every state the topology writes, once each, in the order of their
+    /// first writers. In one pass: a description read by a host may hold
+    /// any number of nodes.
     pub fn states(&self) -> Vec<&StateDef> {
-        let mut states: Vec<&StateDef> = Vec::new();
-        for node in &self.nodes {
-            if let Some(state) = node.op.written_state()
-                && !states.iter().any(|s| s.name == state.name)
-            {
-                states.push(state);
-            }
-        }
-        states
+        let mut seen = std::collections::HashSet::new();
+        self.nodes.iter().filter_map(|node| node.op.written_state()).filter(|s| seen.insert(s.name.as_str())).collect()
     }
 }
 

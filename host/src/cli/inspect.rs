@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use weir::bindings::WIT_PACKAGE;
 use weir::bundle::{Bundle, BundledTopology, ComponentEntry, Manifest, is_bundle, sha256_hex};
 use weir::config::SandboxConfig;
-use weir::plan::builtin_name;
+use weir::plan::{self, builtin_name};
 use weir::runtime::{self, ComponentCache};
 use weir::spout::SpoutKind;
 use weir::topology;
@@ -25,10 +25,24 @@ pub struct InspectArgs {
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    topology_limits: super::limits::TopologyLimitArgs,
 }
 
-/// The manifest of a bundle, or the one a bundle of this component would have.
+/// The manifest of a bundle, or the one a bundle of this component would
+/// have; its topologies within this host's caps, so that what is shown is
+/// bounded and its names are safe to print.
 fn manifest(args: &InspectArgs) -> Result<Manifest> {
+    let manifest = read_manifest(args)?;
+    let limits = args.topology_limits.limits();
+    for topology in &manifest.topologies {
+        plan::check_limits(&topology.definition, &limits)
+            .with_context(|| format!("{} holds a topology this host refuses", args.path.display()))?;
+    }
+    Ok(manifest)
+}
+
+fn read_manifest(args: &InspectArgs) -> Result<Manifest> {
     let bytes = std::fs::read(&args.path).with_context(|| format!("cannot read {}", args.path.display()))?;
     if is_bundle(&bytes) {
         return Ok(Bundle::from_bytes(&args.path, &bytes)?.manifest);

@@ -81,7 +81,35 @@ fn topologies() -> Vec<Topology> {
     stream.group_by(["line"]).persistent_aggregate(State::transactional("shared"), Count, ["count"]).name("per-line");
     stream.persistent_aggregate(State::transactional("shared"), Count, ["count"]).name("overall");
 
+    // Names a host must not take into table names, file names, logs and
+    // metrics labels.
+    let quoted = lines("quote\"d");
+    quoted.new_stream(FileLines::new("line")).group_by(["line"]).persistent_aggregate(
+        State::transactional("counts"),
+        Count,
+        ["count"],
+    );
+    let spaced = lines("space-in-operator");
+    let stream = spaced.new_stream(FileLines::new("line")).each(["line"], Nothing, ["x"]).name("split words");
+    stream.group_by(["x"]).persistent_aggregate(State::transactional("counts"), Count, ["count"]);
+    let newline = lines("newline-in-field");
+    newline.new_stream(FileLines::new("line\nbreak")).group_by(["line\nbreak"]).persistent_aggregate(
+        State::transactional("counts"),
+        Count,
+        ["count"],
+    );
+    let slash = lines("slash-in-state");
+    slash.new_stream(FileLines::new("line")).group_by(["line"]).persistent_aggregate(
+        State::transactional("a/b"),
+        Count,
+        ["count"],
+    );
+
     vec![
+        quoted.build(),
+        spaced.build(),
+        newline.build(),
+        slash.build(),
         unknown_field.build(),
         after_map.build(),
         unknown_projected.build(),
