@@ -635,6 +635,13 @@ fn check_aggregator(
              with a combiner or a reducer aggregator"
         );
     }
+    if persistent && aggregator.kind == AggregatorKind::Combiner && aggregator.input.is_empty() {
+        bail!(
+            "topology {name}: persistent_aggregate {node} uses the guest combiner {id} without input fields: its \
+             init would see empty tuples, so it could only count (use the built-in Count, which runs in the host, \
+             or name the fields it reads with persistent_aggregate_over)"
+        );
+    }
     Ok(())
 }
 
@@ -1412,5 +1419,26 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(err, "topology t: the stream graph has a cycle through operator f1");
+    }
+
+    #[test]
+    fn a_guest_combiner_must_read_a_field_to_persist() {
+        let persist = |kind: AggregatorKind, input: &[&str]| {
+            let mut node = count(0, &["sentence"]);
+            if let OperationDef::PersistentAggregate { aggregator, .. } = &mut node.op {
+                aggregator.kind = kind;
+                aggregator.input = names(input);
+            }
+            plan_of(&def(vec![spout(), node]))
+        };
+        let err = persist(AggregatorKind::Combiner, &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("persistent_aggregate count uses the guest combiner count without input fields"),
+            "{err}"
+        );
+        persist(AggregatorKind::Combiner, &["sentence"]).unwrap();
+        persist(AggregatorKind::Reducer, &[]).unwrap();
+        let err = persist(AggregatorKind::Builtin(Builtin::Sum), &[]).unwrap_err();
+        assert!(err.to_string().contains("built-in sum in count needs exactly one input field"), "{err}");
     }
 }

@@ -24,6 +24,18 @@ impl StateUpdater for Nothing {
     }
 }
 
+impl CombinerAggregator for Nothing {
+    fn init(&self, _tuple: &Tuple<'_>) -> Result<Value, Error> {
+        Ok(Value::I64(1))
+    }
+    fn combine(&self, a: Value, _b: Value) -> Result<Value, Error> {
+        Ok(a)
+    }
+    fn zero(&self) -> Value {
+        Value::I64(0)
+    }
+}
+
 impl Aggregator for Nothing {
     type State = ();
     fn init(&self, _info: &BatchInfo, _out: &mut Emitter<'_>) -> Result<(), Error> {
@@ -105,11 +117,20 @@ fn topologies() -> Vec<Topology> {
         ["count"],
     );
 
+    // A combiner whose init sees no field can only count.
+    let fieldless = lines("fieldless-combiner");
+    fieldless
+        .new_stream(FileLines::new("line"))
+        .group_by(["line"])
+        .persistent_aggregate(State::transactional("counts"), Nothing, ["count"])
+        .name("count-lines");
+
     vec![
         quoted.build(),
         spaced.build(),
         newline.build(),
         slash.build(),
+        fieldless.build(),
         unknown_field.build(),
         after_map.build(),
         unknown_projected.build(),
