@@ -163,6 +163,9 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
+    for loaded in &topologies {
+        db.check_state_kinds(&loaded.plan)?;
+    }
     let loaded_after = started.elapsed();
     for loaded in &topologies {
         topology::remember(&args.data, &loaded.plan.topology, &wasm)?;

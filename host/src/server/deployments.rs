@@ -174,8 +174,9 @@ impl Deployments {
 
     fn load(&self, bundle: &Path, name: &str) -> Result<LoadedTopology> {
         let host = &self.host;
-        let mut loaded = topology::load(&host.engine, &host.cache, bundle, &[name.to_owned()], &host.sandbox)?;
-        Ok(loaded.remove(0))
+        let loaded = topology::load(&host.engine, &host.cache, bundle, &[name.to_owned()], &host.sandbox)?.remove(0);
+        host.db.check_state_kinds(&loaded.plan)?;
+        Ok(loaded)
     }
 
     fn insert(&self, name: &str, record: DeploymentRecord, definition: TopologyDef) {
