@@ -7,7 +7,7 @@ mod generator;
 mod guest;
 
 pub use directory::DirectoryLines;
-pub use file_lines::{FileLines, LineRange};
+pub use file_lines::{FileLines, InputChanged, LineRange, input_changed};
 pub use generator::Generator;
 pub use guest::GuestSpout;
 
