@@ -384,3 +384,38 @@ fn a_closed_stderr_does_not_stop_the_run() {
     assert!(child.wait().unwrap().success());
     assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
 }
+
+#[test]
+fn a_state_error_no_replay_can_cure_halts_at_once_with_state_intact() {
+    // A count written by a later batch than the one committing (a state
+    // restored from a later copy, say): every replay would meet it again.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    std::fs::write(&input, sentences.lines().take(300).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let data = dir.path().join("data");
+    let word = sentences.split_whitespace().next().unwrap();
+    let ahead = weir::state::view::StateWrites {
+        state: "counts".into(),
+        records: vec![(
+            weir::state::keys::encode([weir_sdk::codec::ValueRef::Str(word)]),
+            weir::state::rules::Stored::Transactional { txid: 100, value: weir_sdk::codec::Value::I64(7) },
+        )],
+        combines: None,
+    };
+    let nothing_read = weir::spout::LineRange { start: 0, end: 0, lines: 0, tail: None }.encode();
+    let record = weir::state::BatchRecord { attempt: 0, spout: nothing_read };
+    weir::state::Db::open(&data).unwrap().commit("word-count", 1, &record, &[ahead]).unwrap();
+    let before = raw_state(&data, "word-count");
+
+    let output = weir_output(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100", "--max-attempts", "5"]));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!(
+        "error: topology word-count halted at txid 2, attempt 0: operator counts: commit failed: state counts: key \
+         [\"{word}\"]: stored txid 100 is ahead of batch txid 2"
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(!stderr.contains("replaying"), "a batch no replay can cure was replayed: {stderr}");
+    assert!(raw_state(&data, "word-count") == before, "committed state changed");
+}
