@@ -224,7 +224,7 @@ fn a_bundle_inspects_and_runs_like_its_component() {
         "WIT weir:topology@0.1.0",
         "topology word-count (component word_count.wasm)",
         "spout: file lines (built in), transactional -> [sentence]",
-        "state counts (Transactional)",
+        "state counts (transactional)",
         "query words",
         "each split <- spout: [sentence] -> [word]",
         "persistent-aggregate count <- split: group by [word], built-in count (in the host) count: [] -> [count], into state counts",

@@ -8,6 +8,7 @@ use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
+use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -130,12 +131,12 @@ pub fn load(
     let chosen: Vec<&Described> = match (names, all.as_slice()) {
         ([], [only]) => vec![only],
         ([], []) => bail!("{} defines no topology", path.display()),
-        ([], _) => bail!("{} defines several topologies ({defined:?}): choose with --topology", path.display()),
+        ([], _) => bail!("{} defines several topologies ({}): choose with --topology", path.display(), json!(defined)),
         (names, all) => names
             .iter()
             .map(|name| match all.iter().find(|d| &d.definition.name == name) {
                 Some(found) => Ok(found),
-                None => bail!("{} defines no topology {name:?} (it defines {defined:?})", path.display()),
+                None => bail!("{} defines no topology {} (it defines {})", path.display(), json!(name), json!(defined)),
             })
             .collect::<Result<_>>()?,
     };

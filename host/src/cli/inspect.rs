@@ -10,6 +10,7 @@ use weir::config::SandboxConfig;
 use weir::plan::{self, builtin_name};
 use weir::runtime::{self, ComponentCache};
 use weir::spout::SpoutKind;
+use weir::state::rules::kind_name;
 use weir::topology;
 use weir_sdk::topology::{
     AggregatorDef, AggregatorKind, NodeDef, OperationDef, Partitioning, QueryDef, SandboxDef, SpoutDef, TopologyDef,
@@ -58,6 +59,17 @@ fn read_manifest(args: &InspectArgs) -> Result<Manifest> {
     Ok(Manifest { wit: WIT_PACKAGE.to_owned(), components: vec![component], topologies })
 }
 
+/// What a topology's JSON calls `value` (a kind, a partitioning).
+fn name_of(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        Ok(serde_json::Value::Object(fields)) => {
+            fields.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_owned()
+        }
+        _ => String::new(),
+    }
+}
+
 fn fields(names: &[String]) -> String {
     format!("[{}]", names.join(", "))
 }
@@ -72,7 +84,7 @@ fn spout(def: &SpoutDef) -> String {
         SpoutDef::FileLines { .. } => "file lines (built in)".to_owned(),
         SpoutDef::DirectoryLines { .. } => "directory lines (built in)".to_owned(),
         SpoutDef::Generator { count, .. } => format!("generator of {count} integers (built in)"),
-        SpoutDef::Guest { promise, .. } => format!("guest spout ({promise:?})"),
+        SpoutDef::Guest { promise, .. } => format!("guest spout ({})", name_of(promise)),
     };
     format!("{what}, {kind} -> {}", fields(&def.fields()))
 }
@@ -106,7 +118,7 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
         OperationDef::Project { fields: kept } => fields(kept),
         OperationDef::Partition { by } => match by {
             Partitioning::Fields { fields: by } => format!("by {}", fields(by)),
-            other => format!("{other:?}").to_lowercase(),
+            other => name_of(other),
         },
         OperationDef::Aggregate { group, aggregators, .. } => {
             let all: Vec<String> = aggregators.iter().map(aggregator).collect();
@@ -127,7 +139,8 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
         }
         OperationDef::Merge => String::new(),
         OperationDef::Join { fields: on, kinds, output } => {
-            let on: Vec<String> = on.iter().zip(kinds).map(|(f, k)| format!("{} ({k:?})", fields(f))).collect();
+            let on: Vec<String> =
+                on.iter().zip(kinds).map(|(f, k)| format!("{} ({})", fields(f), name_of(k))).collect();
             format!("on {} -> {}", on.join(" = "), fields(output))
         }
         OperationDef::Extreme { by, .. } => {
@@ -169,7 +182,7 @@ fn describe(manifest: &Manifest) -> String {
         }
         for state in d.states() {
             let cache = state.cache_size.map_or(String::new(), |n| format!(", cache {n} entries"));
-            let _ = writeln!(out, "  state {} ({:?}{cache})", state.name, state.kind);
+            let _ = writeln!(out, "  state {} ({}{cache})", state.name, kind_name(state.kind));
         }
         for query in d.queries() {
             let _ = writeln!(out, "  query {query}");

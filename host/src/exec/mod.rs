@@ -417,7 +417,8 @@ pub fn query(
 ) -> anyhow::Result<Vec<Vec<Value>>> {
     let Some((nodes, answer)) = plan.query_nodes(query) else {
         let known: Vec<&String> = plan.queries.keys().collect();
-        anyhow::bail!("topology {} has no query {query:?} (queries: {known:?})", plan.topology);
+        let (query, known) = (serde_json::Value::from(query), serde_json::json!(known));
+        anyhow::bail!("topology {} has no query {query} (queries: {known})", plan.topology);
     };
     let read = db.begin_read()?;
     let mut caches = HashMap::new();

@@ -489,7 +489,8 @@ fn record_kind(
 
 fn parse_kind(topology: &str, state: &str, name: &str) -> Result<StateKind> {
     rules::kind_named(name).ok_or_else(|| {
-        StateError::Malformed(format!("topology {topology}: state {state} is recorded with an unknown kind {name:?}"))
+        let name = serde_json::to_string(name).unwrap_or_default();
+        StateError::Malformed(format!("topology {topology}: state {state} is recorded with an unknown kind {name}"))
             .into()
     })
 }
