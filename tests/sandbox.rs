@@ -278,7 +278,7 @@ fn another_topology_keeps_committing_while_a_hostile_one_fails() {
 #[test]
 fn names_that_would_mean_something_elsewhere_are_refused_at_load() {
     for (topology, cause) in [
-        ("quote\"d", r#"topology name "quote\"d" is not allowed: a name is letters, digits, '-', '_' and '.'"#),
+        ("quote\"d", r#"topology name "quote\"d" is not allowed: a name is ASCII letters, digits, '-', '_' and '.'"#),
         ("space-in-operator", r#"topology space-in-operator: operator name "split words" is not allowed"#),
         ("newline-in-field", r#"topology newline-in-field: field name "line\nbreak" is not allowed"#),
         ("slash-in-state", r#"topology slash-in-state: state name "a/b" is not allowed"#),

@@ -98,8 +98,8 @@ pub const DEFAULT_MAX_NODE_FIELDS: usize = 128;
 /// what the host holds of a topology's names.
 pub const DEFAULT_MAX_FIELDS: usize = 20_000;
 
-/// Characters of a name: topology, operator, state, query or field
-/// (`--max-name-len`). Names are letters, digits, `-`, `_` and `.`, not
+/// Bytes of a name: topology, operator, state, query or field
+/// (`--max-name-len`). Names are ASCII letters, digits, `-`, `_` and `.`, not
 /// starting with `.`: they become redb table names (`state/<topology>/<state>`),
 /// file names, log fields and metrics labels.
 pub const DEFAULT_MAX_NAME_LEN: usize = 128;
@@ -132,7 +132,7 @@ pub struct TopologyLimits {
     pub max_node_fields: usize,
     /// Fields of every node's tuples, added up.
     pub max_fields: usize,
-    /// Characters of a name.
+    /// Bytes of a name.
     pub max_name_len: usize,
     /// States.
     pub max_states: usize,

@@ -230,7 +230,7 @@ fn check_name(topology: &str, what: &str, name: &str, limits: &TopologyLimits) -
     }
     if !allowed_name(name) {
         bail!(
-            "{place}{what} name {} is not allowed: a name is letters, digits, '-', '_' and '.', and does not \
+            "{place}{what} name {} is not allowed: a name is ASCII letters, digits, '-', '_' and '.', and does not \
              start with '.'",
             json(name)
         );

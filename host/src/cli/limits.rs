@@ -23,7 +23,7 @@ pub struct TopologyLimitArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_FIELDS, value_parser = positive())]
     max_fields: usize,
     /// Bytes of a topology, operator, state, query or field name. Names are
-    /// letters, digits, '-', '_' and '.', not starting with '.'.
+    /// ASCII letters, digits, '-', '_' and '.', not starting with '.'.
     #[arg(long, default_value_t = DEFAULT_MAX_NAME_LEN, value_parser = positive())]
     max_name_len: usize,
     /// States a topology may have.
