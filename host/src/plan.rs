@@ -208,8 +208,9 @@ fn json(value: &(impl serde::Serialize + ?Sized)) -> String {
 /// Whether `name` is a name this host takes: ASCII letters, digits, `-`,
 /// `_` and `.`, not starting with `.`. Names become redb table names, file
 /// names, log fields and metrics labels, so nothing that means something
-/// there (`/`, `..`, quotes, spaces, control characters) gets in.
-fn allowed_name(name: &str) -> bool {
+/// there (`/`, `..`, quotes, spaces, control characters) gets in. The one
+/// rule for every name a topology or a request gives.
+pub fn allowed_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('.')
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
