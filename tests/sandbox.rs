@@ -274,3 +274,68 @@ fn another_topology_keeps_committing_while_a_hostile_one_fails() {
         weir_output(&["state", "scan", "--data", data_dir, "--topology", "infinite-loop", "--state", "counts"]);
     assert!(String::from_utf8_lossy(&hostile_state.stderr).contains("has no state counts"), "{}", text(&hostile_state));
 }
+
+#[test]
+fn names_that_would_mean_something_elsewhere_are_refused_at_load() {
+    for (topology, cause) in [
+        ("quote\"d", r#"topology name "quote\"d" is not allowed: a name is ASCII letters, digits, '-', '_' and '.'"#),
+        ("space-in-operator", r#"topology space-in-operator: operator name "split words" is not allowed"#),
+        ("newline-in-field", r#"topology newline-in-field: field name "line\nbreak" is not allowed"#),
+        ("slash-in-state", r#"topology slash-in-state: state name "a/b" is not allowed"#),
+    ] {
+        load_refused(topology, BAD_TOPOLOGIES, &["--topology", topology], cause);
+    }
+}
+
+#[path = "guests/hostile-topologies/src/description.rs"]
+mod hostile_description;
+
+/// A bundle of the hostile-topologies component, its manifest listing what
+/// the component describes.
+fn hostile_topologies_bundle() -> Vec<u8> {
+    use weir::bundle::{Bundle, BundledTopology};
+    let name = "hostile_topologies.wasm".to_owned();
+    let definitions = weir_sdk::topology::parse_description(&hostile_description::description()).unwrap();
+    let topologies = definitions.into_iter().map(|d| BundledTopology::single(name.clone(), d)).collect();
+    Bundle::new(vec![(name, std::fs::read(HOSTILE_TOPOLOGIES).unwrap())], topologies).to_bytes().unwrap()
+}
+
+/// What each hostile description gets when it loads, by topology.
+const HOSTILE_DESCRIPTIONS: &[(&str, &str)] = &[
+    ("deep-chain", "topology deep-chain has 200000 nodes, more than this host allows (1000; see --max-nodes)"),
+    (
+        "huge-parallelism",
+        "topology huge-parallelism: operator split asks for a parallelism of 4294967295, more than this host \
+         allows (64; see --max-parallelism)",
+    ),
+    ("state-escapes", "topology state-escapes: state name \"../../escape\" is not allowed"),
+];
+
+#[test]
+fn hostile_descriptions_are_refused_at_load() {
+    assert_eq!(hostile_description::DEPTH, 200_000);
+    for (topology, cause) in HOSTILE_DESCRIPTIONS {
+        load_refused(topology, HOSTILE_TOPOLOGIES, &["--topology", topology], cause);
+    }
+}
+
+#[test]
+fn hostile_descriptions_deployed_to_a_server_are_refused_and_the_sibling_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::server::Server::start_with(dir.path(), &["--max-upload-mib", "64"]);
+    server.deploy_word_count(dir.path());
+    std::fs::write(dir.path().join("in/hostile.txt"), "the attack begins\n").unwrap();
+    let bundle = hostile_topologies_bundle();
+    for (topology, cause) in HOSTILE_DESCRIPTIONS {
+        let (status, body) =
+            server.api("POST", &format!("/v1/topologies?topology={topology}&input=in/hostile.txt"), &bundle);
+        assert_eq!(status, 400, "{topology}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(cause), "{topology}: expected {cause:?} in {body}");
+        let _ = writeln!(std::io::stderr().lock(), "attack {topology} (served): {error}");
+    }
+    server.assert_word_count_exact();
+    let (status, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!(status, 200);
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "only the sibling is deployed: {listed}");
+}

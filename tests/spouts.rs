@@ -177,3 +177,75 @@ fn a_failed_spout_emission_is_retried_with_the_next_attempt() {
     );
     assert_eq!(scan(data.path(), "flaky-spout-total", "total"), [serde_json::json!({"key": [], "value": 499_500})]);
 }
+
+/// An input of the first `n` sentences of the corpus, at `dir/input.txt`,
+/// counted by a run of the word count into `dir/data`: the input, the data
+/// dir and the committed state.
+fn counted(dir: &std::path::Path, n: usize) -> (std::path::PathBuf, std::path::PathBuf, Vec<serde_json::Value>) {
+    let input = dir.join("input.txt");
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    std::fs::write(&input, sentences.lines().take(n).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let data = dir.join("data");
+    weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100"]));
+    let state = scan(&data, "word-count", "counts");
+    (input, data, state)
+}
+
+/// Runs the word count again over `input` and returns its error, checking
+/// that it halted at once, before any batch, leaving `state` as it was.
+fn halted(input: &std::path::Path, data: &std::path::Path, state: &[serde_json::Value]) -> String {
+    let output = weir_output(&run_args(WORD_COUNT, data, input, &["--batch-size", "100"]));
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!stderr.contains("retrying"), "a changed input is not retried: {stderr}");
+    assert_eq!(scan(data, "word-count", "counts"), state, "committed state changed");
+    stderr
+}
+
+#[test]
+fn an_input_truncated_since_its_batches_were_committed_halts_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data, state) = counted(dir.path(), 300);
+    let size = std::fs::metadata(&input).unwrap().len();
+    std::fs::write(&input, "a few words\n").unwrap();
+    let stderr = halted(&input, &data, &state);
+    let expected = format!(
+        "error: topology word-count halted at txid 4: input {} holds 12 bytes, fewer than the {size} that the \
+         batches before txid 4 read: it was truncated or replaced since they were committed",
+        input.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
+#[test]
+fn an_input_replaced_since_its_batches_were_committed_halts_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data, state) = counted(dir.path(), 300);
+    // Other sentences, as many bytes and more: only the content tells.
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    std::fs::write(&input, sentences.lines().skip(1000).take(400).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let stderr = halted(&input, &data, &state);
+    assert!(stderr.contains(&format!("halted at txid 4: input {} changed: bytes", input.display())), "{stderr}");
+    assert!(stderr.contains("the last that the batches before txid 4 read, are not what they were"), "{stderr}");
+}
+
+#[test]
+fn a_data_dir_of_the_previous_release_resumes_after_its_last_line_range() {
+    // The previous release recorded a batch's line range in 24 bytes:
+    // start, end, lines. Its data dir: the first 100 lines committed.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    let lines: Vec<&str> = sentences.lines().take(300).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let data = dir.path().join("data");
+    let end = lines[..100].iter().map(|l| l.len() as u64 + 1).sum::<u64>();
+    let meta: Vec<u8> = [0, end, 100].iter().flat_map(|n: &u64| n.to_le_bytes()).collect();
+    weir::state::Db::open(&data)
+        .unwrap()
+        .commit("word-count", 1, &weir::state::BatchRecord { attempt: 0, spout: meta }, &[])
+        .unwrap();
+    let output = weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100"]));
+    assert!(text(&output).contains("committed 2 batches (200 tuples)"), "{}", text(&output));
+    assert_counts_eq(&counts(&data, "word-count"), &count_words(&lines[100..]));
+}

@@ -668,3 +668,11 @@ fn a_state_used_with_the_wrong_kind_of_aggregator_or_operation_is_refused_naming
 fn an_empty_topology_is_refused() {
     assert_refused("empty", &["empty"]);
 }
+
+#[test]
+fn a_guest_combiner_without_input_fields_is_refused_as_a_built_in_would_be() {
+    assert_refused(
+        "fieldless-combiner",
+        &["persistent_aggregate count-lines uses the guest combiner count-lines without input fields"],
+    );
+}

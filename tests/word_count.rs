@@ -321,25 +321,50 @@ fn a_batch_past_its_deadline_fails_and_is_replayed() {
     assert_eq!(counts(&data, "infinite-loop").get("calm"), Some(&1));
 }
 
+/// What a topology declaring `word-count`'s counts as opaque gets where
+/// they are transactional.
+const KIND_CHANGED: &str = "topology word-count: state counts holds transactional values, but the topology declares \
+                            it opaque: a state keeps the kind it was first committed with";
+
 #[test]
-fn a_commit_error_fails_the_batch_and_halts_after_the_retries_with_state_intact() {
+fn a_state_declared_with_another_kind_is_refused_at_load_with_state_intact() {
     let dir = tempfile::tempdir().unwrap();
     let (input, before) = four_batches_committed(dir.path(), "word-count", WORD_COUNT);
     let data = dir.path().join("data");
-    // The same topology name with opaque state: its commits meet the
-    // example's transactional values.
+    // The same topology name with opaque state, over the example's
+    // transactional counts: refused before a batch runs, not five failed
+    // commits later.
     let output = weir_output(&run_args(
         TEST_TOPOLOGIES,
         &data,
         &input,
-        &["--topology", "word-count", "--batch-size", "1000", "--max-attempts", "2", "--retry-backoff-ms", "1"],
+        &["--topology", "word-count", "--batch-size", "1000", "--max-attempts", "5"],
     ));
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("txid 5 attempt 0 failed: operator counts: commit failed"), "{stderr}");
-    assert!(stderr.contains("the stored value is Transactional state, the topology declares Opaque"), "{stderr}");
-    assert!(stderr.contains("error: topology word-count halted: txid 5 failed 2 times"), "{stderr}");
+    assert!(stderr.contains(&format!("error: {KIND_CHANGED}")), "{stderr}");
+    assert!(!stderr.contains("attempt"), "a batch ran: {stderr}");
     assert!(raw_state(&data, "word-count") == before, "committed state changed");
+    // The example itself goes on where it stopped.
+    weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "1000"]));
+    assert_eq!(weir::state::Db::open(&data).unwrap().progress("word-count").unwrap().last_committed, 8);
+}
+
+#[test]
+fn a_served_topology_declaring_a_kept_state_with_another_kind_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::server::Server::start(dir.path());
+    server.deploy_word_count(dir.path());
+    server.assert_word_count_exact();
+    let (status, _) = server.api("DELETE", "/v1/topologies/word-count?state=keep", b"");
+    assert_eq!(status, 204);
+    let opaque = common::server::bundle(dir.path(), TEST_TOPOLOGIES, "variants.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=word-count&input=in/corpus.txt", &opaque);
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains(KIND_CHANGED), "{body}");
+    // The kept counts are as they were, and the example deploys on them again.
+    server.deploy_word_count(dir.path());
+    server.assert_word_count_exact();
 }
 
 #[test]
@@ -358,4 +383,39 @@ fn a_closed_stderr_does_not_stop_the_run() {
     // The reader is gone: every later log line meets a closed pipe.
     assert!(child.wait().unwrap().success());
     assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+}
+
+#[test]
+fn a_state_error_no_replay_can_cure_halts_at_once_with_state_intact() {
+    // A count written by a later batch than the one committing (a state
+    // restored from a later copy, say): every replay would meet it again.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    std::fs::write(&input, sentences.lines().take(300).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let data = dir.path().join("data");
+    let word = sentences.split_whitespace().next().unwrap();
+    let ahead = weir::state::view::StateWrites {
+        state: "counts".into(),
+        records: vec![(
+            weir::state::keys::encode([weir_sdk::codec::ValueRef::Str(word)]),
+            weir::state::rules::Stored::Transactional { txid: 100, value: weir_sdk::codec::Value::I64(7) },
+        )],
+        combines: None,
+    };
+    let nothing_read = weir::spout::LineRange { start: 0, end: 0, lines: 0, tail: None }.encode();
+    let record = weir::state::BatchRecord { attempt: 0, spout: nothing_read };
+    weir::state::Db::open(&data).unwrap().commit("word-count", 1, &record, &[ahead]).unwrap();
+    let before = raw_state(&data, "word-count");
+
+    let output = weir_output(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100", "--max-attempts", "5"]));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!(
+        "error: topology word-count halted at txid 2, attempt 0: operator counts: commit failed: state counts: key \
+         [\"{word}\"]: stored txid 100 is ahead of batch txid 2"
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(!stderr.contains("replaying"), "a batch no replay can cure was replayed: {stderr}");
+    assert!(raw_state(&data, "word-count") == before, "committed state changed");
 }

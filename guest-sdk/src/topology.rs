@@ -42,17 +42,12 @@ impl TopologyDef {
             .collect()
     }
 
-    /// Every state the topology writes, once each.
+    /// Every state the topology writes, once each, in the order of their
+    /// first writers. In one pass: a description read by a host may hold
+    /// any number of nodes.
     pub fn states(&self) -> Vec<&StateDef> {
-        let mut states: Vec<&StateDef> = Vec::new();
-        for node in &self.nodes {
-            if let Some(state) = node.op.written_state()
-                && !states.iter().any(|s| s.name == state.name)
-            {
-                states.push(state);
-            }
-        }
-        states
+        let mut seen = std::collections::HashSet::new();
+        self.nodes.iter().filter_map(|node| node.op.written_state()).filter(|s| seen.insert(s.name.as_str())).collect()
     }
 }
 
@@ -581,4 +576,47 @@ pub fn describe(topologies: &[Topology]) -> String {
 /// Parses what `describe` returned.
 pub fn parse_description(json: &str) -> Result<Vec<TopologyDef>, serde_json::Error> {
     serde_json::from_str(json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deeply_nested_description_is_an_error_not_a_stack_overflow() {
+        // Internally tagged operations are buffered before their tag is
+        // read: serde_json's depth limit is what stops a nesting this deep,
+        // on a thread with a server worker's 2 MiB stack.
+        let depth = 100_000;
+        let json = format!(
+            r#"[{{"name":"t","nodes":[{{"id":"a","op":{{"input":{}0{},"op":"filter"}}}}]}}]"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        let err = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || parse_description(&json).unwrap_err().to_string())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(err.contains("recursion limit exceeded"), "{err}");
+    }
+
+    #[test]
+    fn states_are_listed_once_each_in_the_order_of_their_first_writers() {
+        let state = |name: &str| StateDef { name: name.into(), kind: StateKind::Opaque, cache_size: None };
+        let persist = |name: &str| NodeDef {
+            id: format!("p-{name}"),
+            inputs: Vec::new(),
+            parallelism: 1,
+            op: OperationDef::PartitionPersist { state: state(name), input: Vec::new(), output: Vec::new() },
+        };
+        let def = TopologyDef {
+            name: "t".into(),
+            nodes: vec![persist("b"), persist("a"), persist("b")],
+            ..Default::default()
+        };
+        let names: Vec<&str> = def.states().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["b", "a"]);
+    }
 }

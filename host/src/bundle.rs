@@ -10,7 +10,7 @@ use crate::bindings::WIT_PACKAGE;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use weir_sdk::topology::{OperationDef, TopologyDef};
 
@@ -193,15 +193,17 @@ impl Bundle {
         if !rest.is_empty() {
             bail!("{} has {} bytes after its last component", at_fault(), rest.len());
         }
+        // In sets: a manifest may list any number of topologies and operators.
+        let names: HashSet<&str> = components.iter().map(|(c, _)| c.as_str()).collect();
         for topology in &manifest.topologies {
             let name = &topology.definition.name;
             for component in std::iter::once(&topology.component).chain(topology.operators.values()) {
-                if !components.iter().any(|(c, _)| c == component) {
+                if !names.contains(component.as_str()) {
                     bail!("{}: topology {name} names component {component}, which the bundle lacks", at_fault());
                 }
             }
-            let ids = operator_ids(&topology.definition);
-            if let Some(operator) = topology.operators.keys().find(|op| !ids.contains(&op.as_str())) {
+            let ids: HashSet<&str> = operator_ids(&topology.definition).into_iter().collect();
+            if let Some(operator) = topology.operators.keys().find(|op| !ids.contains(op.as_str())) {
                 bail!("{}: topology {name} maps operator {operator}, which it does not have", at_fault());
             }
         }

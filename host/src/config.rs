@@ -80,7 +80,90 @@ pub const DEFAULT_MAX_OUTPUT_TUPLES: u64 = 10_000_000;
 /// How often the host checks a running guest against its CPU time limit.
 pub const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// The most any operator of this host may get; topologies may ask for less.
+// Caps on a topology's description. A guest describes its own topology, so
+// the description is as untrusted as anything else it sends: each cap is
+// checked when the topology loads, before anything walks the graph, and a
+// topology over one is refused naming it and its flag. Every example stays
+// far below them.
+
+/// Nodes (operations) of a topology's stream graph (`--max-nodes`); the
+/// inputs of all its nodes together are held to the same number.
+pub const DEFAULT_MAX_NODES: usize = 1_000;
+
+/// Fields of one node's tuples, and field names one operation may list
+/// (`--max-node-fields`).
+pub const DEFAULT_MAX_NODE_FIELDS: usize = 128;
+
+/// Fields of every node's tuples, added up over the graph (`--max-fields`):
+/// what the host holds of a topology's names.
+pub const DEFAULT_MAX_FIELDS: usize = 20_000;
+
+/// Bytes of a name: topology, operator, state, query or field
+/// (`--max-name-len`). Names are ASCII letters, digits, `-`, `_` and `.`, not
+/// starting with `.`: they become redb table names (`state/<topology>/<state>`),
+/// file names, log fields and metrics labels.
+pub const DEFAULT_MAX_NAME_LEN: usize = 128;
+
+/// States of one topology (`--max-states`).
+pub const DEFAULT_MAX_STATES: usize = 64;
+
+/// Query streams of one topology (`--max-queries`).
+pub const DEFAULT_MAX_QUERIES: usize = 64;
+
+/// Instances of one operator that run at once, each on a thread of its own
+/// over its partition of the batch (`--max-parallelism`): the cap on
+/// `--parallelism` and on every `parallelism_hint`.
+pub const DEFAULT_MAX_PARALLELISM: u32 = 64;
+
+/// Guest operator instances of one topology, added up over its operators
+/// at their parallelism (`--max-instances`): each instance is a store with
+/// its own linear memory.
+pub const DEFAULT_MAX_INSTANCES: usize = 1_024;
+
+/// Entries a state may ask the host to keep cached (`--max-state-cache`).
+pub const DEFAULT_MAX_STATE_CACHE: usize = 1_000_000;
+
+/// The most a topology's description may ask of this host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopologyLimits {
+    /// Nodes of the graph, and their inputs in all.
+    pub max_nodes: usize,
+    /// Fields of one node's tuples; field names one operation lists.
+    pub max_node_fields: usize,
+    /// Fields of every node's tuples, added up.
+    pub max_fields: usize,
+    /// Bytes of a name.
+    pub max_name_len: usize,
+    /// States.
+    pub max_states: usize,
+    /// Query streams.
+    pub max_queries: usize,
+    /// Instances of one operator at once.
+    pub max_parallelism: u32,
+    /// Guest operator instances in all.
+    pub max_instances: usize,
+    /// Cached entries a state may ask for.
+    pub max_state_cache: usize,
+}
+
+impl Default for TopologyLimits {
+    fn default() -> TopologyLimits {
+        TopologyLimits {
+            max_nodes: DEFAULT_MAX_NODES,
+            max_node_fields: DEFAULT_MAX_NODE_FIELDS,
+            max_fields: DEFAULT_MAX_FIELDS,
+            max_name_len: DEFAULT_MAX_NAME_LEN,
+            max_states: DEFAULT_MAX_STATES,
+            max_queries: DEFAULT_MAX_QUERIES,
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
+            max_instances: DEFAULT_MAX_INSTANCES,
+            max_state_cache: DEFAULT_MAX_STATE_CACHE,
+        }
+    }
+}
+
+/// The most any topology and operator of this host may get; topologies may
+/// ask for less.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SandboxConfig {
     /// Linear memory per instance, in MiB.
@@ -94,6 +177,8 @@ pub struct SandboxConfig {
     /// Directories (and everything under them) operators may be granted
     /// read-only access to. Empty: no filesystem access at all.
     pub allowed_dirs: Vec<std::path::PathBuf>,
+    /// What a topology's description may ask for.
+    pub topology: TopologyLimits,
 }
 
 impl Default for SandboxConfig {
@@ -104,6 +189,7 @@ impl Default for SandboxConfig {
             max_output_mib: DEFAULT_MAX_OUTPUT_MIB,
             max_output_tuples: DEFAULT_MAX_OUTPUT_TUPLES,
             allowed_dirs: Vec::new(),
+            topology: TopologyLimits::default(),
         }
     }
 }

@@ -254,6 +254,10 @@ impl Coordinator<'_> {
         loop {
             match self.spout.emit(txid, attempt, self.last_meta.as_deref()) {
                 Ok(emitted) => return Ok(emitted.map(|e| (attempt, e))),
+                // Its input changed under committed batches: no retry helps.
+                Err(e) if crate::spout::input_changed(&e) => {
+                    return Err(e.context(format!("topology {} halted at txid {txid}", self.topology())));
+                }
                 Err(e) if attempt + 1 < self.config.max_attempts => {
                     let backoff = self.config.backoff(attempt);
                     tracing::warn!(

@@ -453,7 +453,7 @@ fn build_bundle(dir: &Path) -> Result<PathBuf> {
     let bytes = bundle.to_bytes()?;
     let checked = Bundle::from_bytes(&file, &bytes)?;
     for t in &checked.manifest.topologies {
-        crate::plan::check_stream(&t.definition)
+        crate::plan::check_stream(&t.definition, &crate::config::TopologyLimits::default())
             .with_context(|| format!("invalid topology {} in {}", t.definition.name, dir.display()))?;
     }
     let out = guests_dir().join(format!("{}.weir", crate::bundle::sha256_hex(&bytes)));

@@ -7,15 +7,15 @@
 //! drops the ones no one can see, so a sentence is not copied into each of
 //! its words).
 
-use crate::config::SandboxConfig;
+use crate::config::{SandboxConfig, TopologyLimits};
 use crate::sandbox::{Sandboxes, sandboxes};
 use crate::spout::SpoutKind;
 use anyhow::{Result, bail};
 use std::collections::{BTreeMap, HashSet};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{
-    AggregateScope, AggregatorDef, AggregatorKind, JoinKind, NodeDef, OperationDef, Partitioning, QueryDef, SPOUT_ID,
-    SpoutDef, StateDef, StateKind, TopologyDef,
+    AggregateScope, AggregatorDef, AggregatorKind, JoinKind, NodeDef, OperationDef, Partitioning, PayloadDef, QueryDef,
+    SPOUT_ID, SpoutDef, StateDef, StateKind, TopologyDef,
 };
 
 /// A validated topology, ready to run.
@@ -202,9 +202,185 @@ pub enum Op {
     },
 }
 
-fn check_name(what: &str, name: &str) -> Result<()> {
-    if name.is_empty() || name.contains('/') || name.chars().any(char::is_control) {
-        bail!("{what} name {name:?} must be non-empty, without '/' or control characters");
+/// `value` as JSON, for messages: a name or a list of names, quoted and
+/// escaped however hostile it is.
+fn json(value: &(impl serde::Serialize + ?Sized)) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Whether `name` is a name this host takes: ASCII letters, digits, `-`,
+/// `_` and `.`, not starting with `.`. Names become redb table names, file
+/// names, log fields and metrics labels, so nothing that means something
+/// there (`/`, `..`, quotes, spaces, control characters) gets in. The one
+/// rule for every name a topology or a request gives.
+pub fn allowed_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Checks a name of kind `what` in `topology` (the topology's own name when
+/// `what` is "topology").
+fn check_name(topology: &str, what: &str, name: &str, limits: &TopologyLimits) -> Result<()> {
+    let place = if what == "topology" { String::new() } else { format!("topology {topology}: ") };
+    if name.len() > limits.max_name_len {
+        let start: String = name.chars().take(32).collect();
+        bail!(
+            "{place}{what} name {}... is {} bytes long, more than this host allows ({}; see --max-name-len)",
+            json(&start),
+            name.len(),
+            limits.max_name_len
+        );
+    }
+    if !allowed_name(name) {
+        bail!(
+            "{place}{what} name {} is not allowed: a name is ASCII letters, digits, '-', '_' and '.', and does not \
+             start with '.'",
+            json(name)
+        );
+    }
+    Ok(())
+}
+
+/// A topology over one of this host's caps: `what` it asks, then the cap
+/// and the flag that sets it.
+fn refused(what: String, max: usize, flag: &str) -> anyhow::Error {
+    anyhow::anyhow!("{what}, more than this host allows ({max}; see {flag})")
+}
+
+/// Every name an operation lists, with its kind: fields, the operators of
+/// its aggregators, its state, its query.
+fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
+    let mut names: Vec<(&'static str, &'a str)> = Vec::new();
+    let mut fields = |lists: &[&'a [String]]| {
+        for list in lists {
+            names.extend(list.iter().map(|f| ("field", f.as_str())));
+        }
+    };
+    match op {
+        OperationDef::Spout { spout } => match spout {
+            SpoutDef::FileLines { field } | SpoutDef::DirectoryLines { field } | SpoutDef::Generator { field, .. } => {
+                fields(&[std::slice::from_ref(field)])
+            }
+            SpoutDef::Guest { fields: list, .. } => fields(&[list]),
+            SpoutDef::JetStream(stream) => {
+                match &stream.payload {
+                    PayloadDef::Bytes { field } | PayloadDef::String { field } => {
+                        fields(&[std::slice::from_ref(field)])
+                    }
+                    PayloadDef::Json { fields: list } => fields(&[list]),
+                }
+                let extra = [&stream.subject_field, &stream.sequence_field, &stream.timestamp_field];
+                for field in extra.into_iter().flatten() {
+                    fields(&[std::slice::from_ref(field)]);
+                }
+            }
+        },
+        OperationDef::Each { input, output }
+        | OperationDef::Map { input, output }
+        | OperationDef::FlatMap { input, output }
+        | OperationDef::PartitionPersist { input, output, .. }
+        | OperationDef::StateQuery { input, output, .. } => fields(&[input, output]),
+        OperationDef::Peek { input: list }
+        | OperationDef::Filter { input: list }
+        | OperationDef::Project { fields: list }
+        | OperationDef::Extreme { by: list, .. }
+        | OperationDef::Partition { by: Partitioning::Fields { fields: list } } => fields(&[list]),
+        OperationDef::Aggregate { group, aggregators, .. } => {
+            fields(&[group]);
+            for aggregator in aggregators {
+                fields(&[&aggregator.input, &aggregator.output]);
+            }
+        }
+        OperationDef::PersistentAggregate { group, aggregator, .. } => {
+            fields(&[group, &aggregator.input, &aggregator.output])
+        }
+        OperationDef::Join { fields: keys, output, .. } => {
+            for list in keys {
+                fields(&[list]);
+            }
+            fields(&[output]);
+        }
+        OperationDef::QueryStream { .. } | OperationDef::Partition { .. } | OperationDef::Merge => {}
+    }
+    match op {
+        OperationDef::QueryStream { name } => names.push(("query", name)),
+        OperationDef::Aggregate { aggregators, .. } => {
+            names.extend(aggregators.iter().map(|a| ("operator", a.id.as_str())))
+        }
+        OperationDef::PersistentAggregate { state, aggregator, .. } => {
+            names.push(("operator", &aggregator.id));
+            names.push(("state", &state.name));
+        }
+        OperationDef::PartitionPersist { state, .. } => names.push(("state", &state.name)),
+        OperationDef::StateQuery { state, .. } => names.push(("state", state)),
+        _ => {}
+    }
+    names
+}
+
+/// Checks what `def` asks of this host against `limits` before anything
+/// walks its graph: its size, its names and its parallelism. A guest
+/// describes its own topology: nothing in the description is trusted.
+pub fn check_limits(def: &TopologyDef, limits: &TopologyLimits) -> Result<()> {
+    let name = &def.name;
+    check_name(name, "topology", name, limits)?;
+    let nodes = def.nodes.len();
+    if nodes > limits.max_nodes {
+        return Err(refused(format!("topology {name} has {nodes} nodes"), limits.max_nodes, "--max-nodes"));
+    }
+    let inputs: usize = def.nodes.iter().map(|n| n.inputs.len()).sum();
+    if inputs > limits.max_nodes {
+        return Err(refused(
+            format!("topology {name}: its nodes read {inputs} inputs in all"),
+            limits.max_nodes,
+            "--max-nodes",
+        ));
+    }
+    let (mut states, mut queries) = (0, 0);
+    for node in &def.nodes {
+        let id = &node.id;
+        check_name(name, "operator", id, limits)?;
+        if node.parallelism > limits.max_parallelism {
+            return Err(refused(
+                format!("topology {name}: operator {id} asks for a parallelism of {}", node.parallelism),
+                limits.max_parallelism as usize,
+                "--max-parallelism",
+            ));
+        }
+        let names = names_of(&node.op);
+        let listed = names.iter().filter(|(what, _)| matches!(*what, "field" | "operator")).count();
+        if listed > limits.max_node_fields {
+            return Err(refused(
+                format!("topology {name}: operator {id} lists {listed} names (fields and aggregators)"),
+                limits.max_node_fields,
+                "--max-node-fields",
+            ));
+        }
+        for (what, listed) in names {
+            check_name(name, what, listed, limits)?;
+        }
+        if let Some(state) = node.op.written_state() {
+            states += 1;
+            if let Some(cache) = state.cache_size.filter(|&n| n > limits.max_state_cache) {
+                return Err(refused(
+                    format!("topology {name}: state {} asks for a cache of {cache} entries", state.name),
+                    limits.max_state_cache,
+                    "--max-state-cache",
+                ));
+            }
+        }
+        queries += usize::from(matches!(node.op, OperationDef::QueryStream { .. }));
+    }
+    if states > limits.max_states {
+        return Err(refused(format!("topology {name} has {states} states"), limits.max_states, "--max-states"));
+    }
+    if queries > limits.max_queries {
+        return Err(refused(
+            format!("topology {name} has {queries} query streams"),
+            limits.max_queries,
+            "--max-queries",
+        ));
     }
     Ok(())
 }
@@ -212,8 +388,9 @@ fn check_name(what: &str, name: &str) -> Result<()> {
 fn resolve(topology: &str, operator: &str, fields: &[String], names: &[String]) -> Result<Input> {
     if let Some(name) = names.iter().find(|name| !fields.contains(name)) {
         bail!(
-            "topology {topology}: operator {operator} reads field {name:?}, which its input does not have \
-             (it has {fields:?})"
+            "topology {topology}: operator {operator} reads field {}, which its input does not have (it has {})",
+            json(name),
+            json(fields)
         );
     }
     Ok(input_of(fields, names))
@@ -249,17 +426,19 @@ fn check_pairing(topology: &str, spout: &SpoutDef, state: &StateDef) -> Result<(
 
 /// Checks `def` against this host's `config` and builds its plan.
 pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
-    build(def, Some(config))
+    build(def, &config.topology, Some(config))
 }
 
-/// Checks `def`'s graph (fields, operators, states, pairings) without the
-/// sandbox it asks for, which only the host that runs it can grant: what
-/// packing a bundle checks.
-pub fn check_stream(def: &TopologyDef) -> Result<()> {
-    build(def, None).map(drop)
+/// Checks `def`'s graph (its size against `limits`, fields, operators,
+/// states, pairings) without the sandbox it asks for, which only the host
+/// that runs it can grant: what packing a bundle checks.
+pub fn check_stream(def: &TopologyDef, limits: &TopologyLimits) -> Result<()> {
+    build(def, limits, None).map(drop)
 }
 
-/// Node indices in an order where inputs come first, or the cycle's error.
+/// Node indices in an order where inputs come first, or the cycle's error:
+/// a depth-first walk over the inputs, with a stack of its own, since a
+/// description may be as deep as it likes.
 fn order(def: &TopologyDef) -> Result<Vec<usize>> {
     let name = &def.name;
     let count = def.nodes.len();
@@ -271,22 +450,38 @@ fn order(def: &TopologyDef) -> Result<Vec<usize>> {
     // 0: unvisited, 1: on the current path, 2: done.
     let mut mark = vec![0u8; count];
     let mut out = Vec::with_capacity(count);
-    fn visit(def: &TopologyDef, i: usize, mark: &mut [u8], out: &mut Vec<usize>) -> Result<()> {
-        match mark[i] {
-            2 => return Ok(()),
-            1 => bail!("topology {}: the stream graph has a cycle through operator {}", def.name, def.nodes[i].id),
-            _ => {}
+    // Each node on the current path, with the index of its next input.
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    for root in 0..count {
+        if mark[root] != 0 {
+            continue;
         }
-        mark[i] = 1;
-        for &input in &def.nodes[i].inputs {
-            visit(def, input, mark, out)?;
+        mark[root] = 1;
+        path.push((root, 0));
+        while let Some((node, next)) = path.last_mut() {
+            let node = *node;
+            match def.nodes[node].inputs.get(*next) {
+                Some(&input) => {
+                    *next += 1;
+                    match mark[input] {
+                        0 => {
+                            mark[input] = 1;
+                            path.push((input, 0));
+                        }
+                        1 => bail!(
+                            "topology {name}: the stream graph has a cycle through operator {}",
+                            def.nodes[input].id
+                        ),
+                        _ => {}
+                    }
+                }
+                None => {
+                    mark[node] = 2;
+                    out.push(node);
+                    path.pop();
+                }
+            }
         }
-        mark[i] = 2;
-        out.push(i);
-        Ok(())
-    }
-    for i in 0..count {
-        visit(def, i, &mut mark, &mut out)?;
     }
     Ok(out)
 }
@@ -316,7 +511,7 @@ fn logical_fields(
         let mut fields = input.to_vec();
         for out in output {
             if fields.contains(out) {
-                bail!("topology {name}: operator {id} outputs field {out:?}, which the tuple already has");
+                bail!("topology {name}: operator {id} outputs field {}, which the tuple already has", json(out));
             }
             fields.push(out.clone());
         }
@@ -325,7 +520,7 @@ fn logical_fields(
     let fresh = |fields: Vec<String>| -> Result<Vec<String>> {
         let mut seen = HashSet::new();
         if let Some(dup) = fields.iter().find(|f| !seen.insert(f.as_str())) {
-            bail!("topology {name}: operator {id} outputs field {dup:?} twice");
+            bail!("topology {name}: operator {id} outputs field {} twice", json(dup));
         }
         Ok(fields)
     };
@@ -385,7 +580,8 @@ fn logical_fields(
             if !states.contains_key(state) {
                 let known: Vec<&String> = states.keys().collect();
                 bail!(
-                    "topology {name}: operator {id} queries state {state:?}, which no operation writes (states: {known:?})"
+                    "topology {name}: operator {id} queries state {state}, which no operation writes (states: {})",
+                    json(&known)
                 );
             }
             resolve_all(inputs[0], input)?;
@@ -395,8 +591,9 @@ fn logical_fields(
             for other in &inputs[1..] {
                 if other != &inputs[0] {
                     bail!(
-                        "topology {name}: merge {id} joins streams with different fields: {:?} and {other:?}",
-                        inputs[0]
+                        "topology {name}: merge {id} joins streams with different fields: {} and {}",
+                        json(inputs[0]),
+                        json(other)
                     );
                 }
             }
@@ -437,7 +634,6 @@ fn check_aggregator(
     persistent: bool,
 ) -> Result<()> {
     let id = &aggregator.id;
-    check_name("operator", id)?;
     resolve(name, id, fields, &aggregator.input)?;
     let single_output = !matches!(aggregator.kind, AggregatorKind::General);
     if single_output && aggregator.output.len() != 1 {
@@ -447,12 +643,19 @@ fn check_aggregator(
         && builtin.reads_a_field()
         && aggregator.input.len() != 1
     {
-        bail!("topology {name}: built-in {builtin:?} in {id} needs exactly one input field");
+        bail!("topology {name}: built-in {} in {id} needs exactly one input field", builtin_name(builtin));
     }
     if persistent && aggregator.kind == AggregatorKind::General {
         bail!(
             "topology {name}: persistent_aggregate {node} uses the general aggregator {id}: a state is updated \
              with a combiner or a reducer aggregator"
+        );
+    }
+    if persistent && aggregator.kind == AggregatorKind::Combiner && aggregator.input.is_empty() {
+        bail!(
+            "topology {name}: persistent_aggregate {node} uses the guest combiner {id} without input fields: its \
+             init would see empty tuples, so it could only count (use the built-in Count, which runs in the host, \
+             or name the fields it reads with persistent_aggregate_over)"
         );
     }
     Ok(())
@@ -515,17 +718,16 @@ fn aggregator_of(fields: &[String], def: &AggregatorDef) -> Aggregator {
     Aggregator { id: def.id.clone(), kind: def.kind, input: input_of(fields, &def.input), outputs: def.output.len() }
 }
 
-fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
+fn build(def: &TopologyDef, limits: &TopologyLimits, config: Option<&SandboxConfig>) -> Result<Plan> {
+    check_limits(def, limits)?;
     let name = &def.name;
-    check_name("topology", name)?;
     if def.nodes.is_empty() {
         bail!("topology {name} is empty: it has no stream");
     }
     let mut ids = HashSet::new();
     for node in &def.nodes {
-        check_name("operator", &node.id)?;
         if !ids.insert(node.id.as_str()) {
-            bail!("topology {name}: two operators are named {:?}", node.id);
+            bail!("topology {name}: two operators are named {}", json(&node.id));
         }
         if node.parallelism == 0 {
             bail!("topology {name}: operator {} has a parallelism of 0", node.id);
@@ -553,7 +755,6 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
     let mut writers: BTreeMap<&str, &str> = BTreeMap::new();
     for node in &def.nodes {
         if let Some(state) = node.op.written_state() {
-            check_name("state", &state.name)?;
             if let Some(other) = writers.insert(&state.name, &node.id) {
                 bail!(
                     "topology {name}: state {} is written by both {other} and {}: each state has one writer, \
@@ -569,18 +770,37 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
         }
     }
 
-    // Logical fields, in dependency order.
+    // Logical fields, in dependency order, each node's and all of them
+    // within the host's caps.
     let mut logical: Vec<Vec<String>> = vec![Vec::new(); def.nodes.len()];
+    let mut all_fields = 0;
     for &i in &order {
         let node = &def.nodes[i];
         let inputs: Vec<&[String]> = node.inputs.iter().map(|&p| logical[p].as_slice()).collect();
         logical[i] = logical_fields(name, node, &inputs, &states)?;
+        let width = logical[i].len();
+        if width > limits.max_node_fields {
+            return Err(refused(
+                format!("topology {name}: operator {}'s tuples have {width} fields", node.id),
+                limits.max_node_fields,
+                "--max-node-fields",
+            ));
+        }
+        all_fields += width;
+        if all_fields > limits.max_fields {
+            return Err(refused(
+                format!("topology {name}'s tuples have at least {all_fields} fields in all (added up over its nodes)"),
+                limits.max_fields,
+                "--max-fields",
+            ));
+        }
     }
 
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); def.nodes.len()];
     for (i, node) in def.nodes.iter().enumerate() {
         for &p in &node.inputs {
-            if !children[p].contains(&i) {
+            // A node reading one input twice pushes itself last.
+            if children[p].last() != Some(&i) {
                 children[p].push(i);
             }
         }
@@ -763,7 +983,7 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
     for (root, node) in nodes.iter().enumerate() {
         let Op::Query(query) = &node.op else { continue };
         if queries.contains_key(query) {
-            bail!("topology {name} has two query streams named {query:?}");
+            bail!("topology {name} has two query streams named {query}");
         }
         let reachable = reachable_from(&nodes, root);
         let leaves: Vec<usize> = reachable.iter().copied().filter(|&n| nodes[n].children.is_empty()).collect();
@@ -818,7 +1038,21 @@ fn build(def: &TopologyDef, config: Option<&SandboxConfig>) -> Result<Plan> {
             &SandboxConfig::default(),
         )?,
     };
-    Ok(Plan { topology: name.clone(), stored_as: name.clone(), nodes, states, queries, sandboxes })
+    let plan = Plan { topology: name.clone(), stored_as: name.clone(), nodes, states, queries, sandboxes };
+    plan.check_parallelism(limits)?;
+    Ok(plan)
+}
+
+/// Guest operators a node calls, each in an instance per partition.
+fn guest_operators(op: &Op) -> usize {
+    let guest = |a: &Aggregator| usize::from(!matches!(a.kind, AggregatorKind::Builtin(_)));
+    match op {
+        Op::Function { .. } | Op::Filter { .. } | Op::PartitionPersist { .. } => 1,
+        Op::StateQuery { query, .. } => usize::from(*query == QueryDef::Guest),
+        Op::Aggregate { aggregators, .. } => aggregators.iter().map(guest).sum(),
+        Op::PersistentAggregate { aggregator, .. } => guest(aggregator),
+        _ => 0,
+    }
 }
 
 /// Nodes reachable from `root`, itself included, in index order.
@@ -856,6 +1090,34 @@ impl Plan {
             node.parallelism = n.max(1);
         }
         plan
+    }
+
+    /// Checks every node's parallelism, and the guest operator instances
+    /// they add up to, against `limits`: each of a node's partitions runs on
+    /// a thread of its own, each guest operator in an instance per partition.
+    pub fn check_parallelism(&self, limits: &TopologyLimits) -> Result<()> {
+        let name = &self.topology;
+        for node in &self.nodes {
+            if node.parallelism > limits.max_parallelism as usize {
+                return Err(refused(
+                    format!("topology {name}: operator {} asks for a parallelism of {}", node.id, node.parallelism),
+                    limits.max_parallelism as usize,
+                    "--max-parallelism",
+                ));
+            }
+        }
+        let instances: usize = self.nodes.iter().map(|n| n.parallelism * guest_operators(&n.op)).sum();
+        if instances > limits.max_instances {
+            return Err(refused(
+                format!(
+                    "topology {name} runs {instances} guest operator instances in all (each guest operator once per \
+                     partition)"
+                ),
+                limits.max_instances,
+                "--max-instances",
+            ));
+        }
+        Ok(())
     }
 
     /// The most instances any node runs at once.
@@ -976,6 +1238,223 @@ mod tests {
         assert!(err.to_string().contains("state counts is written by both count and again"), "{err}");
         let mut bad = def(vec![spout(), count(0, &[])]);
         bad.name = "a/b".into();
-        assert!(plan_of(&bad).unwrap_err().to_string().contains("without '/'"));
+        let err = plan_of(&bad).unwrap_err();
+        assert!(err.to_string().starts_with("topology name \"a/b\" is not allowed"), "{err}");
+    }
+
+    /// A line of `depth` nodes: a spout, filters, a count.
+    fn chain(depth: usize) -> TopologyDef {
+        // Listed reader-first: a recursive walk from node 0 would go `depth` deep.
+        let mut nodes = vec![count(1, &["sentence"])];
+        for i in 1..depth - 1 {
+            nodes.push(node(&format!("f{i}"), &[i + 1], OperationDef::Filter { input: names(&["sentence"]) }));
+        }
+        nodes.push(spout());
+        def(nodes)
+    }
+
+    fn refusal(def: &TopologyDef, limits: TopologyLimits) -> String {
+        let config = SandboxConfig { topology: limits, ..SandboxConfig::default() };
+        format!("{:#}", plan(def, &config).unwrap_err())
+    }
+
+    #[test]
+    fn names_are_letters_digits_dashes_underscores_and_dots() {
+        let word_count = || def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"])]);
+        let mut fine = word_count();
+        fine.name = "Word_count-2.b".into();
+        plan_of(&fine).unwrap();
+        let refused_name = |edit: &dyn Fn(&mut TopologyDef)| {
+            let mut def = word_count();
+            edit(&mut def);
+            format!("{:#}", plan_of(&def).unwrap_err())
+        };
+        for name in ["", ".hidden", "quote\"d", "a b", "../x", "tab\t", "é"] {
+            let err = refused_name(&|d| d.name = name.into());
+            assert!(err.starts_with(&format!("topology name {} is not allowed", json(name))), "{err}");
+        }
+        let err = refused_name(&|d| d.nodes[1].id = "split words".into());
+        assert!(err.contains("topology t: operator name \"split words\" is not allowed"), "{err}");
+        let err = refused_name(&|d| {
+            if let OperationDef::PersistentAggregate { state, .. } = &mut d.nodes[2].op {
+                state.name = "../../escape".into();
+            }
+        });
+        assert!(err.contains("topology t: state name \"../../escape\" is not allowed"), "{err}");
+        let err = refused_name(&|d| {
+            d.nodes[0].op = OperationDef::Spout { spout: SpoutDef::FileLines { field: "a\nb".into() } }
+        });
+        assert!(err.contains("topology t: field name \"a\\nb\" is not allowed"), "{err}");
+        let err = refused_name(&|d| d.nodes.push(node("q", &[], OperationDef::QueryStream { name: "what?".into() })));
+        assert!(err.contains("topology t: query name \"what?\" is not allowed"), "{err}");
+        let long = "x".repeat(129);
+        let err = refused_name(&|d| d.name = long.clone());
+        assert!(err.contains("is 129 bytes long, more than this host allows (128; see --max-name-len)"), "{err}");
+        fine.name = "x".repeat(128);
+        plan_of(&fine).unwrap();
+    }
+
+    #[test]
+    fn each_cap_refuses_a_topology_naming_its_flag() {
+        let word_count = || def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"])]);
+        let limits = TopologyLimits::default;
+        let cases: Vec<(TopologyDef, TopologyLimits, &str)> = vec![
+            (
+                word_count(),
+                TopologyLimits { max_nodes: 2, ..limits() },
+                "topology t has 3 nodes, more than this host allows (2; see --max-nodes)",
+            ),
+            (
+                def(vec![spout(), node("m", &[0, 0, 0], OperationDef::Merge), count(1, &[])]),
+                TopologyLimits { max_nodes: 3, ..limits() },
+                "topology t: its nodes read 4 inputs in all, more than this host allows (3; see --max-nodes)",
+            ),
+            (
+                def(vec![spout(), each("split", 0, &["sentence"], &["a", "b", "c"]), count(1, &[])]),
+                TopologyLimits { max_node_fields: 3, ..limits() },
+                "topology t: operator split lists 4 names (fields and aggregators), more than this host allows \
+                 (3; see --max-node-fields)",
+            ),
+            (
+                def(vec![spout(), each("e1", 0, &["sentence"], &["a"]), each("e2", 1, &["a"], &["b"]), count(2, &[])]),
+                TopologyLimits { max_node_fields: 2, ..limits() },
+                "topology t: operator e2's tuples have 3 fields, more than this host allows (2; see \
+                 --max-node-fields)",
+            ),
+            (
+                word_count(),
+                TopologyLimits { max_fields: 3, ..limits() },
+                "topology t's tuples have at least 5 fields in all (added up over its nodes), more than this host \
+                 allows (3; see --max-fields)",
+            ),
+            (
+                def(vec![spout(), count(0, &[])]),
+                TopologyLimits { max_states: 0, ..limits() },
+                "topology t has 1 states, more than this host allows (0; see --max-states)",
+            ),
+            (
+                def(vec![spout(), count(0, &[]), node("q", &[], OperationDef::QueryStream { name: "q".into() })]),
+                TopologyLimits { max_queries: 0, ..limits() },
+                "topology t has 1 query streams, more than this host allows (0; see --max-queries)",
+            ),
+            (
+                {
+                    let mut d = word_count();
+                    d.nodes[1].parallelism = u32::MAX;
+                    d
+                },
+                limits(),
+                "topology t: operator split asks for a parallelism of 4294967295, more than this host allows (64; \
+                 see --max-parallelism)",
+            ),
+            (
+                {
+                    let mut d = word_count();
+                    d.nodes[1].parallelism = 40;
+                    d.nodes.push(each("again", 1, &["word"], &["w2"]));
+                    d.nodes[3].parallelism = 40;
+                    d
+                },
+                TopologyLimits { max_instances: 79, ..limits() },
+                "topology t runs 80 guest operator instances in all (each guest operator once per partition), more \
+                 than this host allows (79; see --max-instances)",
+            ),
+            (
+                {
+                    let mut d = word_count();
+                    if let OperationDef::PersistentAggregate { state, .. } = &mut d.nodes[2].op {
+                        state.cache_size = Some(usize::MAX);
+                    }
+                    d
+                },
+                limits(),
+                "topology t: state counts asks for a cache of 18446744073709551615 entries, more than this host \
+                 allows (1000000; see --max-state-cache)",
+            ),
+        ];
+        for (def, limits, expected) in cases {
+            assert_eq!(refusal(&def, limits), expected);
+        }
+        // Built-in nodes take no guest instances: only `split` counts.
+        let mut wide = word_count();
+        wide.nodes[1].parallelism = 64;
+        wide.nodes[2].parallelism = 64;
+        plan(
+            &wide,
+            &SandboxConfig { topology: TopologyLimits { max_instances: 64, ..limits() }, ..Default::default() },
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn the_parallelism_flag_is_held_to_the_same_caps() {
+        let plan =
+            plan_of(&def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"])])).unwrap();
+        plan.with_parallelism(64).check_parallelism(&TopologyLimits::default()).unwrap();
+        let err = plan.with_parallelism(65).check_parallelism(&TopologyLimits::default()).unwrap_err();
+        assert!(err.to_string().contains("operator spout asks for a parallelism of 65"), "{err}");
+        let err = plan
+            .with_parallelism(8)
+            .check_parallelism(&TopologyLimits { max_instances: 7, ..TopologyLimits::default() })
+            .unwrap_err();
+        assert!(err.to_string().contains("runs 8 guest operator instances"), "{err}");
+    }
+
+    #[test]
+    fn a_deep_chain_is_walked_without_recursion() {
+        let depth = 200_000;
+        let limits = TopologyLimits {
+            max_nodes: depth,
+            max_fields: 2 * depth,
+            max_instances: depth,
+            ..TopologyLimits::default()
+        };
+        // A recursive walk 200,000 deep overflows any stack; this one fits
+        // in a quarter of a megabyte.
+        let planned = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || {
+                let config = SandboxConfig { topology: limits, ..SandboxConfig::default() };
+                let plan = plan(&chain(depth), &config).unwrap();
+                (plan.nodes.len(), plan.nodes[0].op.clone(), plan.nodes[depth - 1].id.clone())
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(planned, (depth, Op::Spout, "count".to_owned()));
+        assert_eq!(
+            refusal(&chain(depth), TopologyLimits::default()),
+            "topology t has 200000 nodes, more than this host allows (1000; see --max-nodes)"
+        );
+        let mut cycle = chain(depth);
+        cycle.nodes[depth - 1] = node("spin", &[1], OperationDef::Filter { input: names(&["sentence"]) });
+        let err = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || format!("{:#}", order(&cycle).unwrap_err()))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(err, "topology t: the stream graph has a cycle through operator f1");
+    }
+
+    #[test]
+    fn a_guest_combiner_must_read_a_field_to_persist() {
+        let persist = |kind: AggregatorKind, input: &[&str]| {
+            let mut node = count(0, &["sentence"]);
+            if let OperationDef::PersistentAggregate { aggregator, .. } = &mut node.op {
+                aggregator.kind = kind;
+                aggregator.input = names(input);
+            }
+            plan_of(&def(vec![spout(), node]))
+        };
+        let err = persist(AggregatorKind::Combiner, &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("persistent_aggregate count uses the guest combiner count without input fields"),
+            "{err}"
+        );
+        persist(AggregatorKind::Combiner, &["sentence"]).unwrap();
+        persist(AggregatorKind::Reducer, &[]).unwrap();
+        let err = persist(AggregatorKind::Builtin(Builtin::Sum), &[]).unwrap_err();
+        assert!(err.to_string().contains("built-in sum in count needs exactly one input field"), "{err}");
     }
 }

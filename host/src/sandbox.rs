@@ -3,7 +3,7 @@
 
 use crate::config::SandboxConfig;
 use anyhow::{Context, Result, bail};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use weir_sdk::topology::{SandboxDef, TopologyDef};
 
@@ -101,9 +101,9 @@ fn resolve(topology: &str, operator: &str, def: &SandboxDef, config: &SandboxCon
         }
         if !grant.guest.starts_with('/') {
             bail!(
-                "topology {topology}: operator {operator} mounts {} at {:?}: use an absolute guest path",
+                "topology {topology}: operator {operator} mounts {} at {}: use an absolute guest path",
                 grant.host,
-                grant.guest
+                serde_json::to_string(&grant.guest).unwrap_or_default()
             );
         }
         read_only_dirs.push((host, grant.guest.clone()));
@@ -120,10 +120,15 @@ fn resolve(topology: &str, operator: &str, def: &SandboxDef, config: &SandboxCon
 /// Each operator's sandbox, or the reason the topology is refused.
 pub fn sandboxes(def: &TopologyDef, operator_ids: &[&str], config: &SandboxConfig) -> Result<Sandboxes> {
     let default = OperatorSandbox::host_limits(config);
+    let known: HashSet<&str> = operator_ids.iter().copied().collect();
     let mut operators = HashMap::new();
     for (id, asked) in &def.sandbox {
-        if !operator_ids.contains(&id.as_str()) {
-            bail!("topology {}: sandbox settings name operator {id:?}, which the topology does not have", def.name);
+        if !known.contains(id.as_str()) {
+            bail!(
+                "topology {}: sandbox settings name operator {}, which the topology does not have",
+                def.name,
+                serde_json::to_string(id).unwrap_or_default()
+            );
         }
         let sandbox = resolve(&def.name, id, asked, config).with_context(|| format!("operator {id}"))?;
         operators.insert(id.clone(), sandbox);

@@ -1,13 +1,14 @@
 //! Loading topologies: from a bundle or a self-describing component, the
 //! definitions the components describe, checked into plans.
 
-use crate::bundle::{Bundle, Manifest};
+use crate::bundle::{Bundle, BundledTopology, Manifest};
 use crate::config::SandboxConfig;
 use crate::operators::Components;
 use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
+use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,35 +69,43 @@ fn describe_source(
     config: &SandboxConfig,
 ) -> Result<Vec<Described>> {
     let source = read_source(path)?;
-    let mut loaded: Vec<(String, Arc<LoadedComponent>)> = Vec::new();
-    let mut all = Vec::new();
+    // The manifest's topologies by the component that describes them, and
+    // the components by name: a bundle may list any number of either.
+    let mut listed: HashMap<&str, Vec<&BundledTopology>> = HashMap::new();
+    for topology in source.manifest.iter().flat_map(|m| &m.topologies) {
+        listed.entry(topology.component.as_str()).or_default().push(topology);
+    }
+    let mut loaded: HashMap<String, Arc<LoadedComponent>> = HashMap::new();
+    let mut all: Vec<(Arc<LoadedComponent>, TopologyDef, Option<&BundledTopology>)> = Vec::new();
     for (name, label, bytes) in source.components {
         let component = Arc::new(LoadedComponent::from_bytes(engine, cache, &label, &bytes)?);
         let json =
             component.instantiate("(describe)", "describe", &OperatorSandbox::host_limits(config))?.describe()?;
         let definitions = parse_description(&json)
             .with_context(|| format!("{} describes its topologies in a form this host cannot read", label.display()))?;
-        if let Some(manifest) = &source.manifest {
-            let listed: Vec<&TopologyDef> =
-                manifest.topologies.iter().filter(|t| t.component == name).map(|t| &t.definition).collect();
-            if listed != definitions.iter().collect::<Vec<_>>() {
-                bail!("{} describes other topologies than the bundle's manifest lists for it", label.display());
+        let mapped: Vec<Option<&BundledTopology>> = match &source.manifest {
+            Some(_) => {
+                let listed = listed.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+                if !listed.iter().map(|t| &t.definition).eq(definitions.iter()) {
+                    bail!("{} describes other topologies than the bundle's manifest lists for it", label.display());
+                }
+                listed.iter().copied().map(Some).collect()
             }
-        }
-        all.extend(definitions.into_iter().map(|d| (loaded.len(), d)));
-        loaded.push((name, component));
+            None => vec![None; definitions.len()],
+        };
+        all.extend(definitions.into_iter().zip(mapped).map(|(d, m)| (Arc::clone(&component), d, m)));
+        loaded.entry(name).or_insert(component);
     }
-    let find = |name: &str| loaded.iter().find(|(n, _)| n == name).map(|(_, c)| Arc::clone(c));
     all.into_iter()
-        .map(|(index, definition)| {
+        .map(|(default, definition, mapped)| {
             let mut by_operator = HashMap::new();
-            let mapped = source.manifest.iter().flat_map(|m| &m.topologies).find(|t| t.definition == definition);
             for (operator, component) in mapped.into_iter().flat_map(|t| &t.operators) {
-                let component =
-                    find(component).with_context(|| format!("{}: no component {component}", path.display()))?;
+                let component = loaded
+                    .get(component.as_str())
+                    .cloned()
+                    .with_context(|| format!("{}: no component {component}", path.display()))?;
                 by_operator.insert(operator.clone(), component);
             }
-            let default = Arc::clone(&loaded[index].1);
             Ok(Described { components: Arc::new(Components { default, by_operator }), definition })
         })
         .collect()
@@ -130,12 +139,12 @@ pub fn load(
     let chosen: Vec<&Described> = match (names, all.as_slice()) {
         ([], [only]) => vec![only],
         ([], []) => bail!("{} defines no topology", path.display()),
-        ([], _) => bail!("{} defines several topologies ({defined:?}): choose with --topology", path.display()),
+        ([], _) => bail!("{} defines several topologies ({}): choose with --topology", path.display(), json!(defined)),
         (names, all) => names
             .iter()
             .map(|name| match all.iter().find(|d| &d.definition.name == name) {
                 Some(found) => Ok(found),
-                None => bail!("{} defines no topology {name:?} (it defines {defined:?})", path.display()),
+                None => bail!("{} defines no topology {} (it defines {})", path.display(), json!(name), json!(defined)),
             })
             .collect::<Result<_>>()?,
     };

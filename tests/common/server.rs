@@ -28,7 +28,8 @@ impl Drop for Server {
 
 impl Server {
     /// Starts `weir serve` in `dir` (data in `dir/data`, inputs under
-    /// `dir/in`, the token in `dir/token`), with `extra` arguments.
+    /// `dir/in`, the token in `dir/token`), with `extra` arguments, which
+    /// may replace the tests' usual upload limit, poll interval and batch size.
     pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
         std::fs::write(dir.join("token"), TOKEN).unwrap();
         Server::spawn(dir, &[&["--token-file", "token"], extra].concat())
@@ -45,7 +46,12 @@ impl Server {
         let mut child = weir()
             .current_dir(dir)
             .args(["serve", "--data", "data", "--listen", "127.0.0.1:0", "--input-dir", "in"])
-            .args(["--max-upload-mib", "1", "--poll-ms", "50", "--batch-size", "1000"])
+            .args(
+                [("--max-upload-mib", "1"), ("--poll-ms", "50"), ("--batch-size", "1000")]
+                    .into_iter()
+                    .filter(|(flag, _)| !extra.contains(flag))
+                    .flat_map(|(flag, value)| [flag, value]),
+            )
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -17,6 +17,7 @@ const GUESTS: &[(&str, &str)] = &[
     ("test-topologies", "TEST_TOPOLOGIES"),
     ("hostile", "HOSTILE"),
     ("raw-guest", "RAW_GUEST"),
+    ("hostile-topologies", "HOSTILE_TOPOLOGIES"),
     ("unknown-import", "UNKNOWN_IMPORT"),
 ];
 

@@ -20,6 +20,8 @@ pub struct BundleArgs {
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    topology_limits: super::limits::TopologyLimitArgs,
 }
 
 pub fn run(args: BundleArgs) -> Result<()> {
@@ -28,7 +30,7 @@ pub fn run(args: BundleArgs) -> Result<()> {
     // component, and that compilation then serves the run from the cache.
     let engine = runtime::engine(true)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
-    let config = SandboxConfig::default();
+    let config = SandboxConfig { topology: args.topology_limits.limits(), ..SandboxConfig::default() };
     let stem = args.path.file_stem().and_then(|s| s.to_str()).unwrap_or("topology").to_owned();
     let output = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}.weir")));
     let bytes = std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))?;
@@ -55,7 +57,8 @@ pub fn run(args: BundleArgs) -> Result<()> {
     let name = wasm.file_name().and_then(|n| n.to_str()).context("the component's file name")?.to_owned();
     let mut topologies = Vec::new();
     for (_, definition) in described {
-        plan::check_stream(&definition).with_context(|| format!("invalid topology in {}", wasm.display()))?;
+        plan::check_stream(&definition, &config.topology)
+            .with_context(|| format!("invalid topology in {}", wasm.display()))?;
         topologies.push(BundledTopology::single(name.clone(), definition));
     }
     let bundle = Bundle::new(vec![(name.clone(), bytes)], topologies);

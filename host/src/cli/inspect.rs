@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use weir::bindings::WIT_PACKAGE;
 use weir::bundle::{Bundle, BundledTopology, ComponentEntry, Manifest, is_bundle, sha256_hex};
 use weir::config::SandboxConfig;
-use weir::plan::builtin_name;
+use weir::plan::{self, builtin_name};
 use weir::runtime::{self, ComponentCache};
 use weir::spout::SpoutKind;
+use weir::state::rules::kind_name;
 use weir::topology;
 use weir_sdk::topology::{
     AggregatorDef, AggregatorKind, NodeDef, OperationDef, Partitioning, QueryDef, SandboxDef, SpoutDef, TopologyDef,
@@ -25,10 +26,24 @@ pub struct InspectArgs {
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    topology_limits: super::limits::TopologyLimitArgs,
 }
 
-/// The manifest of a bundle, or the one a bundle of this component would have.
+/// The manifest of a bundle, or the one a bundle of this component would
+/// have; its topologies within this host's caps, so that what is shown is
+/// bounded and its names are safe to print.
 fn manifest(args: &InspectArgs) -> Result<Manifest> {
+    let manifest = read_manifest(args)?;
+    let limits = args.topology_limits.limits();
+    for topology in &manifest.topologies {
+        plan::check_limits(&topology.definition, &limits)
+            .with_context(|| format!("{} holds a topology this host refuses", args.path.display()))?;
+    }
+    Ok(manifest)
+}
+
+fn read_manifest(args: &InspectArgs) -> Result<Manifest> {
     let bytes = std::fs::read(&args.path).with_context(|| format!("cannot read {}", args.path.display()))?;
     if is_bundle(&bytes) {
         return Ok(Bundle::from_bytes(&args.path, &bytes)?.manifest);
@@ -42,6 +57,17 @@ fn manifest(args: &InspectArgs) -> Result<Manifest> {
         .collect();
     let component = ComponentEntry { name, size: bytes.len() as u64, sha256: sha256_hex(&bytes) };
     Ok(Manifest { wit: WIT_PACKAGE.to_owned(), components: vec![component], topologies })
+}
+
+/// What a topology's JSON calls `value` (a kind, a partitioning).
+fn name_of(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        Ok(serde_json::Value::Object(fields)) => {
+            fields.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_owned()
+        }
+        _ => String::new(),
+    }
 }
 
 fn fields(names: &[String]) -> String {
@@ -58,7 +84,7 @@ fn spout(def: &SpoutDef) -> String {
         SpoutDef::FileLines { .. } => "file lines (built in)".to_owned(),
         SpoutDef::DirectoryLines { .. } => "directory lines (built in)".to_owned(),
         SpoutDef::Generator { count, .. } => format!("generator of {count} integers (built in)"),
-        SpoutDef::Guest { promise, .. } => format!("guest spout ({promise:?})"),
+        SpoutDef::Guest { promise, .. } => format!("guest spout ({})", name_of(promise)),
         SpoutDef::JetStream(stream) => {
             format!("NATS JetStream stream {}, subjects {} (built in)", stream.stream, stream.subjects.join(", "))
         }
@@ -95,7 +121,7 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
         OperationDef::Project { fields: kept } => fields(kept),
         OperationDef::Partition { by } => match by {
             Partitioning::Fields { fields: by } => format!("by {}", fields(by)),
-            other => format!("{other:?}").to_lowercase(),
+            other => name_of(other),
         },
         OperationDef::Aggregate { group, aggregators, .. } => {
             let all: Vec<String> = aggregators.iter().map(aggregator).collect();
@@ -116,7 +142,8 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
         }
         OperationDef::Merge => String::new(),
         OperationDef::Join { fields: on, kinds, output } => {
-            let on: Vec<String> = on.iter().zip(kinds).map(|(f, k)| format!("{} ({k:?})", fields(f))).collect();
+            let on: Vec<String> =
+                on.iter().zip(kinds).map(|(f, k)| format!("{} ({})", fields(f), name_of(k))).collect();
             format!("on {} -> {}", on.join(" = "), fields(output))
         }
         OperationDef::Extreme { by, .. } => {
@@ -158,7 +185,7 @@ fn describe(manifest: &Manifest) -> String {
         }
         for state in d.states() {
             let cache = state.cache_size.map_or(String::new(), |n| format!(", cache {n} entries"));
-            let _ = writeln!(out, "  state {} ({:?}{cache})", state.name, state.kind);
+            let _ = writeln!(out, "  state {} ({}{cache})", state.name, kind_name(state.kind));
         }
         for query in d.queries() {
             let _ = writeln!(out, "  query {query}");

@@ -37,6 +37,8 @@ pub struct QueryArgs {
     /// ~/.cache/weir].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    topology_limits: super::limits::TopologyLimitArgs,
 }
 
 /// Prints the result tuples as one JSON array of arrays, on the last line.
@@ -60,8 +62,8 @@ fn local(args: &QueryArgs) -> Result<Vec<serde_json::Value>> {
     };
     let engine = runtime::engine(true)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
-    let mut loaded =
-        topology::load(&engine, &cache, &source, std::slice::from_ref(&args.topology), &SandboxConfig::default())?;
+    let config = SandboxConfig { topology: args.topology_limits.limits(), ..SandboxConfig::default() };
+    let mut loaded = topology::load(&engine, &cache, &source, std::slice::from_ref(&args.topology), &config)?;
     let loaded = loaded.pop().context("no topology loaded")?;
     let db = Db::open(data)?;
     let rows = exec::query(&db, &loaded.plan, &OperatorSource::Wasm(loaded.components), &args.query, &args.args)?;

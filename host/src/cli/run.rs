@@ -44,8 +44,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_PENDING as u64, value_parser = clap::value_parser!(u64).range(1..))]
     max_pending: u64,
     /// Instances of each operator that run at once, each over its own
-    /// partition of the batch, where the topology sets no parallelism_hint.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    /// partition of the batch, where the topology sets no parallelism_hint
+    /// (at most --max-parallelism).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     parallelism: u64,
     /// Attempts a failing batch gets before the topology halts.
     #[arg(long, default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
@@ -93,6 +94,8 @@ pub struct RunArgs {
     cache_dir: Option<PathBuf>,
     #[command(flatten)]
     nats: NatsArgs,
+    #[command(flatten)]
+    topology_limits: super::limits::TopologyLimitArgs,
 }
 
 fn progress_bar() -> ProgressBar {
@@ -137,13 +140,23 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         max_output_mib: args.max_output_mib,
         max_output_tuples: args.max_output_tuples,
         allowed_dirs: args.allow_dir.clone(),
+        topology: args.topology_limits.limits(),
     };
+    let max_parallelism = sandbox.topology.max_parallelism;
+    if args.parallelism > u64::from(max_parallelism) {
+        bail!(
+            "--parallelism {} is more than this host allows ({max_parallelism}; see --max-parallelism)",
+            args.parallelism
+        );
+    }
     let engine = runtime::engine(args.max_call_ms > 0)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
     let mut topologies = topology::load(&engine, &cache, &wasm, &args.topology, &sandbox)?;
     if args.parallelism > 1 {
         for loaded in &mut topologies {
-            loaded.plan = Arc::new(loaded.plan.with_parallelism(args.parallelism as usize));
+            let plan = loaded.plan.with_parallelism(args.parallelism as usize);
+            plan.check_parallelism(&sandbox.topology)?;
+            loaded.plan = Arc::new(plan);
         }
     }
     let nats = args.nats.config()?;
@@ -158,6 +171,9 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
+    for loaded in &topologies {
+        db.check_state_kinds(&loaded.plan)?;
+    }
     let loaded_after = started.elapsed();
     for loaded in &topologies {
         topology::remember(&args.data, &loaded.plan.topology, &wasm)?;

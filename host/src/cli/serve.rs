@@ -81,6 +81,8 @@ pub struct ServeArgs {
     cache_dir: Option<PathBuf>,
     #[command(flatten)]
     nats: NatsArgs,
+    #[command(flatten)]
+    topology_limits: super::limits::TopologyLimitArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -107,6 +109,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             max_output_mib: args.max_output_mib,
             max_output_tuples: args.max_output_tuples,
             allowed_dirs: args.allow_dir.clone(),
+            topology: args.topology_limits.limits(),
         },
         run: RunConfig {
             batch_size: args.batch_size.max(1),

@@ -87,8 +87,8 @@ pub fn run(command: StateCommand) -> Result<()> {
             }
         }
         StateCommand::Get { state: args, key } => {
-            let json: serde_json::Value =
-                serde_json::from_str(&key).with_context(|| format!("--key {key:?} is not JSON"))?;
+            let json: serde_json::Value = serde_json::from_str(&key)
+                .with_context(|| format!("--key {} is not JSON", serde_json::Value::from(&key[..])))?;
             let Some(values) = json.as_array() else { bail!("--key must be a JSON array, e.g. '[\"w1\"]'") };
             let key: Vec<Value> = values.iter().map(from_json).collect::<Result<_>>().context("--key")?;
             let db = open(&args)?;

@@ -54,6 +54,12 @@ impl fmt::Display for BatchError {
     }
 }
 
+/// A state's error, in the commit phase: fatal when replaying the batch
+/// cannot cure it (see [`crate::state::StateError`]).
+fn state_failure(operator: &str, message: String, error: &anyhow::Error) -> BatchError {
+    BatchError { operator: operator.to_owned(), retryable: !crate::state::retry_cannot_help(error), message }
+}
+
 fn malformed(operator: &str, what: impl fmt::Display) -> BatchError {
     BatchError::retry(operator, format!("returned a malformed batch: {what}"))
 }
@@ -339,7 +345,7 @@ impl Committer {
         handover: Handover,
     ) -> Result<usize, BatchError> {
         let plan = Arc::clone(&self.plan);
-        let storage = |e: anyhow::Error| BatchError::retry("(state)", format!("{e:#}"));
+        let storage = |e: anyhow::Error| state_failure("(state)", format!("{e:#}"), &e);
         let read = db.begin_read().map_err(storage)?;
         let views = Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true).map_err(storage)?;
         let views = Arc::new(Mutex::new(views));
@@ -353,7 +359,7 @@ impl Committer {
         let committed = result.and_then(|()| {
             db.commit(&plan.stored_as, txid, record, &writes).map_err(|e| {
                 let states: Vec<&str> = plan.states.keys().map(String::as_str).collect();
-                BatchError::retry(&states.join(","), format!("commit failed: {e:#}"))
+                state_failure(&states.join(","), format!("commit failed: {e:#}"), &e)
             })
         });
         match committed {
@@ -411,7 +417,8 @@ pub fn query(
 ) -> anyhow::Result<Vec<Vec<Value>>> {
     let Some((nodes, answer)) = plan.query_nodes(query) else {
         let known: Vec<&String> = plan.queries.keys().collect();
-        anyhow::bail!("topology {} has no query {query:?} (queries: {known:?})", plan.topology);
+        let (query, known) = (serde_json::Value::from(query), serde_json::json!(known));
+        anyhow::bail!("topology {} has no query {query} (queries: {known})", plan.topology);
     };
     let read = db.begin_read()?;
     let mut caches = HashMap::new();

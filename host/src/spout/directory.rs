@@ -1,7 +1,9 @@
 //! The built-in transactional spout over the lines of a directory's files,
 //! file by file in name order. A batch never spans two files; its metadata is
-//! the file's name and the batch's line range. Files added later are read
-//! when their turn comes; a file must not change once written.
+//! the batch's line range and the file's name. Files added later are read
+//! when their turn comes; a file must not change once written, and a run that
+//! resumes in a file that was truncated or replaced halts, as
+//! [`FileLines`] does.
 
 use super::file_lines::{FileLines, LineRange};
 use super::input::{InputDir, InputScope};
@@ -18,18 +20,33 @@ pub struct DirectoryLines {
     open: Option<(String, FileLines)>,
 }
 
+/// The range's span, the file's name, then a NUL and the hash of the
+/// range's tail (a file name holds no NUL: metadata written before the
+/// hash was kept ends with the name).
 fn encode(file: &str, range: &LineRange) -> Vec<u8> {
-    let mut meta = range.encode();
+    let mut meta = range.span().to_vec();
     meta.extend_from_slice(file.as_bytes());
+    if let Some(tail) = range.tail {
+        meta.push(0);
+        meta.extend_from_slice(&tail.to_le_bytes());
+    }
     meta
 }
 
 fn decode(meta: &[u8]) -> Result<(String, LineRange)> {
-    if meta.len() < 24 {
+    let Some((span, rest)) = meta.split_first_chunk::<24>() else {
         bail!("directory metadata has {} bytes, expected at least 24", meta.len());
-    }
-    let (range, file) = meta.split_at(24);
-    Ok((String::from_utf8(file.to_vec())?, LineRange::decode(range)?))
+    };
+    let (file, tail) = match rest.iter().position(|&b| b == 0) {
+        None => (rest, None),
+        Some(at) => {
+            let tail: [u8; 8] = rest[at + 1..]
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("directory metadata has {} bytes after its file name", rest.len() - at))?;
+            (&rest[..at], Some(u64::from_le_bytes(tail)))
+        }
+    };
+    Ok((String::from_utf8(file.to_vec())?, LineRange::from_span(span, tail)))
 }
 
 impl DirectoryLines {
@@ -77,11 +94,13 @@ impl Spout for DirectoryLines {
         SpoutKind::Transactional
     }
 
-    fn emit(&mut self, _txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+    fn emit(&mut self, txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
         let previous = previous.map(decode).transpose()?;
         if let Some((file, range)) = &previous {
             let batch_size = self.batch_size;
-            if let Some((range, batch)) = self.file(file)?.next_batch(range.end, batch_size)? {
+            let lines = self.file(file)?;
+            lines.check_read(range, txid)?;
+            if let Some((range, batch)) = lines.next_batch(range.end, batch_size)? {
                 return Ok(Some(Emitted { meta: encode(file, &range), batch }));
             }
         }
@@ -125,5 +144,24 @@ mod tests {
         let four = spout.emit(4, 0, Some(&three.meta)).unwrap().unwrap();
         assert_eq!(lines(&four.batch), ["Str(\"c1\")"]);
         assert_eq!(spout.replay(2, 1, &two.meta).unwrap().bytes(), two.batch.bytes());
+    }
+
+    #[test]
+    fn metadata_of_an_earlier_release_still_resumes_and_a_replaced_file_halts() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a1\na2\na3\n").unwrap();
+        let mut spout = DirectoryLines::open(dir.path(), 2).unwrap();
+        let one = spout.emit(1, 0, None).unwrap().unwrap();
+        let (file, range) = decode(&one.meta).unwrap();
+        assert_eq!((file.as_str(), range.tail.is_some()), ("a.txt", true));
+        // The earlier layout: the span, then the name.
+        let old = [&range.span()[..], b"a.txt"].concat();
+        assert_eq!(decode(&old).unwrap(), ("a.txt".to_owned(), LineRange { tail: None, ..range }));
+        let next = DirectoryLines::open(dir.path(), 2).unwrap().emit(2, 0, Some(&old)).unwrap().unwrap();
+        assert_eq!(lines(&next.batch), ["Str(\"a3\")"]);
+        std::fs::write(dir.path().join("a.txt"), "b1\nb2\nb3\n").unwrap();
+        let err = DirectoryLines::open(dir.path(), 2).unwrap().emit(2, 0, Some(&one.meta)).err().unwrap();
+        assert!(super::super::input_changed(&err), "{err}");
+        assert!(err.to_string().contains("a.txt changed: bytes 0..6"), "{err}");
     }
 }

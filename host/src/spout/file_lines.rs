@@ -4,13 +4,43 @@
 //! before the batch is processed; a replay reads exactly that range again, so
 //! it emits exactly the same tuples. Lines appended to the file later are
 //! picked up by the next batches.
+//!
+//! A range also keeps a hash of its last bytes. A run that resumes after a
+//! recorded range first checks that the input still holds those bytes there:
+//! an input truncated or replaced since would otherwise be read from the
+//! middle of other lines, or not at all, and the topology would count
+//! nothing without a word. Ranges recorded before the hash was kept (24
+//! bytes of metadata) resume with the size check alone.
 
 use super::{Emitted, InputScope, Spout, SpoutKind};
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
+use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use weir_sdk::codec::{Batch, BatchWriter, ValueRef};
+
+/// Bytes at the end of a range whose hash its metadata keeps.
+const TAIL: u64 = 1024;
+
+/// The input no longer holds what earlier batches read from it: neither a
+/// replay nor a retry can cure it, and the topology halts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputChanged(pub String);
+
+impl fmt::Display for InputChanged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InputChanged {}
+
+/// Whether `error` says that an input changed under batches that read it.
+pub fn input_changed(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| cause.is::<InputChanged>())
+}
 
 /// The lines of a batch: bytes `start..end` of the file, `lines` lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,21 +51,48 @@ pub struct LineRange {
     pub end: u64,
     /// Number of lines.
     pub lines: u64,
+    /// Hash of the range's last bytes (up to 1 KiB); `None` in metadata
+    /// written before it was kept.
+    pub tail: Option<u64>,
 }
 
 impl LineRange {
-    /// The metadata stored for the batch.
-    pub fn encode(&self) -> Vec<u8> {
-        [self.start, self.end, self.lines].iter().flat_map(|n| n.to_le_bytes()).collect()
+    /// The offsets and line count, as the metadata's first 24 bytes.
+    pub(super) fn span(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        for (i, n) in [self.start, self.end, self.lines].into_iter().enumerate() {
+            out[i * 8..i * 8 + 8].copy_from_slice(&n.to_le_bytes());
+        }
+        out
     }
 
-    /// Reads what [`LineRange::encode`] wrote.
+    /// The range of `span` (see [`LineRange::span`]) with `tail`.
+    pub(super) fn from_span(span: &[u8; 24], tail: Option<u64>) -> LineRange {
+        let n = |i: usize| u64::from_le_bytes(span[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        LineRange { start: n(0), end: n(1), lines: n(2), tail }
+    }
+
+    /// The metadata stored for the batch: the span, then the tail's hash.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.span().to_vec();
+        out.extend(self.tail.map(u64::to_le_bytes).into_iter().flatten());
+        out
+    }
+
+    /// Reads what [`LineRange::encode`] wrote, or the 24 bytes of a range
+    /// recorded before the tail's hash was kept.
     pub fn decode(bytes: &[u8]) -> Result<LineRange> {
-        let Ok(bytes) = <[u8; 24]>::try_from(bytes) else {
-            bail!("stored line range has {} bytes, expected 24", bytes.len())
+        let Some((span, tail)) = bytes.split_first_chunk::<24>() else {
+            bail!("stored line range has {} bytes, expected 24 or 32", bytes.len())
         };
-        let n = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        Ok(LineRange { start: n(0), end: n(1), lines: n(2) })
+        let tail = match tail {
+            [] => None,
+            tail => Some(u64::from_le_bytes(
+                tail.try_into()
+                    .map_err(|_| anyhow::anyhow!("stored line range has {} bytes, expected 24 or 32", bytes.len()))?,
+            )),
+        };
+        Ok(LineRange::from_span(span, tail))
     }
 }
 
@@ -46,6 +103,9 @@ pub struct FileLines {
     position: u64,
     line: Vec<u8>,
     batch_size: usize,
+    /// The last range this spout read or checked: what follows it needs no
+    /// check.
+    known: Option<LineRange>,
 }
 
 impl Spout for FileLines {
@@ -53,9 +113,12 @@ impl Spout for FileLines {
         SpoutKind::Transactional
     }
 
-    fn emit(&mut self, _txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
-        let start = previous.map(LineRange::decode).transpose()?.map_or(0, |r| r.end);
-        let batch = self.next_batch(start, self.batch_size)?;
+    fn emit(&mut self, txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+        let previous = previous.map(LineRange::decode).transpose()?;
+        if let Some(previous) = &previous {
+            self.check_read(previous, txid)?;
+        }
+        let batch = self.next_batch(previous.map_or(0, |r| r.end), self.batch_size)?;
         Ok(batch.map(|(range, batch)| Emitted { meta: range.encode(), batch }))
     }
 
@@ -91,7 +154,57 @@ impl FileLines {
             position: 0,
             line: Vec::new(),
             batch_size,
+            known: None,
         }
+    }
+
+    /// Checks that the input still holds `range`, which the batch before
+    /// `txid` read (in this run or an earlier one): a range this spout has
+    /// just read needs no check. The error is an [`InputChanged`].
+    pub fn check_read(&mut self, range: &LineRange, txid: u64) -> Result<()> {
+        if self.known == Some(*range) {
+            return Ok(());
+        }
+        let path = self.path.display().to_string();
+        let size = self.reader.get_ref().metadata()?.len();
+        if size < range.end {
+            bail!(InputChanged(format!(
+                "input {path} holds {size} bytes, fewer than the {} that the batches before txid {txid} read: it \
+                 was truncated or replaced since they were committed (restore it, or start again on a new data dir)",
+                range.end
+            )));
+        }
+        if let Some(tail) = range.tail
+            && self.tail_hash(range)? != tail
+        {
+            bail!(InputChanged(format!(
+                "input {path} changed: bytes {}..{}, the last that the batches before txid {txid} read, are not \
+                 what they were: it was replaced or rewritten since they were committed (restore it, or start \
+                 again on a new data dir)",
+                range.end - range.tail_len(),
+                range.end
+            )));
+        }
+        self.known = Some(*range);
+        Ok(())
+    }
+
+    /// The hash of `range`'s last bytes as the input holds them now; the
+    /// reader is left at the range's end.
+    fn tail_hash(&mut self, range: &LineRange) -> Result<u64> {
+        let len = range.tail_len();
+        let at = range.end - len;
+        if self.position == range.end {
+            // Just read: the tail is usually still in the reader's buffer.
+            self.reader.seek_relative(-(len as i64))?;
+            self.position = at;
+        } else {
+            self.seek(at)?;
+        }
+        let mut tail = vec![0u8; len as usize];
+        self.reader.read_exact(&mut tail).with_context(|| format!("reading input {}", self.path.display()))?;
+        self.position = range.end;
+        Ok(hash(&tail))
     }
 
     fn seek(&mut self, offset: u64) -> Result<()> {
@@ -134,7 +247,9 @@ impl FileLines {
         if writer.rows() == 0 {
             return Ok(None);
         }
-        let range = LineRange { start, end: self.position, lines: writer.rows() as u64 };
+        let mut range = LineRange { start, end: self.position, lines: writer.rows() as u64, tail: None };
+        range.tail = Some(self.tail_hash(&range)?);
+        self.known = Some(range);
         Ok(Some((range, writer.finish_batch())))
     }
 
@@ -143,17 +258,33 @@ impl FileLines {
         self.seek(range.start)?;
         let mut writer = BatchWriter::with_capacity(1, (range.end - range.start) as usize + 16 * range.lines as usize);
         while self.position < range.end && self.push_next_line(&mut writer)? {}
-        if self.position != range.end || writer.rows() as u64 != range.lines {
-            bail!(
+        let changed = self.position != range.end
+            || writer.rows() as u64 != range.lines
+            || range.tail.is_some_and(|tail| self.tail_hash(range).ok() != Some(tail));
+        if changed {
+            bail!(InputChanged(format!(
                 "input {} changed: bytes {}..{} no longer hold the {} lines recorded for this batch",
                 self.path.display(),
                 range.start,
                 range.end,
                 range.lines
-            );
+            )));
         }
+        self.known = Some(*range);
         Ok(writer.finish_batch())
     }
+}
+
+impl LineRange {
+    /// Bytes of the range that its tail's hash covers.
+    fn tail_len(&self) -> u64 {
+        (self.end - self.start).min(TAIL)
+    }
+}
+
+/// The first eight bytes of `bytes`' SHA-256.
+fn hash(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(Sha256::digest(bytes)[..8].try_into().expect("8 bytes"))
 }
 
 /// Appends `line` (read at byte `offset` of the input `path`), less its
@@ -172,6 +303,7 @@ fn push_line(writer: &mut BatchWriter, path: &Path, offset: u64, line: &[u8]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn lines(batch: &Batch<'_>) -> Vec<String> {
         batch.rows().map(|r| r.get(0).map(|v| format!("{v:?}")).unwrap()).collect()
@@ -184,10 +316,10 @@ mod tests {
         std::fs::write(&path, "a b\r\nc\n\nlast").unwrap();
         let mut spout = FileLines::open(&path, 2).unwrap();
         let (first, batch1) = spout.next_batch(0, 2).unwrap().unwrap();
-        assert_eq!(first, LineRange { start: 0, end: 7, lines: 2 });
+        assert_eq!(first, LineRange { start: 0, end: 7, lines: 2, tail: Some(hash(b"a b\r\nc\n")) });
         assert_eq!(lines(&batch1), ["Str(\"a b\")", "Str(\"c\")"]);
         let (second, batch2) = spout.next_batch(first.end, 2).unwrap().unwrap();
-        assert_eq!(second, LineRange { start: 7, end: 12, lines: 2 });
+        assert_eq!(second, LineRange { start: 7, end: 12, lines: 2, tail: Some(hash(b"\nlast")) });
         assert_eq!(lines(&batch2), ["Str(\"\")", "Str(\"last\")"]);
         assert!(spout.next_batch(second.end, 2).unwrap().is_none());
         assert_eq!(spout.read_range(&first).unwrap().bytes(), batch1.bytes());
@@ -236,6 +368,67 @@ mod tests {
         std::fs::write(&path, "one\n").unwrap();
         let err = FileLines::open(&path, 2).unwrap().read_range(&range).unwrap_err();
         assert!(err.to_string().contains("changed"), "{err}");
+    }
+
+    /// `text` in `dir/in.txt`, and the range of its first batch of 2 lines.
+    fn committed(dir: &Path, text: &str) -> (PathBuf, LineRange) {
+        let path = dir.join("in.txt");
+        std::fs::write(&path, text).unwrap();
+        let first = FileLines::open(&path, 2).unwrap().emit(1, 0, None).unwrap().unwrap();
+        (path, LineRange::decode(&first.meta).unwrap())
+    }
+
+    fn resumed(path: &Path, range: &LineRange) -> Result<Option<Emitted>> {
+        FileLines::open(path, 2).unwrap().emit(2, 0, Some(&range.encode()))
+    }
+
+    #[test]
+    fn a_run_resumes_where_the_last_one_stopped_in_a_file_that_grew() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, range) = committed(dir.path(), "one\ntwo\nthree\n");
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"four\n").unwrap();
+        let next = resumed(&path, &range).unwrap().unwrap();
+        assert_eq!(lines(&next.batch), ["Str(\"three\")", "Str(\"four\")"]);
+    }
+
+    #[test]
+    fn an_input_truncated_or_replaced_under_committed_batches_halts_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, range) = committed(dir.path(), "one\ntwo\nthree\n");
+        std::fs::write(&path, "one\n").unwrap();
+        let err = resumed(&path, &range).err().unwrap();
+        assert!(input_changed(&err));
+        let expected = format!(
+            "input {} holds 4 bytes, fewer than the 8 that the batches before txid 2 read: it was truncated or \
+             replaced since they were committed (restore it, or start again on a new data dir)",
+            path.display()
+        );
+        assert_eq!(err.to_string(), expected);
+        // Replaced by other lines at least as long: the same size check
+        // passes, the tail's hash does not.
+        std::fs::write(&path, "uno\ndos\ntres\n").unwrap();
+        let err = resumed(&path, &range).err().unwrap();
+        assert!(input_changed(&err));
+        assert!(err.to_string().contains("changed: bytes 0..8, the last that the batches before txid 2 read"), "{err}");
+        let err = FileLines::open(&path, 2).unwrap().read_range(&range).unwrap_err();
+        assert!(input_changed(&err), "a replay of the range finds the change too: {err}");
+    }
+
+    #[test]
+    fn a_range_recorded_by_an_earlier_release_still_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, range) = committed(dir.path(), "one\ntwo\nthree\n");
+        let old = LineRange { tail: None, ..range };
+        assert_eq!(old.encode(), range.encode()[..24], "24 bytes: offsets and line count");
+        assert_eq!(LineRange::decode(&old.encode()).unwrap(), old);
+        let next = FileLines::open(&path, 2).unwrap().emit(2, 0, Some(&old.encode())).unwrap().unwrap();
+        assert_eq!(lines(&next.batch), ["Str(\"three\")"]);
+        assert_eq!(FileLines::open(&path, 2).unwrap().replay(1, 1, &old.encode()).unwrap().len(), 2);
+        std::fs::write(&path, "one\n").unwrap();
+        let err = FileLines::open(&path, 2).unwrap().emit(2, 0, Some(&old.encode())).err().unwrap();
+        assert!(input_changed(&err), "the size check still holds: {err}");
+        let err = LineRange::decode(&[0; 30]).unwrap_err();
+        assert_eq!(err.to_string(), "stored line range has 30 bytes, expected 24 or 32");
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod input;
 pub mod jetstream;
 
 pub use directory::DirectoryLines;
-pub use file_lines::{FileLines, LineRange};
+pub use file_lines::{FileLines, InputChanged, LineRange, input_changed};
 pub use generator::Generator;
 pub use guest::GuestSpout;
 pub use input::{InputDir, InputScope};

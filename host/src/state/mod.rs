@@ -6,7 +6,11 @@
 //! - `meta/<topology>`: the progress record (last committed txid);
 //! - `meta/<topology>/batches`: per txid, the attempt and the spout's
 //!   metadata, written before the batch is processed so that a replay emits
-//!   exactly the same tuples; pruned below the last committed txid.
+//!   exactly the same tuples; pruned below the last committed txid;
+//! - `meta/<topology>/states`: each state's kind, recorded by the state's
+//!   first commit, so that a topology declaring it with another kind is
+//!   refused when it loads (data dirs written before it have none: the
+//!   stored records' kind stands in).
 //!
 //! A batch's state changes and its progress record commit in one durable
 //! write transaction.
@@ -19,16 +23,126 @@ pub mod rules;
 pub mod table;
 pub mod view;
 
+use crate::plan::Plan;
 use anyhow::{Context, Result, bail};
 use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
-use rules::Stored;
+use rules::{Stored, kind_name};
+use std::fmt;
 use std::path::{Path, PathBuf};
 use table::{ReadTable, WriteTable};
 use view::StateWrites;
 use weir_sdk::codec::Value;
+use weir_sdk::topology::StateKind;
 
 const DB_FILE: &str = "weir.redb";
 const LAST_COMMITTED: &str = "last-committed";
+
+/// What is wrong with a topology's state such that replaying the batch
+/// cannot cure it: the same records meet the same batch again. A batch
+/// failing with one halts its topology at once, and a topology whose
+/// states are of another kind is refused when it loads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The topology declares a state with another kind than its stored
+    /// values have.
+    KindChanged {
+        /// The topology.
+        topology: String,
+        /// The state.
+        state: String,
+        /// The kind of what is stored.
+        stored: StateKind,
+        /// The kind the topology declares.
+        declared: StateKind,
+    },
+    /// A stored value is of another kind than its state's.
+    ValueOfAnotherKind {
+        /// The kind of the value.
+        stored: StateKind,
+        /// The kind of the state.
+        declared: StateKind,
+    },
+    /// A stored value was written by a later batch than the one committing.
+    Ahead {
+        /// The txid stored with the value.
+        stored: u64,
+        /// The batch's txid.
+        txid: u64,
+    },
+    /// The batch is not the one after the last committed.
+    NotNext {
+        /// The batch's txid.
+        txid: u64,
+        /// The last committed txid.
+        last: u64,
+    },
+    /// A stored record cannot be read, or a state cannot hold a record.
+    Malformed(String),
+    /// A partial cannot be combined with the stored value.
+    Combine(String),
+    /// The topology has no such state.
+    NoState {
+        /// The topology.
+        topology: String,
+        /// The state asked for.
+        state: String,
+        /// The states it has.
+        present: Vec<String>,
+    },
+    /// The data dir holds no such topology.
+    NoTopology {
+        /// The topology asked for.
+        topology: String,
+        /// The topologies it holds.
+        present: Vec<String>,
+    },
+}
+
+impl fmt::Display for StateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |names: &[String]| if names.is_empty() { "none".to_owned() } else { names.join(", ") };
+        match self {
+            StateError::KindChanged { topology, state, stored, declared } => write!(
+                f,
+                "topology {topology}: state {state} holds {} values, but the topology declares it {}: a state \
+                 keeps the kind it was first committed with (run the topology under another name or on another \
+                 data dir)",
+                kind_name(*stored),
+                kind_name(*declared)
+            ),
+            StateError::ValueOfAnotherKind { stored, declared } => write!(
+                f,
+                "the stored value is {} state, the topology declares {}",
+                kind_name(*stored),
+                kind_name(*declared)
+            ),
+            StateError::Ahead { stored, txid } => write!(
+                f,
+                "stored txid {stored} is ahead of batch txid {txid}: this state was written by a later batch than \
+                 the one being committed, so applying it could count twice"
+            ),
+            StateError::NotNext { txid, last } => {
+                write!(f, "cannot commit txid {txid}: the last committed txid is {last}")
+            }
+            StateError::Malformed(what) | StateError::Combine(what) => f.write_str(what),
+            StateError::NoState { topology, state, present } => {
+                write!(f, "topology {topology} has no state {state} (its states: {})", list(present))
+            }
+            StateError::NoTopology { topology, present } => {
+                write!(f, "this data dir holds no topology {topology} (it holds: {})", list(present))
+            }
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
+
+/// Whether replaying a batch that failed with `error` cannot succeed:
+/// somewhere in its chain is a [`StateError`].
+pub fn retry_cannot_help(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| cause.is::<StateError>())
+}
 
 /// The host's database.
 pub struct Db {
@@ -77,6 +191,14 @@ fn meta_table(topology: &str) -> String {
 
 fn batches_table(topology: &str) -> String {
     format!("meta/{topology}/batches")
+}
+
+fn kinds_table(topology: &str) -> String {
+    format!("meta/{topology}/states")
+}
+
+fn kinds_def(name: &str) -> TableDefinition<'_, &'static str, &'static str> {
+    TableDefinition::new(name)
 }
 
 fn deployments_def() -> TableDefinition<'static, &'static str, &'static [u8]> {
@@ -168,11 +290,20 @@ impl Db {
             let mut meta = txn.open_table(meta_def(&meta_name))?;
             let last = meta.get(LAST_COMMITTED)?.map_or(0, |v| v.value());
             if txid != last + 1 {
-                bail!("cannot commit txid {txid} of topology {topology}: the last committed txid is {last}");
+                return Err(
+                    anyhow::Error::new(StateError::NotNext { txid, last }).context(format!("topology {topology}"))
+                );
             }
             let mut encoded = Vec::with_capacity(32);
+            let kinds_name = kinds_table(topology);
+            let mut kinds = txn.open_table(kinds_def(&kinds_name))?;
             for write in writes {
                 let in_state = || format!("state {}", write.state);
+                let kind =
+                    write.combines.as_ref().map(|c| c.kind).or_else(|| write.records.first().map(|r| r.1.kind()));
+                if let Some(kind) = kind {
+                    record_kind(&mut kinds, topology, &write.state, kind)?;
+                }
                 let name = state_table(topology, &write.state);
                 let counts = table::holds_counts(write.combines.as_ref());
                 let mut table = WriteTable::open(&txn, &name, counts).with_context(in_state)?;
@@ -194,6 +325,46 @@ impl Db {
         Ok(written)
     }
 
+    /// Refuses `plan` when it declares a state of its topology with another
+    /// kind than the state's stored values have: its commits would meet
+    /// values they cannot build on. Checked when a topology loads, before
+    /// anything runs; the error is a [`StateError::KindChanged`].
+    pub fn check_state_kinds(&self, plan: &Plan) -> Result<()> {
+        let txn = self.db.begin_read()?;
+        let topology = &plan.stored_as;
+        let kinds_name = kinds_table(topology);
+        let kinds = match txn.open_table(kinds_def(&kinds_name)) {
+            Ok(table) => Some(table),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        for (state, def) in &plan.states {
+            let recorded = match &kinds {
+                Some(table) => {
+                    table.get(state.as_str())?.map(|kind| parse_kind(topology, state, kind.value())).transpose()?
+                }
+                None => None,
+            };
+            let stored = match recorded {
+                Some(kind) => Some(kind),
+                // Written before kinds were recorded: its first record says.
+                None => match ReadTable::open(&txn, &state_table(topology, state))? {
+                    Some(table) => table.first_kind().with_context(|| format!("topology {topology}, state {state}"))?,
+                    None => None,
+                },
+            };
+            if let Some(stored) = stored.filter(|&stored| stored != def.kind) {
+                bail!(StateError::KindChanged {
+                    topology: topology.clone(),
+                    state: state.clone(),
+                    stored,
+                    declared: def.kind
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Every key of a state with its stored value, sorted by key.
     pub fn scan(&self, topology: &str, state: &str) -> Result<Vec<(Vec<Value>, Stored)>> {
         let txn = self.db.begin_read()?;
@@ -212,13 +383,15 @@ impl Db {
     }
 
     fn open_state(&self, txn: &redb::ReadTransaction, topology: &str, state: &str, name: &str) -> Result<ReadTable> {
-        match ReadTable::open(txn, name)? {
-            Some(table) => Ok(table),
-            None => {
-                let known = self.states(topology)?;
-                bail!("topology {topology} has no state {state} in {} (states: {known:?})", self.path.display())
-            }
+        if let Some(table) = ReadTable::open(txn, name)? {
+            return Ok(table);
         }
+        let present = self.topologies()?;
+        if !present.iter().any(|t| t == topology) {
+            bail!(StateError::NoTopology { topology: topology.to_owned(), present });
+        }
+        let present = self.states(topology)?;
+        bail!(StateError::NoState { topology: topology.to_owned(), state: state.to_owned(), present })
     }
 
     /// Saves a served topology's deployment record, durably.
@@ -252,10 +425,10 @@ impl Db {
         txn.open_table(deployments_def())?.remove(name)?;
         if drop_state {
             let states = format!("state/{name}/");
-            let (meta, batches) = (meta_table(name), batches_table(name));
+            let meta = [meta_table(name), batches_table(name), kinds_table(name)];
             let doomed: Vec<_> = txn
                 .list_tables()?
-                .filter(|t| t.name().starts_with(&states) || t.name() == meta || t.name() == batches)
+                .filter(|t| t.name().starts_with(&states) || meta.iter().any(|m| m == t.name()))
                 .collect();
             for table in doomed {
                 txn.delete_table(table)?;
@@ -271,11 +444,194 @@ impl Db {
         let prefix = format!("state/{topology}/");
         Ok(txn.list_tables()?.filter_map(|t| t.name().strip_prefix(&prefix).map(str::to_owned)).collect())
     }
+
+    /// Names of the topologies this data dir holds anything of (state,
+    /// progress or a recorded batch), sorted.
+    pub fn topologies(&self) -> Result<Vec<String>> {
+        let txn = self.db.begin_read()?;
+        let mut names: Vec<String> = txn
+            .list_tables()?
+            .filter_map(|t| {
+                let name = t.name();
+                let rest = name.strip_prefix("state/").or_else(|| name.strip_prefix("meta/"))?;
+                Some(rest.split('/').next().unwrap_or(rest).to_owned())
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
 }
 
+/// Records that `state` of `topology` holds values of `kind`, in its first
+/// commit; a commit of another kind is refused.
+fn record_kind(
+    kinds: &mut redb::Table<'_, &'static str, &'static str>,
+    topology: &str,
+    state: &str,
+    kind: StateKind,
+) -> Result<()> {
+    let recorded = kinds.get(state)?.map(|k| parse_kind(topology, state, k.value())).transpose()?;
+    match recorded {
+        None => {
+            kinds.insert(state, kind_name(kind))?;
+        }
+        Some(stored) if stored != kind => bail!(StateError::KindChanged {
+            topology: topology.to_owned(),
+            state: state.to_owned(),
+            stored,
+            declared: kind
+        }),
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+fn parse_kind(topology: &str, state: &str, name: &str) -> Result<StateKind> {
+    rules::kind_named(name).ok_or_else(|| {
+        let name = serde_json::to_string(name).unwrap_or_default();
+        StateError::Malformed(format!("topology {topology}: state {state} is recorded with an unknown kind {name}"))
+            .into()
+    })
+}
+
+/// An encoded key for messages: its values as a JSON array (the bytes
+/// themselves, as `{"bytes": ...}`, if they do not decode).
 pub(crate) fn describe_key(key: &[u8]) -> String {
-    match keys::decode(key) {
-        Ok(values) => format!("{values:?}"),
-        Err(_) => format!("{key:?}"),
+    let json = match keys::decode(key) {
+        Ok(values) => serde_json::Value::Array(values.iter().map(crate::json::to_json).collect()),
+        Err(_) => crate::json::to_json(&Value::Bytes(key.to_vec())),
+    };
+    json.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SandboxConfig;
+    use crate::state::view::Combines;
+    use weir_sdk::operator::Builtin;
+    use weir_sdk::topology::TopologyDef;
+
+    /// A plan of topology `t` counting lines into `counts` of `kind`.
+    fn plan(kind: StateKind) -> Plan {
+        let kind = serde_json::to_string(&kind).unwrap();
+        let def: TopologyDef = serde_json::from_str(&format!(
+            r#"{{"name":"t","nodes":[
+                {{"id":"spout","op":{{"op":"spout","spout":{{"kind":"file-lines","field":"line"}}}}}},
+                {{"id":"count","inputs":[0],"op":{{"op":"persistent-aggregate",
+                  "state":{{"name":"counts","kind":{kind}}},"group":["line"],
+                  "aggregator":{{"id":"count","kind":{{"kind":"builtin","name":"count"}},"input":[],"output":["count"]}}}}}}]}}"#
+        ))
+        .unwrap();
+        crate::plan::plan(&def, &SandboxConfig::default()).unwrap()
+    }
+
+    fn key(word: &str) -> Vec<u8> {
+        keys::encode([weir_sdk::codec::ValueRef::Str(word)])
+    }
+
+    fn counts(kind: StateKind) -> Vec<StateWrites> {
+        let partials = [(key("a"), Value::I64(1))].into_iter().collect();
+        vec![StateWrites {
+            state: "counts".into(),
+            records: Vec::new(),
+            combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
+        }]
+    }
+
+    fn record() -> BatchRecord {
+        BatchRecord { attempt: 0, spout: Vec::new() }
+    }
+
+    fn kind_changed(stored: StateKind, declared: StateKind) -> StateError {
+        StateError::KindChanged { topology: "t".into(), state: "counts".into(), stored, declared }
+    }
+
+    #[test]
+    fn a_state_keeps_the_kind_of_its_first_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        db.check_state_kinds(&plan(StateKind::Opaque)).unwrap();
+        db.commit("t", 1, &record(), &counts(StateKind::Transactional)).unwrap();
+        db.check_state_kinds(&plan(StateKind::Transactional)).unwrap();
+        for other in [StateKind::Opaque, StateKind::NonTransactional] {
+            let err = db.check_state_kinds(&plan(other)).unwrap_err();
+            assert_eq!(err.downcast_ref::<StateError>(), Some(&kind_changed(StateKind::Transactional, other)));
+        }
+        let err = db.check_state_kinds(&plan(StateKind::Opaque)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "topology t: state counts holds transactional values, but the topology declares it opaque: a state \
+             keeps the kind it was first committed with (run the topology under another name or on another data dir)"
+        );
+        // A commit of another kind is refused too, as one a replay cannot cure.
+        let err = db.commit("t", 2, &record(), &counts(StateKind::Opaque)).unwrap_err();
+        assert!(retry_cannot_help(&err), "{err:#}");
+        assert_eq!(err.downcast_ref::<StateError>(), Some(&kind_changed(StateKind::Transactional, StateKind::Opaque)));
+        assert_eq!(db.progress("t").unwrap().last_committed, 1);
+    }
+
+    #[test]
+    fn a_data_dir_written_before_kinds_were_recorded_is_judged_by_its_records() {
+        for (kind, layout) in [(StateKind::Transactional, "counts"), (StateKind::Opaque, "records")] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = Db::open(dir.path()).unwrap();
+            db.commit("t", 1, &record(), &counts(kind)).unwrap();
+            let txn = db.db.begin_write().unwrap();
+            assert!(txn.delete_table(kinds_def(&kinds_table("t"))).unwrap(), "{layout}: the kinds were recorded");
+            txn.commit().unwrap();
+            db.check_state_kinds(&plan(kind)).unwrap();
+            let other = if kind == StateKind::Opaque { StateKind::Transactional } else { StateKind::Opaque };
+            let err = db.check_state_kinds(&plan(other)).unwrap_err();
+            assert_eq!(err.downcast_ref::<StateError>(), Some(&kind_changed(kind, other)), "{layout}");
+            // The next commit records the kind.
+            db.commit("t", 2, &record(), &counts(kind)).unwrap();
+            let txn = db.begin_read().unwrap();
+            let kinds = txn.open_table(kinds_def(&kinds_table("t"))).unwrap();
+            assert_eq!(kinds.get("counts").unwrap().unwrap().value(), kind_name(kind));
+        }
+    }
+
+    #[test]
+    fn a_commit_out_of_order_cannot_be_cured_by_a_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let err = db.commit("t", 2, &record(), &[]).unwrap_err();
+        assert!(retry_cannot_help(&err));
+        assert_eq!(format!("{err:#}"), "topology t: cannot commit txid 2: the last committed txid is 0");
+    }
+
+    #[test]
+    fn reading_a_missing_topology_or_state_names_what_there_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let err = db.scan("t", "counts").unwrap_err();
+        assert_eq!(err.to_string(), "this data dir holds no topology t (it holds: none)");
+        db.commit("t", 1, &record(), &counts(StateKind::Transactional)).unwrap();
+        db.record_batch("u", 1, &record()).unwrap();
+        assert_eq!(db.topologies().unwrap(), ["t", "u"]);
+        let err = db.get("nope", "counts", &[Value::from("a")]).unwrap_err();
+        assert_eq!(err.to_string(), "this data dir holds no topology nope (it holds: t, u)");
+        let err = db.scan("t", "words").unwrap_err();
+        assert_eq!(err.to_string(), "topology t has no state words (its states: counts)");
+        let err = db.scan("u", "counts").unwrap_err();
+        assert_eq!(err.to_string(), "topology u has no state counts (its states: none)");
+    }
+
+    #[test]
+    fn dropping_a_topologys_state_drops_its_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        db.commit("t", 1, &record(), &counts(StateKind::Transactional)).unwrap();
+        db.forget_deployment("t", true).unwrap();
+        assert!(db.topologies().unwrap().is_empty());
+        db.check_state_kinds(&plan(StateKind::Opaque)).unwrap();
+    }
+
+    #[test]
+    fn keys_in_messages_are_json() {
+        assert_eq!(describe_key(&key("a\"b")), r#"["a\"b"]"#);
+        assert_eq!(describe_key(&[0xff, 0x00]), r#"{"bytes":"ff00"}"#);
     }
 }

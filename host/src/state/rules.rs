@@ -10,7 +10,7 @@
 //!
 //! A stored txid ahead of the batch's is an error, never a silent double count.
 
-use super::compact;
+use super::{StateError, compact};
 use anyhow::{Result, bail};
 use weir_sdk::codec::{self, Value, ValueRef};
 use weir_sdk::topology::StateKind;
@@ -106,8 +106,13 @@ impl Stored {
         }
     }
 
-    /// Reads what [`Stored::encode`] wrote, or a value of the legacy layout.
+    /// Reads what [`Stored::encode`] wrote, or a value of the legacy layout;
+    /// the error is a [`StateError::Malformed`]: reading it again cannot help.
     pub fn decode(bytes: &[u8]) -> Result<Stored> {
+        Self::decode_fields(bytes).map_err(|e| StateError::Malformed(format!("unreadable stored value: {e:#}")).into())
+    }
+
+    fn decode_fields(bytes: &[u8]) -> Result<Stored> {
         let Some((&tag, rest)) = bytes.split_first() else { bail!("empty stored value") };
         let fields = match tag {
             TAG_TRANSACTIONAL | TAG_OPAQUE | TAG_PLAIN => Fields { legacy: false },
@@ -159,16 +164,29 @@ impl Fields {
     }
 }
 
+/// A state kind's name, as topologies write it.
+pub fn kind_name(kind: StateKind) -> &'static str {
+    match kind {
+        StateKind::Transactional => "transactional",
+        StateKind::Opaque => "opaque",
+        StateKind::NonTransactional => "non-transactional",
+    }
+}
+
+/// The state kind named `name` (see [`kind_name`]).
+pub fn kind_named(name: &str) -> Option<StateKind> {
+    [StateKind::Transactional, StateKind::Opaque, StateKind::NonTransactional]
+        .into_iter()
+        .find(|&kind| kind_name(kind) == name)
+}
+
 /// A stored value of one kind of state met a topology that declares another.
 pub fn kind_mismatch(stored: StateKind, declared: StateKind) -> anyhow::Error {
-    anyhow::anyhow!("the stored value is {stored:?} state, the topology declares {declared:?}")
+    StateError::ValueOfAnotherKind { stored, declared }.into()
 }
 
 fn ahead(stored: u64, txid: u64) -> anyhow::Error {
-    anyhow::anyhow!(
-        "stored txid {stored} is ahead of batch txid {txid}: this state was written by a later batch \
-         than the one being committed, so applying it could count twice"
-    )
+    StateError::Ahead { stored, txid }.into()
 }
 
 /// What a batch with `txid` does to `stored`, for a state of `kind`.
@@ -324,6 +342,7 @@ mod tests {
         for (kind, stored) in [(StateKind::Transactional, tx(1, 5)), (StateKind::Opaque, opaque(1, None, 5))] {
             let err = apply(kind, Some(&stored), 4, plus(1)).unwrap_err();
             assert!(err.to_string().contains("stored txid 5 is ahead of batch txid 4"), "{err}");
+            assert!(super::super::retry_cannot_help(&err));
         }
     }
 
@@ -337,7 +356,12 @@ mod tests {
     #[test]
     fn a_value_of_another_kind_is_refused() {
         let err = apply(StateKind::Opaque, Some(&tx(1, 1)), 2, plus(1)).unwrap_err();
-        assert!(err.to_string().contains("Transactional"), "{err}");
+        assert_eq!(
+            err.downcast_ref::<StateError>(),
+            Some(&StateError::ValueOfAnotherKind { stored: StateKind::Transactional, declared: StateKind::Opaque })
+        );
+        assert_eq!(err.to_string(), "the stored value is transactional state, the topology declares opaque");
+        assert!(super::super::retry_cannot_help(&err.context("state counts")));
     }
 
     #[test]
@@ -346,7 +370,9 @@ mod tests {
             assert_eq!(Stored::decode(&stored.encode()).unwrap(), stored);
         }
         assert_eq!(tx(3, 7).encode(), [TAG_TRANSACTIONAL, 7, 3, 6], "a small count at rest takes four bytes");
-        assert!(Stored::decode(&[9]).is_err());
+        let err = Stored::decode(&[9]).unwrap_err();
+        assert_eq!(err.to_string(), "unreadable stored value: unknown stored value tag 9");
+        assert!(super::super::retry_cannot_help(&err));
         assert!(Stored::decode(&[1, 0]).is_err());
         assert!(Stored::decode(&[TAG_TRANSACTIONAL, 7, 3, 6, 0]).is_err(), "trailing bytes");
     }

@@ -9,6 +9,7 @@
 //! redb records it as the table's value type, so readers open either. The
 //! counts layout also compares its keys a word at a time ([`StateKey`]).
 
+use super::StateError;
 use super::rules::{self, Stored};
 use super::view::Combines;
 use anyhow::{Context, Result, bail};
@@ -147,6 +148,17 @@ impl ReadTable {
         }
     }
 
+    /// The kind of the first record, `None` when there is none.
+    pub fn first_kind(&self) -> Result<Option<StateKind>> {
+        match self {
+            ReadTable::Records(table) => match table.first()? {
+                Some((_, value)) => Ok(Some(Stored::decode(value.value())?.kind())),
+                None => Ok(None),
+            },
+            ReadTable::Counts(table) => Ok(table.first()?.map(|_| StateKind::Transactional)),
+        }
+    }
+
     /// Every key with its record, sorted by key.
     pub fn entries(&self) -> Result<Vec<(Vec<u8>, Stored)>> {
         let mut out = Vec::new();
@@ -206,7 +218,11 @@ impl<'t> WriteTable<'t> {
             }
             WriteTable::Counts(table) => {
                 let Some(count) = count_of(stored) else {
-                    bail!("this state holds transactional counts, and {stored:?} is not one");
+                    bail!(StateError::Malformed(format!(
+                        "this state holds transactional counts, and the {} value {} is not one",
+                        rules::kind_name(stored.kind()),
+                        crate::json::to_json(stored.value())
+                    )));
                 };
                 table.insert(key, count)?;
             }
@@ -224,8 +240,12 @@ impl<'t> WriteTable<'t> {
         let mut written = 0;
         for (key, partial) in combines.partials.iter() {
             let context = || format!("key {}", super::describe_key(key));
+            // The same stored value and partial fail the same way again.
             let value_for = |base: Option<Value>| match base {
-                Some(base) => Ok(combines.builtin.combine(base, partial.clone())?),
+                Some(base) => combines
+                    .builtin
+                    .combine(base, partial.clone())
+                    .map_err(|e| StateError::Combine(format!("cannot combine the batch's partial: {e}")).into()),
                 None => Ok(partial.clone()),
             };
             match self {
@@ -255,7 +275,7 @@ impl<'t> WriteTable<'t> {
                         None => None,
                     };
                     let Value::I64(count) = value_for(base).with_context(context)? else {
-                        bail!("{}: the new value is not a count", context());
+                        bail!(StateError::Malformed(format!("{}: the new value is not a count", context())));
                     };
                     if guard.map(|mut g| g.insert((txid, count))).transpose()?.is_none() {
                         table.insert(key, (txid, count))?;
@@ -345,16 +365,28 @@ mod tests {
         // state, and nothing of its batch is stored.
         let stray = StateWrites {
             state: "counts".into(),
-            records: vec![(key("a"), Stored::Plain(Value::from("x")))],
+            records: vec![(key("a"), Stored::Transactional { txid: 3, value: Value::from("x") })],
             combines: None,
         };
         let err = commit(&db, 3, &[stray]).unwrap_err();
-        assert!(format!("{err:#}").contains("state counts") && format!("{err:#}").contains("not one"), "{err:#}");
+        assert_eq!(
+            format!("{err:#}"),
+            "state counts: this state holds transactional counts, and the transactional value \"x\" is not one"
+        );
+        assert!(crate::state::retry_cannot_help(&err));
+        let err = commit(&db, 3, &count_writes(StateKind::Opaque, &[("a", 1)])).unwrap_err();
+        assert!(format!("{err:#}").contains("state counts holds transactional values"), "{err:#}");
+        // Without the recorded kind (a data dir of an earlier release), the
+        // table's layout refuses it.
+        let txn = db.db.begin_write().unwrap();
+        txn.delete_table(TableDefinition::<&str, &str>::new("meta/t/states")).unwrap();
+        txn.commit().unwrap();
         let err = commit(&db, 3, &count_writes(StateKind::Opaque, &[("a", 1)])).unwrap_err();
         assert!(
-            format!("{err:#}").contains("the stored value is Transactional state, the topology declares Opaque"),
+            format!("{err:#}").contains("the stored value is transactional state, the topology declares opaque"),
             "{err:#}"
         );
+        assert!(crate::state::retry_cannot_help(&err));
         assert_eq!(db.progress("t").unwrap().last_committed, 2);
         assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
     }

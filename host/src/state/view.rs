@@ -144,8 +144,13 @@ impl Views {
     }
 
     fn view(&mut self, state: &str) -> Result<&mut View> {
-        let topology = &self.topology;
-        self.states.get_mut(state).with_context(|| format!("topology {topology} has no state {state}"))
+        let (topology, states) = (&self.topology, &mut self.states);
+        if !states.contains_key(state) {
+            let mut present: Vec<String> = states.keys().cloned().collect();
+            present.sort();
+            bail!(super::StateError::NoState { topology: topology.clone(), state: state.to_owned(), present });
+        }
+        Ok(states.get_mut(state).expect("present"))
     }
 
     /// The committed record of `key`.

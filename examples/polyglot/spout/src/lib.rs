@@ -69,7 +69,7 @@ pub fn topology() -> Topology {
         .each(["sentence"], InPython, ["word"])
         .name("split")
         .group_by(["word"])
-        .persistent_aggregate(State::transactional("counts"), InJavaScript, ["count"])
+        .persistent_aggregate_over(State::transactional("counts"), ["word"], InJavaScript, ["count"])
         .name("count")
         .build()
 }

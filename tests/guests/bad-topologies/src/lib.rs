@@ -24,6 +24,18 @@ impl StateUpdater for Nothing {
     }
 }
 
+impl CombinerAggregator for Nothing {
+    fn init(&self, _tuple: &Tuple<'_>) -> Result<Value, Error> {
+        Ok(Value::I64(1))
+    }
+    fn combine(&self, a: Value, _b: Value) -> Result<Value, Error> {
+        Ok(a)
+    }
+    fn zero(&self) -> Value {
+        Value::I64(0)
+    }
+}
+
 impl Aggregator for Nothing {
     type State = ();
     fn init(&self, _info: &BatchInfo, _out: &mut Emitter<'_>) -> Result<(), Error> {
@@ -81,7 +93,44 @@ fn topologies() -> Vec<Topology> {
     stream.group_by(["line"]).persistent_aggregate(State::transactional("shared"), Count, ["count"]).name("per-line");
     stream.persistent_aggregate(State::transactional("shared"), Count, ["count"]).name("overall");
 
+    // Names a host must not take into table names, file names, logs and
+    // metrics labels.
+    let quoted = lines("quote\"d");
+    quoted.new_stream(FileLines::new("line")).group_by(["line"]).persistent_aggregate(
+        State::transactional("counts"),
+        Count,
+        ["count"],
+    );
+    let spaced = lines("space-in-operator");
+    let stream = spaced.new_stream(FileLines::new("line")).each(["line"], Nothing, ["x"]).name("split words");
+    stream.group_by(["x"]).persistent_aggregate(State::transactional("counts"), Count, ["count"]);
+    let newline = lines("newline-in-field");
+    newline.new_stream(FileLines::new("line\nbreak")).group_by(["line\nbreak"]).persistent_aggregate(
+        State::transactional("counts"),
+        Count,
+        ["count"],
+    );
+    let slash = lines("slash-in-state");
+    slash.new_stream(FileLines::new("line")).group_by(["line"]).persistent_aggregate(
+        State::transactional("a/b"),
+        Count,
+        ["count"],
+    );
+
+    // A combiner whose init sees no field can only count.
+    let fieldless = lines("fieldless-combiner");
+    fieldless
+        .new_stream(FileLines::new("line"))
+        .group_by(["line"])
+        .persistent_aggregate(State::transactional("counts"), Nothing, ["count"])
+        .name("count-lines");
+
     vec![
+        quoted.build(),
+        spaced.build(),
+        newline.build(),
+        slash.build(),
+        fieldless.build(),
         unknown_field.build(),
         after_map.build(),
         unknown_projected.build(),

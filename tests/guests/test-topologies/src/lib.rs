@@ -209,7 +209,16 @@ fn topologies() -> Vec<Topology> {
             State::transactional("counts"),
             Count,
         ),
-        word_count("guest-count", Split::default(), State::transactional("counts"), GuestCount),
+        // A guest combiner reads the field it counts: one whose init saw
+        // no field could only count, which the built-in does in the host.
+        Topology::new("guest-count")
+            .new_stream(FileLines::new("sentence"))
+            .each(["sentence"], Split::default(), ["word"])
+            .name("split")
+            .group_by(["word"])
+            .persistent_aggregate_over(State::transactional("counts"), ["word"], GuestCount, ["count"])
+            .name("count")
+            .build(),
         word_count(
             "chatty-word-count",
             Split { chatty: true, ..Split::default() },
