@@ -19,13 +19,17 @@ use weir_sdk::topology::StateDef;
 /// Entries cached per state when the topology does not say.
 pub const DEFAULT_CACHE_SIZE: usize = 100_000;
 
+/// Keys are what guests and inputs chose: a hash seeded per map, so that
+/// no one can choose keys that all collide.
+type CacheMap = HashMap<Vec<u8>, Option<Stored>, foldhash::fast::RandomState>;
+
 /// Committed values of one state, the most recently used kept: two
 /// generations, the older dropped whole when the newer fills up, so that
 /// an entry read or written within the last `capacity / 2` uses stays.
 pub struct StateCache {
     half: usize,
-    recent: HashMap<Vec<u8>, Option<Stored>, rustc_hash::FxBuildHasher>,
-    older: HashMap<Vec<u8>, Option<Stored>, rustc_hash::FxBuildHasher>,
+    recent: CacheMap,
+    older: CacheMap,
 }
 
 impl StateCache {
