@@ -5,6 +5,7 @@ mod client;
 mod delete;
 mod deploy;
 mod inspect;
+mod limits;
 mod logs;
 mod new;
 mod ps;

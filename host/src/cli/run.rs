@@ -80,6 +80,9 @@ pub struct RunArgs {
     /// no filesystem at all.
     #[arg(long)]
     allow_dir: Vec<PathBuf>,
+    /// Limits on what guests may read and write through states and log.
+    #[command(flatten)]
+    hold: super::limits::HoldLimitArgs,
     /// Also write the run's figures (per topology: batches, tuples, wall
     /// time, time to the first processed batch, commit latency p50/p99) to
     /// this file, as JSON.
@@ -133,6 +136,8 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         max_output_mib: args.max_output_mib,
         max_output_tuples: args.max_output_tuples,
         allowed_dirs: args.allow_dir.clone(),
+        state: args.hold.state(),
+        log: args.hold.log(),
     };
     let engine = runtime::engine(args.max_call_ms > 0)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));

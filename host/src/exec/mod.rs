@@ -341,7 +341,9 @@ impl Committer {
         let plan = Arc::clone(&self.plan);
         let storage = |e: anyhow::Error| BatchError::retry("(state)", format!("{e:#}"));
         let read = db.begin_read().map_err(storage)?;
-        let views = Views::new(&read, &plan.topology, &plan.states, &mut self.caches, txid, true).map_err(storage)?;
+        let views =
+            Views::new(&read, &plan.topology, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
+                .map_err(storage)?;
         let views = Arc::new(Mutex::new(views));
         let result = self.run_nodes(&plan, txid, record.attempt, &views, handover);
         let views = Arc::try_unwrap(views)
@@ -415,7 +417,7 @@ pub fn query(
     };
     let read = db.begin_read()?;
     let mut caches = HashMap::new();
-    let views = Views::new(&read, &plan.topology, &plan.states, &mut caches, u64::MAX, false)?;
+    let views = Views::new(&read, &plan.topology, &plan.states, &mut caches, u64::MAX, false, &plan.sandboxes.state)?;
     let views = Arc::new(Mutex::new(views));
     let mut operators = instances(plan, source);
     let last = db.progress(&plan.topology)?.last_committed;

@@ -5,10 +5,12 @@
 //!
 //! Queries use the same view, read-only, over what is committed.
 
+use super::budget::{Access, Overrun, Usage};
 use super::keyed::KeyedValues;
 use super::keys;
 use super::rules::{self, Step, Stored};
 use super::table::ReadTable;
+use crate::config::{StateLimits, StateQuota};
 use anyhow::{Context, Result, bail};
 use redb::ReadTransaction;
 use std::collections::{BTreeMap, HashMap};
@@ -112,6 +114,9 @@ pub struct Views {
     txid: u64,
     writable: bool,
     states: HashMap<String, View>,
+    limits: StateLimits,
+    /// What the batch's guests read and wrote so far.
+    usage: Usage,
 }
 
 /// What a batch wrote to one state, ready to store.
@@ -127,6 +132,7 @@ pub struct StateWrites {
 impl Views {
     /// Views over `read` (a snapshot of what is committed) for batch `txid`;
     /// `caches` holds each state's cache, taken back by [`Views::finish`].
+    /// Guests read and write through them within `limits`.
     pub fn new(
         read: &ReadTransaction,
         topology: &str,
@@ -134,6 +140,7 @@ impl Views {
         caches: &mut HashMap<String, StateCache>,
         txid: u64,
         writable: bool,
+        limits: &StateLimits,
     ) -> Result<Views> {
         let mut views = HashMap::new();
         for (name, def) in states {
@@ -144,7 +151,25 @@ impl Views {
             views
                 .insert(name.clone(), View { def: def.clone(), table, cache, writes: BTreeMap::new(), combines: None });
         }
-        Ok(Views { topology: topology.to_owned(), txid, writable, states: views })
+        Ok(Views {
+            topology: topology.to_owned(),
+            txid,
+            writable,
+            states: views,
+            limits: *limits,
+            usage: Usage::default(),
+        })
+    }
+
+    /// What one guest call may read and write.
+    pub fn call_quota(&self) -> &StateQuota {
+        &self.limits.per_call
+    }
+
+    /// Counts a guest's read or write of one entry of `bytes` against the
+    /// batch's quota.
+    pub fn charge(&mut self, access: Access, bytes: u64) -> Result<(), Overrun> {
+        self.usage.charge(&self.limits.per_batch, access, bytes)
     }
 
     fn view(&mut self, state: &str) -> Result<&mut View> {
@@ -344,7 +369,7 @@ mod tests {
         let key = Views::key(&[Value::from("w")]);
 
         let read = db.begin_read().unwrap();
-        let mut views = Views::new(&read, "t", &states(), &mut caches, 1, true).unwrap();
+        let mut views = Views::new(&read, "t", &states(), &mut caches, 1, true, &StateLimits::default()).unwrap();
         assert_eq!(views.base("s", &key).unwrap(), Base::None);
         views.update("s", key.clone(), |base| Ok(Value::I64(base.value().map_or(0, |_| 100) + 2))).unwrap();
         views
@@ -365,9 +390,10 @@ mod tests {
         // The next batch finds the value in the cache; a query cannot write.
         assert_eq!(caches["s"].len(), 1);
         let read = db.begin_read().unwrap();
-        let mut views = Views::new(&read, "t", &states(), &mut caches, 2, true).unwrap();
+        let mut views = Views::new(&read, "t", &states(), &mut caches, 2, true, &StateLimits::default()).unwrap();
         assert_eq!(views.base("s", &key).unwrap(), Base::Value(Value::I64(3)));
-        let mut query = Views::new(&read, "t", &states(), &mut HashMap::new(), u64::MAX, false).unwrap();
+        let mut query =
+            Views::new(&read, "t", &states(), &mut HashMap::new(), u64::MAX, false, &StateLimits::default()).unwrap();
         assert_eq!(query.base("s", &key).unwrap(), Base::Value(Value::I64(3)));
         let err = query.put("s", key, Value::I64(0)).unwrap_err();
         assert!(err.to_string().contains("a query cannot write state s"), "{err}");
