@@ -194,6 +194,7 @@ fn every_verb_explains_itself() {
                 "--max-batch-state-read-mib",
                 "--max-batch-state-writes",
                 "--max-batch-state-write-mib",
+                "--max-state-cache-mib",
                 "--max-log-kib",
                 "--max-log-lines",
                 "--report-json",

@@ -137,6 +137,10 @@ pub const DEFAULT_MAX_BATCH_STATE_WRITES: u64 = 2_000_000;
 /// Bytes the guests of one batch may write to states, in MiB
 /// (`--max-batch-state-write-mib`): what the host holds until the commit.
 pub const DEFAULT_MAX_BATCH_STATE_WRITE_MIB: u64 = 128;
+/// Bytes of committed values the host caches per state, in MiB
+/// (`--max-state-cache-mib`), whatever number of entries the topology asks
+/// it to cache.
+pub const DEFAULT_MAX_STATE_CACHE_MIB: u64 = 64;
 /// Bytes of stdout and stderr one operator call may write, in KiB
 /// (`--max-log-kib`). One call handles a whole batch partition.
 pub const DEFAULT_MAX_LOG_KIB: u64 = 1024;
@@ -156,13 +160,16 @@ pub struct StateQuota {
     pub write_bytes: u64,
 }
 
-/// What guests may read and write through states, per call and per batch.
+/// What guests may read and write through states, per call and per batch,
+/// and what the host keeps of them between batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StateLimits {
     /// For one operator call.
     pub per_call: StateQuota,
     /// For every call of one batch (or one query) together.
     pub per_batch: StateQuota,
+    /// Bytes of committed values cached per state.
+    pub cache_bytes: u64,
 }
 
 impl Default for StateLimits {
@@ -180,6 +187,7 @@ impl Default for StateLimits {
                 write_entries: DEFAULT_MAX_BATCH_STATE_WRITES,
                 write_bytes: DEFAULT_MAX_BATCH_STATE_WRITE_MIB << 20,
             },
+            cache_bytes: DEFAULT_MAX_STATE_CACHE_MIB << 20,
         }
     }
 }

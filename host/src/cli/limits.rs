@@ -6,7 +6,7 @@ use weir::config::{
     DEFAULT_MAX_BATCH_STATE_READ_MIB, DEFAULT_MAX_BATCH_STATE_READS, DEFAULT_MAX_BATCH_STATE_WRITE_MIB,
     DEFAULT_MAX_BATCH_STATE_WRITES, DEFAULT_MAX_CALL_STATE_READ_MIB, DEFAULT_MAX_CALL_STATE_READS,
     DEFAULT_MAX_CALL_STATE_WRITE_MIB, DEFAULT_MAX_CALL_STATE_WRITES, DEFAULT_MAX_LOG_KIB, DEFAULT_MAX_LOG_LINES,
-    LogLimits, StateLimits, StateQuota,
+    DEFAULT_MAX_STATE_CACHE_MIB, LogLimits, StateLimits, StateQuota,
 };
 
 const MIB: u64 = 1 << 20;
@@ -40,6 +40,10 @@ pub struct HoldLimitArgs {
     /// what the host holds for the batch until it commits.
     #[arg(long, default_value_t = DEFAULT_MAX_BATCH_STATE_WRITE_MIB, value_parser = clap::value_parser!(u64).range(1..))]
     max_batch_state_write_mib: u64,
+    /// Bytes of committed values cached per state, in MiB, whatever number
+    /// of entries the topology asks to cache.
+    #[arg(long, default_value_t = DEFAULT_MAX_STATE_CACHE_MIB)]
+    max_state_cache_mib: u64,
     /// Bytes one operator call may write to stdout and stderr together, in
     /// KiB; past it the call traps.
     #[arg(long, default_value_t = DEFAULT_MAX_LOG_KIB, value_parser = clap::value_parser!(u64).range(1..))]
@@ -65,6 +69,7 @@ impl HoldLimitArgs {
                 write_entries: self.max_batch_state_writes,
                 write_bytes: self.max_batch_state_write_mib.saturating_mul(MIB),
             },
+            cache_bytes: self.max_state_cache_mib.saturating_mul(MIB),
         }
     }
 
