@@ -93,6 +93,30 @@ fn state_scan_is_sorted_and_get_prints_one_key() {
 }
 
 #[test]
+fn a_key_whose_bytes_are_not_hex_is_refused_by_name() {
+    // A multi-byte character where a pair of hex digits should be.
+    let refusal = r#"bytes "aéb" is not hex: 'é' at byte 1 is not a hex digit"#;
+    let (data, _) = committed();
+    let data_dir = data.path().to_str().unwrap();
+    let key = r#"[{"bytes":"aéb"}]"#;
+    assert_fails_with(
+        &["state", "get", "--data", data_dir, "--topology", "word-count", "--state", "counts", "--key", key],
+        refusal,
+    );
+
+    // The server reads `?key=` with the same function.
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::server::Server::start(dir.path());
+    server.deploy_word_count(dir.path());
+    server.wait_for_topology("word-count", 20);
+    let (status, body) =
+        server.api("GET", "/v1/topologies/word-count/states/counts?key=%5B%7B%22bytes%22%3A%22a%C3%A9b%22%7D%5D", b"");
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| e.contains(refusal)), "{body}");
+    server.assert_word_count_exact();
+}
+
+#[test]
 fn run_builds_a_guest_crate_directory() {
     let corpus = corpus_20k();
     let data = tempfile::tempdir().unwrap();
@@ -145,7 +169,15 @@ fn every_verb_explains_itself() {
         (vec!["delete", "--help"], vec!["--keep-state", "--drop-state"]),
         (
             vec!["serve", "--help"],
-            vec!["--data", "--listen", "--token-file", "--max-upload-mib", "--input-dir", "--max-nodes"],
+            vec![
+                "--data",
+                "--listen",
+                "--token-file",
+                "--max-upload-mib",
+                "--input-dir",
+                "--max-nodes",
+                "--max-batch-state-write-mib",
+            ],
         ),
         (vec!["bundle", "--help"], vec!["--output", "--max-nodes"]),
         (vec!["inspect", "--help"], vec!["--json", "--max-nodes"]),
@@ -164,6 +196,17 @@ fn every_verb_explains_itself() {
                 "--max-memory-mib",
                 "--max-call-ms",
                 "--allow-dir",
+                "--max-call-state-reads",
+                "--max-call-state-read-mib",
+                "--max-call-state-writes",
+                "--max-call-state-write-mib",
+                "--max-batch-state-reads",
+                "--max-batch-state-read-mib",
+                "--max-batch-state-writes",
+                "--max-batch-state-write-mib",
+                "--max-state-cache-mib",
+                "--max-log-kib",
+                "--max-log-lines",
                 "--report-json",
                 "--cache-dir",
                 "--max-nodes",

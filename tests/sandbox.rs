@@ -52,12 +52,13 @@ fn assert_refused(attack: &str, output: &Output, cause: &str) -> String {
 
 /// Feeds the attack to a prepared topology and checks it fails with `cause`
 /// naming the topology, operator, txid and attempt, leaving state as it was.
-fn attack(component: &str, topology: &str, extra: &[&str], cause: &str) {
+/// Returns the host's peak resident memory, in MiB.
+fn attack(component: &str, topology: &str, extra: &[&str], cause: &str) -> u64 {
     let (target, before) = prepare(component, topology);
     std::fs::OpenOptions::new().append(true).open(&target.input).unwrap().write_all(b"the attack begins\n").unwrap();
     let mut args = run_args(component, &target.data, &target.input, &["--topology", topology, "--max-attempts", "2"]);
     args.extend_from_slice(extra);
-    let output = weir_output(&args);
+    let (output, peak_kib) = weir_measured(&args, std::time::Duration::from_secs(300));
     let error = assert_refused(topology, &output, cause);
     assert!(
         error.contains(&format!(
@@ -66,6 +67,80 @@ fn attack(component: &str, topology: &str, extra: &[&str], cause: &str) {
         "{topology}: the error does not name the topology, txid, attempt and operator: {error}"
     );
     assert_eq!(scan(&target.data, topology, "counts"), before, "{topology}: committed state changed");
+    peak_kib >> 10
+}
+
+/// An attack that would make the host hold gigabytes: it must fail with
+/// `cause` while the host stays within `max_mib` of memory.
+fn attack_bounded(topology: &str, extra: &[&str], cause: &str, max_mib: u64) {
+    let peak = attack(HOSTILE, topology, extra, cause);
+    let _ = writeln!(std::io::stderr().lock(), "attack {topology}: host peak RSS {peak} MiB");
+    assert!(peak < max_mib, "{topology}: the host's memory peaked at {peak} MiB");
+}
+
+#[test]
+fn a_state_updater_writing_without_end_hits_the_state_write_limit_per_call() {
+    attack_bounded(
+        "state-write-flood",
+        &[],
+        "operator attacker: trap: state write limit of 64 MiB per call exceeded: ",
+        512,
+    );
+}
+
+#[test]
+fn a_state_updater_writing_without_end_hits_the_state_write_limit_per_batch() {
+    attack_bounded(
+        "state-write-flood",
+        &["--max-batch-state-write-mib", "8"],
+        "state write limit of 8 MiB per batch exceeded",
+        512,
+    );
+}
+
+#[test]
+fn a_state_updater_reading_without_end_hits_the_state_read_limit_per_call() {
+    attack_bounded(
+        "state-read-flood",
+        &[],
+        "operator attacker: trap: state read limit of 64 MiB per call exceeded",
+        512,
+    );
+}
+
+#[test]
+fn a_state_updater_reading_without_end_hits_the_state_read_limit_per_batch() {
+    attack_bounded(
+        "state-read-flood",
+        &["--max-batch-state-reads", "20"],
+        "state read limit of 20 entries per batch exceeded: 21 read through state counts (see --max-batch-state-reads)",
+        512,
+    );
+}
+
+#[test]
+fn a_guest_writing_megabytes_to_stderr_hits_the_log_output_limit() {
+    attack_bounded("log-flood", &[], "operator attacker: trap: log output limit of 1024 KiB per call exceeded", 512);
+    attack_bounded("log-flood", &["--max-log-lines", "50"], "log output limit of 50 lines per call exceeded", 512);
+}
+
+#[test]
+fn a_state_flood_deployed_to_a_server_fails_and_its_sibling_ends_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::server::Server::start(dir.path());
+    server.deploy_word_count(dir.path());
+    std::fs::write(dir.path().join("in/attack.txt"), "a quiet start\nthe attack begins\n").unwrap();
+    let bundle = common::server::bundle(dir.path(), HOSTILE, "hostile.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?input=in/attack.txt&topology=state-write-flood", &bundle);
+    assert_eq!(status, 201, "{body}");
+    let failed = server.wait_for_status("state-write-flood", |s| s["state"] == "failed");
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(error.contains("operator attacker: trap: state write limit of 64 MiB per call exceeded"), "{failed}");
+    server.assert_word_count_exact();
+    let peak = peak_rss_kib(server.child.id()) >> 10;
+    let _ =
+        writeln!(std::io::stderr().lock(), "attack state-write-flood served: {error:.80}; server peak RSS {peak} MiB");
+    assert!(peak < 768, "the server's memory peaked at {peak} MiB");
 }
 
 #[test]

@@ -21,7 +21,7 @@ pub const DB_FILE: &str = "limit.redb";
 const COUNTS: TableDefinition<&str, (u64, i64)> = TableDefinition::new("counts");
 const PROGRESS: TableDefinition<&str, u64> = TableDefinition::new("progress");
 
-type Counts = HashMap<String, i64, rustc_hash::FxBuildHasher>;
+type Counts = HashMap<String, i64, foldhash::fast::RandomState>;
 
 /// What the run did, as `weir run --report-json` reports it.
 pub struct Report {

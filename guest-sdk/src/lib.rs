@@ -138,13 +138,9 @@ mod vectors {
             "i64" => Value::I64(v.as_i64().unwrap()),
             "f64" => Value::F64(v.as_f64().unwrap()),
             "str" => Value::Str(v.as_str().unwrap().to_owned()),
-            "bytes" => Value::Bytes(hex(v.as_str().unwrap())),
+            "bytes" => Value::Bytes(hex::decode(v.as_str().unwrap()).unwrap()),
             other => panic!("unknown kind {other}"),
         }
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     /// A vector's rows: (tag, values).
@@ -167,7 +163,8 @@ mod vectors {
                         (row[0].as_u64().unwrap() as u32, row[1].as_array().unwrap().iter().map(value).collect())
                     })
                     .collect();
-                (case["name"].as_str().unwrap().to_owned(), hex(case["hex"].as_str().unwrap()), rows)
+                let bytes = hex::decode(case["hex"].as_str().unwrap()).unwrap();
+                (case["name"].as_str().unwrap().to_owned(), bytes, rows)
             })
             .collect()
     }

@@ -3,6 +3,9 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "topology",
+    // A state call that hits a host limit (or a store that fails) traps the
+    // guest's call rather than return an error it could ignore.
+    imports: { "weir:topology/state": trappable },
     with: { "weir:topology/state.map-state": crate::state::handle::StateHandle },
 });
 

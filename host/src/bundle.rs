@@ -90,7 +90,7 @@ pub struct Bundle {
 
 /// SHA-256 of `bytes`, in hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Whether `bytes` start like a bundle.

@@ -179,6 +179,10 @@ pub struct SandboxConfig {
     pub allowed_dirs: Vec<std::path::PathBuf>,
     /// What a topology's description may ask for.
     pub topology: TopologyLimits,
+    /// What guests may read and write through states.
+    pub state: StateLimits,
+    /// What a guest call may write to stdout and stderr.
+    pub log: LogLimits,
 }
 
 impl Default for SandboxConfig {
@@ -190,6 +194,8 @@ impl Default for SandboxConfig {
             max_output_tuples: DEFAULT_MAX_OUTPUT_TUPLES,
             allowed_dirs: Vec::new(),
             topology: TopologyLimits::default(),
+            state: StateLimits::default(),
+            log: LogLimits::default(),
         }
     }
 }
@@ -237,3 +243,95 @@ pub const MAX_JETSTREAM_BATCH_MESSAGES: usize = 1_000_000;
 
 /// Publish acknowledgements `weir publish` waits on at once.
 pub const PUBLISH_ACKS_IN_FLIGHT: usize = 1024;
+// What a guest can make the host hold: every state entry a guest reads or
+// writes is copied by the host (writes stay until the batch commits), and
+// every line it logs is formatted and kept. Bytes count keys and values as
+// they cross the boundary.
+
+/// State entries one operator call may read (`--max-call-state-reads`).
+pub const DEFAULT_MAX_CALL_STATE_READS: u64 = 1_000_000;
+/// Bytes one operator call may read from states, in MiB (`--max-call-state-read-mib`).
+pub const DEFAULT_MAX_CALL_STATE_READ_MIB: u64 = 64;
+/// State entries one operator call may write (`--max-call-state-writes`).
+pub const DEFAULT_MAX_CALL_STATE_WRITES: u64 = 1_000_000;
+/// Bytes one operator call may write to states, in MiB (`--max-call-state-write-mib`).
+pub const DEFAULT_MAX_CALL_STATE_WRITE_MIB: u64 = 64;
+/// State entries the guests of one batch (or one query) may read, all calls
+/// together (`--max-batch-state-reads`).
+pub const DEFAULT_MAX_BATCH_STATE_READS: u64 = 10_000_000;
+/// Bytes the guests of one batch may read from states, in MiB (`--max-batch-state-read-mib`).
+pub const DEFAULT_MAX_BATCH_STATE_READ_MIB: u64 = 1024;
+/// State entries the guests of one batch may write (`--max-batch-state-writes`).
+pub const DEFAULT_MAX_BATCH_STATE_WRITES: u64 = 2_000_000;
+/// Bytes the guests of one batch may write to states, in MiB
+/// (`--max-batch-state-write-mib`): what the host holds until the commit.
+pub const DEFAULT_MAX_BATCH_STATE_WRITE_MIB: u64 = 128;
+/// Bytes of committed values the host caches per state, in MiB
+/// (`--max-state-cache-mib`), whatever number of entries the topology asks
+/// it to cache.
+pub const DEFAULT_MAX_STATE_CACHE_MIB: u64 = 64;
+/// Bytes of stdout and stderr one operator call may write, in KiB
+/// (`--max-log-kib`). One call handles a whole batch partition.
+pub const DEFAULT_MAX_LOG_KIB: u64 = 1024;
+/// Lines of stdout and stderr one operator call may write (`--max-log-lines`).
+pub const DEFAULT_MAX_LOG_LINES: u64 = 10_000;
+
+/// Entries and bytes (keys and values) read and written through states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateQuota {
+    /// Entries read (keys asked for).
+    pub read_entries: u64,
+    /// Bytes read: keys asked for and the values returned.
+    pub read_bytes: u64,
+    /// Entries written.
+    pub write_entries: u64,
+    /// Bytes written: keys and values.
+    pub write_bytes: u64,
+}
+
+/// What guests may read and write through states, per call and per batch,
+/// and what the host keeps of them between batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateLimits {
+    /// For one operator call.
+    pub per_call: StateQuota,
+    /// For every call of one batch (or one query) together.
+    pub per_batch: StateQuota,
+    /// Bytes of committed values cached per state.
+    pub cache_bytes: u64,
+}
+
+impl Default for StateLimits {
+    fn default() -> StateLimits {
+        StateLimits {
+            per_call: StateQuota {
+                read_entries: DEFAULT_MAX_CALL_STATE_READS,
+                read_bytes: DEFAULT_MAX_CALL_STATE_READ_MIB << 20,
+                write_entries: DEFAULT_MAX_CALL_STATE_WRITES,
+                write_bytes: DEFAULT_MAX_CALL_STATE_WRITE_MIB << 20,
+            },
+            per_batch: StateQuota {
+                read_entries: DEFAULT_MAX_BATCH_STATE_READS,
+                read_bytes: DEFAULT_MAX_BATCH_STATE_READ_MIB << 20,
+                write_entries: DEFAULT_MAX_BATCH_STATE_WRITES,
+                write_bytes: DEFAULT_MAX_BATCH_STATE_WRITE_MIB << 20,
+            },
+            cache_bytes: DEFAULT_MAX_STATE_CACHE_MIB << 20,
+        }
+    }
+}
+
+/// What one operator call may write to stdout and stderr together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogLimits {
+    /// Bytes.
+    pub bytes: u64,
+    /// Lines.
+    pub lines: u64,
+}
+
+impl Default for LogLimits {
+    fn default() -> LogLimits {
+        LogLimits { bytes: DEFAULT_MAX_LOG_KIB << 10, lines: DEFAULT_MAX_LOG_LINES }
+    }
+}

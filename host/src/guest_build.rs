@@ -236,7 +236,7 @@ fn build_key(kind: &str, version: &str, sdk: &[(&str, &str)], files: &[(PathBuf,
         part(path.to_string_lossy().as_bytes());
         part(bytes);
     }
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(hash.finalize())
 }
 
 /// A scratch directory under `guests`, removed when dropped.

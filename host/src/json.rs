@@ -14,7 +14,7 @@ pub fn to_json(value: &Value) -> Json {
         Value::I64(i) => json!(i),
         Value::F64(f) => json!(f),
         Value::Str(s) => json!(s),
-        Value::Bytes(b) => json!({ "bytes": b.iter().map(|x| format!("{x:02x}")).collect::<String>() }),
+        Value::Bytes(b) => json!({ "bytes": hex::encode(b) }),
     }
 }
 
@@ -29,13 +29,20 @@ pub fn from_json(json: &Json) -> Result<Value> {
         },
         Json::String(s) => Value::Str(s.clone()),
         Json::Object(o) if o.len() == 1 && o.get("bytes").is_some_and(Json::is_string) => {
-            let hex = o["bytes"].as_str().unwrap_or_default();
-            if hex.len() % 2 != 0 {
-                bail!("bytes {hex:?} must be an even number of hex digits");
+            let digits = o["bytes"].as_str().unwrap_or_default();
+            match hex::decode(digits) {
+                Ok(bytes) => Value::Bytes(bytes),
+                Err(hex::FromHexError::OddLength) => {
+                    bail!("bytes {digits:?} must be an even number of hex digits")
+                }
+                Err(hex::FromHexError::InvalidHexCharacter { index, .. }) => {
+                    // Every byte of a multi-byte character is a non-digit:
+                    // the first one found starts the character.
+                    let c = digits.get(index..).and_then(|rest| rest.chars().next()).unwrap_or('?');
+                    bail!("bytes {digits:?} is not hex: {c:?} at byte {index} is not a hex digit")
+                }
+                Err(e) => bail!("bytes {digits:?} is not hex: {e}"),
             }
-            let bytes: Result<Vec<u8>, _> =
-                (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16)).collect();
-            Value::Bytes(bytes.map_err(|_| anyhow::anyhow!("bytes {hex:?} is not hex"))?)
         }
         other => {
             bail!("{other} is not a key value: use null, a boolean, a number, a string or {{\"bytes\": \"<hex>\"}}")
@@ -59,4 +66,26 @@ pub fn entry(key: &[Value], stored: &Stored, raw: bool) -> Json {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip_as_hex() {
+        let value = Value::Bytes(vec![0, 0xab, 0xff]);
+        assert_eq!(to_json(&value), json!({"bytes": "00abff"}));
+        assert_eq!(from_json(&to_json(&value)).unwrap(), value);
+        assert_eq!(from_json(&json!({"bytes": "00ABFF"})).unwrap(), value);
+    }
+
+    #[test]
+    fn bytes_that_are_not_hex_are_refused_by_name() {
+        let err = |digits: &str| from_json(&json!({ "bytes": digits })).unwrap_err().to_string();
+        // A multi-byte character where a digit pair would be sliced.
+        assert_eq!(err("aéb"), "bytes \"aéb\" is not hex: 'é' at byte 1 is not a hex digit");
+        assert_eq!(err("abc"), "bytes \"abc\" must be an even number of hex digits");
+        assert_eq!(err("0z"), "bytes \"0z\" is not hex: 'z' at byte 1 is not a hex digit");
+    }
 }

@@ -1,7 +1,7 @@
 //! What each operator instance may use: its limits (what the topology asks
 //! for, capped by the host) and its capabilities (none, unless granted).
 
-use crate::config::SandboxConfig;
+use crate::config::{LogLimits, SandboxConfig, StateLimits};
 use anyhow::{Context, Result, bail};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -22,6 +22,8 @@ pub struct OperatorSandbox {
     pub output_tuples: u64,
     /// Read-only directories: host path (canonical) and guest path.
     pub read_only_dirs: Vec<(PathBuf, String)>,
+    /// What a call may write to stdout and stderr.
+    pub log: LogLimits,
 }
 
 impl OperatorSandbox {
@@ -33,6 +35,7 @@ impl OperatorSandbox {
             output_bytes: config.max_output_mib * MIB,
             output_tuples: config.max_output_tuples,
             read_only_dirs: Vec::new(),
+            log: config.log,
         }
     }
 }
@@ -42,6 +45,8 @@ impl OperatorSandbox {
 pub struct Sandboxes {
     default: OperatorSandbox,
     operators: HashMap<String, OperatorSandbox>,
+    /// What the topology's guests may read and write through its states.
+    pub state: StateLimits,
 }
 
 impl Sandboxes {
@@ -114,6 +119,7 @@ fn resolve(topology: &str, operator: &str, def: &SandboxDef, config: &SandboxCon
         output_bytes: output_mib * MIB,
         output_tuples,
         read_only_dirs,
+        log: config.log,
     })
 }
 
@@ -133,7 +139,7 @@ pub fn sandboxes(def: &TopologyDef, operator_ids: &[&str], config: &SandboxConfi
         let sandbox = resolve(&def.name, id, asked, config).with_context(|| format!("operator {id}"))?;
         operators.insert(id.clone(), sandbox);
     }
-    Ok(Sandboxes { default, operators })
+    Ok(Sandboxes { default, operators, state: config.state })
 }
 
 #[cfg(test)]

@@ -39,6 +39,68 @@ pub fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
+/// Runs `weir` with `args`, whatever its status, within `limit`: its output
+/// and its peak resident memory in KiB, as the kernel accounted it at exit.
+#[allow(clippy::zombie_processes, reason = "reaped by wait4, which also gives its peak memory")]
+pub fn weir_measured(args: &[&str], limit: std::time::Duration) -> (Output, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut child = weir()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run weir");
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let pid = child.id() as libc::pid_t;
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let done = std::sync::Arc::clone(&done);
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + limit;
+            while !done.load(Ordering::SeqCst) {
+                if std::time::Instant::now() > deadline {
+                    // SAFETY: kill(2) on our own child, not yet reaped.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            false
+        })
+    };
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, which `child` never waits for.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(waited, pid, "wait4 failed");
+    assert!(!watchdog.join().unwrap(), "weir {args:?} ran past {limit:?} and was killed");
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    (output, usage.ru_maxrss as u64)
+}
+
+/// Peak resident memory of the running process `pid` so far, in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("a VmHWM line");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
 /// Runs `weir` and asserts it succeeded.
 pub fn weir_ok(args: &[&str]) -> Output {
     let output = weir_output(args);

@@ -83,6 +83,9 @@ pub struct RunArgs {
     /// no filesystem at all.
     #[arg(long)]
     allow_dir: Vec<PathBuf>,
+    /// Limits on what guests may read and write through states and log.
+    #[command(flatten)]
+    hold: super::limits::HoldLimitArgs,
     /// Also write the run's figures (per topology: batches, tuples, wall
     /// time, time to the first processed batch, commit latency p50/p99) to
     /// this file, as JSON.
@@ -141,6 +144,8 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         max_output_tuples: args.max_output_tuples,
         allowed_dirs: args.allow_dir.clone(),
         topology: args.topology_limits.limits(),
+        state: args.hold.state(),
+        log: args.hold.log(),
     };
     let max_parallelism = sandbox.topology.max_parallelism;
     if args.parallelism > u64::from(max_parallelism) {

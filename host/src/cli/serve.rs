@@ -76,6 +76,9 @@ pub struct ServeArgs {
     /// A directory operators may be granted read-only access to. Repeatable.
     #[arg(long)]
     allow_dir: Vec<PathBuf>,
+    /// Limits on what guests may read and write through states and log.
+    #[command(flatten)]
+    hold: super::limits::HoldLimitArgs,
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -110,6 +113,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             max_output_tuples: args.max_output_tuples,
             allowed_dirs: args.allow_dir.clone(),
             topology: args.topology_limits.limits(),
+            state: args.hold.state(),
+            log: args.hold.log(),
         },
         run: RunConfig {
             batch_size: args.batch_size.max(1),

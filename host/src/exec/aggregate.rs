@@ -13,9 +13,11 @@ use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef, read_value};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregateScope, AggregatorKind};
 
-/// Hash maps keyed by encoded group keys: short byte strings the host made,
-/// so a fast non-cryptographic hash is the right one.
-type KeyMap<V> = HashMap<Vec<u8>, V, rustc_hash::FxBuildHasher>;
+/// Hash maps keyed by encoded group keys: short byte strings, so a fast
+/// non-cryptographic hash is the right one; seeded per map, because the
+/// values come from inputs and guests, which must not be able to choose keys
+/// that all collide. Nothing is read from them in hash order.
+type KeyMap<V> = HashMap<Vec<u8>, V, foldhash::fast::RandomState>;
 
 /// A batch's contribution to a persistent aggregate, by key (sorted).
 pub enum Partials {
@@ -320,11 +322,12 @@ fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> KeyedValues {
 struct ShortKey(u64, u64);
 
 impl std::hash::Hash for ShortKey {
-    /// One word to hash rather than two: the map compares whole keys, so
-    /// the rare two keys that mix to the same word only share a probe.
+    /// Both words in one step: foldhash folds 128 bits with one multiply,
+    /// as it does 64, and mixing the words first with a fixed function
+    /// would let anyone pick keys that collide whatever the seed.
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0 ^ self.1.rotate_left(29));
+        state.write_u128(u128::from(self.0) | u128::from(self.1) << 64);
     }
 }
 
@@ -383,9 +386,10 @@ fn key_prefix(key: &[u8]) -> u128 {
     u128::from_be_bytes(bytes)
 }
 
-/// Counts by key. foldhash rather than Fx: with Fx, probing past keys that
-/// share a bucket took most of the counting time of a word count.
-type KeyMapOf<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+/// Counts by key, seeded per map as [`KeyMap`] is. foldhash rather than Fx:
+/// with Fx, probing past keys that share a bucket took most of the counting
+/// time of a word count.
+type KeyMapOf<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The store's key for the first `values` values packed in `packed`, as
 /// in a batch.

@@ -347,7 +347,9 @@ impl Committer {
         let plan = Arc::clone(&self.plan);
         let storage = |e: anyhow::Error| state_failure("(state)", format!("{e:#}"), &e);
         let read = db.begin_read().map_err(storage)?;
-        let views = Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true).map_err(storage)?;
+        let views =
+            Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
+                .map_err(storage)?;
         let views = Arc::new(Mutex::new(views));
         let result = self.run_nodes(&plan, txid, record.attempt, &views, handover);
         let views = Arc::try_unwrap(views)
@@ -422,7 +424,7 @@ pub fn query(
     };
     let read = db.begin_read()?;
     let mut caches = HashMap::new();
-    let views = Views::new(&read, &plan.stored_as, &plan.states, &mut caches, u64::MAX, false)?;
+    let views = Views::new(&read, &plan.stored_as, &plan.states, &mut caches, u64::MAX, false, &plan.sandboxes.state)?;
     let views = Arc::new(Mutex::new(views));
     let mut operators = instances(plan, source);
     let last = db.progress(&plan.stored_as)?.last_committed;

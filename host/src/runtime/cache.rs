@@ -54,7 +54,7 @@ impl ComponentCache {
         hasher.write(wasm);
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let digest = hasher.0.finalize();
-        let name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let name = hex::encode(digest);
         self.dir.join(format!("{name}.cwasm"))
     }
 

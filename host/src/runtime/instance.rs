@@ -1,7 +1,7 @@
 //! A loaded component, and one sandboxed instance of it per operator.
 
 use super::cache::{CacheOutcome, ComponentCache};
-use super::guest_output::GuestOutput;
+use super::guest_output::{GuestOutput, LogLimitExceeded};
 use super::limits::{MemoryLimiter, deadline_ticks};
 use super::random::BatchRandom;
 use crate::bindings::{
@@ -9,7 +9,8 @@ use crate::bindings::{
     WIT_PACKAGE,
 };
 use crate::sandbox::OperatorSandbox;
-use crate::state::handle::StateHandle;
+use crate::state::budget::StateLimitExceeded;
+use crate::state::handle::{StateCallError, StateHandle};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
@@ -35,13 +36,23 @@ impl crate::bindings::weir::topology::types::Host for HostState {}
 
 impl crate::bindings::weir::topology::state::Host for HostState {}
 
+/// A state call's answer: a malformed request is the guest's to handle; a
+/// limit hit or a failed store traps the call.
+fn state_answer<T>(result: Result<T, StateCallError>) -> wasmtime::Result<Result<T, String>> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(StateCallError::Request(message)) => Ok(Err(message)),
+        Err(StateCallError::Abort(error)) => Err(wasmtime::Error::from_anyhow(error)),
+    }
+}
+
 impl crate::bindings::weir::topology::state::HostMapState for HostState {
-    fn multi_get(&mut self, state: Resource<StateHandle>, keys: Vec<u8>) -> Result<Vec<u8>, String> {
-        self.table.get(&state).map_err(|e| e.to_string())?.get_packed(&keys)
+    fn multi_get(&mut self, state: Resource<StateHandle>, keys: Vec<u8>) -> wasmtime::Result<Result<Vec<u8>, String>> {
+        state_answer(self.table.get(&state)?.get_packed(&keys))
     }
 
-    fn multi_put(&mut self, state: Resource<StateHandle>, entries: Vec<u8>) -> Result<(), String> {
-        self.table.get(&state).map_err(|e| e.to_string())?.put_packed(&entries)
+    fn multi_put(&mut self, state: Resource<StateHandle>, entries: Vec<u8>) -> wasmtime::Result<Result<(), String>> {
+        state_answer(self.table.get(&state)?.put_packed(&entries))
     }
 
     fn drop(&mut self, state: Resource<StateHandle>) -> wasmtime::Result<()> {
@@ -135,8 +146,7 @@ impl LoadedComponent {
     /// A fresh instance, in a store of its own, for `topology`'s `operator`,
     /// with the limits and capabilities of `sandbox` and nothing else.
     pub fn instantiate(&self, topology: &str, operator: &str, sandbox: &OperatorSandbox) -> Result<Guest> {
-        let stdout = GuestOutput::new(topology, operator, "stdout");
-        let stderr = GuestOutput::new(topology, operator, "stderr");
+        let (stdout, stderr) = GuestOutput::pair(topology, operator, sandbox.log);
         let random = BatchRandom::default();
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(stdout.clone())
@@ -226,7 +236,10 @@ impl Guest {
                     Some(format!("CPU time limit of {} ms per call exceeded", self.sandbox.call_ms))
                 }
                 Some(Trap::StackOverflow) => Some("stack overflow: the guest exhausted its call stack".to_owned()),
-                _ => None,
+                _ => error
+                    .downcast_ref::<StateLimitExceeded>()
+                    .map(ToString::to_string)
+                    .or_else(|| error.downcast_ref::<LogLimitExceeded>().map(ToString::to_string)),
             }
         };
         // What the guest said last (a panic's message) comes first, the
@@ -242,16 +255,17 @@ impl Guest {
 
     /// A call's value, or why it failed.
     fn outcome<T>(&mut self, result: Call<T>) -> Result<T, CallError> {
-        match result {
-            Ok(Ok(value)) => {
-                self.stderr.clear_recent();
-                self.stdout.clear_recent();
-                Ok(value)
-            }
+        let outcome = match result {
+            Ok(Ok(value)) => Ok(value),
             Ok(Err(OperatorError::Retry(m))) => Err(CallError::Retry(m)),
             Ok(Err(OperatorError::Fatal(m))) => Err(CallError::Fatal(m)),
             Err(error) => Err(CallError::Trap(self.explain_trap(error))),
-        }
+        };
+        // Whatever the call's end, the next one starts afresh: its own
+        // lines to quote, its own log budget.
+        self.stderr.clear_recent();
+        self.stdout.clear_recent();
+        outcome
     }
 
     /// Checks a call's output against the sandbox's output limits. `packed`

@@ -1,6 +1,9 @@
 //! A state as an operator call sees it: the host resource behind WIT's
 //! `map-state`, and the same thing for operators compiled into the host.
+//! Every entry read or written counts against the call's and the batch's
+//! quotas (see [`super::budget`]).
 
+use super::budget::{Access, Scope, StateLimitExceeded, Usage};
 use super::view::Views;
 use std::sync::{Arc, Mutex};
 use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
@@ -11,6 +14,8 @@ use weir_sdk::operator::{Error, MapState};
 pub struct StateHandle {
     views: Arc<Mutex<Views>>,
     state: String,
+    /// What the call read and wrote so far (shared by the handle's clones).
+    call: Arc<Mutex<Usage>>,
 }
 
 impl std::fmt::Debug for StateHandle {
@@ -19,20 +24,65 @@ impl std::fmt::Debug for StateHandle {
     }
 }
 
+/// Why a `multi-get` or `multi-put` failed.
+#[derive(Debug)]
+pub enum StateCallError {
+    /// The guest's request was malformed: the guest is told, and may
+    /// handle it.
+    Request(String),
+    /// A limit was hit or the store failed: the call must fail, whatever
+    /// the guest would do with an error.
+    Abort(anyhow::Error),
+}
+
+impl From<StateLimitExceeded> for StateCallError {
+    fn from(hit: StateLimitExceeded) -> StateCallError {
+        StateCallError::Abort(hit.into())
+    }
+}
+
+impl std::fmt::Display for StateCallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateCallError::Request(message) => f.write_str(message),
+            StateCallError::Abort(error) => write!(f, "{error:#}"),
+        }
+    }
+}
+
+/// Bytes `value` takes in the batch encoding: what a guest hands over or
+/// gets back for it.
+fn encoded_len(value: ValueRef<'_>) -> u64 {
+    match value {
+        ValueRef::Null | ValueRef::Bool(_) => 1,
+        ValueRef::I64(_) | ValueRef::F64(_) => 9,
+        ValueRef::Str(s) => 5 + s.len() as u64,
+        ValueRef::Bytes(b) => 5 + b.len() as u64,
+    }
+}
+
 impl StateHandle {
-    /// `state` of `views`.
+    /// `state` of `views`, for one call.
     pub fn new(views: Arc<Mutex<Views>>, state: &str) -> StateHandle {
-        StateHandle { views, state: state.to_owned() }
+        StateHandle { views, state: state.to_owned(), call: Arc::default() }
     }
 
     fn views(&self) -> std::sync::MutexGuard<'_, Views> {
         self.views.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Counts one entry of `bytes` against the call's quota, then the batch's.
+    fn charge(&self, views: &mut Views, access: Access, bytes: u64) -> Result<(), StateLimitExceeded> {
+        let mut call = self.call.lock().unwrap_or_else(|e| e.into_inner());
+        call.charge(views.call_quota(), access, bytes).map_err(|hit| hit.on(&self.state, Scope::Call))?;
+        views.charge(access, bytes).map_err(|hit| hit.on(&self.state, Scope::Batch))
+    }
+
     /// `multi-get` over packed keys: packed rows of one value, null where
     /// absent.
-    pub fn get_packed(&self, keys: &[u8]) -> Result<Vec<u8>, String> {
-        let keys = Batch::decode(keys).map_err(|e| format!("state {}: keys: {e}", self.state))?;
+    pub fn get_packed(&self, keys: &[u8]) -> Result<Vec<u8>, StateCallError> {
+        let keys =
+            Batch::decode(keys).map_err(|e| StateCallError::Request(format!("state {}: keys: {e}", self.state)))?;
         let mut views = self.views();
         let mut out = BatchWriter::new(1);
         let mut key = Vec::new();
@@ -41,25 +91,31 @@ impl StateHandle {
             for value in row.values() {
                 super::keys::encode_value(&mut key, value);
             }
-            let base = views.base(&self.state, &key).map_err(|e| format!("{e:#}"))?;
+            let base = views.base(&self.state, &key).map_err(StateCallError::Abort)?;
             let value = base.value().map_or(ValueRef::Null, Value::as_ref);
+            // Counted before it is copied out: what a call gets back stays
+            // within its quota.
+            self.charge(&mut views, Access::Read, key.len() as u64 + encoded_len(value))?;
             out.push_row(row.tag(), [value]).expect("one value");
         }
         Ok(out.finish())
     }
 
     /// `multi-put` of packed entries, each a key's fields then its value.
-    pub fn put_packed(&self, entries: &[u8]) -> Result<(), String> {
-        let entries = Batch::decode(entries).map_err(|e| format!("state {}: entries: {e}", self.state))?;
+    pub fn put_packed(&self, entries: &[u8]) -> Result<(), StateCallError> {
+        let request = |message: String| StateCallError::Request(format!("state {}: {message}", self.state));
+        let entries = Batch::decode(entries).map_err(|e| request(format!("entries: {e}")))?;
         if entries.arity() == 0 && !entries.is_empty() {
-            return Err(format!("state {}: an entry needs a value", self.state));
+            return Err(request("an entry needs a value".to_owned()));
         }
         let mut views = self.views();
         for row in entries.rows() {
             let mut values: Vec<ValueRef<'_>> = row.values().collect();
-            let value = values.pop().expect("arity at least 1").to_owned();
+            let value = values.pop().expect("arity at least 1");
             let key = super::keys::encode(values);
-            views.put(&self.state, key, value).map_err(|e| format!("{e:#}"))?;
+            // Counted before the host keeps a copy.
+            self.charge(&mut views, Access::Write, key.len() as u64 + encoded_len(value))?;
+            views.put(&self.state, key, value.to_owned()).map_err(StateCallError::Abort)?;
         }
         Ok(())
     }
@@ -70,7 +126,10 @@ impl MapState for StateHandle {
         let mut views = self.views();
         keys.iter()
             .map(|key| {
-                let base = views.base(&self.state, &Views::key(key)).map_err(|e| Error::retry(format!("{e:#}")))?;
+                let key = Views::key(key);
+                let base = views.base(&self.state, &key).map_err(|e| Error::retry(format!("{e:#}")))?;
+                let bytes = key.len() as u64 + base.value().map_or(1, |v| encoded_len(v.as_ref()));
+                self.charge(&mut views, Access::Read, bytes).map_err(|hit| Error::retry(hit.to_string()))?;
                 Ok(base.value().cloned())
             })
             .collect()
@@ -79,7 +138,10 @@ impl MapState for StateHandle {
     fn multi_put(&self, entries: &[(Vec<Value>, Value)]) -> Result<(), Error> {
         let mut views = self.views();
         for (key, value) in entries {
-            views.put(&self.state, Views::key(key), value.clone()).map_err(|e| Error::fatal(format!("{e:#}")))?;
+            let key = Views::key(key);
+            let bytes = key.len() as u64 + encoded_len(value.as_ref());
+            self.charge(&mut views, Access::Write, bytes).map_err(|hit| Error::retry(hit.to_string()))?;
+            views.put(&self.state, key, value.clone()).map_err(|e| Error::fatal(format!("{e:#}")))?;
         }
         Ok(())
     }

@@ -15,6 +15,7 @@
 //! A batch's state changes and its progress record commit in one durable
 //! write transaction.
 
+pub mod budget;
 pub mod compact;
 pub mod handle;
 pub mod keyed;

@@ -5,10 +5,12 @@
 //!
 //! Queries use the same view, read-only, over what is committed.
 
+use super::budget::{Access, Overrun, Usage};
 use super::keyed::KeyedValues;
 use super::keys;
 use super::rules::{self, Step, Stored};
 use super::table::ReadTable;
+use crate::config::{StateLimits, StateQuota};
 use anyhow::{Context, Result, bail};
 use redb::ReadTransaction;
 use std::collections::{BTreeMap, HashMap};
@@ -19,19 +21,50 @@ use weir_sdk::topology::StateDef;
 /// Entries cached per state when the topology does not say.
 pub const DEFAULT_CACHE_SIZE: usize = 100_000;
 
+/// Keys are what guests and inputs chose: a hash seeded per map, so that
+/// no one can choose keys that all collide.
+type CacheMap = HashMap<Vec<u8>, Option<Stored>, foldhash::fast::RandomState>;
+
 /// Committed values of one state, the most recently used kept: two
-/// generations, the older dropped whole when the newer fills up, so that
-/// an entry read or written within the last `capacity / 2` uses stays.
+/// generations, the older dropped whole when the newer fills up (in entries
+/// or in bytes), so that an entry read or written within the last
+/// `capacity / 2` uses stays, and the cache never holds more than its bytes.
 pub struct StateCache {
     half: usize,
-    recent: HashMap<Vec<u8>, Option<Stored>, rustc_hash::FxBuildHasher>,
-    older: HashMap<Vec<u8>, Option<Stored>, rustc_hash::FxBuildHasher>,
+    half_bytes: usize,
+    recent: CacheMap,
+    recent_bytes: usize,
+    older: CacheMap,
+}
+
+/// About what an entry takes in memory: its key and values, and the map's
+/// and the values' own bookkeeping.
+fn entry_size(key_len: usize, stored: &Option<Stored>) -> usize {
+    const OVERHEAD: usize = 96;
+    let value = |v: &Value| match v {
+        Value::Str(s) => s.len(),
+        Value::Bytes(b) => b.len(),
+        _ => 0,
+    };
+    let values = match stored {
+        None => 0,
+        Some(Stored::Opaque { curr, prev, .. }) => value(curr) + prev.as_ref().map_or(0, value),
+        Some(stored) => value(stored.value()),
+    };
+    OVERHEAD + key_len + values
 }
 
 impl StateCache {
-    /// A cache of about `capacity` entries (none when 0).
-    pub fn new(capacity: usize) -> StateCache {
-        StateCache { half: capacity / 2, recent: HashMap::default(), older: HashMap::default() }
+    /// A cache of about `capacity` entries (none when 0) and at most
+    /// `max_bytes`.
+    pub fn new(capacity: usize, max_bytes: usize) -> StateCache {
+        StateCache {
+            half: capacity / 2,
+            half_bytes: max_bytes / 2,
+            recent: CacheMap::default(),
+            recent_bytes: 0,
+            older: CacheMap::default(),
+        }
     }
 
     fn get(&mut self, key: &[u8]) -> Option<Option<Stored>> {
@@ -46,24 +79,36 @@ impl StateCache {
     /// Takes `key`'s entry out: the batch is about to write it, and the
     /// commit puts it back.
     fn take(&mut self, key: &[u8]) -> Option<Option<Stored>> {
-        self.recent.remove(key).or_else(|| self.older.remove(key))
+        if let Some(hit) = self.recent.remove(key) {
+            self.recent_bytes -= entry_size(key.len(), &hit);
+            return Some(hit);
+        }
+        self.older.remove(key)
     }
 
     /// Forgets everything: after a failed commit, entries taken out for
     /// writes are missing.
     pub fn clear(&mut self) {
         self.recent.clear();
+        self.recent_bytes = 0;
         self.older.clear();
     }
 
     fn put(&mut self, key: Vec<u8>, stored: Option<Stored>) {
-        if self.half == 0 {
+        let size = entry_size(key.len(), &stored);
+        // An entry larger than a generation is read from the store each time.
+        if self.half == 0 || size > self.half_bytes {
             return;
         }
-        if self.recent.len() >= self.half {
+        if self.recent.len() >= self.half || self.recent_bytes + size > self.half_bytes {
             self.older = std::mem::take(&mut self.recent);
+            self.recent_bytes = 0;
         }
-        self.recent.insert(key, stored);
+        self.recent_bytes += size;
+        let key_len = key.len();
+        if let Some(replaced) = self.recent.insert(key, stored) {
+            self.recent_bytes -= entry_size(key_len, &replaced);
+        }
     }
 
     /// Entries held.
@@ -108,6 +153,9 @@ pub struct Views {
     txid: u64,
     writable: bool,
     states: HashMap<String, View>,
+    limits: StateLimits,
+    /// What the batch's guests read and wrote so far.
+    usage: Usage,
 }
 
 /// What a batch wrote to one state, ready to store.
@@ -123,6 +171,7 @@ pub struct StateWrites {
 impl Views {
     /// Views over `read` (a snapshot of what is committed) for batch `txid`;
     /// `caches` holds each state's cache, taken back by [`Views::finish`].
+    /// Guests read and write through them within `limits`.
     pub fn new(
         read: &ReadTransaction,
         topology: &str,
@@ -130,17 +179,37 @@ impl Views {
         caches: &mut HashMap<String, StateCache>,
         txid: u64,
         writable: bool,
+        limits: &StateLimits,
     ) -> Result<Views> {
         let mut views = HashMap::new();
         for (name, def) in states {
             let table_name = super::state_table(topology, name);
             let table = ReadTable::open(read, &table_name)?;
             let capacity = def.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
-            let cache = caches.remove(name).unwrap_or_else(|| StateCache::new(capacity));
+            let max_bytes = usize::try_from(limits.cache_bytes).unwrap_or(usize::MAX);
+            let cache = caches.remove(name).unwrap_or_else(|| StateCache::new(capacity, max_bytes));
             views
                 .insert(name.clone(), View { def: def.clone(), table, cache, writes: BTreeMap::new(), combines: None });
         }
-        Ok(Views { topology: topology.to_owned(), txid, writable, states: views })
+        Ok(Views {
+            topology: topology.to_owned(),
+            txid,
+            writable,
+            states: views,
+            limits: *limits,
+            usage: Usage::default(),
+        })
+    }
+
+    /// What one guest call may read and write.
+    pub fn call_quota(&self) -> &StateQuota {
+        &self.limits.per_call
+    }
+
+    /// Counts a guest's read or write of one entry of `bytes` against the
+    /// batch's quota.
+    pub fn charge(&mut self, access: Access, bytes: u64) -> Result<(), Overrun> {
+        self.usage.charge(&self.limits.per_batch, access, bytes)
     }
 
     fn view(&mut self, state: &str) -> Result<&mut View> {
@@ -319,7 +388,7 @@ mod tests {
 
     #[test]
     fn the_cache_keeps_what_was_used_last() {
-        let mut cache = StateCache::new(4);
+        let mut cache = StateCache::new(4, 1 << 20);
         cache.put(b"a".to_vec(), stored(1));
         cache.put(b"b".to_vec(), stored(2));
         cache.put(b"c".to_vec(), stored(3));
@@ -329,7 +398,28 @@ mod tests {
         assert!(cache.len() <= 4, "{} entries", cache.len());
         assert_eq!(cache.get(b"b"), None, "the least recently used entry went");
         assert_eq!(cache.get(b"e"), Some(stored(5)));
-        assert!(StateCache::new(0).get(b"a").is_none());
+        assert!(StateCache::new(0, 1 << 20).get(b"a").is_none());
+    }
+
+    #[test]
+    fn the_cache_holds_no_more_than_its_bytes() {
+        let big = |n: u8| Some(Stored::Plain(Value::Bytes(vec![n; 1000])));
+        let mut cache = StateCache::new(1_000_000, 10_000);
+        for n in 0..100u8 {
+            cache.put(vec![n], big(n));
+            assert!(cache.len() <= 2 * 10_000 / 1000, "{} entries of 1,000 bytes", cache.len());
+        }
+        assert_eq!(cache.get(&[99]), Some(big(99)), "the last entry stays");
+        cache.put(vec![0], Some(Stored::Plain(Value::Bytes(vec![0; 6000]))));
+        assert_eq!(cache.get(&[0]), None, "an entry larger than a generation is not kept");
+        // Replacing and taking entries keeps the count of bytes exact.
+        let mut cache = StateCache::new(1_000_000, 10_000);
+        for _ in 0..1000 {
+            cache.put(vec![1], big(1));
+            assert_eq!(cache.take(&[1]), Some(big(1)));
+            cache.put(vec![1], big(1));
+        }
+        assert_eq!(cache.recent_bytes, entry_size(1, &big(1)));
     }
 
     fn states() -> BTreeMap<String, StateDef> {
@@ -345,7 +435,7 @@ mod tests {
         let key = Views::key(&[Value::from("w")]);
 
         let read = db.begin_read().unwrap();
-        let mut views = Views::new(&read, "t", &states(), &mut caches, 1, true).unwrap();
+        let mut views = Views::new(&read, "t", &states(), &mut caches, 1, true, &StateLimits::default()).unwrap();
         assert_eq!(views.base("s", &key).unwrap(), Base::None);
         views.update("s", key.clone(), |base| Ok(Value::I64(base.value().map_or(0, |_| 100) + 2))).unwrap();
         views
@@ -366,9 +456,10 @@ mod tests {
         // The next batch finds the value in the cache; a query cannot write.
         assert_eq!(caches["s"].len(), 1);
         let read = db.begin_read().unwrap();
-        let mut views = Views::new(&read, "t", &states(), &mut caches, 2, true).unwrap();
+        let mut views = Views::new(&read, "t", &states(), &mut caches, 2, true, &StateLimits::default()).unwrap();
         assert_eq!(views.base("s", &key).unwrap(), Base::Value(Value::I64(3)));
-        let mut query = Views::new(&read, "t", &states(), &mut HashMap::new(), u64::MAX, false).unwrap();
+        let mut query =
+            Views::new(&read, "t", &states(), &mut HashMap::new(), u64::MAX, false, &StateLimits::default()).unwrap();
         assert_eq!(query.base("s", &key).unwrap(), Base::Value(Value::I64(3)));
         let err = query.put("s", key, Value::I64(0)).unwrap_err();
         assert!(err.to_string().contains("a query cannot write state s"), "{err}");

@@ -20,6 +20,7 @@ enum Attack {
     ReadEnv,
     ReadGranted,
     SleepInWasi,
+    LogFlood,
 }
 
 struct Hostile(Attack);
@@ -84,6 +85,14 @@ impl Hostile {
                 }
                 Err(e) => Err(Error::retry(format!("reading /data/words.txt failed: {e}"))),
             },
+            // 10 MiB of stderr in 1,000-byte lines, in one call.
+            Attack::LogFlood => {
+                let line = "z".repeat(999);
+                for _ in 0..(10 << 10) {
+                    eprintln!("{line}");
+                }
+                Ok(())
+            }
             // Blocks inside a WASI call (a monotonic-clock poll), where no
             // guest code runs to be interrupted.
             Attack::SleepInWasi => {
@@ -134,6 +143,73 @@ std::thread_local! {
     static LEAKED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// How a state updater floods the host through its state.
+#[derive(Clone, Copy)]
+enum StateAttack {
+    /// 10 GiB of 1 MiB values, each under a key of its own.
+    Write,
+    /// One 1 MiB value, read back 10 GiB worth.
+    Read,
+}
+
+/// Counts words into its state like word count, until a sentence holds
+/// `attack`; then it floods the host through the state, ignoring every
+/// error it gets: if the host let it go on, the batch would commit.
+struct StateAttacker(StateAttack);
+
+impl StateAttacker {
+    fn flood(&self, state: &dyn MapState) {
+        let value = Value::Bytes(vec![7u8; 1 << 20]);
+        match self.0 {
+            StateAttack::Write => {
+                for i in 0..10_240 {
+                    let _ = state.multi_put(&[(vec![Value::from(format!("flood-{i}"))], value.clone())]);
+                }
+            }
+            StateAttack::Read => {
+                let _ = state.multi_put(&[(vec![Value::from("big")], value)]);
+                let keys = vec![vec![Value::from("big")]; 4];
+                for _ in 0..2_560 {
+                    let _ = black_box(state.multi_get(&keys));
+                }
+            }
+        }
+    }
+}
+
+impl StateUpdater for StateAttacker {
+    fn update_state(&self, state: &dyn MapState, tuples: &[Tuple<'_>], _out: &mut Emitter<'_>) -> Result<(), Error> {
+        let mut words = std::collections::BTreeMap::<String, i64>::new();
+        for tuple in tuples {
+            let sentence = tuple.str("sentence")?;
+            if sentence.split_whitespace().any(|w| w == "attack") {
+                self.flood(state);
+                return Ok(());
+            }
+            for word in sentence.split_whitespace() {
+                *words.entry(word.to_owned()).or_default() += 1;
+            }
+        }
+        let keys: Vec<Vec<Value>> = words.keys().map(|w| vec![Value::from(w.as_str())]).collect();
+        let stored = state.multi_get(&keys)?;
+        let entries: Vec<(Vec<Value>, Value)> = keys
+            .into_iter()
+            .zip(words.values())
+            .zip(stored)
+            .map(|((key, n), stored)| (key, Value::I64(n + if let Some(Value::I64(s)) = stored { s } else { 0 })))
+            .collect();
+        state.multi_put(&entries)
+    }
+}
+
+fn state_attack(name: &str, attack: StateAttack) -> Topology {
+    Topology::new(name)
+        .new_stream(FileLines::new("sentence"))
+        .partition_persist(State::transactional("counts"), ["sentence"], StateAttacker(attack), [])
+        .name("attacker")
+        .build()
+}
+
 fn topology(name: &str, attack: Attack) -> weir_sdk::Stream {
     Topology::new(name)
         .new_stream(FileLines::new("sentence"))
@@ -158,6 +234,9 @@ fn topologies() -> Vec<Topology> {
         counted(topology("open-socket", Attack::OpenSocket)),
         counted(topology("read-env", Attack::ReadEnv)),
         counted(topology("sleep-in-wasi", Attack::SleepInWasi)),
+        counted(topology("log-flood", Attack::LogFlood)),
+        state_attack("state-write-flood", StateAttack::Write),
+        state_attack("state-read-flood", StateAttack::Read),
         counted(topology("read-granted", Attack::ReadGranted).read_only_dir("granted", "/data")),
         counted(topology("ask-too-much", Attack::None).limits(Limits::new().memory_mib(4096))),
         counted(
