@@ -253,6 +253,12 @@ impl Coordinator<'_> {
         loop {
             match self.spout.emit(txid, attempt, self.last_meta.as_deref()) {
                 Ok(emitted) => return Ok(emitted.map(|e| (attempt, e))),
+                Err(e) if self.stop.load(Ordering::Relaxed) => {
+                    // Nothing of the batch was recorded: the next start
+                    // emits it afresh.
+                    tracing::warn!("topology {}: emitting txid {txid} failed while stopping: {e:#}", self.topology());
+                    return Ok(None);
+                }
                 Err(e) if attempt + 1 < self.config.max_attempts => {
                     let backoff = self.config.backoff(attempt);
                     tracing::warn!(
@@ -340,6 +346,15 @@ impl Coordinator<'_> {
                 "topology {topology} halted: txid {txid} failed {} times; last error at attempt {attempt}: {error}",
                 self.config.max_attempts
             );
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            // Stopping at a batch boundary: the failed batch and those after
+            // it are not replayed now but when the topology starts again,
+            // from what is recorded (transactional) or committed (opaque).
+            tracing::warn!("topology {topology}: txid {txid} attempt {attempt} failed while stopping: {error}");
+            self.pending.clear();
+            self.arrived.clear();
+            return Ok(());
         }
         let last = self.pending.back().map_or(txid, |p| p.txid);
         let backoff = self.config.backoff(attempt);

@@ -114,7 +114,7 @@ impl Operators {
                     let guest = components
                         .for_operator(operator)
                         .instantiate(&self.plan.topology, operator, self.plan.sandboxes.of(operator))
-                        .map_err(|e| BatchError::retry(operator, format!("cannot instantiate: {e:#}")))?;
+                        .map_err(|e| BatchError::retry(operator, e.to_string()))?;
                     self.instances.insert(operator.to_owned(), guest);
                 }
                 let guest = self.instances.get_mut(operator).expect("instantiated above");
@@ -144,9 +144,10 @@ impl Operators {
         result.map_err(|e| match e {
             CallError::Retry(m) => BatchError::retry(operator, format!("retry: {m}")),
             CallError::Fatal(m) => BatchError::fatal(operator, format!("fatal: {m}")),
-            CallError::Trap(m) => {
+            CallError::Trap { message, .. } => {
+                // A trapped or abandoned instance cannot be entered again.
                 self.instances.remove(operator);
-                BatchError::retry(operator, format!("trap: {m}"))
+                BatchError::retry(operator, format!("trap: {message}"))
             }
         })
     }

@@ -72,7 +72,7 @@ fn decode(mut bytes: &[u8]) -> Result<Vec<PartitionMeta>> {
     Ok(partitions)
 }
 
-fn failed(what: &str, error: CallError) -> anyhow::Error {
+fn failed(what: &str, error: &CallError) -> anyhow::Error {
     anyhow::anyhow!("the spout's {what} failed: {error}")
 }
 
@@ -94,13 +94,15 @@ impl GuestSpout {
     /// call in errors.
     fn call<T>(&mut self, what: &str, call: impl FnOnce(&mut Guest) -> Result<T, CallError>) -> Result<T> {
         if self.guest.is_none() {
-            self.guest = Some(self.component.instantiate(&self.topology, SPOUT_ID, &self.sandbox)?);
+            let guest = self.component.instantiate(&self.topology, SPOUT_ID, &self.sandbox);
+            self.guest = Some(guest.map_err(|e| failed("instantiation", &e))?);
         }
         let result = call(self.guest.as_mut().expect("instantiated above"));
-        if let Err(CallError::Trap(_)) = &result {
+        if let Err(CallError::Trap { .. }) = &result {
+            // A trapped or abandoned instance cannot be entered again.
             self.guest = None;
         }
-        result.map_err(|e| failed(what, e))
+        result.map_err(|e| failed(what, &e))
     }
 
     fn ctx(&self, txid: u64, attempt: u32) -> SpoutContext {
