@@ -4,6 +4,7 @@
 
 use super::{Emitted, Spout, SpoutKind};
 use crate::bindings::SpoutContext;
+use crate::exec::{BatchError, Cause, Origin};
 use crate::runtime::{CallError, Guest, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Result, bail};
@@ -72,8 +73,14 @@ fn decode(mut bytes: &[u8]) -> Result<Vec<PartitionMeta>> {
     Ok(partitions)
 }
 
+/// A failed spout call, as an error that says it came from the spout and
+/// how (`BatchError` with `Origin::Spout`).
 fn failed(what: &str, error: &CallError) -> anyhow::Error {
-    anyhow::anyhow!("the spout's {what} failed: {error}")
+    anyhow::Error::new(BatchError {
+        origin: Origin::Spout(Cause::of(error)),
+        message: format!("the spout's {what} failed: {error}"),
+        ..BatchError::of_call(SPOUT_ID, error)
+    })
 }
 
 impl GuestSpout {
