@@ -6,14 +6,16 @@
 pub mod server;
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
 pub use weir_test_guests::{
-    BAD_TOPOLOGIES, GLOBAL_COUNT, GUEST_TARGET_DIR, HOSTILE, LOCATION, MAP_FILTER, RAW_GUEST, REACH, REPO_ROOT, SPOUTS,
-    STREAM_OPS, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
+    BAD_TOPOLOGIES, BLOCKING_DESCRIBE, GLOBAL_COUNT, GUEST_TARGET_DIR, HOSTILE, LOCATION, MAP_FILTER, RAW_GUEST, REACH,
+    REPO_ROOT, SPOUTS, STREAM_OPS, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
 };
 
 /// The `weir` binary, with a compiled-component cache shared by every test
@@ -30,6 +32,58 @@ pub fn weir() -> Command {
 /// Runs `weir` with `args`, returning its output whatever its status.
 pub fn weir_output(args: &[&str]) -> Output {
     weir().args(args).output().expect("run weir")
+}
+
+/// A process run to its end within a time bound.
+pub struct Bounded {
+    /// What it printed, and how it exited.
+    pub output: Output,
+    /// The highest resident memory seen (VmHWM), in KiB.
+    pub peak_rss_kib: u64,
+}
+
+/// The peak resident memory (VmHWM) of process `pid` so far, in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    line.trim().strip_suffix("kB")?.trim().parse().ok()
+}
+
+/// Runs `command` to its end, watching its peak memory; kills it and fails
+/// the test if it is still running after `limit`.
+pub fn run_bounded(command: &mut Command, limit: Duration) -> Bounded {
+    let started = Instant::now();
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the command");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let mut peak = 0;
+    let status = loop {
+        peak = peak.max(peak_rss_kib(child.id()).unwrap_or(0));
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+            panic!("{command:?} was still running after {limit:?}:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() };
+    Bounded { output, peak_rss_kib: peak }
+}
+
+/// Runs `weir` with `args` within `limit` (see [`run_bounded`]).
+pub fn weir_bounded(args: &[&str], limit: Duration) -> Bounded {
+    run_bounded(weir().args(args), limit)
 }
 
 /// Text of stdout and stderr together.
