@@ -4,10 +4,11 @@
 //! future under two limits. Guest code is interrupted by the epoch at the
 //! call's CPU time limit, as it passes loop heads and calls. A guest waiting
 //! in a host call runs no code that could be interrupted, but WASI is linked
-//! asynchronously, so such a wait is a pending future: a timeout on the whole
-//! call, set past the CPU limit, abandons it at its deadline. The abandoned
-//! future is dropped, which unwinds the guest's stack, and so is the
-//! instance, whose store a trap or an abandoned call leaves unusable.
+//! asynchronously, so such a wait is a pending future, and the thread that
+//! runs the call stops waiting at the call's deadline, set past the CPU
+//! limit, and abandons it. The abandoned future is dropped, which unwinds
+//! the guest's stack, and so is the instance, whose store a trap or an
+//! abandoned call leaves unusable.
 
 use super::cache::{CacheOutcome, ComponentCache};
 use super::guest_output::GuestOutput;
@@ -22,7 +23,10 @@ use crate::state::handle::StateHandle;
 use anyhow::{Context, Result, bail};
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{self, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
 use wasmtime::{Engine, Store, Trap};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -190,17 +194,44 @@ impl LoadedComponent {
 /// Runs `call` on this thread to its end, or until `deadline` passes:
 /// `None` then, and the call is abandoned (its future dropped).
 ///
-/// The future runs in WASI's ambient tokio runtime: the caller's, where it
-/// is on a runtime's blocking thread (the server calls guests from
-/// `spawn_blocking`), else a runtime of WASI's own. It must not be called
-/// from an async task, where blocking the thread is not allowed.
+/// The thread polls the call and sleeps while it is pending (its guest
+/// waits in a host call), until woken or the deadline passes: no timer is
+/// registered per call. What the call waits on (WASI's clocks, its
+/// filesystem calls on the blocking pool) lives in WASI's ambient tokio
+/// runtime: the caller's, where it is a runtime's blocking thread (the
+/// server calls guests from `spawn_blocking`), else a runtime of WASI's
+/// own. It must not be called from an async task, whose thread must not
+/// block.
 fn within<F: Future>(deadline: Option<Duration>, call: F) -> Option<F::Output> {
-    wasmtime_wasi::runtime::in_tokio(async move {
-        match deadline {
-            Some(deadline) => tokio::time::timeout(deadline, call).await.ok(),
-            None => Some(call.await),
+    wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| {
+        let until = deadline.map(|deadline| Instant::now() + deadline);
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut context = task::Context::from_waker(&waker);
+        let mut call = pin!(call);
+        loop {
+            if let Poll::Ready(output) = call.as_mut().poll(&mut context) {
+                return Some(output);
+            }
+            match until.map(|until| until.saturating_duration_since(Instant::now())) {
+                Some(Duration::ZERO) => return None,
+                Some(left) => std::thread::park_timeout(left),
+                None => std::thread::park(),
+            }
         }
     })
+}
+
+/// Wakes the thread that runs a call.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
 }
 
 /// What a call into `store` came back with, or why it did not: the limit
