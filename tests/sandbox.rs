@@ -4,9 +4,33 @@
 
 mod common;
 
+use common::server::{Server, bundle};
 use common::*;
 use std::io::Write;
 use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// How long any one `weir` run of these tests may take: far more than
+/// any of them needs, far less than the hour a blocked guest sleeps.
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+/// The most resident memory a `weir` process of these tests may reach,
+/// in KiB: a hostile guest must not make the host hold much more than its
+/// sandbox (64 MiB of linear memory at most).
+const MAX_RSS_KIB: u64 = 512 * 1024;
+
+/// Runs `weir` with `args` within [`RUN_LIMIT`], and checks its memory
+/// stayed within [`MAX_RSS_KIB`].
+fn weir_contained(what: &str, args: &[&str]) -> Output {
+    weir_contained_peak(what, args).0
+}
+
+/// [`weir_contained`], with the host's peak resident memory, in MiB.
+fn weir_contained_peak(what: &str, args: &[&str]) -> (Output, u64) {
+    let run = weir_bounded(args, RUN_LIMIT);
+    assert!(run.peak_rss_kib <= MAX_RSS_KIB, "{what}: weir reached {} MiB of resident memory", run.peak_rss_kib / 1024);
+    (run.output, run.peak_rss_kib >> 10)
+}
 
 /// A data dir with one committed batch of a hostile topology (it behaves
 /// until a sentence holds the word `attack`), and that batch's input.
@@ -58,7 +82,7 @@ fn attack(component: &str, topology: &str, extra: &[&str], cause: &str) -> u64 {
     std::fs::OpenOptions::new().append(true).open(&target.input).unwrap().write_all(b"the attack begins\n").unwrap();
     let mut args = run_args(component, &target.data, &target.input, &["--topology", topology, "--max-attempts", "2"]);
     args.extend_from_slice(extra);
-    let (output, peak_kib) = weir_measured(&args, std::time::Duration::from_secs(300));
+    let (output, peak_mib) = weir_contained_peak(topology, &args);
     let error = assert_refused(topology, &output, cause);
     assert!(
         error.contains(&format!(
@@ -67,7 +91,7 @@ fn attack(component: &str, topology: &str, extra: &[&str], cause: &str) -> u64 {
         "{topology}: the error does not name the topology, txid, attempt and operator: {error}"
     );
     assert_eq!(scan(&target.data, topology, "counts"), before, "{topology}: committed state changed");
-    peak_kib >> 10
+    peak_mib
 }
 
 /// An attack that would make the host hold gigabytes: it must fail with
@@ -137,7 +161,7 @@ fn a_state_flood_deployed_to_a_server_fails_and_its_sibling_ends_exact() {
     let error = failed["error"].as_str().unwrap_or_default();
     assert!(error.contains("operator attacker: trap: state write limit of 64 MiB per call exceeded"), "{failed}");
     server.assert_word_count_exact();
-    let peak = peak_rss_kib(server.child.id()) >> 10;
+    let peak = peak_rss_kib(server.child.id()).unwrap() >> 10;
     let _ =
         writeln!(std::io::stderr().lock(), "attack state-write-flood served: {error:.80}; server peak RSS {peak} MiB");
     assert!(peak < 768, "the server's memory peaked at {peak} MiB");
@@ -146,6 +170,71 @@ fn a_state_flood_deployed_to_a_server_fails_and_its_sibling_ends_exact() {
 #[test]
 fn an_infinite_loop_hits_the_cpu_time_limit() {
     attack(HOSTILE, "infinite-loop", &["--max-call-ms", "200"], "CPU time limit of 200 ms per call exceeded");
+}
+
+#[test]
+fn a_guest_sleeping_in_wasi_is_abandoned_at_its_call_deadline() {
+    attack(
+        HOSTILE,
+        "sleep-in-wasi",
+        &["--max-call-ms", "200"],
+        "deadline of 400 ms per call exceeded: the guest was blocked in a host call",
+    );
+}
+
+#[test]
+fn a_guest_polling_a_far_off_instant_is_abandoned_at_its_call_deadline() {
+    attack(
+        HOSTILE,
+        "poll-far-instant",
+        &["--max-call-ms", "200"],
+        "deadline of 400 ms per call exceeded: the guest was blocked in a host call",
+    );
+}
+
+#[test]
+fn a_guest_spout_sleeping_in_wasi_is_abandoned_at_its_call_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // One batch at a time, so that the three batches before the blocked
+    // emission are committed first.
+    let output = weir_contained(
+        "sleepy-spout",
+        &[
+            "run",
+            HOSTILE,
+            "--data",
+            data.to_str().unwrap(),
+            "--topology",
+            "sleepy-spout",
+            "--max-pending",
+            "1",
+            "--max-attempts",
+            "2",
+            "--max-call-ms",
+            "200",
+        ],
+    );
+    assert_refused(
+        "sleepy-spout",
+        &output,
+        "topology sleepy-spout halted: emitting txid 4 failed 2 times: the spout's emit failed: trap: deadline of \
+         400 ms per call exceeded: the guest was blocked in a host call",
+    );
+    let batch = ["the spout emits", "then the spout sleeps"];
+    let three_batches: Vec<&str> = batch.iter().cycle().take(6).copied().collect();
+    assert_counts_eq(&counts(&data, "sleepy-spout"), &count_words(&three_batches));
+}
+
+#[test]
+fn a_component_whose_description_blocks_is_refused_at_its_call_deadline() {
+    load_refused(
+        "blocking-describe",
+        BLOCKING_DESCRIBE,
+        &["--max-call-ms", "200"],
+        "the component's describe call failed: trap: deadline of 400 ms per call exceeded: the guest was blocked in a \
+         host call",
+    );
 }
 
 #[test]
@@ -238,7 +327,7 @@ fn a_row_extending_a_missing_input_row_fails_the_batch() {
 fn load_refused(attack: &str, component: &str, extra: &[&str], cause: &str) {
     let (target, before) = prepare(WORD_COUNT, "word-count");
     let args = run_args(component, &target.data, &target.input, extra);
-    assert_refused(attack, &weir_output(&args), cause);
+    assert_refused(attack, &weir_contained(attack, &args), cause);
     assert_eq!(scan(&target.data, "word-count", "counts"), before, "{attack}: committed state changed");
 }
 
@@ -413,4 +502,48 @@ fn hostile_descriptions_deployed_to_a_server_are_refused_and_the_sibling_stays_e
     let (status, listed) = server.api("GET", "/v1/topologies", b"");
     assert_eq!(status, 200);
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "only the sibling is deployed: {listed}");
+}
+
+#[test]
+fn a_served_guest_blocked_in_wasi_fails_while_a_sibling_counts_exactly_and_is_deleted_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // A call's deadline of 2 s: long enough to delete the topology while its
+    // guest is blocked, and far below the hour it sleeps.
+    let server = Server::start_with(dir.path(), &["--max-call-ms", "1000"]);
+    server.deploy_word_count(dir.path());
+    let input = first_sentences(&dir.path().join("in"));
+    let bundle = bundle(dir.path(), HOSTILE, "hostile.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=sleep-in-wasi&input=in/input.txt", &bundle);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_topology("sleep-in-wasi", 1);
+    let before = server.counts("sleep-in-wasi");
+    std::fs::OpenOptions::new().append(true).open(&input).unwrap().write_all(b"the attack begins\n").unwrap();
+
+    let failed = server.wait_for_status("sleep-in-wasi", |s| s["state"] == "failed");
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("topology sleep-in-wasi halted: txid 2 failed 5 times")
+            && error.contains("deadline of 2000 ms per call exceeded: the guest was blocked in a host call"),
+        "{failed}"
+    );
+    assert_eq!(server.counts("sleep-in-wasi"), before, "committed state changed");
+    let _ = writeln!(std::io::stderr().lock(), "attack served-sleep-in-wasi: {}", error.lines().next().unwrap_or(""));
+
+    // Started again, it blocks again; deleting it waits for no more than
+    // the call in flight.
+    for verb in ["stop", "resume"] {
+        let (status, body) = server.api("POST", &format!("/v1/topologies/sleep-in-wasi/{verb}"), b"");
+        assert_eq!(status, 200, "{verb}: {body}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    let (status, body) = server.api("DELETE", "/v1/topologies/sleep-in-wasi?state=keep", b"");
+    assert_eq!(status, 204, "{body}");
+    assert!(asked.elapsed() < Duration::from_secs(60), "the delete took {:?}", asked.elapsed());
+    let (status, _) = server.api("GET", "/v1/topologies/sleep-in-wasi", b"");
+    assert_eq!(status, 404);
+
+    server.assert_word_count_exact();
+    let peak = peak_rss_kib(server.child.id()).unwrap();
+    assert!(peak <= MAX_RSS_KIB, "the server reached {} MiB of resident memory", peak / 1024);
 }

@@ -708,3 +708,46 @@ fn sigterm_stops_every_topology_and_exits_then_a_restart_resumes() {
     assert_eq!(server.wait_for_topology("word-count", 20)["state"], "running");
     server.assert_word_count_exact();
 }
+
+#[test]
+fn sigterm_with_a_blocked_guest_exits_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    let input = dir.path().join("in/input.txt");
+    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
+    let lines: Vec<&str> = sentences.lines().take(300).collect();
+    write_lines(&input, &lines);
+    let hostile = bundle(dir.path(), HOSTILE, "hostile.weir");
+    // A call's deadline of 4 s: a guest that sleeps for an hour is abandoned
+    // well before, and so is the server's shutdown.
+    let mut server = Server::start_with(dir.path(), &["--max-call-ms", "2000"]);
+    let (status, body) = server.api("POST", "/v1/topologies?topology=sleep-in-wasi&input=in/input.txt", &hostile);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_topology("sleep-in-wasi", 1);
+    let before = server.counts("sleep-in-wasi");
+    write_lines(&input, &[&lines[..], &["the attack begins"]].concat());
+    // Time for the spout to see the line and the guest to block on it.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+
+    let peak = peak_rss_kib(server.child.id()).unwrap();
+    assert!(peak <= 512 * 1024, "the server reached {} MiB of resident memory", peak / 1024);
+    let signalled = std::time::Instant::now();
+    let kill = std::process::Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let exited = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(signalled.elapsed() < std::time::Duration::from_secs(60), "weir serve did not exit after SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(exited.success(), "weir serve exited with {exited}");
+    drop(server);
+
+    // The blocked batch was never committed; a restarted server resumes the
+    // topology from what was.
+    let server = Server::start_with(dir.path(), &["--max-call-ms", "2000"]);
+    let status = server.wait_for_status("sleep-in-wasi", |s| s["state"] == "running");
+    assert_eq!(status["last_committed"], 1, "{status}");
+    assert_eq!(server.counts("sleep-in-wasi"), before, "committed state changed");
+}

@@ -71,6 +71,11 @@ pub const DEFAULT_MAX_MEMORY_MIB: u64 = 64;
 /// 10,000 sentences, so this only stops a guest that has lost its way.
 pub const DEFAULT_MAX_CALL_MS: u64 = 10_000;
 
+/// A call's deadline, in multiples of its CPU time limit: a call still
+/// running then (its guest blocked in a host call, a WASI sleep or poll,
+/// where the CPU limit cannot fire) is abandoned and its instance dropped.
+pub const CALL_DEADLINE_FACTOR: u64 = 2;
+
 /// Bytes one operator call may return, in MiB (`--max-output-mib`).
 pub const DEFAULT_MAX_OUTPUT_MIB: u64 = 32;
 

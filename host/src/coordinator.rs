@@ -12,7 +12,7 @@
 //! afresh from the last committed metadata.
 
 use crate::config::RunConfig;
-use crate::exec::{BatchError, Committer, Handover, Processor};
+use crate::exec::{BatchError, Committer, Handover, Origin, Processor};
 use crate::metrics::Latencies;
 use crate::operators::OperatorSource;
 use crate::plan::Plan;
@@ -226,7 +226,8 @@ impl Coordinator<'_> {
                 None => Err(BatchError::retry(
                     "(batch deadline)",
                     format!("the batch was not processed within {} ms", self.config.batch_timeout.as_millis()),
-                )),
+                )
+                .with_origin(Origin::Deadline)),
             };
             match outcome {
                 Ok(()) => {
@@ -257,6 +258,12 @@ impl Coordinator<'_> {
                 // Its input changed under committed batches: no retry helps.
                 Err(e) if crate::spout::input_changed(&e) => {
                     return Err(e.context(format!("topology {} halted at txid {txid}", self.topology())));
+                }
+                Err(e) if self.stop.load(Ordering::Relaxed) => {
+                    // Nothing of the batch was recorded: the next start
+                    // emits it afresh.
+                    tracing::warn!("topology {}: emitting txid {txid} failed while stopping: {e:#}", self.topology());
+                    return Ok(None);
                 }
                 Err(e) if attempt + 1 < self.config.max_attempts => {
                     let backoff = self.config.backoff(attempt);
@@ -337,14 +344,26 @@ impl Coordinator<'_> {
     /// budget is spent.
     fn fail(&mut self, txid: u64, attempt: u32, error: BatchError) -> Result<()> {
         let topology = self.topology().to_owned();
+        // The error stays the source of the halt, for callers to match on.
         if !error.retryable {
-            bail!("topology {topology} halted at txid {txid}, attempt {attempt}: {error}");
+            return Err(anyhow::Error::new(error)
+                .context(format!("topology {topology} halted at txid {txid}, attempt {attempt}")));
         }
         if attempt + 1 >= self.config.max_attempts {
-            bail!(
-                "topology {topology} halted: txid {txid} failed {} times; last error at attempt {attempt}: {error}",
+            let halted = format!(
+                "topology {topology} halted: txid {txid} failed {} times; last error at attempt {attempt}",
                 self.config.max_attempts
             );
+            return Err(anyhow::Error::new(error).context(halted));
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            // Stopping at a batch boundary: the failed batch and those after
+            // it are not replayed now but when the topology starts again,
+            // from what is recorded (transactional) or committed (opaque).
+            tracing::warn!("topology {topology}: txid {txid} attempt {attempt} failed while stopping: {error}");
+            self.pending.clear();
+            self.arrived.clear();
+            return Ok(());
         }
         let last = self.pending.back().map_or(txid, |p| p.txid);
         let backoff = self.config.backoff(attempt);
@@ -377,5 +396,98 @@ impl Coordinator<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SandboxConfig;
+    use crate::exec::Cause;
+    use crate::runtime::{ComponentCache, Limit};
+    use crate::spout::FileLines;
+    use crate::topology::LoadedTopology;
+    use std::path::Path;
+    use weir_sdk::topology::SPOUT_ID;
+
+    /// The hostile guest's topology `name`, each call limited to `call_ms`
+    /// of CPU time.
+    fn hostile(name: &str, call_ms: u64) -> LoadedTopology {
+        let engine = crate::runtime::engine(true).unwrap();
+        let cache = ComponentCache::new(Path::new(weir_test_guests::GUEST_TARGET_DIR).join("compiled-cache"));
+        let sandbox = SandboxConfig { max_call_ms: call_ms, ..SandboxConfig::default() };
+        let component = Path::new(weir_test_guests::HOSTILE);
+        crate::topology::load(&engine, &cache, component, &[name.to_owned()], &sandbox).unwrap().remove(0)
+    }
+
+    /// Runs `loaded` over `spout` into a fresh database: the run's outcome,
+    /// and the last committed txid.
+    fn run_over(loaded: LoadedTopology, spout: &mut dyn Spout, config: RunConfig) -> (Result<RunReport>, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let name = loaded.plan.topology.clone();
+        let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
+        let outcome = run(&db, loaded.plan, source, spout, &config, &AtomicBool::new(false), &mut |_| {});
+        (outcome, db.progress(&name).unwrap().last_committed)
+    }
+
+    /// Runs topology `name` over `lines`, one line per batch.
+    fn run_lines(name: &str, lines: &str, call_ms: u64, config: RunConfig) -> (Result<RunReport>, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("input.txt");
+        std::fs::write(&input, lines).unwrap();
+        run_over(hostile(name, call_ms), &mut FileLines::open(&input, 1).unwrap(), config)
+    }
+
+    fn halted_by(outcome: Result<RunReport>) -> BatchError {
+        let error = outcome.expect_err("the run halts");
+        error.downcast_ref::<BatchError>().unwrap_or_else(|| panic!("not a batch error: {error:#}")).clone()
+    }
+
+    fn attempts(max_attempts: u32) -> RunConfig {
+        RunConfig { max_attempts, max_pending: 1, ..RunConfig::default() }
+    }
+
+    #[test]
+    fn a_blocked_operator_halts_the_run_with_the_call_deadline() {
+        let (outcome, committed) = run_lines("sleep-in-wasi", "calm words\nthe attack begins\n", 100, attempts(2));
+        let error = halted_by(outcome);
+        assert_eq!(error.origin, Origin::Operator(Cause::Trapped(Some(Limit::Deadline))), "{error}");
+        assert_eq!((error.operator.as_str(), error.retryable), ("attacker", true));
+        assert_eq!(committed, 1);
+    }
+
+    #[test]
+    fn a_blocked_spout_halts_the_run_with_the_call_deadline() {
+        let loaded = hostile("sleepy-spout", 100);
+        let guest =
+            Some((Arc::clone(loaded.components.for_operator(SPOUT_ID)), loaded.plan.sandboxes.of(SPOUT_ID).clone()));
+        let def = loaded.definition.spout().unwrap().clone();
+        let mut spout =
+            crate::spout::open(&def, &crate::spout::SpoutEnv::local("sleepy-spout", None, 10, None), guest).unwrap();
+        let (outcome, committed) = run_over(loaded, &mut *spout, attempts(2));
+        let error = halted_by(outcome);
+        assert_eq!(error.origin, Origin::Spout(Cause::Trapped(Some(Limit::Deadline))), "{error}");
+        // The spout blocks from txid 4 on.
+        assert_eq!(committed, 3);
+    }
+
+    #[test]
+    fn a_batch_past_the_batch_deadline_halts_the_run_with_it() {
+        // The batch deadline passes long before the call's (4 s).
+        let config = RunConfig { batch_timeout: Duration::from_millis(100), ..attempts(1) };
+        let (outcome, committed) = run_lines("sleep-in-wasi", "the attack begins\n", 2000, config);
+        assert_eq!(halted_by(outcome).origin, Origin::Deadline);
+        assert_eq!(committed, 0);
+    }
+
+    #[test]
+    fn what_an_operator_returned_and_how_it_trapped_are_told_apart() {
+        let (outcome, _) = run_lines("read-passwd", "the attack begins\n", 1000, attempts(1));
+        assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Returned));
+        let (outcome, _) = run_lines("panic", "the attack begins\n", 1000, attempts(1));
+        assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Trapped(None)));
+        let (outcome, _) = run_lines("infinite-loop", "the attack begins\n", 100, attempts(1));
+        assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Trapped(Some(Limit::Cpu))));
     }
 }

@@ -114,7 +114,7 @@ impl Operators {
                     let guest = components
                         .for_operator(operator)
                         .instantiate(&self.plan.stored_as, operator, self.plan.sandboxes.of(operator))
-                        .map_err(|e| BatchError::retry(operator, format!("cannot instantiate: {e:#}")))?;
+                        .map_err(|e| BatchError::of_call(operator, &e))?;
                     self.instances.insert(operator.to_owned(), guest);
                 }
                 let guest = self.instances.get_mut(operator).expect("instantiated above");
@@ -141,13 +141,12 @@ impl Operators {
             tracing::debug!("operator {operator}: replacing its instance, which holds {} MiB", bytes >> 20);
             self.instances.remove(operator);
         }
-        result.map_err(|e| match e {
-            CallError::Retry(m) => BatchError::retry(operator, format!("retry: {m}")),
-            CallError::Fatal(m) => BatchError::fatal(operator, format!("fatal: {m}")),
-            CallError::Trap(m) => {
+        result.map_err(|e| {
+            if let CallError::Trap { .. } = e {
+                // A trapped or abandoned instance cannot be entered again.
                 self.instances.remove(operator);
-                BatchError::retry(operator, format!("trap: {m}"))
             }
+            BatchError::of_call(operator, &e)
         })
     }
 }

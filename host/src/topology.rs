@@ -79,8 +79,12 @@ fn describe_source(
     let mut all: Vec<(Arc<LoadedComponent>, TopologyDef, Option<&BundledTopology>)> = Vec::new();
     for (name, label, bytes) in source.components {
         let component = Arc::new(LoadedComponent::from_bytes(engine, cache, &label, &bytes)?);
-        let json =
-            component.instantiate("(describe)", "describe", &OperatorSandbox::host_limits(config))?.describe()?;
+        let described = component
+            .instantiate("(describe)", "describe", &OperatorSandbox::host_limits(config))
+            .and_then(|mut guest| guest.describe());
+        let json = described.map_err(|e| {
+            anyhow::Error::new(e).context(format!("{}: the component's describe call failed", label.display()))
+        })?;
         let definitions = parse_description(&json)
             .with_context(|| format!("{} describes its topologies in a form this host cannot read", label.display()))?;
         let mapped: Vec<Option<&BundledTopology>> = match &source.manifest {

@@ -8,14 +8,16 @@ pub mod nats;
 pub mod server;
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
 pub use weir_test_guests::{
-    BAD_TOPOLOGIES, GLOBAL_COUNT, GUEST_TARGET_DIR, HOSTILE, HOSTILE_TOPOLOGIES, LOCATION, MAP_FILTER, RAW_GUEST,
-    REACH, REPO_ROOT, SPOUTS, STREAM_OPS, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
+    BAD_TOPOLOGIES, BLOCKING_DESCRIBE, GLOBAL_COUNT, GUEST_TARGET_DIR, HOSTILE, HOSTILE_TOPOLOGIES, LOCATION,
+    MAP_FILTER, RAW_GUEST, REACH, REPO_ROOT, SPOUTS, STREAM_OPS, TEST_TOPOLOGIES, UNKNOWN_IMPORT, WORD_COUNT,
 };
 
 /// The `weir` binary, with a compiled-component cache shared by every test
@@ -34,71 +36,61 @@ pub fn weir_output(args: &[&str]) -> Output {
     weir().args(args).output().expect("run weir")
 }
 
-/// Text of stdout and stderr together.
-pub fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+/// A process run to its end within a time bound.
+pub struct Bounded {
+    /// What it printed, and how it exited.
+    pub output: Output,
+    /// The highest resident memory seen (VmHWM), in KiB.
+    pub peak_rss_kib: u64,
 }
 
-/// Runs `weir` with `args`, whatever its status, within `limit`: its output
-/// and its peak resident memory in KiB, as the kernel accounted it at exit.
-#[allow(clippy::zombie_processes, reason = "reaped by wait4, which also gives its peak memory")]
-pub fn weir_measured(args: &[&str], limit: std::time::Duration) -> (Output, u64) {
-    use std::io::Read;
-    use std::os::unix::process::ExitStatusExt;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let mut child = weir()
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run weir");
-    let read = |mut pipe: Box<dyn Read + Send>| {
+/// The peak resident memory (VmHWM) of process `pid` so far, in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    line.trim().strip_suffix("kB")?.trim().parse().ok()
+}
+
+/// Runs `command` to its end, watching its peak memory; kills it and fails
+/// the test if it is still running after `limit`.
+pub fn run_bounded(command: &mut Command, limit: Duration) -> Bounded {
+    let started = Instant::now();
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the command");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             let _ = pipe.read_to_end(&mut bytes);
             bytes
         })
     };
-    let stdout = read(Box::new(child.stdout.take().unwrap()));
-    let stderr = read(Box::new(child.stderr.take().unwrap()));
-    let pid = child.id() as libc::pid_t;
-    let done = std::sync::Arc::new(AtomicBool::new(false));
-    let watchdog = {
-        let done = std::sync::Arc::clone(&done);
-        std::thread::spawn(move || {
-            let deadline = std::time::Instant::now() + limit;
-            while !done.load(Ordering::SeqCst) {
-                if std::time::Instant::now() > deadline {
-                    // SAFETY: kill(2) on our own child, not yet reaped.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    return true;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            false
-        })
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let mut peak = 0;
+    let status = loop {
+        peak = peak.max(peak_rss_kib(child.id()).unwrap_or(0));
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+            panic!("{command:?} was still running after {limit:?}:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
     };
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, which `child` never waits for.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    done.store(true, Ordering::SeqCst);
-    assert_eq!(waited, pid, "wait4 failed");
-    assert!(!watchdog.join().unwrap(), "weir {args:?} ran past {limit:?} and was killed");
-    let output = Output {
-        status: std::process::ExitStatus::from_raw(status),
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    };
-    (output, usage.ru_maxrss as u64)
+    let output = Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() };
+    Bounded { output, peak_rss_kib: peak }
 }
 
-/// Peak resident memory of the running process `pid` so far, in KiB.
-pub fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("a VmHWM line");
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+/// Runs `weir` with `args` within `limit` (see [`run_bounded`]).
+pub fn weir_bounded(args: &[&str], limit: Duration) -> Bounded {
+    run_bounded(weir().args(args), limit)
+}
+
+/// Text of stdout and stderr together.
+pub fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
 /// Runs `weir` and asserts it succeeded.

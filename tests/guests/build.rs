@@ -16,6 +16,7 @@ const GUESTS: &[(&str, &str)] = &[
     ("bad-topologies", "BAD_TOPOLOGIES"),
     ("test-topologies", "TEST_TOPOLOGIES"),
     ("hostile", "HOSTILE"),
+    ("blocking-describe", "BLOCKING_DESCRIBE"),
     ("raw-guest", "RAW_GUEST"),
     ("hostile-topologies", "HOSTILE_TOPOLOGIES"),
     ("unknown-import", "UNKNOWN_IMPORT"),

@@ -48,7 +48,9 @@ fn read_manifest(args: &InspectArgs) -> Result<Manifest> {
     if is_bundle(&bytes) {
         return Ok(Bundle::from_bytes(&args.path, &bytes)?.manifest);
     }
-    let engine = runtime::engine(false)?;
+    // With the CPU limit, as `weir run` describes: a description that
+    // spins is interrupted, and the compiled component serves a later run.
+    let engine = runtime::engine(true)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
     let name = args.path.file_name().and_then(|n| n.to_str()).unwrap_or("component.wasm").to_owned();
     let topologies = topology::describe_all(&engine, &cache, &args.path, &SandboxConfig::default())?

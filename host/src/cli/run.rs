@@ -68,8 +68,10 @@ pub struct RunArgs {
     /// ask for less; one asking for more is refused.
     #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
     max_memory_mib: u64,
-    /// CPU time one operator call (a whole batch) may take, in milliseconds.
-    /// 0 runs without a CPU limit (and without its small cost).
+    /// CPU time one operator call (a whole batch) may take, in milliseconds;
+    /// a call still blocked in a host call (a WASI sleep or poll) at twice
+    /// this time is abandoned. 0 runs without either limit (and without the
+    /// CPU limit's small cost).
     #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS)]
     max_call_ms: u64,
     /// Bytes one operator call may return, in MiB.

@@ -64,7 +64,9 @@ pub struct ServeArgs {
     /// Largest linear memory of an operator instance, in MiB.
     #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB)]
     max_memory_mib: u64,
-    /// CPU time one operator call may take, in milliseconds.
+    /// CPU time one operator call may take, in milliseconds; a call still
+    /// blocked in a host call (a WASI sleep or poll) at twice this time is
+    /// abandoned.
     #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS)]
     max_call_ms: u64,
     /// Bytes one operator call may return, in MiB.

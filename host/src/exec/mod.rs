@@ -13,6 +13,7 @@ mod stream;
 
 use crate::operators::{OperatorSource, Operators, Request};
 use crate::plan::{Input, Node, Op, Phase, Plan};
+use crate::runtime::{CallError, Limit};
 use crate::state::handle::StateHandle;
 use crate::state::view::{StateCache, Views, refresh_caches};
 use crate::state::{BatchRecord, Db};
@@ -25,39 +26,105 @@ use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueRef};
 
 pub use aggregate::Partials;
 
-/// Why a batch failed, and whether replaying it may help.
+/// Why a batch failed, where the failure came from, and whether replaying
+/// the batch may help.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchError {
     /// The operator at fault (or the state, for storage errors).
     pub operator: String,
+    /// Where the failure came from.
+    pub origin: Origin,
     /// False when the topology must halt at once.
     pub retryable: bool,
     /// What went wrong.
     pub message: String,
 }
 
+/// Where a batch failure came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// A call into an operator, or what it returned.
+    Operator(Cause),
+    /// A call into the guest spout, or what it emitted.
+    Spout(Cause),
+    /// Reading or writing a state.
+    State,
+    /// The batch was not processed within the batch deadline.
+    Deadline,
+    /// The batch's write transaction.
+    Commit,
+}
+
+/// What went wrong in a guest's call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cause {
+    /// The guest returned an error, or a result the host refused.
+    Returned,
+    /// The guest's instance trapped, its call was abandoned at its deadline,
+    /// or its output passed a limit; `Some` names the limit it hit.
+    Trapped(Option<Limit>),
+}
+
+impl Cause {
+    /// The cause of a failed call.
+    pub fn of(error: &CallError) -> Cause {
+        match error {
+            CallError::Retry(_) | CallError::Fatal(_) => Cause::Returned,
+            CallError::Trap { limit, .. } => Cause::Trapped(*limit),
+        }
+    }
+}
+
 impl BatchError {
-    /// An error that replaying the batch may cure.
+    /// An error of `operator` that replaying the batch may cure.
     pub fn retry(operator: &str, message: impl Into<String>) -> BatchError {
-        BatchError { operator: operator.to_owned(), retryable: true, message: message.into() }
+        BatchError {
+            operator: operator.to_owned(),
+            origin: Origin::Operator(Cause::Returned),
+            retryable: true,
+            message: message.into(),
+        }
     }
 
-    /// An error that halts the topology.
+    /// An error of `operator` that halts the topology.
     pub fn fatal(operator: &str, message: impl Into<String>) -> BatchError {
-        BatchError { operator: operator.to_owned(), retryable: false, message: message.into() }
+        BatchError { retryable: false, ..BatchError::retry(operator, message) }
+    }
+
+    /// The same error, come from `origin`.
+    pub fn with_origin(self, origin: Origin) -> BatchError {
+        BatchError { origin, ..self }
+    }
+
+    /// The error of a failed call into `operator`: a retry or a trap is
+    /// retried, a fatal error is not.
+    pub fn of_call(operator: &str, error: &CallError) -> BatchError {
+        BatchError {
+            operator: operator.to_owned(),
+            origin: Origin::Operator(Cause::of(error)),
+            retryable: !matches!(error, CallError::Fatal(_)),
+            message: error.to_string(),
+        }
     }
 }
 
 impl fmt::Display for BatchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "operator {}: {}", self.operator, self.message)
+        match self.origin {
+            // A spout's message names it.
+            Origin::Spout(_) => f.write_str(&self.message),
+            _ => write!(f, "operator {}: {}", self.operator, self.message),
+        }
     }
 }
 
-/// A state's error, in the commit phase: fatal when replaying the batch
+impl std::error::Error for BatchError {}
+
+/// A state's error, come from `origin`: fatal when replaying the batch
 /// cannot cure it (see [`crate::state::StateError`]).
-fn state_failure(operator: &str, message: String, error: &anyhow::Error) -> BatchError {
-    BatchError { operator: operator.to_owned(), retryable: !crate::state::retry_cannot_help(error), message }
+fn state_failure(operator: &str, message: String, error: &anyhow::Error, origin: Origin) -> BatchError {
+    BatchError { retryable: !crate::state::retry_cannot_help(error), ..BatchError::retry(operator, message) }
+        .with_origin(origin)
 }
 
 fn malformed(operator: &str, what: impl fmt::Display) -> BatchError {
@@ -345,7 +412,7 @@ impl Committer {
         handover: Handover,
     ) -> Result<usize, BatchError> {
         let plan = Arc::clone(&self.plan);
-        let storage = |e: anyhow::Error| state_failure("(state)", format!("{e:#}"), &e);
+        let storage = |e: anyhow::Error| state_failure("(state)", format!("{e:#}"), &e, Origin::State);
         let read = db.begin_read().map_err(storage)?;
         let views =
             Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
@@ -361,7 +428,7 @@ impl Committer {
         let committed = result.and_then(|()| {
             db.commit(&plan.stored_as, txid, record, &writes).map_err(|e| {
                 let states: Vec<&str> = plan.states.keys().map(String::as_str).collect();
-                state_failure(&states.join(","), format!("commit failed: {e:#}"), &e)
+                state_failure(&states.join(","), format!("commit failed: {e:#}"), &e, Origin::Commit)
             })
         });
         match committed {

@@ -2,7 +2,7 @@
 //! aggregates, state updaters and state queries.
 
 use super::aggregate::{Partials, single_values};
-use super::{BatchError, Exec, Parts, fit, guest_input, malformed, push_kept, state_failure};
+use super::{BatchError, Exec, Origin, Parts, fit, guest_input, malformed, push_kept, state_failure};
 use crate::operators::Request;
 use crate::plan::{Node, Op};
 use crate::state::keyed::KeyedValues;
@@ -18,7 +18,7 @@ fn lock(views: &Arc<Mutex<Views>>) -> MutexGuard<'_, Views> {
 }
 
 fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
-    move |e| state_failure(state, format!("commit failed: {e:#}"), &e)
+    move |e| state_failure(state, format!("commit failed: {e:#}"), &e, Origin::State)
 }
 
 /// Combines a batch's partials (or folds its rows) into the stored values,

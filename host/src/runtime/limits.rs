@@ -1,9 +1,32 @@
 //! The limits a guest instance runs under: memory through a resource
-//! limiter, CPU time through epoch interruption.
+//! limiter, CPU time through epoch interruption, and a deadline on every
+//! call, however the guest spends it.
 
-use crate::config::EPOCH_TICK;
+use crate::config::{CALL_DEADLINE_FACTOR, EPOCH_TICK};
 use anyhow::{Result, bail};
+use std::time::Duration;
 use wasmtime::{Engine, ResourceLimiter};
+
+/// A limit of the sandbox that a call ran into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Limit {
+    /// The instance's linear memory.
+    Memory,
+    /// CPU time per call: the guest's code ran past it.
+    Cpu,
+    /// The guest's call stack.
+    Stack,
+    /// The call's deadline: the guest was still blocked in a host call (a
+    /// WASI sleep or poll) when it passed, and the call was abandoned.
+    Deadline,
+    /// Bytes or tuples one call may return.
+    Output,
+    /// State entries or bytes a call (or the calls of one batch) may read
+    /// or write.
+    State,
+    /// Bytes or lines one call may write to stdout and stderr.
+    Log,
+}
 
 /// Tables a guest may grow to: far above what compiled languages use, low
 /// enough that a runaway table cannot take the host's memory.
@@ -54,6 +77,13 @@ impl MemoryLimiter {
 /// Epoch ticks a call of `call_ms` milliseconds may run for.
 pub fn deadline_ticks(call_ms: u64) -> u64 {
     call_ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1)
+}
+
+/// The wall-clock time after which a call of `call_ms` milliseconds of CPU
+/// time is abandoned; `None` when calls are not limited in time
+/// (`--max-call-ms 0`).
+pub fn call_deadline(call_ms: u64) -> Option<Duration> {
+    (call_ms > 0).then(|| Duration::from_millis(call_ms.saturating_mul(CALL_DEADLINE_FACTOR)))
 }
 
 /// Advances `engine`'s epoch every [`EPOCH_TICK`] on a thread of its own,

@@ -10,6 +10,7 @@ mod random;
 pub use cache::{CacheOutcome, ComponentCache, default_cache_dir};
 pub use guest_output::{GuestLine, recent_lines};
 pub use instance::{CallError, Guest, LoadedComponent};
+pub use limits::Limit;
 
 use anyhow::Result;
 use wasmtime::{Config, Engine, OptLevel};

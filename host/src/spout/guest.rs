@@ -4,6 +4,7 @@
 
 use super::{Emitted, Spout, SpoutKind};
 use crate::bindings::SpoutContext;
+use crate::exec::{BatchError, Cause, Origin};
 use crate::runtime::{CallError, Guest, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Result, bail};
@@ -74,8 +75,14 @@ fn decode(mut bytes: &[u8]) -> Result<Vec<PartitionMeta>> {
     Ok(partitions)
 }
 
-fn failed(what: &str, error: CallError) -> anyhow::Error {
-    anyhow::anyhow!("the spout's {what} failed: {error}")
+/// A failed spout call, as an error that says it came from the spout and
+/// how (`BatchError` with `Origin::Spout`).
+fn failed(what: &str, error: &CallError) -> anyhow::Error {
+    anyhow::Error::new(BatchError {
+        origin: Origin::Spout(Cause::of(error)),
+        message: format!("the spout's {what} failed: {error}"),
+        ..BatchError::of_call(SPOUT_ID, error)
+    })
 }
 
 impl GuestSpout {
@@ -102,13 +109,15 @@ impl GuestSpout {
     /// call in errors.
     fn call<T>(&mut self, what: &str, call: impl FnOnce(&mut Guest) -> Result<T, CallError>) -> Result<T> {
         if self.guest.is_none() {
-            self.guest = Some(self.component.instantiate(&self.logs_as, SPOUT_ID, &self.sandbox)?);
+            let guest = self.component.instantiate(&self.logs_as, SPOUT_ID, &self.sandbox);
+            self.guest = Some(guest.map_err(|e| failed("instantiation", &e))?);
         }
         let result = call(self.guest.as_mut().expect("instantiated above"));
-        if let Err(CallError::Trap(_)) = &result {
+        if let Err(CallError::Trap { .. }) = &result {
+            // A trapped or abandoned instance cannot be entered again.
             self.guest = None;
         }
-        result.map_err(|e| failed(what, e))
+        result.map_err(|e| failed(what, &e))
     }
 
     fn ctx(&self, txid: u64, attempt: u32) -> SpoutContext {

@@ -21,6 +21,7 @@ enum Attack {
     ReadGranted,
     SleepInWasi,
     LogFlood,
+    PollFarInstant,
 }
 
 struct Hostile(Attack);
@@ -99,6 +100,15 @@ impl Hostile {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
                 out.emit(["woke"])
             }
+            // Polls a clock subscription a year away: the guest waits in
+            // `wasi:io/poll`, never in its own code.
+            Attack::PollFarInstant => {
+                use wasip2::clocks::monotonic_clock;
+                let far = monotonic_clock::now().saturating_add(365 * 24 * 3600 * 1_000_000_000);
+                let pollable = monotonic_clock::subscribe_instant(far);
+                wasip2::io::poll::poll(&[&pollable]);
+                out.emit(["woke"])
+            }
         }
     }
 }
@@ -135,6 +145,27 @@ impl Function for Leaky {
             out.emit([word])?;
         }
         Ok(())
+    }
+}
+
+/// A batch spout of a few fixed sentences per batch, which blocks inside a
+/// WASI sleep from txid [`SleepySpout::BLOCKS_AT`] on.
+struct SleepySpout;
+
+impl SleepySpout {
+    const BLOCKS_AT: u64 = 4;
+    const SENTENCES: [&str; 2] = ["the spout emits", "then the spout sleeps"];
+}
+
+impl BatchSpout for SleepySpout {
+    fn emit_batch(&self, info: &SpoutInfo, out: &mut SpoutEmitter<'_>) -> Result<bool, Error> {
+        if info.txid >= Self::BLOCKS_AT {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+        for sentence in Self::SENTENCES {
+            out.emit([sentence])?;
+        }
+        Ok(true)
     }
 }
 
@@ -237,6 +268,13 @@ fn topologies() -> Vec<Topology> {
         counted(topology("log-flood", Attack::LogFlood)),
         state_attack("state-write-flood", StateAttack::Write),
         state_attack("state-read-flood", StateAttack::Read),
+        counted(topology("poll-far-instant", Attack::PollFarInstant)),
+        counted(
+            Topology::new("sleepy-spout")
+                .new_stream(GuestSpout::batch(SleepySpout, ["sentence"]))
+                .each(["sentence"], Hostile(Attack::None), ["word"])
+                .name("attacker"),
+        ),
         counted(topology("read-granted", Attack::ReadGranted).read_only_dir("granted", "/data")),
         counted(topology("ask-too-much", Attack::None).limits(Limits::new().memory_mib(4096))),
         counted(
