@@ -3,7 +3,10 @@
 
 import { el, figure } from './dom.js';
 
+/** The history kept: the widest a chart shows. */
 const WINDOW_S = 15 * 60;
+/** The narrowest: a young topology's few samples are not crammed at one edge. */
+const MIN_WINDOW_S = 60;
 
 /** The throughput chart's series. */
 export const THROUGHPUT = [
@@ -28,7 +31,16 @@ export class TimeChart {
   }
 
   options(width) {
-    const scales = { x: { time: true, range: (_, __, max) => [max - WINDOW_S, max] } };
+    const span = (u) => {
+      const at = u.data[0];
+      const kept = at.length ? at[at.length - 1] - at[0] : 0;
+      return Math.min(WINDOW_S, Math.max(MIN_WINDOW_S, kept));
+    };
+    const range = (u, _, max) => {
+      const end = max ?? Date.now() / 1000;
+      return [end - span(u), end];
+    };
+    const scales = { x: { time: true, range } };
     const axes = [{ stroke: '#475569' }];
     for (const [i, s] of this.series.entries()) {
       if (scales[s.scale]) continue;

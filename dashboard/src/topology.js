@@ -33,14 +33,16 @@ export async function definitionOf(name, whyNot) {
 
 function actions(view, name, onDone) {
   const message = el('p', { class: 'message', role: 'status' });
-  const act = async (what, work) => {
+  // `then` follows a change that went through: the page's refresh, unless
+  // the change leaves the page.
+  const act = async (what, work, then = onDone) => {
     for (const button of element.querySelectorAll('button')) button.disabled = true;
     message.className = 'message';
     replace(message, `${what}…`);
     try {
       await work();
       replace(message, `${what}: done.`);
-      await onDone();
+      await then();
     } catch (error) {
       if (view.unauthorized(error)) return;
       message.className = 'message error';
@@ -88,10 +90,13 @@ function actions(view, name, onDone) {
           class: 'confirm-delete danger',
           onclick: () => {
             confirmation.hidden = true;
-            act('Deleting', async () => {
-              await call('DELETE', withQuery(path('topologies', name), { state: choice }));
-              location.hash = '#/';
-            });
+            act(
+              'Deleting',
+              () => call('DELETE', withQuery(path('topologies', name), { state: choice })),
+              () => {
+                location.hash = '#/';
+              },
+            );
           },
         }, 'Yes, delete it'),
         el('button', { type: 'button', class: 'cancel', onclick: () => { confirmation.hidden = true; } }, 'Cancel'),
@@ -142,8 +147,8 @@ export async function render(view, { name }) {
   const whyNoGraph = el('p', { class: 'error' });
   const definition = await definitionOf(name, whyNoGraph);
   const graph = definition ? new Graph(definition) : null;
-  const throughput = new TimeChart(THROUGHPUT, { title: 'Throughput, last 15 minutes' });
-  const latency = new TimeChart(LATENCY, { title: 'Commit latency' });
+  const throughput = new TimeChart(THROUGHPUT, { title: 'Throughput' });
+  const latency = new TimeChart(LATENCY, { title: 'Commit latency, since it started' });
   const failures = el('div', { class: 'failures-box' });
   const logs = el('ol', { class: 'logs', reversed: true });
   const follow = el('input', { type: 'checkbox', checked: true, id: 'follow' });

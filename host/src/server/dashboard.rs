@@ -30,6 +30,7 @@ macro_rules! asset {
 
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
+const SVG: &str = "image/svg+xml";
 
 /// The files under `/assets/`.
 const ASSETS: &[Asset] = &[
@@ -43,6 +44,7 @@ const ASSETS: &[Asset] = &[
     asset!("state.js", "src/", JS),
     asset!("query.js", "src/", JS),
     asset!("style.css", "src/", CSS),
+    asset!("icon.svg", "src/", SVG),
     asset!("uPlot.iife.min.js", "vendor/", JS),
     asset!("uPlot.min.css", "vendor/", CSS),
 ];
@@ -82,7 +84,11 @@ mod tests {
     fn every_asset_is_named_once_and_typed_by_its_extension() {
         for (i, asset) in ASSETS.iter().enumerate() {
             assert!(ASSETS[..i].iter().all(|a| a.name != asset.name), "{} twice", asset.name);
-            let want = if asset.name.ends_with(".js") { JS } else { CSS };
+            let want = match asset.name.rsplit_once('.').map(|(_, extension)| extension) {
+                Some("js") => JS,
+                Some("css") => CSS,
+                _ => SVG,
+            };
             assert_eq!(asset.content_type, want, "{}", asset.name);
             assert!(!asset.body.is_empty(), "{}", asset.name);
         }
