@@ -95,7 +95,7 @@ impl Dashboard {
     fn assert_no_markup_took_effect(&self, page: &str) {
         let found = self.browser.run(
             "return { title: document.title,
-                      elements: document.querySelectorAll('main img, main script, main b, main svg:not(.graph), main iframe').length,
+                      elements: document.querySelectorAll('body img, body script, body b, body svg:not(.graph), body iframe').length,
                       handlers: [...document.querySelectorAll('*')].filter(e => [...e.attributes].some(a => a.name.startsWith('on'))).length }",
             &[],
         );
@@ -157,6 +157,29 @@ impl Dashboard {
         self.browser.clear(&token);
         self.browser.type_into(&token, TOKEN);
         self.browser.click(&self.browser.find("form.token button"));
+    }
+
+    fn a_401_on_any_later_page_asks_again_and_shows_nothing_else(&self) {
+        let kept =
+            self.browser.run("return [sessionStorage.getItem('weir-token'), document.cookie, location.href]", &[]);
+        assert_eq!(kept[0], TOKEN, "the token is kept in the tab's session storage");
+        assert_eq!(kept[1], "", "and in no cookie");
+        assert!(!kept[2].as_str().unwrap().contains(TOKEN), "nor in the URL: {kept}");
+        self.browser.goto(&self.url("#/t/word-count"));
+        self.browser.find("svg.graph");
+        // The server's token changed, say: the page's next refresh gets 401.
+        self.browser.run("sessionStorage.setItem('weir-token', 'stale')", &[]);
+        self.browser.find("form.token .error");
+        let page = self
+            .browser
+            .run("return { graph: document.querySelectorAll('svg.graph').length, text: document.body.innerText }", &[]);
+        assert_eq!(page["graph"], 0, "{page}");
+        assert!(!page["text"].as_str().unwrap().contains("word-count"), "{page}");
+        self.browser.type_into(&self.browser.find("form.token input[type=password]"), TOKEN);
+        self.browser.click(&self.browser.find("form.token button"));
+        // The same page again.
+        self.browser.find("svg.graph");
+        self.browser.goto(&self.url(""));
     }
 
     fn the_topologies_page_lists_the_word_count_whose_txid_rises_and_chart_has_points(&mut self) {
@@ -505,6 +528,7 @@ fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
     step("a damaged bundle", || d.a_damaged_bundle_deployed_from_the_page_shows_the_servers_400_reason());
     step("markup from a guest", || d.guest_markup_is_shown_as_text_and_no_script_runs());
     step("upgrade and delete", || d.upgrade_and_delete_from_the_page());
+    step("a 401 on a later page", || d.a_401_on_any_later_page_asks_again_and_shows_nothing_else());
     for page in PAGES {
         let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();
         assert_eq!(png_size(&png), VIEWPORT, "{page}.png");
