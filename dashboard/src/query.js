@@ -23,7 +23,7 @@ export async function render(view, { name, query }) {
   const pick = el('select', { id: 'query-name' }, queries.map((q) => el('option', { value: q, selected: q === query }, q)));
   const args = el('input', { type: 'text', id: 'query-args', placeholder: 'its arguments, as text', autocomplete: 'off' });
   const run = el('button', { type: 'submit' }, 'Run');
-  const answer = el('div', { class: 'answer', role: 'status' });
+  const answer = el('section', { class: 'answer', role: 'status', hidden: true });
   const form = el(
     'form',
     {
@@ -32,10 +32,17 @@ export async function render(view, { name, query }) {
         event.preventDefault();
         if (!pick.value) return;
         run.disabled = true;
+        answer.hidden = false;
         replace(answer, el('p', { class: 'quiet' }, 'Running…'));
         try {
           const rows = await call('POST', path('topologies', name, 'queries', pick.value), args.value);
-          replace(answer, results(rows), el('h3', {}, 'As JSON'), el('pre', { class: 'json' }, JSON.stringify(rows)));
+          replace(
+            answer,
+            el('h2', {}, `${rows.length === 1 ? '1 tuple' : `${rows.length} tuples`}`),
+            results(rows),
+            el('h3', { class: 'as-json' }, 'As JSON'),
+            el('pre', { class: 'json' }, JSON.stringify(rows)),
+          );
         } catch (error) {
           if (view.unauthorized(error)) return;
           replace(answer, el('p', { class: 'error' }, error.message));
