@@ -117,8 +117,8 @@ export async function render(view) {
         card = new Card(status.name);
         cards.set(status.name, card);
       }
-      // In the API's order (by name).
-      list.append(card.element);
+      // In the API's order (by name), moved only when out of it.
+      if (list.children[i] !== card.element) list.insertBefore(card.element, list.children[i] ?? null);
       card.update(status, histories[i]);
     }
     if (all.length === 0) replace(list, el('p', { class: 'quiet empty' }, 'No topology is deployed: deploy a bundle below.'));

@@ -36,6 +36,7 @@ function actions(view, name, onDone) {
   // `then` follows a change that went through: the page's refresh, unless
   // the change leaves the page.
   const act = async (what, work, then = onDone) => {
+    busy = true;
     for (const button of element.querySelectorAll('button')) button.disabled = true;
     message.className = 'message';
     replace(message, `${what}…`);
@@ -48,6 +49,7 @@ function actions(view, name, onDone) {
       message.className = 'message error';
       replace(message, error.message);
     } finally {
+      busy = false;
       for (const button of element.querySelectorAll('button')) button.disabled = false;
       update(lastState);
     }
@@ -105,8 +107,11 @@ function actions(view, name, onDone) {
     },
   }, 'Delete…');
   let lastState = null;
+  // While a change is at work its buttons stay off, whatever a refresh says.
+  let busy = false;
   const update = (state) => {
     lastState = state;
+    if (busy) return;
     stop.disabled = state !== 'running';
     resume.disabled = state === 'running';
   };
