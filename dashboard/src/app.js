@@ -80,7 +80,14 @@ function showProblem(message) {
 
 /** The fragment's route: a page and its parameters. */
 function route() {
-  const parts = location.hash.replace(/^#\/?/, '').split('/').filter((p) => p !== '').map(decodeURIComponent);
+  const decode = (part) => {
+    try {
+      return decodeURIComponent(part);
+    } catch {
+      return part;
+    }
+  };
+  const parts = location.hash.replace(/^#\/?/, '').split('/').filter((p) => p !== '').map(decode);
   if (parts[0] === 't' && parts.length >= 2) {
     const name = parts[1];
     if (parts[2] === 'state' && parts.length === 4) return { page: state, params: { name, state: parts[3] } };
@@ -97,15 +104,15 @@ function show() {
   const view = new View();
   current = view;
   replace(main, view.main);
-  replace(crumbs, ...crumbsOf(params));
+  replace(crumbs, ...crumbsOf(page, params));
   view.attempt(() => page.render(view, params));
 }
 
-function crumbsOf(params) {
+function crumbsOf(page, params) {
   const trail = [el('a', { href: '#/' }, 'Topologies')];
   if (params.name !== undefined) trail.push(el('a', { href: href('t', params.name) }, params.name));
   if (params.state !== undefined) trail.push(el('span', {}, `state ${params.state}`));
-  if (params.query !== undefined || location.hash.includes('/query')) trail.push(el('span', {}, 'query console'));
+  if (page === query) trail.push(el('span', {}, 'query console'));
   return trail.flatMap((crumb, i) => (i === 0 ? [crumb] : [el('span', { class: 'sep' }, '›'), crumb]));
 }
 
