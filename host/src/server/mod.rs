@@ -364,7 +364,10 @@ fn read_state(app: &App, name: &str, state: &str, query: &StateQuery) -> Result<
             let key = parse_key("key", text)?;
             match db.get(name, state, &key).map_err(bad)? {
                 Some(stored) => Ok(crate::json::entry(&key, &stored, query.raw)),
-                None => Err(DeployError::NotFound(format!("state {state} of topology {name} has no key {text}"))),
+                None => {
+                    let key = json!(key.iter().map(crate::json::to_json).collect::<Vec<_>>());
+                    Err(DeployError::NotFound(format!("state {state} of topology {name} has no key {key}")))
+                }
             }
         }
         None if paged => {
