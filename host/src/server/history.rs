@@ -76,14 +76,18 @@ impl History {
         (self.total / rings.max(1)).min(self.per_ring)
     }
 
-    /// Records a sample of each deployment in `all` (every deployment there
-    /// is), taken `now`; rings of deployments no longer there are dropped.
-    pub fn record(&self, all: &[(String, Status)], now: Instant, wall: SystemTime) {
+    /// Records a sample of each deployment `list` gives (every deployment
+    /// there is), taken `now`; rings of deployments no longer there are
+    /// dropped. The list is taken under the rings' lock, so that a ring
+    /// [`forget`](History::forget) drops on delete cannot come back from a
+    /// list taken before it.
+    pub fn record(&self, list: impl FnOnce() -> Vec<(String, Status)>, now: Instant, wall: SystemTime) {
         let at = wall.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let capacity = self.capacity(all.len());
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let all = list();
+        let capacity = self.capacity(all.len());
         rings.retain(|name, _| all.iter().any(|(n, _)| n == name));
-        for (name, status) in all {
+        for (name, status) in &all {
             let ring = rings.entry(name.clone()).or_insert_with(|| Ring {
                 samples: VecDeque::new(),
                 batches: 0,
@@ -168,7 +172,11 @@ mod tests {
         let history = History::new(3, 100);
         let start = Instant::now();
         for (second, batches) in [(0, 10), (1, 12), (2, 15), (4, 15), (5, 2)] {
-            history.record(&[("wc".into(), status(batches))], start + Duration::from_secs(second), SystemTime::now());
+            history.record(
+                || vec![("wc".into(), status(batches))],
+                start + Duration::from_secs(second),
+                SystemTime::now(),
+            );
         }
         let columns = history.columns("wc");
         assert_eq!(columns["last_committed"], json!([15, 15, 2]));
@@ -184,16 +192,16 @@ mod tests {
         let history = History::new(900, 900 * 4);
         let start = Instant::now();
         for second in 0..1000 {
-            history.record(&named(4, second), start + Duration::from_secs(second), SystemTime::now());
+            history.record(|| named(4, second), start + Duration::from_secs(second), SystemTime::now());
         }
         assert_eq!(history.len(), 900 * 4);
         for second in 1000..1010 {
-            history.record(&named(1000, second), start + Duration::from_secs(second), SystemTime::now());
+            history.record(|| named(1000, second), start + Duration::from_secs(second), SystemTime::now());
             assert!(history.len() <= 900 * 4, "{} samples", history.len());
         }
         assert_eq!(history.columns("t0")["at"].as_array().unwrap().len(), 3);
         // Gone from the list, or forgotten on delete: its ring is dropped.
-        history.record(&named(2, 1010), start + Duration::from_secs(1010), SystemTime::now());
+        history.record(|| named(2, 1010), start + Duration::from_secs(1010), SystemTime::now());
         assert_eq!(history.rings.lock().unwrap().len(), 2);
         history.forget("t1");
         assert_eq!(history.columns("t1")["at"], json!([]));

@@ -406,7 +406,7 @@ async fn sample(app: Shared) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         every.tick().await;
-        app.history.record(&app.deployments.list(), Instant::now(), SystemTime::now());
+        app.history.record(|| app.deployments.list(), Instant::now(), SystemTime::now());
     }
 }
 
