@@ -865,11 +865,28 @@ fn a_state_pages_in_key_order_and_a_status_keeps_history_graph_and_failures() {
         serde_json::json!([{"txid": 3, "attempt": 0, "error": "operator split: retry: txid 3 fails on its first attempt"}])
     );
     assert_eq!(status["replays"], 1);
-    // Deleted, its history goes with it.
+    // Deleted, its history goes with it: deployed again under its name,
+    // it has no sample from before.
+    let deleted = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let (status, _) = server.api("DELETE", "/v1/topologies/flaky-word-count?state=drop", b"");
     assert_eq!(status, 204);
     for call in ["history", "definition"] {
         let (status, body) = server.api("GET", &format!("/v1/topologies/flaky-word-count/{call}"), b"");
         assert_eq!(status, 404, "{call}: {body}");
+    }
+    let (status, body) = server.api("POST", "/v1/topologies?topology=flaky-word-count&input=in/corpus.txt", &variants);
+    assert_eq!(status, 201, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let history = loop {
+        let (status, history) = server.api("GET", "/v1/topologies/flaky-word-count/history", b"");
+        assert_eq!(status, 200, "{history}");
+        if !history["at"].as_array().unwrap().is_empty() {
+            break history;
+        }
+        assert!(Instant::now() < deadline, "{history}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for at in history["at"].as_array().unwrap() {
+        assert!(at.as_f64().unwrap() >= deleted - 1e-3, "a sample from before the delete: {history}");
     }
 }
