@@ -227,24 +227,42 @@ impl Drop for Browser {
     }
 }
 
-/// Reads chromedriver's "... started successfully on port N." line; then
-/// drains what else it prints, so that it never blocks on a full pipe.
+/// Reads chromedriver's "... started successfully on port N." line, for
+/// at most [`PAGE_WAIT`]; then drains what else it prints, so that it never
+/// blocks on a full pipe.
 fn read_port(driver: &mut Child) -> u16 {
     let mut out = BufReader::new(driver.stdout.take().unwrap());
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    let marker = b"on port ";
-    loop {
-        let n = out.read(&mut byte).unwrap();
-        assert!(n == 1, "chromedriver exited before it listened: {}", String::from_utf8_lossy(&seen));
-        seen.push(byte[0]);
-        if let Some(at) = seen.windows(marker.len()).rposition(|w| w == marker)
-            && seen.ends_with(b".")
-            && String::from_utf8_lossy(&seen).contains("successfully")
-        {
-            let digits = String::from_utf8_lossy(&seen[at + marker.len()..seen.len() - 1]).into_owned();
-            std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-            return digits.parse().unwrap_or_else(|_| panic!("no port in {:?}", String::from_utf8_lossy(&seen)));
+    let (told, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut byte = [0u8; 1];
+        let marker = b"on port ";
+        let port = loop {
+            if out.read(&mut byte).unwrap_or(0) != 1 {
+                break Err(format!("chromedriver exited before it listened: {}", String::from_utf8_lossy(&seen)));
+            }
+            seen.push(byte[0]);
+            if let Some(at) = seen.windows(marker.len()).rposition(|w| w == marker)
+                && seen.ends_with(b".")
+                && String::from_utf8_lossy(&seen).contains("successfully")
+            {
+                let digits = String::from_utf8_lossy(&seen[at + marker.len()..seen.len() - 1]).into_owned();
+                break digits.parse().map_err(|_| format!("no port in {:?}", String::from_utf8_lossy(&seen)));
+            }
+        };
+        let _ = told.send(port);
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+    });
+    match heard.recv_timeout(PAGE_WAIT) {
+        Ok(Ok(port)) => port,
+        failed => {
+            // SAFETY: kill(2) of the process group of our own child, not yet reaped.
+            unsafe { libc::kill(-(driver.id() as i32), libc::SIGKILL) };
+            let _ = driver.wait();
+            match failed {
+                Ok(Err(why)) => panic!("{why}"),
+                _ => panic!("chromedriver did not say its port within {PAGE_WAIT:?}"),
+            }
         }
     }
 }
