@@ -537,6 +537,44 @@ impl Dashboard {
         assert_eq!(status, 404);
         assert_counts_eq(&self.server.counts("word-count"), &self.truth());
     }
+
+    fn the_state_browser_shows_an_opaque_states_prev(&self) {
+        let variants = bundle(self.dir.path(), TEST_TOPOLOGIES, "variants.weir");
+        let (status, body) = self.server.api(
+            "POST",
+            "/v1/topologies?name=opaque&topology=word-count-opaque&input=in/corpus.txt",
+            &variants,
+        );
+        assert_eq!(status, 201, "{body}");
+        self.server.wait_for_topology("opaque", 15);
+        self.browser.goto(&self.url("#/t/opaque/state/counts"));
+        self.browser.wait_for("the prev column", "return document.querySelector('table.entries td.prev')", &[]);
+        let truth = self.truth();
+        for word in ["w1", "w7"] {
+            let field = self.browser.find("#lookup-key");
+            self.browser.clear(&field);
+            self.browser.type_into(&field, word);
+            self.browser.click(&self.browser.find("form.lookup button"));
+            let shown = self.browser.wait_for(
+                word,
+                "const row = document.querySelector('.found tbody tr');
+                 return row?.querySelector('.key')?.textContent === arguments[0]
+                   ? [...row.children].map(td => td.textContent) : null",
+                &[json!(word)],
+            );
+            let (status, stored) = self.server.api(
+                "GET",
+                &format!("/v1/topologies/opaque/states/counts?raw=true&key={}", escape(&json!([word]).to_string())),
+                b"",
+            );
+            assert_eq!(status, 200, "{stored}");
+            assert!(stored["prev"].is_i64(), "{stored}");
+            let want =
+                [word.to_owned(), truth[word].to_string(), stored["txid"].to_string(), stored["prev"].to_string()];
+            assert_eq!(shown, json!(want), "{word}");
+        }
+        self.assert_no_markup_took_effect("the state browser, opaque");
+    }
 }
 
 #[test]
@@ -554,6 +592,7 @@ fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
     step("markup from a guest", || d.guest_markup_is_shown_as_text_and_no_script_runs());
     step("upgrade and delete", || d.upgrade_and_delete_from_the_page());
     step("a 401 on a later page", || d.a_401_on_any_later_page_asks_again_and_shows_nothing_else());
+    step("an opaque state", || d.the_state_browser_shows_an_opaque_states_prev());
     for page in PAGES {
         let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();
         assert_eq!(png_size(&png), VIEWPORT, "{page}.png");
