@@ -479,6 +479,23 @@ impl Dashboard {
             let line = json!(format!("{MARKUP} split starts txid {txid}"));
             assert!(logged.as_array().unwrap().contains(&line), "{line} not in {logged}");
         }
+        // Resumed from the page, it tries txid 2 again: the logs shown
+        // follow, with no reload.
+        let starts_of_2 = "return [...document.querySelectorAll('ol.logs .line')]
+                             .filter(l => l.textContent.endsWith('split starts txid 2')).length";
+        let before = self.browser.run(starts_of_2, &[]).as_u64().unwrap();
+        self.browser.run("window.notReloaded = true", &[]);
+        self.browser.click(&self.browser.find("button.resume"));
+        self.browser.wait_for(
+            "a log line of the second try",
+            &format!("{starts_of_2} > arguments[0] && window.notReloaded === true"),
+            &[json!(before)],
+        );
+        self.browser.wait_for(
+            "failed again",
+            "return document.querySelector('.headline [data-state]')?.textContent === 'failed'",
+            &[],
+        );
         let headline = self.browser.run("return document.querySelector('.headline h1').textContent", &[]);
         assert_eq!(headline, MARKUP_NAME);
         self.assert_no_markup_took_effect("the topology page, with markup");
