@@ -41,7 +41,10 @@ export class TimeChart {
       return [end - span(u), end];
     };
     const scales = { x: { time: true, range } };
-    const axes = [{ stroke: '#475569' }];
+    // One line of clock times, far enough apart not to run into each other
+    // on a narrow chart (uPlot's own adds a second line of dates that does).
+    const clock = (_, splits) => splits.map((s) => new Date(s * 1000).toLocaleTimeString('en-GB'));
+    const axes = [{ stroke: '#475569', space: 80, values: clock }];
     for (const [i, s] of this.series.entries()) {
       if (scales[s.scale]) continue;
       scales[s.scale] = { auto: true, range: (_, min, max) => [0, Math.max(max, min + 1) * 1.1] };
