@@ -751,3 +751,142 @@ fn sigterm_with_a_blocked_guest_exits_in_bounded_time() {
     assert_eq!(status["last_committed"], 1, "{status}");
     assert_eq!(server.counts("sleep-in-wasi"), before, "committed state changed");
 }
+
+#[test]
+fn every_answer_forbids_framing_sniffing_and_inline_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let bearer = format!("Bearer {TOKEN}");
+    let with_token = [("Authorization", bearer.as_str())];
+    for (path, headers, status, kind) in [
+        ("/", &[][..], 200, "text/html; charset=utf-8"),
+        ("/assets/app.js", &[], 200, "text/javascript; charset=utf-8"),
+        ("/assets/uPlot.min.css", &[], 200, "text/css; charset=utf-8"),
+        ("/assets/nothing.js", &[], 404, ""),
+        ("/v1/topologies", &with_token, 200, "application/json"),
+        ("/v1/topologies", &[], 401, "application/json"),
+        ("/v1/topologies/nothing", &with_token, 404, "application/json"),
+        ("/health", &[], 200, ""),
+        ("/metrics", &[], 200, ""),
+    ] {
+        let (got, headers, _) = server.exchange("GET", path, headers, b"");
+        assert_eq!(got, status, "{path}");
+        if !kind.is_empty() {
+            assert_eq!(headers["content-type"], kind, "{path}");
+        }
+        let policy = &headers["content-security-policy"];
+        for directive in ["default-src 'none'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'"] {
+            assert!(policy.split("; ").any(|d| d == directive), "{path}: {directive} missing from {policy}");
+        }
+        assert!(!policy.contains("unsafe"), "{path}: {policy}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(headers["cache-control"], "no-store", "{path}");
+    }
+}
+
+#[test]
+fn a_state_pages_in_key_order_and_a_status_keeps_history_graph_and_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let server = Server::start(dir.path());
+    server.deploy_word_count(dir.path());
+    server.assert_word_count_exact();
+    let truth = &corpus_20k().truth;
+
+    // Pages of 7 keys, each after the last one shown, with stored txids.
+    let counts = "/v1/topologies/word-count/states/counts";
+    let mut paged: Vec<serde_json::Value> = Vec::new();
+    let mut after = String::new();
+    loop {
+        let (status, page) = server.api("GET", &format!("{counts}?limit=7&raw=true{after}"), b"");
+        assert_eq!(status, 200, "{page}");
+        let page = page.as_array().unwrap().clone();
+        assert!(page.len() <= 7);
+        let Some(last) = page.last() else { break };
+        after = format!("&after={}", escape(&last["key"].to_string()));
+        paged.extend(page);
+    }
+    let keys: Vec<&str> = paged.iter().map(|e| e["key"][0].as_str().unwrap()).collect();
+    assert_eq!(keys, truth.keys().map(String::as_str).collect::<Vec<_>>(), "every key once, in order");
+    for entry in &paged {
+        assert_eq!(entry["value"], truth[entry["key"][0].as_str().unwrap()], "{entry}");
+        assert!((1..=20).contains(&entry["txid"].as_u64().unwrap()), "{entry}");
+    }
+    let (_, all) = server.api("GET", &format!("{counts}?raw=true"), b"");
+    assert_eq!(all, serde_json::Value::from(paged), "the pages make the whole state");
+    let (_, plain) = server.api("GET", &format!("{counts}?limit=1"), b"");
+    assert!(plain[0].get("txid").is_none(), "{plain}");
+    for (query, reason) in [
+        ("limit=0", "limit 0 must be 1 to 1000"),
+        ("limit=1001", "limit 1001 must be 1 to 1000"),
+        ("after=w1", "after is not JSON"),
+        ("after=%7B%7D", "after must be a JSON array"),
+        ("key=%5B%22w1%22%5D&limit=3", "give either ?key= or ?after= and ?limit=, not both"),
+    ] {
+        let (status, body) = server.api("GET", &format!("{counts}?{query}"), b"");
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body["error"].as_str().unwrap().contains(reason), "{query}: {body}");
+    }
+
+    // The graph, as weir inspect shows the bundle's definition.
+    let (status, definition) = server.api("GET", "/v1/topologies/word-count/definition", b"");
+    assert_eq!(status, 200, "{definition}");
+    let inspected = weir_ok(&["inspect", "--json", dir.path().join("wc.weir").to_str().unwrap()]);
+    let manifest: serde_json::Value = serde_json::from_slice(&inspected.stdout).unwrap();
+    assert_eq!(definition, manifest["topologies"][0]["definition"]);
+
+    // A sample a second, in columns of one length.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let history = loop {
+        let (status, history) = server.api("GET", "/v1/topologies/word-count/history", b"");
+        assert_eq!(status, 200, "{history}");
+        if history["at"].as_array().unwrap().len() >= 3 {
+            break history;
+        }
+        assert!(Instant::now() < deadline, "{history}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let at: Vec<f64> = history["at"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[1] > w[0]), "{at:?}");
+    for column in ["last_committed", "batches_per_s", "tuples_per_s", "commit_p99_ms", "replays", "spout_lag"] {
+        assert_eq!(history[column].as_array().unwrap().len(), at.len(), "{column}");
+    }
+    assert_eq!(history["last_committed"].as_array().unwrap().last(), Some(&serde_json::json!(20)));
+    assert_eq!(history["interval_ms"], 1000);
+
+    // A replayed attempt is listed with its txid, attempt and error.
+    let variants = bundle(dir.path(), TEST_TOPOLOGIES, "variants.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=flaky-word-count&input=in/corpus.txt", &variants);
+    assert_eq!(status, 201, "{body}");
+    let status = server.wait_for_topology("flaky-word-count", 20);
+    assert_eq!(
+        status["failures"],
+        serde_json::json!([{"txid": 3, "attempt": 0, "error": "operator split: retry: txid 3 fails on its first attempt"}])
+    );
+    assert_eq!(status["replays"], 1);
+    // Deleted, its history goes with it: deployed again under its name,
+    // it has no sample from before.
+    let deleted = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let (status, _) = server.api("DELETE", "/v1/topologies/flaky-word-count?state=drop", b"");
+    assert_eq!(status, 204);
+    for call in ["history", "definition"] {
+        let (status, body) = server.api("GET", &format!("/v1/topologies/flaky-word-count/{call}"), b"");
+        assert_eq!(status, 404, "{call}: {body}");
+    }
+    let (status, body) = server.api("POST", "/v1/topologies?topology=flaky-word-count&input=in/corpus.txt", &variants);
+    assert_eq!(status, 201, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let history = loop {
+        let (status, history) = server.api("GET", "/v1/topologies/flaky-word-count/history", b"");
+        assert_eq!(status, 200, "{history}");
+        if !history["at"].as_array().unwrap().is_empty() {
+            break history;
+        }
+        assert!(Instant::now() < deadline, "{history}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for at in history["at"].as_array().unwrap() {
+        assert!(at.as_f64().unwrap() >= deleted - 1e-3, "a sample from before the delete: {history}");
+    }
+}

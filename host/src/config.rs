@@ -228,6 +228,24 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 
 /// Longest name a topology may be deployed under, in characters.
 pub const MAX_DEPLOYMENT_NAME: usize = 128;
+
+/// How often `weir serve` samples each topology's figures for the
+/// dashboard's charts.
+pub const HISTORY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Samples kept per topology: 15 minutes of them.
+pub const HISTORY_SAMPLES: usize = 900;
+
+/// Samples kept of all topologies together: past 64 topologies each keeps
+/// a shorter history, so that many topologies cannot take the server's
+/// memory.
+pub const HISTORY_MAX_SAMPLES: usize = 64 * HISTORY_SAMPLES;
+
+/// Keys in a page of a state's keys (`?limit=`), when the call does not say.
+pub const DEFAULT_STATE_PAGE: usize = 100;
+
+/// Most keys in a page of a state's keys.
+pub const MAX_STATE_PAGE: usize = 1000;
 /// How long the host keeps trying to reach a NATS server, when a JetStream
 /// spout opens and after its connection is lost, before the topology halts,
 /// in milliseconds (`--nats-retry-ms`). Long enough to ride out a server's

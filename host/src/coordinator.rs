@@ -26,6 +26,25 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use weir_sdk::codec::Batch;
 
+/// Failed attempts a report keeps, the most recent: what went wrong
+/// lately, not a record of every failure.
+pub const RECENT_FAILURES: usize = 16;
+
+/// Longest error text a failure keeps, in bytes: a guest chooses its
+/// messages.
+const FAILURE_TEXT: usize = 4096;
+
+/// A failed attempt at a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The batch's txid.
+    pub txid: u64,
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// Why it failed (cut at [`FAILURE_TEXT`] bytes).
+    pub error: String,
+}
+
 /// What a run did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunReport {
@@ -48,9 +67,28 @@ pub struct RunReport {
     /// How far the committed batches are behind the source, where the spout
     /// knows (see `Spout::lag`).
     pub spout_lag: Option<u64>,
+    /// The last [`RECENT_FAILURES`] failed attempts, oldest first: of the
+    /// process or commit phase, and of the spout's emission.
+    pub failures: VecDeque<Failure>,
 }
 
 impl RunReport {
+    fn record_failure(&mut self, txid: u64, attempt: u32, error: &dyn std::fmt::Display) {
+        let mut error = error.to_string();
+        if error.len() > FAILURE_TEXT {
+            let mut end = FAILURE_TEXT;
+            while !error.is_char_boundary(end) {
+                end -= 1;
+            }
+            error.truncate(end);
+            error.push_str(" [cut]");
+        }
+        if self.failures.len() == RECENT_FAILURES {
+            self.failures.pop_front();
+        }
+        self.failures.push_back(Failure { txid, attempt, error });
+    }
+
     /// The run's figures as JSON, as `weir run --report-json` writes them;
     /// `loaded_after` is the time it took to load before the run started.
     pub fn figures(&self, topology: &str, loaded_after: Duration) -> serde_json::Value {
@@ -93,6 +131,8 @@ struct InFlight {
 
 /// Runs `plan` over what `spout` emits until it has nothing left (or, when
 /// following, until `stop` is set) and every batch in flight is committed.
+/// `on_report` sees the report after each commit, each failed attempt and
+/// a halt.
 pub fn run(
     db: &Db,
     plan: Arc<Plan>,
@@ -100,7 +140,7 @@ pub fn run(
     spout: &mut dyn Spout,
     config: &RunConfig,
     stop: &AtomicBool,
-    on_commit: &mut dyn FnMut(&RunReport),
+    on_report: &mut dyn FnMut(&RunReport),
 ) -> Result<RunReport> {
     let (work_tx, work_rx) = mpsc::channel::<Work>();
     let (done_tx, done_rx) = mpsc::channel::<Done>();
@@ -137,7 +177,12 @@ pub fn run(
             committed_meta: None,
             exhausted: false,
         };
-        coordinator.run(on_commit)
+        let outcome = coordinator.run(on_report);
+        if outcome.is_err() {
+            coordinator.report.elapsed = coordinator.started.elapsed();
+            on_report(&coordinator.report);
+        }
+        outcome
     })
 }
 
@@ -171,7 +216,7 @@ impl Coordinator<'_> {
         self.plan.stored_as.as_str()
     }
 
-    fn run(&mut self, on_commit: &mut dyn FnMut(&RunReport)) -> Result<RunReport> {
+    fn run(&mut self, on_report: &mut dyn FnMut(&RunReport)) -> Result<RunReport> {
         let progress = self.db.progress(self.topology())?;
         let last = progress.last_committed;
         self.report.last_committed = last;
@@ -238,9 +283,12 @@ impl Coordinator<'_> {
                     self.report.batches += 1;
                     self.report.tuples += tuples;
                     self.report.elapsed = self.started.elapsed();
-                    on_commit(&self.report);
+                    on_report(&self.report);
                 }
-                Err(error) => self.fail(txid, attempt, error)?,
+                Err(error) => {
+                    self.fail(txid, attempt, error)?;
+                    on_report(&self.report);
+                }
             }
         }
         self.report.elapsed = self.started.elapsed();
@@ -257,15 +305,18 @@ impl Coordinator<'_> {
                 Ok(emitted) => return Ok(emitted.map(|e| (attempt, e))),
                 // Its input changed under committed batches: no retry helps.
                 Err(e) if crate::spout::input_changed(&e) => {
+                    self.report.record_failure(txid, attempt, &format_args!("{e:#}"));
                     return Err(e.context(format!("topology {} halted at txid {txid}", self.topology())));
                 }
                 Err(e) if self.stop.load(Ordering::Relaxed) => {
+                    self.report.record_failure(txid, attempt, &format_args!("{e:#}"));
                     // Nothing of the batch was recorded: the next start
                     // emits it afresh.
                     tracing::warn!("topology {}: emitting txid {txid} failed while stopping: {e:#}", self.topology());
                     return Ok(None);
                 }
                 Err(e) if attempt + 1 < self.config.max_attempts => {
+                    self.report.record_failure(txid, attempt, &format_args!("{e:#}"));
                     let backoff = self.config.backoff(attempt);
                     tracing::warn!(
                         "topology {}: emitting txid {txid} attempt {attempt} failed: {e:#}; retrying in {} ms",
@@ -276,6 +327,7 @@ impl Coordinator<'_> {
                     attempt += 1;
                 }
                 Err(e) => {
+                    self.report.record_failure(txid, attempt, &format_args!("{e:#}"));
                     return Err(e.context(format!(
                         "topology {} halted: emitting txid {txid} failed {} times",
                         self.topology(),
@@ -344,6 +396,7 @@ impl Coordinator<'_> {
     /// budget is spent.
     fn fail(&mut self, txid: u64, attempt: u32, error: BatchError) -> Result<()> {
         let topology = self.topology().to_owned();
+        self.report.record_failure(txid, attempt, &error);
         // The error stays the source of the halt, for callers to match on.
         if !error.retryable {
             return Err(anyhow::Error::new(error)
@@ -479,6 +532,38 @@ mod tests {
         let (outcome, committed) = run_lines("sleep-in-wasi", "the attack begins\n", 2000, config);
         assert_eq!(halted_by(outcome).origin, Origin::Deadline);
         assert_eq!(committed, 0);
+    }
+
+    #[test]
+    fn failed_attempts_are_reported_with_their_txid_attempt_and_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("input.txt");
+        std::fs::write(&input, "calm words\nthe attack begins\n").unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let loaded = hostile("panic", 1000);
+        let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
+        let mut spout = FileLines::open(&input, 1).unwrap();
+        let mut last = RunReport::default();
+        let outcome = run(&db, loaded.plan, source, &mut spout, &attempts(3), &AtomicBool::new(false), &mut |report| {
+            last = report.clone()
+        });
+        assert!(outcome.is_err());
+        let seen: Vec<(u64, u32)> = last.failures.iter().map(|f| (f.txid, f.attempt)).collect();
+        assert_eq!(seen, [(2, 0), (2, 1), (2, 2)]);
+        assert!(last.failures.iter().all(|f| f.error.starts_with("operator attacker: ")), "{:?}", last.failures);
+        assert_eq!(last.last_committed, 1);
+    }
+
+    #[test]
+    fn a_report_keeps_the_recent_failures_and_cuts_long_errors() {
+        let mut report = RunReport::default();
+        for txid in 0..RECENT_FAILURES as u64 + 3 {
+            report.record_failure(txid, 0, &"é".repeat(FAILURE_TEXT));
+        }
+        assert_eq!(report.failures.len(), RECENT_FAILURES);
+        assert_eq!(report.failures.front().map(|f| f.txid), Some(3));
+        let kept = &report.failures[0].error;
+        assert!(kept.len() <= FAILURE_TEXT + " [cut]".len() && kept.ends_with(" [cut]"), "{} bytes", kept.len());
     }
 
     #[test]

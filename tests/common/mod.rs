@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod kill;
 pub mod nats;
 pub mod server;

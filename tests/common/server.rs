@@ -84,6 +84,19 @@ impl Server {
     /// One HTTP/1.1 request with `headers` (a Host header among them
     /// replaces the server's own); returns the status and the body.
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+        let (status, _, body) = self.exchange(method, path, headers, body);
+        (status, body)
+    }
+
+    /// One HTTP/1.1 request, as [`Server::request`] sends it; returns the
+    /// status, the response's headers (names in lower case) and the body.
+    pub fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, BTreeMap<String, String>, String) {
         let mut stream = TcpStream::connect(&self.address).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
         let mut request =
@@ -106,8 +119,14 @@ impl Server {
             .nth(1)
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("no status in {response:?}"));
-        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-        (status, body)
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        let headers = head
+            .lines()
+            .skip(1)
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+            .collect();
+        (status, headers, body.to_owned())
     }
 
     /// An API call with the token; the body parsed as JSON (null if it is not).

@@ -88,10 +88,24 @@ pub struct Status {
     /// How far the committed batches are behind the input, where the spout
     /// knows: bytes for the file spouts, integers for the generator.
     pub spout_lag: Option<u64>,
+    /// The last failed attempts since it was last started, most recent first.
+    pub failures: Vec<FailedAttempt>,
+}
+
+/// A failed attempt at a batch, as a status shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailedAttempt {
+    /// The batch's txid.
+    pub txid: u64,
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// Why it failed.
+    pub error: String,
 }
 
 impl Status {
-    fn of(state: RunState, topology: &str, report: &RunReport) -> Status {
+    /// A run's status from its report; errors as `host` lets a client see them.
+    fn of(state: RunState, topology: &str, report: &RunReport, host: &Host) -> Status {
         let seconds = report.elapsed.as_secs_f64().max(1e-9);
         let ms = |q| report.commit_latency.quantile(q).map(|d| d.as_secs_f64() * 1000.0);
         Status {
@@ -108,6 +122,12 @@ impl Status {
             commit_p99_ms: ms(0.99),
             operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
             spout_lag: report.spout_lag,
+            failures: report
+                .failures
+                .iter()
+                .rev()
+                .map(|f| FailedAttempt { txid: f.txid, attempt: f.attempt, error: host.public(&f.error) })
+                .collect(),
         }
     }
 
@@ -525,13 +545,13 @@ impl Deployments {
                     &stop_flag,
                     &mut |report| {
                         *status.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Status::of(RunState::Running, &topology, report);
+                            Status::of(RunState::Running, &topology, report, &host);
                     },
                 )
             })();
             let mut status = status.lock().unwrap_or_else(|e| e.into_inner());
             match outcome {
-                Ok(report) => *status = Status::of(RunState::Stopped, &topology, &report),
+                Ok(report) => *status = Status::of(RunState::Stopped, &topology, &report, &host),
                 Err(e) => {
                     tracing::error!("topology {name} failed after {:.1}s: {e:#}", started.elapsed().as_secs_f64());
                     status.state = RunState::Failed;
@@ -620,6 +640,17 @@ impl Deployments {
         }
         let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
         crate::exec::query(&self.host.db, &loaded.plan, &source, query, args).map_err(bad)
+    }
+
+    /// Topology `name`'s definition: its stream graph, as `weir inspect`
+    /// shows it.
+    pub fn definition(&self, name: &str) -> Result<TopologyDef, DeployError> {
+        let deployed = self.lock();
+        let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
+        match &deployment.loaded {
+            Some(loaded) => Ok(loaded.definition.clone()),
+            None => Err(DeployError::BadRequest(format!("topology {name} is not loaded: its status says why"))),
+        }
     }
 
     /// The states topology `name` declares.

@@ -5,10 +5,14 @@
 //! within `--header-timeout-ms`, a body within `--body-timeout-ms`, and a
 //! body declared larger than `--max-upload-mib` is refused at once. Without
 //! a token, a call must come from this machine and not from a web page.
+//! The dashboard at `/` calls the same API, with the same token.
 
+mod dashboard;
 pub mod deployments;
+mod history;
 mod metrics;
 
+use crate::config::{DEFAULT_STATE_PAGE, HISTORY_INTERVAL, MAX_STATE_PAGE};
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -17,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use deployments::{DeployError, DeployRequest, Deployments, Host, Status};
+use history::History;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Deserialize;
 use serde_json::json;
@@ -24,7 +29,7 @@ use sha2::{Digest, Sha256};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 use subtle::ConstantTimeEq;
 
 /// How a server is set up.
@@ -49,6 +54,7 @@ pub struct ServeConfig {
 struct App {
     host: Arc<Host>,
     deployments: Deployments,
+    history: History,
     /// The token's SHA-256: compared in constant time, whatever its length.
     token: Option<[u8; 32]>,
     max_upload: usize,
@@ -301,7 +307,11 @@ async fn delete(State(app): State<Shared>, Path(name): Path<String>, Query(query
     };
     let result = blocking({
         let app = Arc::clone(&app);
-        move || app.deployments.delete(&name, drop_state)
+        move || {
+            app.deployments.delete(&name, drop_state)?;
+            app.history.forget(&name);
+            Ok(())
+        }
     })
     .await;
     match result {
@@ -312,33 +322,63 @@ async fn delete(State(app): State<Shared>, Path(name): Path<String>, Query(query
 
 #[derive(Deserialize)]
 struct StateQuery {
+    /// One key, as a JSON array.
     key: Option<String>,
+    /// A page of keys after this one (a JSON array), or from the first.
+    after: Option<String>,
+    /// Keys in the page.
+    limit: Option<usize>,
+    /// Also the stored txid (and prev, for opaque state).
+    #[serde(default)]
+    raw: bool,
 }
 
-/// One key of a topology's state, or every key, sorted.
-fn read_state(app: &App, name: &str, state: &str, key: Option<&str>) -> Result<serde_json::Value, DeployError> {
+/// A key given as `field`, a JSON array of its values.
+fn parse_key(field: &str, text: &str) -> Result<Vec<weir_sdk::codec::Value>, DeployError> {
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| DeployError::BadRequest(format!("{field} is not JSON: {e}")))?;
+    json.as_array()
+        .ok_or_else(|| DeployError::BadRequest(format!("{field} must be a JSON array")))?
+        .iter()
+        .map(crate::json::from_json)
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map_err(|e| DeployError::BadRequest(format!("{field}: {e:#}")))
+}
+
+/// One key of a topology's state; a page of its keys in order; or every
+/// key, sorted.
+fn read_state(app: &App, name: &str, state: &str, query: &StateQuery) -> Result<serde_json::Value, DeployError> {
     let states = app.deployments.states(name)?;
     if !states.iter().any(|s| s == state) {
         return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
     }
     let bad = |e: anyhow::Error| DeployError::BadRequest(format!("{e:#}"));
     let db = &app.host.db;
-    let Some(key) = key else {
-        let all = db.scan(name, state).map_err(bad)?;
-        return Ok(json!(all.iter().map(|(k, v)| crate::json::entry(k, v, false)).collect::<Vec<_>>()));
+    let entries = |all: Vec<(Vec<weir_sdk::codec::Value>, crate::state::rules::Stored)>| {
+        json!(all.iter().map(|(k, v)| crate::json::entry(k, v, query.raw)).collect::<Vec<_>>())
     };
-    let json: serde_json::Value =
-        serde_json::from_str(key).map_err(|e| DeployError::BadRequest(format!("key is not JSON: {e}")))?;
-    let values = json
-        .as_array()
-        .ok_or_else(|| DeployError::BadRequest("key must be a JSON array".into()))?
-        .iter()
-        .map(crate::json::from_json)
-        .collect::<anyhow::Result<Vec<_>>>()
-        .map_err(|e| DeployError::BadRequest(format!("key: {e:#}")))?;
-    match db.get(name, state, &values).map_err(bad)? {
-        Some(stored) => Ok(crate::json::entry(&values, &stored, false)),
-        None => Err(DeployError::NotFound(format!("state {state} of topology {name} has no key {json}"))),
+    let paged = query.after.is_some() || query.limit.is_some();
+    match &query.key {
+        Some(_) if paged => Err(DeployError::BadRequest("give either ?key= or ?after= and ?limit=, not both".into())),
+        Some(text) => {
+            let key = parse_key("key", text)?;
+            match db.get(name, state, &key).map_err(bad)? {
+                Some(stored) => Ok(crate::json::entry(&key, &stored, query.raw)),
+                None => {
+                    let key = json!(key.iter().map(crate::json::to_json).collect::<Vec<_>>());
+                    Err(DeployError::NotFound(format!("state {state} of topology {name} has no key {key}")))
+                }
+            }
+        }
+        None if paged => {
+            let limit = query.limit.unwrap_or(DEFAULT_STATE_PAGE);
+            if !(1..=MAX_STATE_PAGE).contains(&limit) {
+                return Err(DeployError::BadRequest(format!("limit {limit} must be 1 to {MAX_STATE_PAGE}")));
+            }
+            let after = query.after.as_deref().map(|text| parse_key("after", text)).transpose()?;
+            Ok(entries(db.page(name, state, after.as_deref(), limit).map_err(bad)?))
+        }
+        None => Ok(entries(db.scan(name, state).map_err(bad)?)),
     }
 }
 
@@ -347,7 +387,27 @@ async fn state(
     Path((name, state)): Path<(String, String)>,
     Query(query): Query<StateQuery>,
 ) -> Response {
-    app.answer(StatusCode::OK, read_state(&app, &name, &state, query.key.as_deref()))
+    app.answer(StatusCode::OK, read_state(&app, &name, &state, &query))
+}
+
+/// The last 15 minutes of a topology's figures, a sample a second.
+async fn history(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    app.answer(StatusCode::OK, app.deployments.status(&name).map(|_| app.history.columns(&name)))
+}
+
+/// A topology's stream graph, as `weir inspect --json` shows its definition.
+async fn definition(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    app.answer(StatusCode::OK, app.deployments.definition(&name))
+}
+
+/// Samples every deployment's figures into the history, forever.
+async fn sample(app: Shared) {
+    let mut every = tokio::time::interval(HISTORY_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        every.tick().await;
+        app.history.record(|| app.deployments.list(), Instant::now(), SystemTime::now());
+    }
 }
 
 async fn metrics(State(app): State<Shared>) -> Response {
@@ -357,7 +417,8 @@ async fn metrics(State(app): State<Shared>) -> Response {
     }
 }
 
-/// The API's routes; every call under /v1 passes [`guard`].
+/// The API's routes, every call under /v1 passing [`guard`], and the
+/// dashboard's; every answer carries [`dashboard::secure`]'s headers.
 fn router(app: Shared) -> Router {
     let api = Router::new()
         .route("/v1/topologies", post(deploy).get(list))
@@ -366,15 +427,20 @@ fn router(app: Shared) -> Router {
         .route("/v1/topologies/{name}/resume", post(resume))
         .route("/v1/topologies/{name}/bundle", put(upgrade))
         .route("/v1/topologies/{name}/logs", get(logs))
+        .route("/v1/topologies/{name}/history", get(history))
+        .route("/v1/topologies/{name}/definition", get(definition))
         .route("/v1/topologies/{name}/states/{state}", get(state))
         .route("/v1/topologies/{name}/queries/{query}", post(query))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), guard));
     Router::new()
+        .route("/", get(dashboard::page))
+        .route("/assets/{name}", get(dashboard::asset))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .merge(api)
         .layer(DefaultBodyLimit::max(app.max_upload))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), read_body))
+        .layer(middleware::from_fn(dashboard::secure))
         .with_state(app)
 }
 
@@ -444,6 +510,7 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let app = Arc::new(App {
         host,
         deployments,
+        history: History::default(),
         token: config.token.as_deref().map(|t| sha256(t.as_bytes())),
         max_upload: config.max_upload,
         body_timeout: config.body_timeout,
@@ -454,6 +521,7 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let address = listener.local_addr()?;
         tracing::info!("listening on {address}");
         println!("listening on {address}");
+        tokio::spawn(sample(Arc::clone(&app)));
         anyhow::Ok(accept(listener, router(Arc::clone(&app)), config.header_timeout).await)
     })?;
     tracing::info!("stopping every topology at a batch boundary");

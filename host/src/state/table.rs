@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, TableError, TypeName, WriteTransaction,
 };
+use std::ops::Bound;
 use weir_sdk::codec::Value;
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::StateKind;
@@ -157,6 +158,29 @@ impl ReadTable {
             },
             ReadTable::Counts(table) => Ok(table.first()?.map(|_| StateKind::Transactional)),
         }
+    }
+
+    /// At most `limit` keys after `after` (from the first, without one)
+    /// with their records, sorted by key: a range scan that reads no more
+    /// than it returns.
+    pub fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Stored)>> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut out = Vec::with_capacity(limit.min(1024));
+        match self {
+            ReadTable::Records(table) => {
+                for entry in table.range::<&[u8]>((from, Bound::Unbounded))?.take(limit) {
+                    let (key, value) = entry?;
+                    out.push((key.value().to_vec(), Stored::decode(value.value())?));
+                }
+            }
+            ReadTable::Counts(table) => {
+                for entry in table.range::<&[u8]>((from, Bound::Unbounded))?.take(limit) {
+                    let (key, value) = entry?;
+                    out.push((key.value().to_vec(), stored_count(value.value())));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Every key with its record, sorted by key.

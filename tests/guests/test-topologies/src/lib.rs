@@ -4,6 +4,10 @@ use weir_sdk::prelude::*;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Markup a page must show as text: were it read as HTML, its script would
+/// rename the page.
+const MARKUP: &str = r#"<img src=x onerror="document.title='injected'"><script>document.title='injected'</script>"#;
+
 /// How a test's `Split` misbehaves.
 #[derive(Default)]
 struct Split {
@@ -15,17 +19,24 @@ struct Split {
     fatal_txid: Option<u64>,
     /// Writes a line to stdout and stderr at the start of each batch.
     chatty: bool,
+    /// Writes [`MARKUP`] to stdout at the start of each batch, and puts it
+    /// in the errors it fails with.
+    markup: bool,
     last_txid: AtomicU64,
 }
 
 impl Function for Split {
     fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
         let batch = tuple.batch();
+        let markup = if self.markup { MARKUP } else { "" };
+        if self.markup && self.last_txid.swap(batch.txid, Ordering::Relaxed) != batch.txid {
+            println!("{MARKUP} split starts txid {}", batch.txid);
+        }
         if Some(batch.txid) == self.retry_txid && batch.attempt == 0 {
-            return Err(Error::retry(format!("txid {} fails on its first attempt", batch.txid)));
+            return Err(Error::retry(format!("{markup}txid {} fails on its first attempt", batch.txid)));
         }
         if Some(batch.txid) == self.fatal_txid {
-            return Err(Error::fatal(format!("txid {} cannot be processed", batch.txid)));
+            return Err(Error::fatal(format!("{markup}txid {} cannot be processed", batch.txid)));
         }
         if Some(batch.txid) == self.panic_txid {
             panic!("split cannot go on at txid {}", batch.txid);
@@ -222,6 +233,13 @@ fn topologies() -> Vec<Topology> {
         word_count(
             "chatty-word-count",
             Split { chatty: true, ..Split::default() },
+            State::transactional("counts"),
+            Count,
+        ),
+        // Markup in its logs, its failures and its halt, for pages to show as text.
+        word_count(
+            "markup-word-count",
+            Split { markup: true, retry_txid: Some(1), fatal_txid: Some(2), ..Split::default() },
             State::transactional("counts"),
             Count,
         ),

@@ -1,0 +1,175 @@
+// A topology's stream graph, drawn in SVG from its definition (GET
+// .../definition, what `weir inspect --json` shows): a box per node with
+// its name, kind, parallelism and the time it spends per batch, a box per
+// state, and arrows for the tuples' way.
+
+import { figure, svg } from './dom.js';
+
+const W = 190;
+const H = 84;
+const GAP_X = 54;
+const GAP_Y = 22;
+const PAD = 12;
+const NAME_CHARS = 24;
+
+/** What a node does, as `weir inspect` names its kind. */
+function kindOf(op) {
+  if (op.op === 'aggregate' && op.scope === 'partition') return 'partition-aggregate';
+  if (op.op === 'extreme') return op.max ? 'max' : 'min';
+  return op.op;
+}
+
+/** A short line on what a node does. */
+function detailOf(op) {
+  const list = (fields) => `[${(fields ?? []).join(', ')}]`;
+  switch (op.op) {
+    case 'spout':
+      return op.spout?.kind ?? '';
+    case 'query-stream':
+      return `query ${op.name}`;
+    case 'partition':
+      return op.by?.kind === 'fields' ? `by ${list(op.by.fields)}` : (op.by?.kind ?? '');
+    case 'persistent-aggregate':
+      return `${op.group?.length ? `group by ${list(op.group)} ` : ''}into ${op.state?.name}`;
+    case 'partition-persist':
+      return `into ${op.state?.name}`;
+    case 'state-query':
+      return `reads ${op.state}`;
+    default:
+      return op.input ? `${list(op.input)} → ${list(op.output)}` : '';
+  }
+}
+
+function cut(text, chars) {
+  return text.length > chars ? `${text.slice(0, chars - 1)}…` : text;
+}
+
+/** The boxes and arrows of `definition`, placed in columns by depth. */
+export function layout(definition) {
+  const boxes = [];
+  const edges = [];
+  const taken = new Set();
+  let lanes = 0;
+  const place = (box, column, lane) => {
+    while (taken.has(`${column}/${lane}`)) lane += 1;
+    taken.add(`${column}/${lane}`);
+    lanes = Math.max(lanes, lane + 1);
+    Object.assign(box, { column, lane });
+    boxes.push(box);
+    return box;
+  };
+  const states = new Map();
+  const placed = [];
+  // Nodes come after their inputs, so one pass places them all.
+  for (const [index, node] of definition.nodes.entries()) {
+    const inputs = (node.inputs ?? []).map((i) => placed[i]).filter(Boolean);
+    const column = inputs.length ? Math.max(...inputs.map((b) => b.column)) + 1 : 0;
+    const lane = inputs.length ? inputs[0].lane : lanes;
+    const box = place(
+      {
+        index,
+        id: node.id,
+        kind: kindOf(node.op),
+        parallelism: node.parallelism ?? 1,
+        detail: detailOf(node.op),
+        state: false,
+        // Nodes of a query stream run for each query, not for each batch.
+        query: node.op.op === 'query-stream' || inputs.some((b) => b.query),
+      },
+      column,
+      lane,
+    );
+    placed[index] = box;
+    for (const input of inputs) edges.push({ from: input, to: box, reads: false });
+    const written = node.op.state && typeof node.op.state === 'object' ? node.op.state : null;
+    if (written && !states.has(written.name)) {
+      const stateBox = place(
+        { id: written.name, kind: 'state', parallelism: 1, detail: written.kind, state: true, query: false },
+        column + 1,
+        box.lane,
+      );
+      states.set(written.name, stateBox);
+    }
+    if (written) edges.push({ from: box, to: states.get(written.name), reads: false });
+  }
+  // A query reads a state from wherever it stands.
+  for (const box of placed) {
+    const op = definition.nodes[box.index].op;
+    if (op.op === 'state-query' && states.has(op.state)) edges.push({ from: states.get(op.state), to: box, reads: true });
+  }
+  const columns = Math.max(0, ...boxes.map((b) => b.column)) + 1;
+  return { boxes, edges, width: PAD * 2 + columns * W + (columns - 1) * GAP_X, height: PAD * 2 + lanes * (H + GAP_Y) - GAP_Y };
+}
+
+const x = (box) => PAD + box.column * (W + GAP_X);
+const y = (box) => PAD + box.lane * (H + GAP_Y);
+
+/** The drawn graph: `element`, and `update(status)` for each node's time per batch. */
+export class Graph {
+  constructor(definition) {
+    const { boxes, edges, width, height } = layout(definition);
+    this.times = new Map();
+    const arrows = edges.map(({ from, to, reads }) => {
+      let d;
+      if (reads) {
+        // From the state's foot to the reader's head.
+        const [x1, y1] = [x(from) + W / 2, y(from) + H];
+        const [x2, y2] = [x(to) + W / 2, y(to)];
+        d = `M${x1},${y1} C${x1},${y1 + GAP_Y} ${x2},${y2 - GAP_Y} ${x2},${y2}`;
+      } else {
+        const [x1, y1] = [x(from) + W, y(from) + H / 2];
+        const [x2, y2] = [x(to), y(to) + H / 2];
+        const bend = Math.max(Math.abs(x2 - x1) / 2, 30);
+        d = `M${x1},${y1} C${x1 + bend},${y1} ${x2 - bend},${y2} ${x2},${y2}`;
+      }
+      return svg('path', { class: reads ? 'edge reads' : 'edge', d, 'marker-end': 'url(#arrow)' });
+    });
+    const nodes = boxes.map((box) => {
+      const time = svg('text', { class: 'time', x: 10, y: 74 }, box.query ? 'runs per query' : '');
+      if (!box.state && !box.query) this.times.set(box.id, time);
+      return svg(
+        'g',
+        {
+          class: box.state ? 'node state' : 'node op',
+          'data-id': box.id,
+          'data-kind': box.kind,
+          'data-parallelism': box.parallelism,
+          transform: `translate(${x(box)},${y(box)})`,
+        },
+        svg('title', {}, `${box.id}: ${box.kind}${box.detail ? `, ${box.detail}` : ''}`),
+        svg('rect', { width: W, height: H, rx: 6 }),
+        svg('text', { class: 'name', x: 10, y: 20 }, cut(box.id, NAME_CHARS)),
+        svg('text', { class: 'kind', x: 10, y: 38 }, box.state ? 'state' : `${box.kind} · parallelism ${box.parallelism}`),
+        svg('text', { class: 'detail', x: 10, y: 56 }, cut(box.detail, 30)),
+        time,
+      );
+    });
+    this.element = svg(
+      'svg',
+      { class: 'graph', viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': 'stream graph' },
+      svg(
+        'defs',
+        {},
+        svg(
+          'marker',
+          { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto' },
+          svg('path', { d: 'M0,0 L10,5 L0,10 z', class: 'arrowhead' }),
+        ),
+      ),
+      ...arrows,
+      ...nodes,
+    );
+  }
+
+  /** Shows each operator's time per committed batch, from a status. */
+  update(status) {
+    const batches = status.batches || 0;
+    for (const [id, text] of this.times) {
+      const ms = status.operator_ms?.[id];
+      if (ms !== undefined && batches > 0) text.textContent = `${figure(ms / batches, 3)} ms a batch`;
+      else if (batches === 0) text.textContent = 'no batch yet';
+      // The host's own work (built-in spouts, aggregates, partitioning) is not timed apart.
+      else text.textContent = 'in the host, not timed';
+    }
+  }
+}

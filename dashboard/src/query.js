@@ -1,0 +1,71 @@
+// The query console: pick one of a topology's queries, type its arguments,
+// see the result tuples (POST .../queries/QUERY, as `weir query` asks).
+
+import { call, path } from './api.js';
+import { el, href, replace, valueText } from './dom.js';
+import { definitionOf, statesAndQueries } from './topology.js';
+
+function results(rows) {
+  if (!rows.length) return el('p', { class: 'quiet' }, 'No tuples.');
+  const width = Math.max(...rows.map((r) => r.length));
+  return el(
+    'table',
+    { class: 'results' },
+    el('thead', {}, el('tr', {}, Array.from({ length: width }, (_, i) => el('th', {}, `field ${i + 1}`)))),
+    el('tbody', {}, rows.map((row) => el('tr', {}, row.map((v) => el('td', {}, valueText(v)))))),
+  );
+}
+
+export async function render(view, { name, query }) {
+  const whyNot = el('p', { class: 'error' });
+  const definition = await definitionOf(name, whyNot);
+  const { queries } = statesAndQueries(definition);
+  const pick = el('select', { id: 'query-name' }, queries.map((q) => el('option', { value: q, selected: q === query }, q)));
+  const args = el('input', { type: 'text', id: 'query-args', placeholder: 'its arguments, as text', autocomplete: 'off' });
+  const run = el('button', { type: 'submit' }, 'Run');
+  const answer = el('section', { class: 'answer', role: 'status', hidden: true });
+  const form = el(
+    'form',
+    {
+      class: 'console',
+      onsubmit: async (event) => {
+        event.preventDefault();
+        if (!pick.value) return;
+        run.disabled = true;
+        answer.hidden = false;
+        replace(answer, el('p', { class: 'quiet' }, 'Running…'));
+        try {
+          const rows = await call('POST', path('topologies', name, 'queries', pick.value), args.value);
+          replace(
+            answer,
+            el('h2', {}, `${rows.length === 1 ? '1 tuple' : `${rows.length} tuples`}`),
+            results(rows),
+            el('h3', { class: 'as-json' }, 'As JSON'),
+            el('pre', { class: 'json' }, JSON.stringify(rows)),
+          );
+        } catch (error) {
+          if (view.unauthorized(error)) return;
+          replace(answer, el('p', { class: 'error' }, error.message));
+        } finally {
+          run.disabled = false;
+        }
+      },
+    },
+    el('label', { for: 'query-name' }, 'Query'),
+    pick,
+    el('label', { for: 'query-args' }, 'Arguments'),
+    args,
+    run,
+  );
+  pick.addEventListener('change', () => {
+    history.replaceState(null, '', href('t', name, 'query', pick.value));
+  });
+  replace(
+    view.main,
+    el('h1', {}, `Query console`, el('span', { class: 'quiet' }, ` of ${name}`)),
+    definition ? null : whyNot,
+    queries.length ? form : el('p', { class: 'quiet' }, `Topology ${name} has no query.`),
+    answer,
+  );
+  args.focus();
+}

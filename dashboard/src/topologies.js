@@ -1,0 +1,130 @@
+// The topologies page: every deployed topology, its state and figures,
+// refreshed every second with a chart of its last 15 minutes; and a form
+// to deploy a bundle.
+
+import { call, get, path, withQuery } from './api.js';
+import { THROUGHPUT, TimeChart } from './chart.js';
+import { el, figure, href, replace } from './dom.js';
+
+/** A badge for a run state (running, stopped, failed). */
+export function stateBadge(state) {
+  return el('span', { class: `badge ${state}`, 'data-state': state }, state);
+}
+
+/**
+ * A status's figures as a definition list, each figure in an element named
+ * by its class; the rates are the last second's, from `history`.
+ */
+export function figures(status, history) {
+  const ms = (v) => (v === null || v === undefined ? '–' : `${figure(v, 2)} ms`);
+  const latest = (column, fallback) => (history?.[column]?.length ? history[column][history[column].length - 1] : fallback);
+  const rows = [
+    ['last committed txid', 'txid', figure(status.last_committed)],
+    ['batches/s', 'batches-per-s', figure(latest('batches_per_s', status.batches_per_s), 2)],
+    ['tuples/s', 'tuples-per-s', figure(latest('tuples_per_s', status.tuples_per_s), 0)],
+    ['commit p50', 'commit-p50', ms(status.commit_p50_ms)],
+    ['commit p99', 'commit-p99', ms(status.commit_p99_ms)],
+    ['replays', 'replays', figure(status.replays)],
+    ['spout lag', 'spout-lag', figure(status.spout_lag)],
+  ];
+  return el('dl', { class: 'figures' }, rows.map(([label, name, value]) => el('div', {}, el('dt', {}, label), el('dd', { class: name }, value))));
+}
+
+/** One deployment's card, updated in place. */
+class Card {
+  constructor(name) {
+    this.name = name;
+    this.chart = new TimeChart(THROUGHPUT, { height: 130 });
+    this.head = el('header');
+    this.body = el('div', { class: 'body' });
+    this.element = el('article', { class: 'topology', 'data-name': name }, this.head, this.body, this.chart.element);
+  }
+
+  update(status, history) {
+    replace(
+      this.head,
+      el('h2', {}, el('a', { href: href('t', this.name), class: 'name' }, this.name)),
+      stateBadge(status.state),
+      status.topology !== this.name ? el('span', { class: 'quiet' }, `topology ${status.topology}`) : null,
+    );
+    replace(this.body, status.error ? el('p', { class: 'error' }, status.error) : null, figures(status, history));
+    if (history) this.chart.update(history);
+  }
+}
+
+function deployForm(view, onDeployed) {
+  const file = el('input', { type: 'file', name: 'bundle', id: 'deploy-bundle', accept: '.weir,.wasm', required: true });
+  const name = el('input', { type: 'text', name: 'name', id: 'deploy-name', placeholder: "the topology's" });
+  const topology = el('input', { type: 'text', name: 'topology', id: 'deploy-topology', placeholder: 'its only one' });
+  const input = el('input', { type: 'text', name: 'input', id: 'deploy-input', placeholder: 'a path under an --input-dir' });
+  const button = el('button', { type: 'submit' }, 'Deploy');
+  const message = el('p', { class: 'message', role: 'status' });
+  const form = el(
+    'form',
+    {
+      class: 'deploy',
+      onsubmit: async (event) => {
+        event.preventDefault();
+        const bundle = file.files[0];
+        if (!bundle) return;
+        button.disabled = true;
+        replace(message, `Deploying ${bundle.name}…`);
+        message.className = 'message';
+        try {
+          const url = withQuery(path('topologies'), { name: name.value, topology: topology.value, input: input.value });
+          const status = await call('POST', url, bundle);
+          replace(message, `Deployed ${status.name}.`);
+          form.reset();
+          onDeployed();
+        } catch (error) {
+          if (view.unauthorized(error)) return;
+          message.className = 'message error';
+          replace(message, error.message);
+        } finally {
+          button.disabled = false;
+        }
+      },
+    },
+    el('h2', {}, 'Deploy a bundle'),
+    el('div', { class: 'fields' },
+      el('label', {}, 'Bundle', file),
+      el('label', {}, 'Name', name),
+      el('label', {}, 'Topology', topology),
+      el('label', {}, 'Input', input),
+      button),
+    message,
+  );
+  return form;
+}
+
+export async function render(view) {
+  const list = el('div', { class: 'cards' });
+  const cards = new Map();
+  const refresh = async () => {
+    const all = await get(path('topologies'));
+    const histories = await Promise.all(all.map((s) => get(path('topologies', s.name, 'history')).catch(() => null)));
+    if (view.closed) return;
+    const names = new Set(all.map((s) => s.name));
+    for (const [name, card] of cards) {
+      if (!names.has(name)) {
+        card.element.remove();
+        cards.delete(name);
+      }
+    }
+    for (const [i, status] of all.entries()) {
+      let card = cards.get(status.name);
+      if (!card) {
+        card = new Card(status.name);
+        cards.set(status.name, card);
+      }
+      // In the API's order (by name), moved only when out of it.
+      if (list.children[i] !== card.element) list.insertBefore(card.element, list.children[i] ?? null);
+      card.update(status, histories[i]);
+    }
+    if (all.length === 0) replace(list, el('p', { class: 'quiet empty' }, 'No topology is deployed: deploy a bundle below.'));
+    else list.querySelector('.empty')?.remove();
+  };
+  const form = deployForm(view, () => view.attempt(refresh));
+  replace(view.main, el('h1', {}, 'Topologies'), list, form);
+  view.every(1000, refresh);
+}

@@ -1,0 +1,617 @@
+//! The dashboard of `weir serve` in a real headless Chromium, against a
+//! real server running a real word count: each page is driven as a user
+//! would (typing, clicking, choosing files), read back from what the page
+//! shows, checked against the ground truth and the CLI, and photographed
+//! at 1280x800 into target/screenshots/. One server and one browser for
+//! the whole binary, the steps in order, each wait bounded.
+//!
+//! With WEIR_UPDATE_DOCS=1 the topology page's screenshot also replaces
+//! docs/dashboard.png, the README's.
+
+mod common;
+
+use common::browser::{Browser, Element, VIEWPORT, png_size};
+use common::server::{Server, TOKEN, bundle, escape};
+use common::*;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What the markup guest (`markup-word-count`) writes in its logs and errors.
+const MARKUP: &str = r#"<img src=x onerror="document.title='injected'"><script>document.title='injected'</script>"#;
+
+/// A deployment name a page must show as text.
+const MARKUP_NAME: &str = r#"<img src=x onerror="document.title='injected'"> markup"#;
+
+/// Words of the markup topology's input that are markup themselves.
+const MARKUP_WORDS: [&str; 2] = ["<svg/onload=document.title='injected'>", "<b>bold</b>"];
+
+/// The pages photographed, by file name.
+const PAGES: [&str; 5] = ["token", "topologies", "topology", "state", "query"];
+
+/// The server, the browser, and the word count's input so far.
+struct Dashboard {
+    dir: tempfile::TempDir,
+    server: Server,
+    browser: Browser,
+    sentences: Vec<String>,
+    /// Sentences of the corpus the word count's input holds.
+    fed: usize,
+    word_count: PathBuf,
+}
+
+/// Runs `step`, saying which it is.
+fn step(name: &str, step: impl FnOnce()) {
+    eprintln!("dashboard: {name}");
+    step();
+}
+
+impl Dashboard {
+    fn start() -> Dashboard {
+        let dir = tempfile::tempdir().unwrap();
+        let sentences: Vec<String> =
+            std::fs::read_to_string(&corpus_20k().path).unwrap().lines().map(str::to_owned).collect();
+        let server = Server::start(dir.path());
+        let word_count = dir.path().join("wc.weir");
+        bundle(dir.path(), WORD_COUNT, "wc.weir");
+        let mut dashboard = Dashboard {
+            browser: Browser::start(&Path::new(REPO_ROOT).join("target/screenshots")),
+            dir,
+            server,
+            sentences,
+            fed: 0,
+            word_count,
+        };
+        dashboard.feed(10_000);
+        let (status, body) = dashboard.server.api(
+            "POST",
+            "/v1/topologies?input=in/corpus.txt",
+            &std::fs::read(&dashboard.word_count).unwrap(),
+        );
+        assert_eq!(status, 201, "{body}");
+        dashboard.server.wait_for_topology("word-count", 10);
+        dashboard
+    }
+
+    /// Lets the word count's input hold the corpus's first `sentences`.
+    fn feed(&mut self, sentences: usize) {
+        self.fed = sentences;
+        std::fs::write(self.dir.path().join("in/corpus.txt"), self.sentences[..sentences].join("\n") + "\n").unwrap();
+    }
+
+    /// The exact counts of the input so far.
+    fn truth(&self) -> BTreeMap<String, i64> {
+        let lines: Vec<&str> = self.sentences[..self.fed].iter().map(String::as_str).collect();
+        count_words(&lines)
+    }
+
+    fn url(&self, fragment: &str) -> String {
+        format!("{}/{fragment}", self.server.url())
+    }
+
+    /// Fails the test when the page shows anything a guest's markup or a
+    /// name's made: an element, a script that ran, a refused inline script.
+    fn assert_no_markup_took_effect(&self, page: &str) {
+        let found = self.browser.run(
+            "return { title: document.title,
+                      elements: document.querySelectorAll('body img, body script, body b, body svg:not(.graph), body iframe').length,
+                      handlers: [...document.querySelectorAll('*')].filter(e => [...e.attributes].some(a => a.name.startsWith('on'))).length }",
+            &[],
+        );
+        assert_eq!(found["title"], "Weir", "{page}: a script ran");
+        assert_eq!(found["elements"], 0, "{page}: markup became elements");
+        assert_eq!(found["handlers"], 0, "{page}: markup became an event handler");
+        // Refusals the API gave (a 401, a 400) are logged as failed loads;
+        // anything else (a script's error, a refused inline script, an
+        // injected image's load) is not expected.
+        let console = self.browser.console();
+        let unexpected: Vec<&Value> = console
+            .iter()
+            .filter(|entry| {
+                let message = entry["message"].as_str().unwrap_or_default();
+                let api_refusal = entry["source"] == "network" && message.contains("/v1/");
+                (entry["level"] == "SEVERE" && !api_refusal) || message.contains("Content Security Policy")
+            })
+            .collect();
+        assert!(unexpected.is_empty(), "{page}: the console says {unexpected:?}");
+    }
+
+    /// The text of the word count's card on the topologies page, by the
+    /// class of the element holding it.
+    fn card_text(&self, name: &str, class: &str) -> Value {
+        self.browser.run(
+            "const card = [...document.querySelectorAll('article.topology')].find(a => a.dataset.name === arguments[0]);
+             return card?.querySelector(arguments[1])?.textContent ?? null",
+            &[json!(name), json!(class)],
+        )
+    }
+
+    fn a_wrong_token_shows_the_401_and_nothing_else(&self) {
+        self.browser.goto(&self.url(""));
+        let token = self.browser.find("form.token input[type=password]");
+        self.browser.type_into(&token, "wrong-token");
+        self.browser.run("document.querySelector('form.token').dataset.asked = 'before'", &[]);
+        self.browser.click(&self.browser.find("form.token button"));
+        // Asked again, by a form of its own.
+        let said = self.browser.wait_for(
+            "the 401",
+            "const form = document.querySelector('form.token:not([data-asked])');
+             return form?.querySelector('.error')?.textContent ?? null",
+            &[],
+        );
+        let said = said.as_str().unwrap();
+        assert!(
+            said.contains("The server answered 401: a valid `Authorization: Bearer <token>` header is required"),
+            "{said}"
+        );
+        let page = self.browser.run(
+            "return { text: document.body.innerText, cards: document.querySelectorAll('article').length,
+                      kept: sessionStorage.getItem('weir-token') }",
+            &[],
+        );
+        assert!(!page["text"].as_str().unwrap().contains("word-count"), "{page}");
+        assert_eq!((page["cards"].clone(), page["kept"].clone()), (json!(0), Value::Null), "{page}");
+        self.browser.screenshot("token");
+        let token = self.browser.find("form.token input[type=password]");
+        self.browser.clear(&token);
+        self.browser.type_into(&token, TOKEN);
+        self.browser.click(&self.browser.find("form.token button"));
+    }
+
+    fn a_401_on_any_later_page_asks_again_and_shows_nothing_else(&self) {
+        let kept =
+            self.browser.run("return [sessionStorage.getItem('weir-token'), document.cookie, location.href]", &[]);
+        assert_eq!(kept[0], TOKEN, "the token is kept in the tab's session storage");
+        assert_eq!(kept[1], "", "and in no cookie");
+        assert!(!kept[2].as_str().unwrap().contains(TOKEN), "nor in the URL: {kept}");
+        self.browser.goto(&self.url("#/t/word-count"));
+        self.browser.find("svg.graph");
+        // The server's token changed, say: the page's next refresh gets 401.
+        self.browser.run("sessionStorage.setItem('weir-token', 'stale')", &[]);
+        self.browser.find("form.token .error");
+        let page = self
+            .browser
+            .run("return { graph: document.querySelectorAll('svg.graph').length, text: document.body.innerText }", &[]);
+        assert_eq!(page["graph"], 0, "{page}");
+        assert!(!page["text"].as_str().unwrap().contains("word-count"), "{page}");
+        self.browser.type_into(&self.browser.find("form.token input[type=password]"), TOKEN);
+        self.browser.click(&self.browser.find("form.token button"));
+        // The same page again.
+        self.browser.find("svg.graph");
+        self.browser.goto(&self.url(""));
+    }
+
+    fn the_topologies_page_lists_the_word_count_whose_txid_rises_and_chart_has_points(&mut self) {
+        let txid = |d: &Dashboard| d.card_text("word-count", ".txid").as_str().map(|t| t.replace(',', ""));
+        self.browser.wait_for("the word count's card", "return document.querySelector('article.topology .txid')", &[]);
+        assert_eq!(self.card_text("word-count", "[data-state]"), "running");
+        assert_eq!(txid(self).as_deref(), Some("10"));
+        let before = 10;
+        // More input while the page is watched: the txid it shows rises.
+        self.feed(12_000);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let shown: u64 = txid(self).unwrap_or_default().parse().unwrap_or(0);
+            if shown == 12 {
+                break;
+            }
+            assert!(shown >= before && Instant::now() < deadline, "the page shows txid {shown}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Its other figures, as the API gives them (the page refreshes
+        // every second; the run is idle at txid 12).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = self.server.wait_for_topology("word-count", 12);
+            let shown = |class: &str| self.card_text("word-count", class).as_str().unwrap_or_default().replace(',', "");
+            let count = |field: &str| match &status[field] {
+                Value::Null => "–".to_owned(),
+                value => value.to_string(),
+            };
+            let ms = |class: &str, field: &str| {
+                let shown: Option<f64> = shown(class).strip_suffix(" ms").and_then(|ms| ms.parse().ok());
+                shown.zip(status[field].as_f64()).is_some_and(|(shown, want)| (shown - want).abs() <= 0.006)
+            };
+            let same = shown(".replays") == count("replays")
+                && shown(".spout-lag") == count("spout_lag")
+                && ms(".commit-p50", "commit_p50_ms")
+                && ms(".commit-p99", "commit_p99_ms");
+            if same {
+                break;
+            }
+            let card = self.card_text("word-count", ".figures");
+            assert!(Instant::now() < deadline, "the card shows {card} for {status}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // The chart holds samples and has drawn the tuples/s line (#16a34a).
+        let drawn = self.browser.wait_for(
+            "a chart with points",
+            "const card = [...document.querySelectorAll('article.topology')].find(a => a.dataset.name === 'word-count');
+             const chart = card?.querySelector('.chart');
+             const canvas = chart?.querySelector('canvas');
+             if (!canvas || Number(chart.dataset.points) < 3) return null;
+             const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+             let green = 0;
+             for (let i = 0; i < pixels.length; i += 4)
+               if (pixels[i] === 22 && pixels[i + 1] === 163 && pixels[i + 2] === 74 && pixels[i + 3] === 255) green++;
+             return green > 20 ? { points: Number(chart.dataset.points), green } : null",
+            &[],
+        );
+        assert!(drawn["points"].as_u64().unwrap() >= 3, "{drawn}");
+        self.assert_no_markup_took_effect("the topologies page");
+        self.browser.screenshot("topologies");
+    }
+
+    fn the_topology_page_draws_a_node_per_operator_named_as_weir_inspect_names_them(&self) {
+        let link = self.browser.run(
+            "return [...document.querySelectorAll('article.topology h2 a')].find(a => a.textContent === 'word-count')",
+            &[],
+        );
+        self.browser.click(&Element::from(link));
+        let drawn = self.browser.wait_for(
+            "the stream graph",
+            "const nodes = [...document.querySelectorAll('svg.graph g.node.op')];
+             return nodes.length ? nodes.map(g => ({ name: g.querySelector('text.name').textContent,
+                                                       kind: g.dataset.kind, parallelism: Number(g.dataset.parallelism) })) : null",
+            &[],
+        );
+        let inspected = weir_ok(&["inspect", "--json", self.word_count.to_str().unwrap()]);
+        let manifest: Value = serde_json::from_slice(&inspected.stdout).unwrap();
+        let nodes = manifest["topologies"][0]["definition"]["nodes"].as_array().unwrap();
+        let want: Vec<Value> = nodes
+            .iter()
+            .map(|n| json!({ "name": n["id"], "kind": n["op"]["op"], "parallelism": n["parallelism"].as_u64().unwrap_or(1) }))
+            .collect();
+        assert_eq!(drawn.as_array().unwrap(), &want, "the graph's nodes against weir inspect's");
+        let states = self
+            .browser
+            .run("return [...document.querySelectorAll('svg.graph g.node.state')].map(g => g.dataset.id)", &[]);
+        assert_eq!(states, json!(["counts"]));
+        // Time per batch, for the guest's operator, and the live charts.
+        let split = self.browser.wait_for(
+            "split's time per batch",
+            "const t = document.querySelector('svg.graph g.node[data-id=split] text.time')?.textContent;
+             return t && t.endsWith('ms a batch') ? t : null",
+            &[],
+        );
+        let ms: f64 = split.as_str().unwrap().trim_end_matches(" ms a batch").parse().unwrap();
+        assert!(ms > 0.0, "{split}");
+        self.browser.wait_for(
+            "charts with points",
+            "const charts = [...document.querySelectorAll('section.charts .chart')];
+             return charts.length === 2 && charts.every(c => Number(c.dataset.points) >= 3)",
+            &[],
+        );
+        let failures = self.browser.run("return document.querySelector('.failures-box').textContent", &[]);
+        assert_eq!(failures, "No failed attempt since it started.");
+        self.assert_no_markup_took_effect("the topology page");
+        let shot = self.browser.screenshot("topology");
+        if std::env::var_os("WEIR_UPDATE_DOCS").is_some() {
+            std::fs::copy(shot, Path::new(REPO_ROOT).join("docs/dashboard.png")).unwrap();
+        }
+    }
+
+    /// The rows of the state browser's table: key, value, txid.
+    fn rows(&self, css: &str) -> Vec<(String, String, String)> {
+        let rows = self.browser.run(
+            "return [...document.querySelectorAll(arguments[0])].map(tr =>
+               [tr.querySelector('.key')?.textContent, tr.querySelector('.value')?.textContent, tr.querySelector('.txid')?.textContent])",
+            &[json!(css)],
+        );
+        serde_json::from_value::<Vec<(String, String, String)>>(rows).unwrap()
+    }
+
+    fn the_state_browser_shows_exact_counts_and_pages_through_keys_in_order(&self) {
+        self.browser.click(&self.browser.find("a.state-link"));
+        let truth = self.truth();
+        let mut shown = Vec::new();
+        for page in 0..3 {
+            let range = format!("keys {}–{}", page * 100 + 1, page * 100 + 100);
+            self.browser.wait_for(
+                &range,
+                "return document.querySelector('.range')?.textContent === arguments[0]",
+                &[json!(range)],
+            );
+            shown.extend(self.rows("table.entries:not(.one) tbody tr"));
+            if page < 2 {
+                self.browser.click(&self.browser.find("button.next"));
+            }
+        }
+        let want: Vec<(&String, &i64)> = truth.iter().take(300).collect();
+        let got: Vec<(&String, i64)> = shown.iter().map(|(k, v, _)| (k, v.parse().unwrap())).collect();
+        assert_eq!(got.len(), 300);
+        for ((key, count), (want_key, want_count)) in got.iter().zip(&want) {
+            assert_eq!((*key, count), (*want_key, *want_count), "keys in order, counts exact");
+        }
+        let last_committed = self.server.wait_for_topology("word-count", 12)["last_committed"].as_u64().unwrap();
+        for (_, _, txid) in &shown {
+            assert!((1..=last_committed).contains(&txid.parse().unwrap()), "stored txid {txid}");
+        }
+        self.browser.screenshot("state");
+        // Three words looked up one at a time.
+        for word in ["w1", "w7", "w42"] {
+            let field = self.browser.find("#lookup-key");
+            self.browser.clear(&field);
+            self.browser.type_into(&field, word);
+            self.browser.click(&self.browser.find("form.lookup button"));
+            self.browser.wait_for(
+                word,
+                "return document.querySelector('.found td.key')?.textContent === arguments[0]",
+                &[json!(word)],
+            );
+            let found = self.rows(".found tbody tr");
+            let (status, stored) = self.server.api(
+                "GET",
+                &format!("/v1/topologies/word-count/states/counts?raw=true&key={}", escape(&json!([word]).to_string())),
+                b"",
+            );
+            assert_eq!(status, 200, "{stored}");
+            assert_eq!(found, [(word.to_owned(), truth[word].to_string(), stored["txid"].to_string())], "{word}");
+        }
+        self.assert_no_markup_took_effect("the state browser");
+    }
+
+    fn the_query_console_answers_as_weir_query_does(&self) {
+        self.browser.goto(&self.url("#/t/word-count"));
+        self.browser.click(&self.browser.find("a.query-link"));
+        let args = self.browser.find("#query-args");
+        self.browser.type_into(&args, "w1 w7");
+        self.browser.click(&self.browser.find("form.console button"));
+        let shown = self.browser.wait_for("the answer", "return document.querySelector('pre.json')?.textContent", &[]);
+        let shown: Value = serde_json::from_str(shown.as_str().unwrap()).unwrap();
+        let output = weir()
+            .env("WEIR_TOKEN", TOKEN)
+            .args([
+                "query",
+                "--server",
+                &self.server.url(),
+                "--topology",
+                "word-count",
+                "--query",
+                "words",
+                "--args",
+                "w1 w7",
+            ])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output));
+        let cli: Value =
+            serde_json::from_str(String::from_utf8(output.stdout).unwrap().lines().last().unwrap()).unwrap();
+        let truth = self.truth();
+        assert_eq!(shown, cli);
+        assert_eq!(shown, json!([[truth["w1"] + truth["w7"]]]));
+        let cells = self
+            .browser
+            .run("return [...document.querySelectorAll('table.results td')].map(td => td.textContent)", &[]);
+        assert_eq!(cells, json!([(truth["w1"] + truth["w7"]).to_string()]));
+        self.assert_no_markup_took_effect("the query console");
+        self.browser.screenshot("query");
+    }
+
+    fn stop_then_resume_from_the_page_and_counts_end_exact(&mut self) {
+        let badge = "return document.querySelector('.headline [data-state]')?.textContent === arguments[0]";
+        self.browser.goto(&self.url("#/t/word-count"));
+        self.browser.wait_for("running", badge, &[json!("running")]);
+        self.browser.click(&self.browser.find("button.stop"));
+        self.browser.wait_for("stopped", badge, &[json!("stopped")]);
+        assert_eq!(self.server.wait_for_topology("word-count", 12)["state"], "stopped");
+        // Stopped, it reads nothing more.
+        self.feed(15_000);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(self.server.wait_for_topology("word-count", 12)["state"], "stopped");
+        self.browser.click(&self.browser.find("button.resume"));
+        self.browser.wait_for("running again", badge, &[json!("running")]);
+        self.browser.wait_for("txid 15", "return document.querySelector('.figures .txid')?.textContent === '15'", &[]);
+        assert_counts_eq(&self.server.counts("word-count"), &self.truth());
+    }
+
+    fn a_damaged_bundle_deployed_from_the_page_shows_the_servers_400_reason(&self) {
+        let mut damaged = std::fs::read(&self.word_count).unwrap();
+        *damaged.last_mut().unwrap() ^= 0xff;
+        let path = self.dir.path().join("damaged.weir");
+        std::fs::write(&path, damaged).unwrap();
+        self.browser.goto(&self.url(""));
+        self.browser.wait_for("the list", "return document.querySelector('article.topology')", &[]);
+        self.browser.choose_file(&self.browser.find("#deploy-bundle"), &path);
+        self.browser.click(&self.browser.find("form.deploy button"));
+        let said = self.browser.wait_for(
+            "the 400",
+            "return document.querySelector('form.deploy .message.error')?.textContent",
+            &[],
+        );
+        let said = said.as_str().unwrap();
+        assert!(said.starts_with("The server answered 400: "), "{said}");
+        assert!(said.contains("does not match its checksum"), "{said}");
+        let (_, listed) = self.server.api("GET", "/v1/topologies", b"");
+        assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    }
+
+    fn guest_markup_is_shown_as_text_and_no_script_runs(&self) {
+        let input: Vec<String> = [format!("{} {} plain", MARKUP_WORDS[0], MARKUP_WORDS[1])]
+            .into_iter()
+            .chain((0..1499).map(|_| "plain words here".to_owned()))
+            .collect();
+        std::fs::write(self.dir.path().join("in/markup.txt"), input.join("\n") + "\n").unwrap();
+        let variants = self.dir.path().join("variants.weir");
+        bundle(self.dir.path(), TEST_TOPOLOGIES, "variants.weir");
+        // Deployed from the page, under a name that is markup too.
+        self.browser.goto(&self.url(""));
+        self.browser.choose_file(&self.browser.find("#deploy-bundle"), &variants);
+        self.browser.type_into(&self.browser.find("#deploy-name"), MARKUP_NAME);
+        self.browser.type_into(&self.browser.find("#deploy-topology"), "markup-word-count");
+        self.browser.type_into(&self.browser.find("#deploy-input"), "in/markup.txt");
+        self.browser.click(&self.browser.find("form.deploy button"));
+        // It commits txid 1 after a failed attempt, then halts at txid 2.
+        self.browser.wait_for(
+            "the markup topology failed",
+            "return [...document.querySelectorAll('article.topology')].find(a => a.dataset.name === arguments[0])
+               ?.querySelector('[data-state=failed]')",
+            &[json!(MARKUP_NAME)],
+        );
+        assert_eq!(self.card_text(MARKUP_NAME, "h2 a"), MARKUP_NAME);
+        let error = self.card_text(MARKUP_NAME, "p.error");
+        assert!(error.as_str().unwrap().contains(&format!("{MARKUP}txid 2 cannot be processed")), "{error}");
+        self.assert_no_markup_took_effect("the topologies page, with markup");
+
+        self.browser.goto(&self.url(&format!("#/t/{}", escape(MARKUP_NAME))));
+        // Failed attempts and log lines, most recent first: txid 1 failed
+        // once; txid 2, replayed with it, halted the topology.
+        let failures = self.browser.wait_for(
+            "its failures",
+            "const rows = [...document.querySelectorAll('table.failures tbody tr')];
+             return rows.length >= 2 ? rows.map(tr => [...tr.children].map(td => td.textContent)) : null",
+            &[],
+        );
+        let retried = json!(["1", "0", format!("operator split: retry: {MARKUP}txid 1 fails on its first attempt")]);
+        let failures = failures.as_array().unwrap();
+        assert_eq!(failures.last(), Some(&retried), "{failures:?}");
+        let halted = &failures[0];
+        assert_eq!(halted[0], "2", "{failures:?}");
+        assert!(halted[2].as_str().unwrap().contains(&format!("{MARKUP}txid 2 cannot be processed")), "{failures:?}");
+        let logged = self.browser.wait_for(
+            "its logs",
+            "const lines = [...document.querySelectorAll('ol.logs .line')].map(l => l.textContent);
+             return lines.length >= 2 ? lines : null",
+            &[],
+        );
+        for txid in [1, 2] {
+            let line = json!(format!("{MARKUP} split starts txid {txid}"));
+            assert!(logged.as_array().unwrap().contains(&line), "{line} not in {logged}");
+        }
+        // Resumed from the page, it tries txid 2 again: the logs shown
+        // follow, with no reload.
+        let starts_of_2 = "return [...document.querySelectorAll('ol.logs .line')]
+                             .filter(l => l.textContent.endsWith('split starts txid 2')).length";
+        let before = self.browser.run(starts_of_2, &[]).as_u64().unwrap();
+        self.browser.run("window.notReloaded = true", &[]);
+        self.browser.click(&self.browser.find("button.resume"));
+        self.browser.wait_for(
+            "a log line of the second try",
+            &format!("{starts_of_2} > arguments[0] && window.notReloaded === true"),
+            &[json!(before)],
+        );
+        self.browser.wait_for(
+            "failed again",
+            "return document.querySelector('.headline [data-state]')?.textContent === 'failed'",
+            &[],
+        );
+        let headline = self.browser.run("return document.querySelector('.headline h1').textContent", &[]);
+        assert_eq!(headline, MARKUP_NAME);
+        self.assert_no_markup_took_effect("the topology page, with markup");
+
+        self.browser.click(&self.browser.find("a.state-link"));
+        let keys = self.browser.wait_for(
+            "its keys",
+            "const keys = [...document.querySelectorAll('table.entries td.key')].map(td => td.textContent);
+             return keys.length > 2 ? keys : null",
+            &[],
+        );
+        for word in MARKUP_WORDS {
+            assert!(keys.as_array().unwrap().contains(&json!(word)), "{word} not in {keys}");
+        }
+        self.assert_no_markup_took_effect("the state browser, with markup");
+    }
+
+    fn upgrade_and_delete_from_the_page(&self) {
+        self.browser.goto(&self.url("#/t/word-count"));
+        self.browser.choose_file(&self.browser.find("input.upgrade-bundle"), &self.word_count);
+        self.browser.click(&self.browser.find("button.upgrade"));
+        self.browser.wait_for(
+            "the upgrade",
+            "return document.querySelector('.actions .message')?.textContent === 'Upgrading: done.'",
+            &[],
+        );
+        assert_eq!(self.server.wait_for_topology("word-count", 15)["state"], "running");
+
+        self.browser.goto(&self.url(&format!("#/t/{}", escape(MARKUP_NAME))));
+        // Deleting asks what becomes of the state, then for a confirmation.
+        self.browser.click(&self.browser.find("button.delete"));
+        let said = self.browser.wait_for(
+            "the question",
+            "return document.querySelector('.actions .message.error')?.textContent",
+            &[],
+        );
+        assert!(said.as_str().unwrap().contains("keep it or drop it"), "{said}");
+        self.browser.click(&self.browser.find("#delete-drop"));
+        self.browser.click(&self.browser.find("button.delete"));
+        let question = self.browser.wait_for("the confirmation", "const c = document.querySelector('.confirm'); return c && !c.hidden ? c.querySelector('p').textContent : null", &[]);
+        assert_eq!(question, format!("Delete {MARKUP_NAME} and drop its state for good?"));
+        let (_, listed) = self.server.api("GET", "/v1/topologies", b"");
+        assert_eq!(listed.as_array().unwrap().len(), 2, "nothing is deleted before it is confirmed");
+        self.browser.click(&self.browser.find("button.confirm-delete"));
+        self.browser.wait_for(
+            "the list without it",
+            "return location.hash === '#/' && document.querySelectorAll('article.topology').length === 1",
+            &[],
+        );
+        let (_, listed) = self.server.api("GET", "/v1/topologies", b"");
+        assert_eq!(
+            listed.as_array().unwrap().iter().map(|s| s["name"].as_str()).collect::<Vec<_>>(),
+            [Some("word-count")]
+        );
+        let (status, _) = self.server.api("GET", &format!("/v1/topologies/{}/states/counts", escape(MARKUP_NAME)), b"");
+        assert_eq!(status, 404);
+        assert_counts_eq(&self.server.counts("word-count"), &self.truth());
+    }
+
+    fn the_state_browser_shows_an_opaque_states_prev(&self) {
+        let variants = bundle(self.dir.path(), TEST_TOPOLOGIES, "variants.weir");
+        let (status, body) = self.server.api(
+            "POST",
+            "/v1/topologies?name=opaque&topology=word-count-opaque&input=in/corpus.txt",
+            &variants,
+        );
+        assert_eq!(status, 201, "{body}");
+        self.server.wait_for_topology("opaque", 15);
+        self.browser.goto(&self.url("#/t/opaque/state/counts"));
+        self.browser.wait_for("the prev column", "return document.querySelector('table.entries td.prev')", &[]);
+        let truth = self.truth();
+        for word in ["w1", "w7"] {
+            let field = self.browser.find("#lookup-key");
+            self.browser.clear(&field);
+            self.browser.type_into(&field, word);
+            self.browser.click(&self.browser.find("form.lookup button"));
+            let shown = self.browser.wait_for(
+                word,
+                "const row = document.querySelector('.found tbody tr');
+                 return row?.querySelector('.key')?.textContent === arguments[0]
+                   ? [...row.children].map(td => td.textContent) : null",
+                &[json!(word)],
+            );
+            let (status, stored) = self.server.api(
+                "GET",
+                &format!("/v1/topologies/opaque/states/counts?raw=true&key={}", escape(&json!([word]).to_string())),
+                b"",
+            );
+            assert_eq!(status, 200, "{stored}");
+            assert!(stored["prev"].is_i64(), "{stored}");
+            let want =
+                [word.to_owned(), truth[word].to_string(), stored["txid"].to_string(), stored["prev"].to_string()];
+            assert_eq!(shown, json!(want), "{word}");
+        }
+        self.assert_no_markup_took_effect("the state browser, opaque");
+    }
+}
+
+#[test]
+fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
+    let mut d = Dashboard::start();
+    step("token entry; a wrong token shows the 401 and nothing else", || {
+        d.a_wrong_token_shows_the_401_and_nothing_else()
+    });
+    step("the topologies page", || d.the_topologies_page_lists_the_word_count_whose_txid_rises_and_chart_has_points());
+    step("the topology page", || d.the_topology_page_draws_a_node_per_operator_named_as_weir_inspect_names_them());
+    step("the state browser", || d.the_state_browser_shows_exact_counts_and_pages_through_keys_in_order());
+    step("the query console", || d.the_query_console_answers_as_weir_query_does());
+    step("stop and resume", || d.stop_then_resume_from_the_page_and_counts_end_exact());
+    step("a damaged bundle", || d.a_damaged_bundle_deployed_from_the_page_shows_the_servers_400_reason());
+    step("markup from a guest", || d.guest_markup_is_shown_as_text_and_no_script_runs());
+    step("upgrade and delete", || d.upgrade_and_delete_from_the_page());
+    step("a 401 on a later page", || d.a_401_on_any_later_page_asks_again_and_shows_nothing_else());
+    step("an opaque state", || d.the_state_browser_shows_an_opaque_states_prev());
+    for page in PAGES {
+        let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();
+        assert_eq!(png_size(&png), VIEWPORT, "{page}.png");
+    }
+}
