@@ -73,7 +73,8 @@ enum Command {
     /// Create a guest (Rust, Python or JavaScript) with a small working
     /// topology, a README and a test.
     New(new::NewArgs),
-    /// Run deployed topologies, driven over an HTTP JSON API (see the README).
+    /// Run deployed topologies, driven over an HTTP JSON API and watched from
+    /// a web dashboard at the server's address (see the README).
     Serve(serve::ServeArgs),
     /// Upload a bundle to a server and start its topology.
     Deploy(deploy::DeployArgs),
