@@ -1556,13 +1556,57 @@ export function reemitPartition(topologies, info, partition, meta) {
 // ---------------------------------------------------------------------------
 // The component's exports
 
+// Bounds on what one failure says: a deep recursion's frames are many.
+const MAX_FRAMES = 12;
+const MAX_LINE = 240;
+
+const clip = (text) => (text.length <= MAX_LINE ? text : `${text.slice(0, MAX_LINE - 3)}...`);
+
+/** A line of a stack as `{ name, place }`, from SpiderMonkey's
+ *  `name@file:line:column` or V8's `at name (file:line:column)`; null for
+ *  a line that is no frame. */
+function frameOf(line) {
+  const spidermonkey = /^(.*)@(.*:\d+:\d+)$/.exec(line);
+  if (spidermonkey) return { name: spidermonkey[1], place: spidermonkey[2] };
+  const v8 = /^\s*at (?:(.*) \()?(.*:\d+:\d+)\)?$/.exec(line);
+  return v8 ? { name: v8[1] ?? "", place: v8[2] } : null;
+}
+
+const fileOf = (frame) => frame.place.replace(/:\d+:\d+$/, "");
+
+// The file this module runs from, as stacks name it: its frames, and the
+// component's plumbing that calls it, are left out of a guest's stack.
+const SDK_FILE = (() => {
+  const frames = String(new Error().stack ?? "").split("\n").map(frameOf).filter(Boolean);
+  return frames.length ? fileOf(frames[0]) : null;
+})();
+
+/** What an error an operator did not mean to throw says in the batch's
+ *  error: its name and message, then the stack of the guest's own code
+ *  (innermost call first), without the SDK's frames. */
+export function failureMessage(e) {
+  const lines = [clip(`${e && e.name ? e.name : "Error"}: ${e && e.message ? e.message : e}`)];
+  const stack = e && typeof e.stack === "string" ? e.stack : "";
+  const frames = stack.split("\n").map(frameOf).filter(Boolean);
+  let outer = frames.length;
+  while (outer > 0 && fileOf(frames[outer - 1]) !== SDK_FILE) outer--;
+  const own = frames.slice(0, outer || frames.length).filter((f) => fileOf(f) !== SDK_FILE);
+  for (const frame of own.slice(0, MAX_FRAMES)) {
+    const name = frame.name.replace(/\/<+$/, "");
+    lines.push(clip(name ? `    at ${name} (${frame.place})` : `    at ${frame.place}`));
+  }
+  if (own.length > MAX_FRAMES) lines.push(`    ... ${own.length - MAX_FRAMES} calls further out left out`);
+  return lines.join("\n");
+}
+
 function failure(e) {
   if (e instanceof Fatal) return { tag: "err", val: { tag: "fatal", val: e.message } };
   if (e instanceof Retry) return { tag: "err", val: { tag: "retry", val: e.message } };
   // A bug in an operator: like a panic in a Rust guest, the batch is
-  // replayed until its attempts run out.
+  // replayed until its attempts run out. The log has the whole stack; the
+  // batch's error says where in the guest's code.
   console.error(e && e.stack ? `${e}\n${e.stack}` : String(e));
-  return { tag: "err", val: { tag: "retry", val: `${e && e.name ? e.name : "Error"}: ${e && e.message ? e.message : e}` } };
+  return { tag: "err", val: { tag: "retry", val: failureMessage(e) } };
 }
 
 function call(run) {

@@ -457,3 +457,31 @@ test("operators of another component's topology run by id and describe nothing",
   assert.equal(weir.describe([ops]), "[]");
   assert.throws(() => new weir.Operators("t").aggregator("n", Count), TypeError);
 });
+
+function lengths(t) {
+  return [t.get(0).missing.length];
+}
+
+test("an unexpected error says where in the guest it was thrown", () => {
+  const t = new Topology("wc");
+  t.newStream(new FileLines("sentence")).each(["sentence"], lengths, ["n"]).name("lengths");
+  const ops = weir.exportsFor([t.build()]);
+  const ctx = { topology: "wc", operator: "lengths", txid: 1n, attempt: 0, partition: 0, fields: ["sentence"] };
+  const original = console.error;
+  console.error = () => {};
+  let result;
+  try {
+    result = ops.runFunction(ctx, batch(["a"]));
+  } finally {
+    console.error = original;
+  }
+  assert.equal(result.tag, "err");
+  assert.equal(result.val.tag, "retry");
+  const lines = result.val.val.split("\n");
+  assert.match(lines[0], /^TypeError: /);
+  // Innermost call first, as the stack has it: the guest's own line.
+  const source = readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n");
+  const line = source.indexOf("  return [t.get(0).missing.length];") + 1;
+  assert.match(lines[1], new RegExp(`^    at lengths \\(.*weir\\.test\\.js:${line}:\\d+\\)$`));
+  assert.ok(!result.val.val.includes("weir.js:"), result.val.val);
+});

@@ -2,6 +2,7 @@
 operators' dispatch. Plain unittest: `python3 -m unittest discover -s
 guest-sdk/python/tests`."""
 
+import inspect
 import json
 import os
 import sys
@@ -496,6 +497,31 @@ class Dispatch(unittest.TestCase):
         self.assertIsNone(dispatch.emit_partition(self.t, letters, "b", b"\x02"))
         with self.assertRaisesRegex(Fatal, "no batch spout"):
             dispatch.emit_batch(self.t, letters)
+
+
+def lengths(sentence):
+    return [len(sentence["sentence"])]
+
+
+LENGTHS_LINE = inspect.getsourcelines(lengths)[1] + 1
+
+
+class Failures(unittest.TestCase):
+    def test_an_unexpected_exception_says_where_in_the_guest_it_was_raised(self):
+        t = Topology("wc")
+        t.new_stream(FileLines("sentence")).each(["sentence"], lengths, ["n"]).name("lengths")
+        # Caught here, not by assertRaises, which drops the traceback.
+        try:
+            dispatch.run_function([t], info("lengths", ["sentence"]), batch(7))
+        except TypeError as e:
+            message = weir.failure_message(e, HERE)
+        lines = message.splitlines()
+        self.assertEqual(lines[:2], ["TypeError: object of type 'int' has no len()", "Traceback (most recent call last):"])
+        # Innermost last, as Python prints it: the guest's own line.
+        self.assertEqual(
+            lines[-2:], [f'  File "test_weir.py", line {LENGTHS_LINE}, in lengths', '    return [len(sentence["sentence"])]']
+        )
+        self.assertNotIn("dispatch.py", message)
 
 
 class OperatorsOfAnotherComponentsTopology(unittest.TestCase):
