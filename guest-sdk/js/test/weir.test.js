@@ -458,6 +458,58 @@ test("operators of another component's topology run by id and describe nothing",
   assert.throws(() => new weir.Operators("t").aggregator("n", Count), TypeError);
 });
 
+test("strings pushed at once encode as rows pushed one by one do", () => {
+  const strings = ["a", "", "bc", "longer words here", "x"];
+  const counts = [2, 0, 3];
+  const tags = [0, 0, 2, 2, 2];
+  const whole = new BatchWriter(1);
+  whole.push(9, ["kept"]);
+  assert.equal(whole.pushStrings(counts, strings), true);
+  const one = new BatchWriter(1);
+  one.push(9, ["kept"]);
+  strings.forEach((s, i) => one.push(tags[i], [s]));
+  assert.deepEqual(whole.finish(), one.finish());
+  // Anything but ASCII strings appends nothing and is left to push.
+  for (const bad of [["a", 1n], ["gr\u00fc\u00dfe"], ["a", null]]) {
+    const writer = new BatchWriter(1);
+    writer.push(3, ["kept"]);
+    assert.equal(writer.pushStrings([bad.length], bad), false);
+    assert.deepEqual(writer.finish(), encode(1, [[3, ["kept"]]]));
+  }
+});
+
+test("a batch function takes whole columns and emits as each does", () => {
+  const batched = new Topology("wc");
+  batched
+    .newStream(new FileLines("sentence"))
+    .eachBatch(["sentence"], (sentences) => sentences.map((s) => s.split(" ").filter(Boolean)), ["word"])
+    .name("split");
+  const perTuple = new Topology("wc");
+  perTuple
+    .newStream(new FileLines("sentence"))
+    .each(["sentence"], (t) => t.str(0).split(" ").filter(Boolean), ["word"])
+    .name("split");
+  assert.equal(weir.describe([batched.build()]), weir.describe([perTuple.build()]));
+  const out = weir.runFunction([batched.build()], info("split", ["sentence"]), batch(["a b", "", "c"]));
+  assert.deepEqual(rows(out), [
+    [0, ["a"]],
+    [0, ["b"]],
+    [2, ["c"]],
+  ]);
+  const ops = new weir.Operators("t");
+  ops.functionBatch("pairs", (words, counts) => words.map((w, i) => (counts[i] ? [[w, counts[i]]] : null)), ["w", "n"]);
+  ops.functionBatch("short", (words) => words.slice(1), ["w"]);
+  const two = encode(2, [
+    [0, ["a", 2n]],
+    [0, ["b", 0n]],
+  ]);
+  assert.deepEqual(rows(weir.runFunction([ops], info("pairs", ["w", "n"], { topology: "t" }), two)), [[0, ["a", 2n]]]);
+  assert.throws(
+    () => weir.runFunction([ops], info("short", ["w", "n"], { topology: "t" }), two),
+    (e) => e instanceof Fatal && e.message.includes("returns an array of what each of the 2 input rows emits; it returned 1 entries"),
+  );
+});
+
 function lengths(t) {
   return [t.get(0).missing.length];
 }

@@ -153,7 +153,10 @@ class Tuple:
         raise Fatal(f"operator {self.batch.operator} has no input field {name} (it has {self.batch.fields})")
 
     def __getitem__(self, name):
-        return self.values[self._position(name)]
+        values = self.values
+        if type(name) is int and 0 <= name < len(values):
+            return values[name]
+        return values[self._position(name)]
 
     def __len__(self):
         return len(self.values)
@@ -164,31 +167,38 @@ class Tuple:
     def __repr__(self):
         return f"Tuple({dict(zip(self.batch.fields, self.values))!r})"
 
-    def _typed(self, name, types, wanted):
-        value = self[name]
+    def _typed(self, name, value, types, wanted):
         if not isinstance(value, types) or (wanted != "bool" and isinstance(value, bool)):
             raise Fatal(f"operator {self.batch.operator}: field {name} is {type_name(value)}, not {wanted}")
         return value
 
+    # Each accessor returns at once a value of exactly its type: the check
+    # that names a wrong one runs only when it is not.
+
     def str(self, name):
         """A string field."""
-        return self._typed(name, str, "string")
+        value = self[name]
+        return value if type(value) is str else self._typed(name, value, str, "string")
 
     def int(self, name):
         """An integer field."""
-        return self._typed(name, int, "i64")
+        value = self[name]
+        return value if type(value) is int else self._typed(name, value, int, "i64")
 
     def float(self, name):
         """A float field."""
-        return self._typed(name, float, "f64")
+        value = self[name]
+        return value if type(value) is float else self._typed(name, value, float, "f64")
 
     def bool(self, name):
         """A boolean field."""
-        return self._typed(name, bool, "bool")
+        value = self[name]
+        return value if type(value) is bool else self._typed(name, value, bool, "bool")
 
     def bytes(self, name):
         """A bytes field."""
-        return self._typed(name, bytes, "bytes")
+        value = self[name]
+        return value if type(value) is bytes else self._typed(name, value, bytes, "bytes")
 
 
 class CombinerAggregator:
