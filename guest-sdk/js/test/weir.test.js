@@ -86,6 +86,28 @@ test("malformed buffers are refused with the reason", () => {
   }
 });
 
+test("one-field string batches decode as the checked reader reads them", () => {
+  const long = "w".repeat(200); // its length has a byte above 0x7f
+  for (const strings of [["a b", "", "c"], ["a", "gr\u00fc\u00dfe \u2713", "b"], [long, "x"], ["x", null, "y"]]) {
+    const rowsOf = strings.map((s, i) => [i % 2, [s]]);
+    assert.deepEqual(decode(encode(1, rowsOf)), { arity: 1, rows: rowsOf });
+  }
+  // One whose last length runs past its end, or with a byte after its last
+  // row, is refused with the checked reader's reason.
+  const ascii = encode(1, [
+    [0, ["ab"]],
+    [0, ["cd"]],
+  ]);
+  const longer = ascii.slice();
+  longer[ascii.length - 6] = 3;
+  for (const [buf, reason] of [
+    [longer, "more bytes"],
+    [Uint8Array.of(...ascii, 0x20), "1 bytes after the last row"],
+  ]) {
+    assert.throws(() => decode(buf), (e) => e instanceof DecodeError && e.message.includes(reason));
+  }
+});
+
 test("values the encoding cannot hold are refused", () => {
   const writer = new BatchWriter(1);
   for (const bad of [2n ** 63n, {}, undefined, [1]]) assert.throws(() => writer.push(0, [bad]), EncodeError);
