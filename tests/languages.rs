@@ -2,7 +2,8 @@
 //! and topology vectors among them), word counts exactly equal to the
 //! ground truth and to the Rust example's, a bundle whose topology runs a
 //! Rust spout, a Python function and a JavaScript aggregator exactly once
-//! through a replayed batch, and `weir new --lang python|js`.
+//! through a replayed batch, `weir new --lang python|js`, and a guest's
+//! exception naming the file and line it came from.
 //!
 //! The toolchains are the pinned ones `scripts/guest-toolchains` installs
 //! (it runs first, and does nothing when they are there). Built guests and
@@ -166,4 +167,98 @@ fn weir_new_scaffolds_python_and_javascript_guests_that_run_at_once() {
     let tested =
         Command::new("python3").args(["-m", "unittest"]).current_dir(dir.path().join("demo-py")).output().unwrap();
     assert!(tested.status.success(), "{}", text(&tested));
+}
+
+/// Runs the guest in `dir` (its `app` failing on every batch) with one
+/// replay, returning what `weir run` printed: the replay's log line and the
+/// halt message.
+fn failing_run(dir: &Path) -> String {
+    std::fs::write(dir.join("input.txt"), "one two\nthree four\n").unwrap();
+    let data = dir.join("data");
+    let output = weir()
+        .args(["run", dir.to_str().unwrap(), "--data", data.to_str().unwrap()])
+        .args(["--input", dir.join("input.txt").to_str().unwrap(), "--max-attempts", "2", "--retry-backoff-ms", "1"])
+        .output()
+        .unwrap();
+    let out = text(&output);
+    assert!(!output.status.success(), "{out}");
+    assert!(out.contains("halted: txid 1 failed 2 times"), "{out}");
+    out
+}
+
+/// A topology whose split calls `letters`, the function that fails.
+const FAILING_PY: &str = "from weir import Count, FileLines, State, Topology
+
+
+def letters(word):
+    return len(word) + 1
+
+
+def split(t):
+    words = t.str(0).split()
+    return [[letters(len(words))]]
+
+
+def topology():
+    t = Topology(\"failing\")
+    t.new_stream(FileLines(\"sentence\")).each([\"sentence\"], split, [\"n\"]).name(\"split\").group_by(
+        [\"n\"]
+    ).persistent_aggregate(State.transactional(\"counts\"), Count, [\"count\"])
+    return t.build()
+";
+
+#[test]
+fn a_python_exception_names_its_file_and_line_in_the_log_and_the_halt_message() {
+    toolchains();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.py"), FAILING_PY).unwrap();
+    let out = failing_run(dir.path());
+    let error = "TypeError: object of type 'int' has no len()";
+    let innermost = "File \"app.py\", line 5, in letters";
+    let caller = "File \"app.py\", line 10, in split";
+    // The replay's log line, then the halt message (the guest's own
+    // stderr names its files by their paths inside the component).
+    assert_eq!(out.matches(&format!("retry: {error}")).count(), 2, "{out}");
+    for place in [innermost, caller] {
+        assert_eq!(out.matches(place).count(), 2, "{place} is not in both:\n{out}");
+    }
+    let halt = &out[out.find("halted: txid 1").unwrap()..];
+    assert!(halt.find(caller) < halt.find(innermost), "innermost call last, as Python prints it:\n{halt}");
+    assert!(!halt.contains("dispatch.py"), "the SDK's frames are left out:\n{halt}");
+}
+
+const FAILING_JS: &str = "import { Count, FileLines, State, Topology } from \"weir\";
+
+function letters(word) {
+  return word.missing.length;
+}
+
+const split = (t) => [[letters(t.str(0))]];
+
+export function topology() {
+  const t = new Topology(\"failing\");
+  t.newStream(new FileLines(\"sentence\"))
+    .each([\"sentence\"], split, [\"n\"])
+    .name(\"split\")
+    .groupBy([\"n\"])
+    .persistentAggregate(State.transactional(\"counts\"), Count, [\"count\"]);
+  return t.build();
+}
+";
+
+#[test]
+fn a_javascript_error_names_its_file_and_line_in_the_log_and_the_halt_message() {
+    toolchains();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.js"), FAILING_JS).unwrap();
+    let out = failing_run(dir.path());
+    let error = "retry: TypeError: can't access property \"length\", word.missing is undefined";
+    assert_eq!(out.matches(error).count(), 2, "{out}");
+    let places = ["    at letters (app.js:4:", "    at split (app.js:7:"];
+    for place in places {
+        assert_eq!(out.matches(place).count(), 2, "{place} is not in both:\n{out}");
+    }
+    let halt = &out[out.find("halted: txid 1").unwrap()..];
+    assert!(halt.find(places[0]) < halt.find(places[1]), "innermost call first, as the stack has it:\n{halt}");
+    assert!(!halt.contains("(weir:"), "the SDK's frames are left out:\n{halt}");
 }

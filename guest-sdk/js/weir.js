@@ -97,7 +97,9 @@ export class Tuple {
 
   /** A field's value, by name or position. */
   get(field) {
-    return this.values[this.position(field)];
+    const values = this.values;
+    if (typeof field === "number" && (field | 0) === field && field >= 0 && field < values.length) return values[field];
+    return values[this.position(field)];
   }
 
   typed(field, type, wanted) {
@@ -110,7 +112,8 @@ export class Tuple {
 
   /** A string field. */
   str(field) {
-    return this.typed(field, "string", "string");
+    const value = this.get(field);
+    return typeof value === "string" ? value : this.typed(field, "string", "string");
   }
 
   /** An integer field, as a bigint. */
@@ -151,6 +154,8 @@ export class EncodeError extends Error {}
 
 const UTF8 = new TextDecoder("utf-8", { fatal: true });
 const UTF8_ENCODER = new TextEncoder();
+// A one-field row's header before a string of its length: tag, kind, length.
+const ROW_HEAD = "\0\0\0\0\x05\0\0\0\0";
 const I64_MIN = -(2n ** 63n);
 const I64_MAX = 2n ** 63n - 1n;
 
@@ -169,20 +174,104 @@ export function decode(input) {
   const buf = bytesOf(input);
   const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
   const len = buf.length;
-  let pos = 0;
+  if (len < 8) throw new DecodeError(len < 4 ? 0 : 4, `needs 4 more bytes, ${len < 4 ? len : len - 4} left`);
+  const count = view.getUint32(0, true);
+  const arity = view.getUint32(4, true);
+  // Each row takes at least its tag and one byte per value.
+  if (count * (4 + arity) > len - 8) {
+    throw new DecodeError(8, `header claims ${count} rows of ${arity} values, the buffer holds ${len} bytes`);
+  }
+  let rows = null;
+  try {
+    rows = rowsFast(buf, view, count, arity);
+  } catch {
+    // A fault the fast reader does not name: the checked one does.
+  }
+  return { arity, rows: rows ?? rowsChecked(buf, view, count, arity) };
+}
+
+// Where the fast reader's last value ended (a second result without an
+// allocation per value).
+let fastEnd = 0;
+
+/** The value at `pos` of a buffer the fast reader is reading; sets `fastEnd`. */
+function fastValue(buf, view, pos) {
+  const kind = buf[pos];
+  switch (kind) {
+    case 5: {
+      const start = pos + 5;
+      fastEnd = start + view.getUint32(pos + 1, true);
+      return UTF8.decode(buf.subarray(start, fastEnd));
+    }
+    case 3:
+      fastEnd = pos + 9;
+      return view.getBigInt64(pos + 1, true);
+    case 0:
+      fastEnd = pos + 1;
+      return null;
+    case 1:
+    case 2:
+      fastEnd = pos + 1;
+      return kind === 2;
+    case 4:
+      fastEnd = pos + 9;
+      return view.getFloat64(pos + 1, true);
+    case 6: {
+      const start = pos + 5;
+      fastEnd = start + view.getUint32(pos + 1, true);
+      return buf.slice(start, fastEnd);
+    }
+  }
+  throw new DecodeError(pos, `unknown value kind ${kind}`);
+}
+
+/**
+ * The rows of a sound buffer, with as few reads per value as the encoding
+ * allows; null (or an exception) at any fault, which the checked reader
+ * then names. A value running past the end comes back short, but leaves
+ * the position past the end, which the last check sees.
+ */
+function rowsFast(buf, view, count, arity) {
+  const len = buf.length;
+  const rows = new Array(count);
+  let pos = 8;
+  if (arity === 1) {
+    for (let r = 0; r < count; r++) {
+      const tag = view.getUint32(pos, true);
+      let value;
+      if (buf[pos + 4] === 5) {
+        const start = pos + 9;
+        pos = start + view.getUint32(pos + 5, true);
+        if (pos > len) return null;
+        value = UTF8.decode(buf.subarray(start, pos));
+      } else {
+        value = fastValue(buf, view, pos + 4);
+        pos = fastEnd;
+      }
+      rows[r] = [tag, [value]];
+    }
+  } else {
+    for (let r = 0; r < count; r++) {
+      const tag = view.getUint32(pos, true);
+      pos += 4;
+      const values = new Array(arity);
+      for (let i = 0; i < arity; i++) {
+        values[i] = fastValue(buf, view, pos);
+        pos = fastEnd;
+      }
+      rows[r] = [tag, values];
+    }
+  }
+  return pos === len ? rows : null;
+}
+
+/** The rows, every read checked: throws a DecodeError naming the first fault. */
+function rowsChecked(buf, view, count, arity) {
+  const len = buf.length;
+  let pos = 8;
   const need = (n) => {
     if (pos + n > len) throw new DecodeError(pos, `needs ${n} more bytes, ${len - pos} left`);
   };
-  need(4);
-  const count = view.getUint32(0, true);
-  pos = 4;
-  need(4);
-  const arity = view.getUint32(4, true);
-  pos = 8;
-  // Each row takes at least its tag and one byte per value.
-  if (count * (4 + arity) > len - pos) {
-    throw new DecodeError(pos, `header claims ${count} rows of ${arity} values, the buffer holds ${len} bytes`);
-  }
   const rows = new Array(count);
   for (let r = 0; r < count; r++) {
     need(4);
@@ -239,7 +328,7 @@ export function decode(input) {
     rows[r] = [tag, values];
   }
   if (pos !== len) throw new DecodeError(pos, `${len - pos} bytes after the last row`);
-  return { arity, rows };
+  return rows;
 }
 
 function validUtf8Prefix(raw) {
@@ -340,12 +429,53 @@ export class BatchWriter {
     const mark = this.len;
     this.u32(tag);
     try {
-      for (const v of values) this.value(v);
+      for (let i = 0; i < values.length; i++) this.value(values[i]);
     } catch (e) {
       this.len = mark;
       throw e;
     }
     this.rows += 1;
+  }
+
+  /**
+   * Appends one-field rows holding `strings`: the first `counts[0]` tagged
+   * 0, the next `counts[1]` tagged 1, and so on. All the strings are
+   * encoded in one call, each row's header then written in place; returns
+   * false, having appended nothing, unless every value is an ASCII string
+   * (push those rows one by one).
+   */
+  pushStrings(counts, strings) {
+    const n = strings.length;
+    if (this.arity !== 1) return false;
+    if (n === 0) return true;
+    let joined;
+    try {
+      // Each value's header, 9 bytes, goes before it; only its tag and
+      // length are left to write.
+      joined = ROW_HEAD + strings.join(ROW_HEAD);
+    } catch {
+      return false;
+    }
+    this.reserve(joined.length);
+    const start = this.len;
+    const { read, written } = UTF8_ENCODER.encodeInto(joined, this.buf.subarray(start));
+    if (read !== joined.length || written !== joined.length) return false;
+    const view = this.view;
+    let pos = start;
+    let i = 0;
+    for (let row = 0; row < counts.length; row++) {
+      for (const end = i + counts[row]; i < end; i++) {
+        const s = strings[i];
+        if (typeof s !== "string") return false;
+        view.setUint32(pos, row, true);
+        view.setUint32(pos + 5, s.length, true);
+        pos += 9 + s.length;
+      }
+    }
+    if (i !== n) return false;
+    this.len = pos;
+    this.rows += n;
+    return true;
   }
 
   /** The batch's bytes. */
@@ -806,6 +936,16 @@ export class Stream {
     );
   }
 
+  /** `each` a batch partition at a time: `fn(...columns)` takes one array
+   *  per `input` field (its value in every row, in order) and returns an
+   *  array with one entry per row: what `each`'s function returns for that
+   *  row. The same operation as `each` to the host, without a call per
+   *  tuple: `(sentences) => sentences.map((s) => s.split(" "))`. */
+  eachBatch(input, fn, output) {
+    const op = { op: "each", input: names(input), output: names(output) };
+    return this.then("each", this.registered("function", { batch: fn }, op));
+  }
+
   /** Trident's `map`: `fn(tuple)` returns the one tuple of `output` that replaces it. */
   map(input, fn, output) {
     const op = { op: "map", input: names(input), output: names(output) };
@@ -1176,6 +1316,11 @@ export class Operators {
     return this.add(id, "function", fn, names(output).length);
   }
 
+  /** A function (`each`) over whole columns, as `Stream.eachBatch` takes it. */
+  functionBatch(id, fn, output) {
+    return this.add(id, "function", { batch: fn }, names(output).length);
+  }
+
   /** A `map`: `fn(tuple)` returns the tuple that replaces it. */
   map(id, fn, output) {
     return this.add(id, "function", { adapted: "map", fn }, names(output).length);
@@ -1323,21 +1468,70 @@ function emitAll(out, tag, produced) {
 
 const emitter = (out, tag) => (...values) => push(out, tag, values);
 
+const NOTHING = [];
+
+/**
+ * Writes what each input row produced (`produced[row]`: an iterable of
+ * tuples, or null) into `out`, tagged with the row. Arrays of strings for a
+ * one-field output are written in one pass; anything else tuple by tuple.
+ */
+function emitGrouped(out, produced) {
+  const rows = produced.length;
+  const counts = new Array(rows);
+  let total = 0;
+  let arrays = true;
+  for (let row = 0; row < rows; row++) {
+    const p = produced[row];
+    if (Array.isArray(p)) {
+      counts[row] = p.length;
+      total += p.length;
+    } else if (p === undefined || p === null) {
+      produced[row] = NOTHING;
+      counts[row] = 0;
+    } else {
+      arrays = false;
+      break;
+    }
+  }
+  if (arrays && out.arity === 1) {
+    const strings = produced.flat();
+    if (strings.length === total && out.pushStrings(counts, strings)) return;
+  }
+  for (let row = 0; row < rows; row++) emitAll(out, row, produced[row]);
+}
+
 /** Runs the function `info.operator` over every input row; output rows are
  *  tagged with the index of the row they extend. */
 export function runFunction(topologies, info, input) {
   const [topology, fn] = code(topologies, info, ["function"], "function");
   const out = new BatchWriter(topology.outputArity(info.operator));
   const rows = decodeInput(input, info);
-  if (fn && fn.adapted) {
-    rows.forEach(([, values], index) => {
-      const result = fn.fn(new Tuple(values, info));
-      if (fn.adapted === "map") push(out, index, valuesOf(result));
-      else if (fn.adapted === "flat-map") emitAll(out, index, result);
-    });
+  const count = rows.length;
+  let produced = new Array(count);
+  if (fn && fn.batch) {
+    const columns = [];
+    for (let k = 0; k < info.fields.length; k++) {
+      const column = new Array(count);
+      for (let r = 0; r < count; r++) column[r] = rows[r][1][k];
+      columns.push(column);
+    }
+    produced = fn.batch(...columns);
+    if (!Array.isArray(produced) || produced.length !== count) {
+      const shape = Array.isArray(produced) ? `${produced.length} entries` : `a ${typeName(produced)}`;
+      throw new Fatal(
+        `operator ${info.operator}: a batch function returns an array of what each of the ${count} input rows emits; it returned ${shape}`,
+      );
+    }
+  } else if (fn && fn.adapted) {
+    const call = fn.fn;
+    for (let r = 0; r < count; r++) {
+      const result = call(new Tuple(rows[r][1], info));
+      produced[r] = fn.adapted === "map" ? [result] : fn.adapted === "flat-map" ? result : NOTHING;
+    }
   } else {
-    rows.forEach(([, values], index) => emitAll(out, index, fn(new Tuple(values, info))));
+    for (let r = 0; r < count; r++) produced[r] = fn(new Tuple(rows[r][1], info));
   }
+  emitGrouped(out, produced);
   return out.finish();
 }
 
@@ -1556,13 +1750,57 @@ export function reemitPartition(topologies, info, partition, meta) {
 // ---------------------------------------------------------------------------
 // The component's exports
 
+// Bounds on what one failure says: a deep recursion's frames are many.
+const MAX_FRAMES = 12;
+const MAX_LINE = 240;
+
+const clip = (text) => (text.length <= MAX_LINE ? text : `${text.slice(0, MAX_LINE - 3)}...`);
+
+/** A line of a stack as `{ name, place }`, from SpiderMonkey's
+ *  `name@file:line:column` or V8's `at name (file:line:column)`; null for
+ *  a line that is no frame. */
+function frameOf(line) {
+  const spidermonkey = /^(.*)@(.*:\d+:\d+)$/.exec(line);
+  if (spidermonkey) return { name: spidermonkey[1], place: spidermonkey[2] };
+  const v8 = /^\s*at (?:(.*) \()?(.*:\d+:\d+)\)?$/.exec(line);
+  return v8 ? { name: v8[1] ?? "", place: v8[2] } : null;
+}
+
+const fileOf = (frame) => frame.place.replace(/:\d+:\d+$/, "");
+
+// The file this module runs from, as stacks name it: its frames, and the
+// component's plumbing that calls it, are left out of a guest's stack.
+const SDK_FILE = (() => {
+  const frames = String(new Error().stack ?? "").split("\n").map(frameOf).filter(Boolean);
+  return frames.length ? fileOf(frames[0]) : null;
+})();
+
+/** What an error an operator did not mean to throw says in the batch's
+ *  error: its name and message, then the stack of the guest's own code
+ *  (innermost call first), without the SDK's frames. */
+export function failureMessage(e) {
+  const lines = [clip(`${e && e.name ? e.name : "Error"}: ${e && e.message ? e.message : e}`)];
+  const stack = e && typeof e.stack === "string" ? e.stack : "";
+  const frames = stack.split("\n").map(frameOf).filter(Boolean);
+  let outer = frames.length;
+  while (outer > 0 && fileOf(frames[outer - 1]) !== SDK_FILE) outer--;
+  const own = frames.slice(0, outer || frames.length).filter((f) => fileOf(f) !== SDK_FILE);
+  for (const frame of own.slice(0, MAX_FRAMES)) {
+    const name = frame.name.replace(/\/<+$/, "");
+    lines.push(clip(name ? `    at ${name} (${frame.place})` : `    at ${frame.place}`));
+  }
+  if (own.length > MAX_FRAMES) lines.push(`    ... ${own.length - MAX_FRAMES} calls further out left out`);
+  return lines.join("\n");
+}
+
 function failure(e) {
   if (e instanceof Fatal) return { tag: "err", val: { tag: "fatal", val: e.message } };
   if (e instanceof Retry) return { tag: "err", val: { tag: "retry", val: e.message } };
   // A bug in an operator: like a panic in a Rust guest, the batch is
-  // replayed until its attempts run out.
+  // replayed until its attempts run out. The log has the whole stack; the
+  // batch's error says where in the guest's code.
   console.error(e && e.stack ? `${e}\n${e.stack}` : String(e));
-  return { tag: "err", val: { tag: "retry", val: `${e && e.name ? e.name : "Error"}: ${e && e.message ? e.message : e}` } };
+  return { tag: "err", val: { tag: "retry", val: failureMessage(e) } };
 }
 
 function call(run) {

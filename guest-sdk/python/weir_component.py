@@ -3,6 +3,7 @@ bindings it generates from wit/, into a component of the world
 ``weir:topology/topology``. It runs the topologies of the guest's ``app``
 module through :mod:`weir.dispatch`."""
 
+import os
 import sys
 import traceback
 
@@ -10,12 +11,14 @@ import app
 import weir
 from componentize_py_types import Err
 from weir import dispatch
-from weir.operators import BatchInfo, Fatal, SpoutInfo, WeirError
+from weir.operators import BatchInfo, Fatal, SpoutInfo, WeirError, failure_message
 from wit_world import exports
 from wit_world.imports.types import OperatorError_Fatal, OperatorError_Retry, PartitionBatch
 
 # Built when the component is built: the snapshot holds them ready.
 TOPOLOGIES = weir.topologies_of(app.topology())
+# The guest's directory: its files are named relative to it in errors.
+APP_ROOT = os.path.dirname(os.path.abspath(app.__file__))
 _started = False
 
 
@@ -43,9 +46,10 @@ def _call(run, *args):
         raise
     except Exception as e:
         # A bug in an operator: like a panic in a Rust guest, the batch is
-        # replayed until its attempts run out.
+        # replayed until its attempts run out. The log has the whole
+        # traceback; the batch's error says where in the guest's code.
         traceback.print_exc()
-        raise Err(OperatorError_Retry(f"{type(e).__name__}: {e}")) from None
+        raise Err(OperatorError_Retry(failure_message(e, APP_ROOT))) from None
 
 
 def _info(ctx):

@@ -86,6 +86,28 @@ test("malformed buffers are refused with the reason", () => {
   }
 });
 
+test("one-field string batches decode as the checked reader reads them", () => {
+  const long = "w".repeat(200); // its length has a byte above 0x7f
+  for (const strings of [["a b", "", "c"], ["a", "gr\u00fc\u00dfe \u2713", "b"], [long, "x"], ["x", null, "y"]]) {
+    const rowsOf = strings.map((s, i) => [i % 2, [s]]);
+    assert.deepEqual(decode(encode(1, rowsOf)), { arity: 1, rows: rowsOf });
+  }
+  // One whose last length runs past its end, or with a byte after its last
+  // row, is refused with the checked reader's reason.
+  const ascii = encode(1, [
+    [0, ["ab"]],
+    [0, ["cd"]],
+  ]);
+  const longer = ascii.slice();
+  longer[ascii.length - 6] = 3;
+  for (const [buf, reason] of [
+    [longer, "more bytes"],
+    [Uint8Array.of(...ascii, 0x20), "1 bytes after the last row"],
+  ]) {
+    assert.throws(() => decode(buf), (e) => e instanceof DecodeError && e.message.includes(reason));
+  }
+});
+
 test("values the encoding cannot hold are refused", () => {
   const writer = new BatchWriter(1);
   for (const bad of [2n ** 63n, {}, undefined, [1]]) assert.throws(() => writer.push(0, [bad]), EncodeError);
@@ -456,4 +478,84 @@ test("operators of another component's topology run by id and describe nothing",
   assert.throws(() => weir.runFilter([ops], ctx("split", ["sentence"]), batch(["a"])), { message: /no filter "split"/ });
   assert.equal(weir.describe([ops]), "[]");
   assert.throws(() => new weir.Operators("t").aggregator("n", Count), TypeError);
+});
+
+test("strings pushed at once encode as rows pushed one by one do", () => {
+  const strings = ["a", "", "bc", "longer words here", "x"];
+  const counts = [2, 0, 3];
+  const tags = [0, 0, 2, 2, 2];
+  const whole = new BatchWriter(1);
+  whole.push(9, ["kept"]);
+  assert.equal(whole.pushStrings(counts, strings), true);
+  const one = new BatchWriter(1);
+  one.push(9, ["kept"]);
+  strings.forEach((s, i) => one.push(tags[i], [s]));
+  assert.deepEqual(whole.finish(), one.finish());
+  // Anything but ASCII strings appends nothing and is left to push.
+  for (const bad of [["a", 1n], ["gr\u00fc\u00dfe"], ["a", null]]) {
+    const writer = new BatchWriter(1);
+    writer.push(3, ["kept"]);
+    assert.equal(writer.pushStrings([bad.length], bad), false);
+    assert.deepEqual(writer.finish(), encode(1, [[3, ["kept"]]]));
+  }
+});
+
+test("a batch function takes whole columns and emits as each does", () => {
+  const batched = new Topology("wc");
+  batched
+    .newStream(new FileLines("sentence"))
+    .eachBatch(["sentence"], (sentences) => sentences.map((s) => s.split(" ").filter(Boolean)), ["word"])
+    .name("split");
+  const perTuple = new Topology("wc");
+  perTuple
+    .newStream(new FileLines("sentence"))
+    .each(["sentence"], (t) => t.str(0).split(" ").filter(Boolean), ["word"])
+    .name("split");
+  assert.equal(weir.describe([batched.build()]), weir.describe([perTuple.build()]));
+  const out = weir.runFunction([batched.build()], info("split", ["sentence"]), batch(["a b", "", "c"]));
+  assert.deepEqual(rows(out), [
+    [0, ["a"]],
+    [0, ["b"]],
+    [2, ["c"]],
+  ]);
+  const ops = new weir.Operators("t");
+  ops.functionBatch("pairs", (words, counts) => words.map((w, i) => (counts[i] ? [[w, counts[i]]] : null)), ["w", "n"]);
+  ops.functionBatch("short", (words) => words.slice(1), ["w"]);
+  const two = encode(2, [
+    [0, ["a", 2n]],
+    [0, ["b", 0n]],
+  ]);
+  assert.deepEqual(rows(weir.runFunction([ops], info("pairs", ["w", "n"], { topology: "t" }), two)), [[0, ["a", 2n]]]);
+  assert.throws(
+    () => weir.runFunction([ops], info("short", ["w", "n"], { topology: "t" }), two),
+    (e) => e instanceof Fatal && e.message.includes("returns an array of what each of the 2 input rows emits; it returned 1 entries"),
+  );
+});
+
+function lengths(t) {
+  return [t.get(0).missing.length];
+}
+
+test("an unexpected error says where in the guest it was thrown", () => {
+  const t = new Topology("wc");
+  t.newStream(new FileLines("sentence")).each(["sentence"], lengths, ["n"]).name("lengths");
+  const ops = weir.exportsFor([t.build()]);
+  const ctx = { topology: "wc", operator: "lengths", txid: 1n, attempt: 0, partition: 0, fields: ["sentence"] };
+  const original = console.error;
+  console.error = () => {};
+  let result;
+  try {
+    result = ops.runFunction(ctx, batch(["a"]));
+  } finally {
+    console.error = original;
+  }
+  assert.equal(result.tag, "err");
+  assert.equal(result.val.tag, "retry");
+  const lines = result.val.val.split("\n");
+  assert.match(lines[0], /^TypeError: /);
+  // Innermost call first, as the stack has it: the guest's own line.
+  const source = readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n");
+  const line = source.indexOf("  return [t.get(0).missing.length];") + 1;
+  assert.match(lines[1], new RegExp(`^    at lengths \\(.*weir\\.test\\.js:${line}:\\d+\\)$`));
+  assert.ok(!result.val.val.includes("weir.js:"), result.val.val);
 });

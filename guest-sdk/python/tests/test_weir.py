@@ -2,6 +2,7 @@
 operators' dispatch. Plain unittest: `python3 -m unittest discover -s
 guest-sdk/python/tests`."""
 
+import inspect
 import json
 import os
 import sys
@@ -92,6 +93,37 @@ class Codec(unittest.TestCase):
             writer.push(0, [1, 2])
         self.assertEqual(str(caught.exception), "a row of 2 values where 1 are declared")
         self.assertEqual(writer.finish(), codec.encode(1, []))
+
+    def test_whole_columns_encode_as_rows_pushed_one_by_one_do(self):
+        columns = {
+            "string": ["a", "gr\u00fc\u00dfe \u2713", ""],
+            "i64": [1, -(1 << 63), (1 << 63) - 1],
+            "f64": [0.5, -1e300, 2.0],
+            "bool": [True, False, True],
+            "bytes": [b"", b"\xff", b"ab"],
+            "null": [None, None, None],
+            "mixed": [1, "a", None],
+        }
+        tags = [0, 7, 7]
+        for name, column in columns.items():
+            with self.subTest(name):
+                whole = codec.BatchWriter(2)
+                whole.push_columns(tags, [column, column[::-1]])
+                one_by_one = codec.BatchWriter(2)
+                for tag, a, b in zip(tags, column, column[::-1]):
+                    one_by_one.push(tag, [a, b])
+                self.assertEqual(whole.finish(), one_by_one.finish())
+
+    def test_a_column_the_encoding_cannot_hold_appends_nothing(self):
+        writer = codec.BatchWriter(1)
+        writer.push(3, ["kept"])
+        for bad in ([1, 1 << 63], ["a", object()]):
+            with self.assertRaises(codec.EncodeError):
+                writer.push_columns([0, 1], [bad])
+        with self.assertRaises(codec.EncodeError) as caught:
+            writer.push_columns([0, 1], [["a"]])
+        self.assertEqual(str(caught.exception), "a column of 1 values for 2 rows")
+        self.assertEqual(writer.finish(), codec.encode(1, [(3, ["kept"])]))
 
 
 # -- the shared topology vectors ------------------------------------------------
@@ -496,6 +528,73 @@ class Dispatch(unittest.TestCase):
         self.assertIsNone(dispatch.emit_partition(self.t, letters, "b", b"\x02"))
         with self.assertRaisesRegex(Fatal, "no batch spout"):
             dispatch.emit_batch(self.t, letters)
+
+
+def split_all(sentences):
+    return [sentence.split() for sentence in sentences]
+
+
+class BatchFunctions(unittest.TestCase):
+    def test_a_batch_function_takes_whole_columns_and_emits_as_each_does(self):
+        batched = Topology("wc")
+        batched.new_stream(FileLines("sentence")).each_batch(["sentence"], split_all, ["word"]).name("split")
+        per_tuple = Topology("wc")
+        per_tuple.new_stream(FileLines("sentence")).each(["sentence"], split, ["word"]).name("split")
+        self.assertEqual(weir.describe([batched]), weir.describe([per_tuple]))
+        out = dispatch.run_function([batched], info("split", ["sentence"]), batch("a b", "", "c"))
+        self.assertEqual(rows(out), [(0, ["a"]), (0, ["b"]), (2, ["c"])])
+
+    def test_a_batch_function_over_two_fields_emits_tuples_generators_or_nothing(self):
+        def repeated(word, count):
+            for _ in range(count):
+                yield word, count
+
+        def pairs(words, counts):
+            return [repeated(w, c) if c else None for w, c in zip(words, counts)]
+
+        ops = [weir.Operators("t").function_batch("pairs", pairs, ["word", "n"])]
+        two = codec.encode(2, [(0, ["a", 2]), (0, ["b", 0]), (0, ["c", 1])])
+        out = dispatch.run_function(ops, info("pairs", ["word", "count"], topology="t"), two)
+        self.assertEqual(rows(out), [(0, ["a", 2]), (0, ["a", 2]), (2, ["c", 1])])
+
+    def test_a_batch_function_answers_for_every_row_or_the_batch_fails(self):
+        ops = weir.Operators("t")
+        ops.function_batch("short", lambda words: [[w] for w in words][1:], ["word"])
+        ops.function_batch("none", lambda words: None, ["word"])
+        ops.function_batch("bad", lambda words: [[object()] for _ in words], ["word"])
+        for operator, message in [
+            ("short", "returns a list of what each of the 2 input rows emits; it returned 1 entries"),
+            ("none", "it returned a NoneType"),
+            ("bad", "emitted cannot encode a value of type object"),
+        ]:
+            with self.subTest(operator), self.assertRaises(Fatal) as caught:
+                dispatch.run_function([ops], info(operator, ["word"], topology="t"), batch("x", "y"))
+            self.assertIn(message, caught.exception.message)
+
+
+def lengths(sentence):
+    return [len(sentence["sentence"])]
+
+
+LENGTHS_LINE = inspect.getsourcelines(lengths)[1] + 1
+
+
+class Failures(unittest.TestCase):
+    def test_an_unexpected_exception_says_where_in_the_guest_it_was_raised(self):
+        t = Topology("wc")
+        t.new_stream(FileLines("sentence")).each(["sentence"], lengths, ["n"]).name("lengths")
+        # Caught here, not by assertRaises, which drops the traceback.
+        try:
+            dispatch.run_function([t], info("lengths", ["sentence"]), batch(7))
+        except TypeError as e:
+            message = weir.failure_message(e, HERE)
+        lines = message.splitlines()
+        self.assertEqual(lines[:2], ["TypeError: object of type 'int' has no len()", "Traceback (most recent call last):"])
+        # Innermost last, as Python prints it: the guest's own line.
+        self.assertEqual(
+            lines[-2:], [f'  File "test_weir.py", line {LENGTHS_LINE}, in lengths', '    return [len(sentence["sentence"])]']
+        )
+        self.assertNotIn("dispatch.py", message)
 
 
 class OperatorsOfAnotherComponentsTopology(unittest.TestCase):

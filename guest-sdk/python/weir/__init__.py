@@ -48,6 +48,7 @@ from .operators import (
     Sum,
     Tuple,
     WeirError,
+    failure_message,
 )
 from .topology import (
     INNER,
@@ -103,6 +104,7 @@ __all__ = [
     "Sum",
     "Tuple",
     "WeirError",
+    "failure_message",
     "INNER",
     "OUTER",
     "ChainedAggregate",

@@ -2,9 +2,11 @@
 export of the WIT world, in plain Python so that it is tested without a
 component. The semantics are the Rust SDK's (guest-sdk/src/dispatch.rs)."""
 
+from itertools import chain, repeat
+
 from .codec import BatchWriter, DecodeError, EncodeError, decode
 from .operators import Fatal, Tuple
-from .topology import _Adapted
+from .topology import _Adapted, _Columns
 
 __all__ = [
     "run_function",
@@ -95,25 +97,105 @@ def _emitter(out, tag):
     return emit
 
 
+class _Emitted:
+    """What an operator emitted for each input row, kept as it came and
+    written into the output batch at once: a one-field output of plain
+    values is then encoded a column at a time."""
+
+    __slots__ = ("items", "counts")
+
+    def __init__(self):
+        self.items = []
+        self.counts = []
+
+    def add(self, produced):
+        """The iterable of tuples (or None) that the next input row produced."""
+        if produced is None:
+            self.counts.append(0)
+            return
+        if isinstance(produced, (str, bytes)):
+            raise Fatal(f"an operator returned a {type(produced).__name__} where an iterable of tuples was expected")
+        items = self.items
+        before = len(items)
+        items += produced
+        self.counts.append(len(items) - before)
+
+    def add_all(self, produced):
+        """What each input row produced, in order: lists taken whole."""
+        if set(map(type, produced)) <= {list}:
+            self.items += chain.from_iterable(produced)
+            self.counts += map(len, produced)
+            return
+        add = self.add
+        for one in produced:
+            add(one)
+
+    def write(self, out, who="emitted"):
+        """Writes the items into ``out``, each tagged with the row that produced it."""
+        items = self.items
+        if out.arity == 1 and out.push_strings(self.counts, items):
+            return
+        tags = list(chain.from_iterable(map(repeat, range(len(self.counts)), self.counts)))
+        if out.arity == 1 and not any(issubclass(kind, _ROWS) for kind in set(map(type, items))):
+            try:
+                out.push_columns(tags, [items])
+                return
+            except EncodeError:
+                pass  # pushed row by row below, which names the item at fault
+        for tag, item in zip(tags, items):
+            _push(out, tag, _values(item), who)
+
+
+# What an emitted item that holds a tuple's values is, rather than the
+# value of its one field.
+_ROWS = (tuple, list, Tuple)
+
+
 def run_function(topologies, info, input):
     """Runs the function ``info.operator`` over every input row; output rows
     are tagged with the index of the row they extend."""
     topology, function = _code(topologies, info, ("function",), "function")
-    arity = topology.output_arity(info.operator)
-    rows = _decode_input(input, info)
-    out = BatchWriter(arity)
-    if isinstance(function, _Adapted):
+    out = BatchWriter(topology.output_arity(info.operator))
+    emitted = _Emitted()
+    if isinstance(function, _Columns):
+        rows = _decode_input(input, info)
+        produced = function.code(*_columns(rows, len(info.fields)))
+        if isinstance(produced, (tuple, range)) or hasattr(produced, "__next__"):
+            produced = list(produced)
+        if not isinstance(produced, list) or len(produced) != len(rows):
+            raise Fatal(
+                f"operator {info.operator}: a batch function returns a list of what each of the {len(rows)} "
+                f"input rows emits; it returned {_shape(produced)}"
+            )
+        emitted.add_all(produced)
+    elif isinstance(function, _Adapted):
         kind, call = function.kind, function.code
-        for index, (_, values) in enumerate(rows):
-            result = call(Tuple(values, info))
-            if kind == "map":
-                _push(out, index, _values(result))
-            elif kind == "flat-map":
-                _emit_all(out, index, result)
+        rows = _decode_input(input, info)
+        if kind == "map":
+            emitted.add_all([[call(Tuple(values, info))] for _, values in rows])
+        elif kind == "flat-map":
+            emitted.add_all([call(Tuple(values, info)) for _, values in rows])
+        else:
+            for _, values in rows:
+                call(Tuple(values, info))
     else:
-        for index, (_, values) in enumerate(rows):
-            _emit_all(out, index, function(Tuple(values, info)))
+        rows = _decode_input(input, info)
+        emitted.add_all([function(Tuple(values, info)) for _, values in rows])
+    emitted.write(out)
     return out.finish()
+
+
+def _columns(rows, arity):
+    """The rows' values as one list per field."""
+    if not rows:
+        return [[] for _ in range(arity)]
+    return [list(column) for column in zip(*(values for _, values in rows))]
+
+
+def _shape(result):
+    if isinstance(result, list):
+        return f"{len(result)} entries"
+    return f"a {type(result).__name__}"
 
 
 def run_filter(topologies, info, input):

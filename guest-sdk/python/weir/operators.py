@@ -6,6 +6,8 @@ taking a :class:`Tuple`. Aggregators, state updaters, query functions and
 spouts are objects with Trident's methods; subclassing the classes here is
 optional (they only document the methods and give defaults)."""
 
+import os
+import traceback
 from dataclasses import dataclass, field
 
 from .codec import type_name
@@ -14,6 +16,7 @@ __all__ = [
     "WeirError",
     "Retry",
     "Fatal",
+    "failure_message",
     "BatchInfo",
     "SpoutInfo",
     "Tuple",
@@ -57,6 +60,46 @@ class Fatal(WeirError):
     """The topology halts with this message."""
 
     kind = "fatal"
+
+
+# The SDK's own files: their frames are left out of a guest's traceback.
+_SDK_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_SDK_FILES = (os.path.join(_SDK_PACKAGE, ""), os.path.join(os.path.dirname(_SDK_PACKAGE), "weir_component.py"))
+
+# Bounds on what one failure says: a deep recursion's frames are many.
+_MAX_FRAMES = 12
+_MAX_LINE = 240
+
+
+def _clip(text):
+    return text if len(text) <= _MAX_LINE else text[: _MAX_LINE - 3] + "..."
+
+
+def failure_message(error, root=None):
+    """What an exception an operator did not mean to raise says in the
+    batch's error: its type and message, then where it was raised, as
+    Python prints a traceback (innermost call last), with the SDK's frames
+    left out and paths under ``root`` given relative to it."""
+    try:
+        said = str(error)
+    except Exception:
+        said = "(its message cannot be printed)"
+    lines = [_clip(f"{type(error).__name__}: {said}" if said else type(error).__name__)]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(_SDK_FILES)]
+    if frames:
+        lines.append("Traceback (most recent call last):")
+        if len(frames) > _MAX_FRAMES:
+            lines.append(f"  ... {len(frames) - _MAX_FRAMES} calls before these left out")
+            frames = frames[-_MAX_FRAMES:]
+        for frame in frames:
+            path = frame.filename
+            if root and path.startswith(os.path.join(root, "")):
+                path = os.path.relpath(path, root)
+            lines.append(_clip(f'  File "{path}", line {frame.lineno}, in {frame.name}'))
+            source = (frame.line or "").strip()
+            if source:
+                lines.append(_clip(f"    {source}"))
+    return "\n".join(lines)
 
 
 @dataclass
@@ -110,7 +153,10 @@ class Tuple:
         raise Fatal(f"operator {self.batch.operator} has no input field {name} (it has {self.batch.fields})")
 
     def __getitem__(self, name):
-        return self.values[self._position(name)]
+        values = self.values
+        if type(name) is int and 0 <= name < len(values):
+            return values[name]
+        return values[self._position(name)]
 
     def __len__(self):
         return len(self.values)
@@ -121,31 +167,38 @@ class Tuple:
     def __repr__(self):
         return f"Tuple({dict(zip(self.batch.fields, self.values))!r})"
 
-    def _typed(self, name, types, wanted):
-        value = self[name]
+    def _typed(self, name, value, types, wanted):
         if not isinstance(value, types) or (wanted != "bool" and isinstance(value, bool)):
             raise Fatal(f"operator {self.batch.operator}: field {name} is {type_name(value)}, not {wanted}")
         return value
 
+    # Each accessor returns at once a value of exactly its type: the check
+    # that names a wrong one runs only when it is not.
+
     def str(self, name):
         """A string field."""
-        return self._typed(name, str, "string")
+        value = self[name]
+        return value if type(value) is str else self._typed(name, value, str, "string")
 
     def int(self, name):
         """An integer field."""
-        return self._typed(name, int, "i64")
+        value = self[name]
+        return value if type(value) is int else self._typed(name, value, int, "i64")
 
     def float(self, name):
         """A float field."""
-        return self._typed(name, float, "f64")
+        value = self[name]
+        return value if type(value) is float else self._typed(name, value, float, "f64")
 
     def bool(self, name):
         """A boolean field."""
-        return self._typed(name, bool, "bool")
+        value = self[name]
+        return value if type(value) is bool else self._typed(name, value, bool, "bool")
 
     def bytes(self, name):
         """A bytes field."""
-        return self._typed(name, bytes, "bytes")
+        value = self[name]
+        return value if type(value) is bytes else self._typed(name, value, bytes, "bytes")
 
 
 class CombinerAggregator:
