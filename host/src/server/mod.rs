@@ -8,6 +8,7 @@
 
 pub mod deployments;
 mod metrics;
+pub mod registry;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};

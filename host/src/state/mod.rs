@@ -202,10 +202,6 @@ fn kinds_def(name: &str) -> TableDefinition<'_, &'static str, &'static str> {
     TableDefinition::new(name)
 }
 
-fn deployments_def() -> TableDefinition<'static, &'static str, &'static [u8]> {
-    TableDefinition::new("serve/deployments")
-}
-
 fn meta_def(name: &str) -> TableDefinition<'_, &'static str, u64> {
     TableDefinition::new(name)
 }
@@ -395,47 +391,24 @@ impl Db {
         bail!(StateError::NoState { topology: topology.to_owned(), state: state.to_owned(), present })
     }
 
-    /// Saves a served topology's deployment record, durably.
-    pub fn save_deployment(&self, name: &str, record: &[u8]) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(deployments_def())?.insert(name, record)?;
-        txn.commit()?;
-        Ok(())
+    /// The redb database itself, for what a host keeps beside its
+    /// topologies in the same file (a server's deployments).
+    pub fn database(&self) -> &Database {
+        &self.db
     }
 
-    /// Every served topology's deployment record.
-    pub fn deployments(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        let txn = self.db.begin_read()?;
-        let table = match txn.open_table(deployments_def()) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out = Vec::new();
-        for entry in table.iter()? {
-            let (name, record) = entry?;
-            out.push((name.value().to_owned(), record.value().to_vec()));
+    /// Deletes everything stored for `topology` (its states, their kinds,
+    /// its progress and recorded batches) in `txn`.
+    pub fn drop_topology(txn: &redb::WriteTransaction, topology: &str) -> Result<()> {
+        let states = format!("state/{topology}/");
+        let meta = [meta_table(topology), batches_table(topology), kinds_table(topology)];
+        let doomed: Vec<_> = txn
+            .list_tables()?
+            .filter(|t| t.name().starts_with(&states) || meta.iter().any(|m| m == t.name()))
+            .collect();
+        for table in doomed {
+            txn.delete_table(table)?;
         }
-        Ok(out)
-    }
-
-    /// Forgets a served topology; with `drop_state`, its state and progress
-    /// go too, in the same transaction.
-    pub fn forget_deployment(&self, name: &str, drop_state: bool) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(deployments_def())?.remove(name)?;
-        if drop_state {
-            let states = format!("state/{name}/");
-            let meta = [meta_table(name), batches_table(name), kinds_table(name)];
-            let doomed: Vec<_> = txn
-                .list_tables()?
-                .filter(|t| t.name().starts_with(&states) || meta.iter().any(|m| m == t.name()))
-                .collect();
-            for table in doomed {
-                txn.delete_table(table)?;
-            }
-        }
-        txn.commit()?;
         Ok(())
     }
 
@@ -625,7 +598,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path()).unwrap();
         db.commit("t", 1, &record(), &counts(StateKind::Transactional)).unwrap();
-        db.forget_deployment("t", true).unwrap();
+        let txn = db.database().begin_write().unwrap();
+        Db::drop_topology(&txn, "t").unwrap();
+        txn.commit().unwrap();
         assert!(db.topologies().unwrap().is_empty());
         db.check_state_kinds(&plan(StateKind::Opaque)).unwrap();
     }
