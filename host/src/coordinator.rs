@@ -404,9 +404,9 @@ mod tests {
     use super::*;
     use crate::config::SandboxConfig;
     use crate::exec::Cause;
+    use crate::load::LoadedTopology;
     use crate::runtime::{ComponentCache, Limit};
     use crate::spout::FileLines;
-    use crate::topology::LoadedTopology;
     use std::path::Path;
     use weir_sdk::topology::SPOUT_ID;
 
@@ -417,7 +417,7 @@ mod tests {
         let cache = ComponentCache::new(Path::new(weir_test_guests::GUEST_TARGET_DIR).join("compiled-cache"));
         let sandbox = SandboxConfig { max_call_ms: call_ms, ..SandboxConfig::default() };
         let component = Path::new(weir_test_guests::HOSTILE);
-        crate::topology::load(&engine, &cache, component, &[name.to_owned()], &sandbox).unwrap().remove(0)
+        crate::load::topologies(&engine, &cache, component, &[name.to_owned()], &sandbox).unwrap().remove(0)
     }
 
     /// Runs `loaded` over `spout` into a fresh database: the run's outcome,

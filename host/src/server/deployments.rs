@@ -13,12 +13,12 @@ use super::registry::{DeploymentRecord, Registry};
 use crate::bundle::{Bundle, supports_wit};
 use crate::config::{MAX_DEPLOYMENT_NAME, RunConfig, SandboxConfig};
 use crate::coordinator::{self, RunReport};
+use crate::load;
 use crate::operators::{Components, OperatorSource};
 use crate::plan::Plan;
 use crate::runtime::ComponentCache;
 use crate::spout::{self, InputScope};
 use crate::state::Db;
-use crate::topology;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -353,7 +353,7 @@ impl Deployments {
     /// `name`.
     fn load(&self, path: &Path, topology: &str, name: &str) -> Result<Loaded> {
         let host = &self.host;
-        let mut loaded = topology::load(&host.engine, &host.cache, path, &[topology.to_owned()], &host.sandbox)?;
+        let mut loaded = load::topologies(&host.engine, &host.cache, path, &[topology.to_owned()], &host.sandbox)?;
         let loaded = loaded.remove(0);
         let mut plan = loaded.plan;
         Arc::make_mut(&mut plan).stored_as = name.to_owned();
