@@ -13,8 +13,8 @@
 
 use crate::config::RunConfig;
 use crate::exec::{BatchError, Committer, Handover, Origin, Processor};
+use crate::instances::OperatorSource;
 use crate::metrics::Latencies;
-use crate::operators::OperatorSource;
 use crate::plan::Plan;
 use crate::spout::{Emitted, Spout, SpoutKind};
 use crate::state::{BatchRecord, Db};

@@ -4,7 +4,7 @@
 
 use crate::bundle::{Bundle, BundledTopology, Manifest};
 use crate::config::SandboxConfig;
-use crate::operators::Components;
+use crate::instances::Components;
 use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
 use crate::sandbox::OperatorSandbox;

@@ -14,7 +14,7 @@ use weir::config::{
     SandboxConfig,
 };
 use weir::coordinator::{self, RunReport};
-use weir::operators::OperatorSource;
+use weir::instances::OperatorSource;
 use weir::runtime::{self, ComponentCache};
 use weir::spout;
 use weir::state::Db;

@@ -4,7 +4,7 @@
 //! its aggregator allows.
 
 use super::{BatchError, Exec, Parts, fit, gather, malformed, push_kept};
-use crate::operators::{Operators, Request};
+use crate::instances::{Instances, Request};
 use crate::plan::{Aggregator, Node, Op};
 use crate::state::keyed::KeyedValues;
 use crate::state::keys;
@@ -125,7 +125,7 @@ pub(super) fn single_values(operator: &str, out: &[u8], expected: usize) -> Resu
 
 /// Each group's output tuples of one aggregator.
 fn run_aggregator(
-    operators: &mut Operators,
+    instances: &mut Instances,
     batch_id: (u64, u32, u32),
     batch: &Batch<'_>,
     groups: &Groups,
@@ -139,18 +139,18 @@ fn run_aggregator(
         AggregatorKind::Builtin(builtin) => singles(builtin_values(batch, groups, builtin, aggregator)?),
         AggregatorKind::Combiner => {
             let input = tagged_input(batch, groups, aggregator);
-            let out = operators.call(id, batch_id, names, Request::CombineGroups(count as u32, &input))?;
+            let out = instances.call(id, batch_id, names, Request::CombineGroups(count as u32, &input))?;
             singles(single_values(id, &out, count)?)
         }
         AggregatorKind::Reducer => {
             let input = tagged_input(batch, groups, aggregator);
             let start = BatchWriter::new(1).finish();
-            let out = operators.call(id, batch_id, names, Request::ReduceGroups(count as u32, &start, &input))?;
+            let out = instances.call(id, batch_id, names, Request::ReduceGroups(count as u32, &start, &input))?;
             singles(single_values(id, &out, count)?)
         }
         AggregatorKind::General => {
             let input = tagged_input(batch, groups, aggregator);
-            let out = operators.call(id, batch_id, names, Request::AggregateGroups(count as u32, &input))?;
+            let out = instances.call(id, batch_id, names, Request::AggregateGroups(count as u32, &input))?;
             let emitted = Batch::decode(&out).map_err(|e| malformed(id, e))?;
             if emitted.arity() != aggregator.outputs {
                 return Err(malformed(
@@ -173,7 +173,7 @@ fn run_aggregator(
 /// One partition's (or the batch's) aggregation: per group, the group
 /// fields then one tuple of each aggregator, every combination of them.
 fn aggregate_part(
-    operators: &mut Operators,
+    instances: &mut Instances,
     batch_id: (u64, u32, u32),
     node: &Node,
     group: &[usize],
@@ -182,7 +182,7 @@ fn aggregate_part(
 ) -> Result<Batch<'static>, BatchError> {
     let groups = groups(batch, group);
     let results: Vec<Vec<Vec<Vec<Value>>>> =
-        aggregators.iter().map(|a| run_aggregator(operators, batch_id, batch, &groups, a)).collect::<Result<_, _>>()?;
+        aggregators.iter().map(|a| run_aggregator(instances, batch_id, batch, &groups, a)).collect::<Result<_, _>>()?;
     let mut writer = BatchWriter::new(node.fields.len());
     for g in 0..groups.keys.len() {
         let mut combos: Vec<Vec<&Value>> = vec![Vec::new()];
@@ -214,13 +214,13 @@ pub(super) fn aggregate(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resu
     match scope {
         AggregateScope::Partition => {
             let parts = fit(input, node.parallelism);
-            exec.per_partition(&parts, |ops, p, part| {
-                aggregate_part(ops, (txid, attempt, p), node, group, aggregators, part)
+            exec.per_partition(&parts, |instances, p, part| {
+                aggregate_part(instances, (txid, attempt, p), node, group, aggregators, part)
             })
         }
         AggregateScope::Batch => {
             let all = gather(input);
-            let out = aggregate_part(&mut exec.operators[0], (txid, attempt, 0), node, group, aggregators, &all)?;
+            let out = aggregate_part(&mut exec.instances[0], (txid, attempt, 0), node, group, aggregators, &all)?;
             Ok(super::fit_owned(vec![out], node.parallelism))
         }
     }
@@ -240,7 +240,7 @@ pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resul
         let rows = tagged_input(&batch, &groups, aggregator);
         return Ok(Partials::Rows { keys: groups.keys, rows });
     }
-    let values = run_aggregator(&mut exec.operators[0], batch_id, &batch, &groups, aggregator)?;
+    let values = run_aggregator(&mut exec.instances[0], batch_id, &batch, &groups, aggregator)?;
     let mut partials: Vec<(Vec<u8>, Value)> = groups
         .keys
         .into_iter()

@@ -11,7 +11,7 @@ mod aggregate;
 mod persist;
 mod stream;
 
-use crate::operators::{OperatorSource, Operators, Request};
+use crate::instances::{Instances, OperatorSource, Request};
 use crate::plan::{Input, Node, Op, Phase, Plan};
 use crate::runtime::{CallError, Limit};
 use crate::state::handle::StateHandle;
@@ -215,7 +215,7 @@ pub struct Handover {
 /// partition.
 struct Exec<'a> {
     plan: &'a Plan,
-    operators: &'a mut [Operators],
+    instances: &'a mut [Instances],
     txid: u64,
     attempt: u32,
     views: Option<&'a Arc<Mutex<Views>>>,
@@ -230,7 +230,7 @@ impl<'a> Exec<'a> {
         request: Request<'_>,
     ) -> Result<Vec<u8>, BatchError> {
         let batch = (self.txid, self.attempt, partition as u32);
-        self.operators[partition].call(operator, batch, fields, request)
+        self.instances[partition].call(operator, batch, fields, request)
     }
 
     /// The states as `node` sees them, in the commit phase or a query.
@@ -247,19 +247,19 @@ impl<'a> Exec<'a> {
     fn per_partition(
         &mut self,
         parts: &[Batch<'static>],
-        f: impl Fn(&mut Operators, u32, &Batch<'static>) -> Result<Batch<'static>, BatchError> + Sync,
+        f: impl Fn(&mut Instances, u32, &Batch<'static>) -> Result<Batch<'static>, BatchError> + Sync,
     ) -> Result<Parts, BatchError> {
         if let [one] = parts {
-            return Ok(vec![f(&mut self.operators[0], 0, one)?]);
+            return Ok(vec![f(&mut self.instances[0], 0, one)?]);
         }
         let f = &f;
         std::thread::scope(|scope| {
             let running: Vec<_> = self
-                .operators
+                .instances
                 .iter_mut()
                 .zip(parts)
                 .enumerate()
-                .map(|(index, (operators, part))| scope.spawn(move || f(operators, index as u32, part)))
+                .map(|(index, (instances, part))| scope.spawn(move || f(instances, index as u32, part)))
                 .collect();
             running.into_iter().map(|r| r.join().expect("a partition's thread panicked")).collect()
         })
@@ -274,14 +274,14 @@ impl<'a> Exec<'a> {
             Op::Spout | Op::Query(_) => unreachable!("roots are fed, not run"),
             Op::Function { kind, input, kept, outputs } => {
                 let parts = fit(inputs[0], n);
-                self.per_partition(&parts, |ops, p, part| {
-                    stream::function(ops, node, (batch.0, batch.1, p), *kind, input, kept, *outputs, part)
+                self.per_partition(&parts, |instances, p, part| {
+                    stream::function(instances, node, (batch.0, batch.1, p), *kind, input, kept, *outputs, part)
                 })
             }
             Op::Filter { input, kept } => {
                 let parts = fit(inputs[0], n);
-                self.per_partition(&parts, |ops, p, part| {
-                    stream::filter(ops, node, (batch.0, batch.1, p), input, kept, part)
+                self.per_partition(&parts, |instances, p, part| {
+                    stream::filter(instances, node, (batch.0, batch.1, p), input, kept, part)
                 })
             }
             Op::Project(positions) => Ok(inputs[0].iter().map(|part| project(part, positions)).collect()),
@@ -313,24 +313,25 @@ impl<'a> Exec<'a> {
 }
 
 /// Time spent in each operator, summed over partitions.
-fn take_times(operators: &mut [Operators]) -> BTreeMap<String, Duration> {
+fn take_times(instances: &mut [Instances]) -> BTreeMap<String, Duration> {
     let mut times = BTreeMap::new();
-    for ops in operators {
-        for (operator, time) in ops.take_times() {
+    for partition in instances {
+        for (operator, time) in partition.take_times() {
             *times.entry(operator).or_default() += time;
         }
     }
     times
 }
 
-fn instances(plan: &Arc<Plan>, source: &OperatorSource) -> Vec<Operators> {
-    (0..plan.max_parallelism()).map(|_| Operators::new(source.clone(), Arc::clone(plan))).collect()
+/// One set of operator instances per partition a node of `plan` may run.
+fn per_partition(plan: &Arc<Plan>, source: &OperatorSource) -> Vec<Instances> {
+    (0..plan.max_parallelism()).map(|_| Instances::new(source.clone(), Arc::clone(plan))).collect()
 }
 
 /// Runs the process phase of a plan.
 pub struct Processor {
     plan: Arc<Plan>,
-    operators: Vec<Operators>,
+    instances: Vec<Instances>,
     nodes: Vec<usize>,
 }
 
@@ -338,18 +339,18 @@ impl Processor {
     /// A processor with its own operator instances.
     pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Processor {
         let nodes = plan.data_nodes();
-        Processor { operators: instances(&plan, &source), plan, nodes }
+        Processor { instances: per_partition(&plan, &source), plan, nodes }
     }
 
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
-        take_times(&mut self.operators)
+        take_times(&mut self.instances)
     }
 
     /// Runs `batch` (the spout's tuples) through the process-phase nodes.
     pub fn process(&mut self, txid: u64, attempt: u32, batch: Batch<'static>) -> Result<Handover, BatchError> {
         let plan = Arc::clone(&self.plan);
-        let mut exec = Exec { plan: &plan, operators: &mut self.operators, txid, attempt, views: None };
+        let mut exec = Exec { plan: &plan, instances: &mut self.instances, txid, attempt, views: None };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         let mut handover = Handover::default();
         let mut spout_batch = Some(batch);
@@ -384,7 +385,7 @@ impl Processor {
 /// Runs the commit phase of a plan, and keeps its states' caches.
 pub struct Committer {
     plan: Arc<Plan>,
-    operators: Vec<Operators>,
+    instances: Vec<Instances>,
     nodes: Vec<usize>,
     caches: HashMap<String, StateCache>,
 }
@@ -393,12 +394,12 @@ impl Committer {
     /// A committer with its own operator instances.
     pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Committer {
         let nodes = plan.data_nodes().into_iter().filter(|&i| plan.nodes[i].phase == Phase::Commit).collect();
-        Committer { operators: instances(&plan, &source), plan, nodes, caches: HashMap::new() }
+        Committer { instances: per_partition(&plan, &source), plan, nodes, caches: HashMap::new() }
     }
 
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
-        take_times(&mut self.operators)
+        take_times(&mut self.instances)
     }
 
     /// Runs the commit-phase nodes of batch `txid` and commits what they
@@ -452,7 +453,7 @@ impl Committer {
         views: &Arc<Mutex<Views>>,
         mut handover: Handover,
     ) -> Result<(), BatchError> {
-        let mut exec = Exec { plan, operators: &mut self.operators, txid, attempt, views: Some(views) };
+        let mut exec = Exec { plan, instances: &mut self.instances, txid, attempt, views: Some(views) };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         for &i in &self.nodes {
             let node = &plan.nodes[i];
@@ -493,9 +494,9 @@ pub fn query(
     let mut caches = HashMap::new();
     let views = Views::new(&read, &plan.stored_as, &plan.states, &mut caches, u64::MAX, false, &plan.sandboxes.state)?;
     let views = Arc::new(Mutex::new(views));
-    let mut operators = instances(plan, source);
+    let mut instances = per_partition(plan, source);
     let last = db.progress(&plan.stored_as)?.last_committed;
-    let mut exec = Exec { plan, operators: &mut operators, txid: last, attempt: 0, views: Some(&views) };
+    let mut exec = Exec { plan, instances: &mut instances, txid: last, attempt: 0, views: Some(&views) };
     let mut outputs: Vec<Option<Parts>> = vec![None; plan.nodes.len()];
     for &i in &nodes {
         let node = &plan.nodes[i];

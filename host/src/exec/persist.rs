@@ -3,7 +3,7 @@
 
 use super::aggregate::{Partials, single_values};
 use super::{BatchError, Exec, Origin, Parts, fit, guest_input, malformed, push_kept, state_failure};
-use crate::operators::Request;
+use crate::instances::Request;
 use crate::plan::{Node, Op};
 use crate::state::keyed::KeyedValues;
 use crate::state::keys;

@@ -2,7 +2,7 @@
 //! repartitioning, joins, and the least or greatest tuple.
 
 use super::{BatchError, Parts, copy_row, guest_input, malformed, push_kept};
-use crate::operators::{Operators, Request};
+use crate::instances::{Instances, Request};
 use crate::plan::{FunctionKind, Input, Node};
 use crate::state::keys;
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use weir_sdk::topology::{JoinKind, Partitioning};
 /// A guest function (`each`, `map`, `flat_map`, `peek`) over one partition.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn function(
-    operators: &mut Operators,
+    instances: &mut Instances,
     node: &Node,
     batch_id: (u64, u32, u32),
     kind: FunctionKind,
@@ -24,7 +24,7 @@ pub(super) fn function(
 ) -> Result<Batch<'static>, BatchError> {
     let id = &node.id;
     let guest_in = guest_input(batch, input);
-    let out = operators.call(id, batch_id, &input.names, Request::Function(&guest_in))?;
+    let out = instances.call(id, batch_id, &input.names, Request::Function(&guest_in))?;
     if kind == FunctionKind::Peek {
         return Ok(if kept.len() == batch.arity() { batch.clone() } else { super::project(batch, kept) });
     }
@@ -51,7 +51,7 @@ pub(super) fn function(
 
 /// A guest filter over one partition.
 pub(super) fn filter(
-    operators: &mut Operators,
+    instances: &mut Instances,
     node: &Node,
     batch_id: (u64, u32, u32),
     input: &Input,
@@ -59,7 +59,7 @@ pub(super) fn filter(
     batch: &Batch<'static>,
 ) -> Result<Batch<'static>, BatchError> {
     let guest_in = guest_input(batch, input);
-    let keep = operators.call(&node.id, batch_id, &input.names, Request::Filter(&guest_in))?;
+    let keep = instances.call(&node.id, batch_id, &input.names, Request::Filter(&guest_in))?;
     if keep.len() != batch.len() {
         return Err(malformed(&node.id, format!("{} verdicts for {} rows", keep.len(), batch.len())));
     }

@@ -15,8 +15,7 @@ use super::guest_output::{GuestOutput, LogLimitExceeded};
 use super::limits::{Limit, MemoryLimiter, call_deadline, deadline_ticks};
 use super::random::BatchRandom;
 use crate::bindings::{
-    BatchContext, OperatorError, Operators as GuestOperators, PartitionBatch, SpoutContext, Topology, TopologyPre,
-    WIT_PACKAGE,
+    BatchContext, OperatorError, OperatorExports, PartitionBatch, SpoutContext, Topology, TopologyPre, WIT_PACKAGE,
 };
 use crate::sandbox::OperatorSandbox;
 use crate::state::budget::StateLimitExceeded;
@@ -532,7 +531,7 @@ impl Guest {
         &mut self,
         ctx: &BatchContext,
         state: &StateHandle,
-        call: impl AsyncFnOnce(&GuestOperators, &mut Store<HostState>, Resource<StateHandle>) -> Returned<Vec<u8>>,
+        call: impl AsyncFnOnce(&OperatorExports, &mut Store<HostState>, Resource<StateHandle>) -> Returned<Vec<u8>>,
     ) -> Result<Vec<u8>, CallError> {
         let deadline = self.prepare(ctx);
         let resource =
