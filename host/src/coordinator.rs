@@ -12,7 +12,7 @@
 //! afresh from the last committed metadata.
 
 use crate::config::RunConfig;
-use crate::exec::{BatchError, Committer, Handover, Origin, Processor};
+use crate::exec::{BatchError, BatchId, Committer, Handover, Origin, Processor};
 use crate::instances::OperatorSource;
 use crate::metrics::Latencies;
 use crate::plan::Plan;
@@ -70,22 +70,19 @@ impl RunReport {
 }
 
 struct Work {
-    txid: u64,
-    attempt: u32,
+    id: BatchId,
     batch: Batch<'static>,
 }
 
 struct Done {
-    txid: u64,
-    attempt: u32,
+    id: BatchId,
     result: Result<Handover, BatchError>,
     /// Time the batch spent in each operator.
     times: BTreeMap<String, Duration>,
 }
 
 struct InFlight {
-    txid: u64,
-    attempt: u32,
+    id: BatchId,
     meta: Vec<u8>,
     tuples: u64,
     deadline: Instant,
@@ -111,9 +108,9 @@ pub fn run(
         process_phase.spawn_scoped(scope, move || {
             let mut processor = Processor::new(processor_plan, processor_source);
             for work in work_rx {
-                let result = processor.process(work.txid, work.attempt, work.batch);
+                let result = processor.process(work.id, work.batch);
                 let times = processor.take_times();
-                if done_tx.send(Done { txid: work.txid, attempt: work.attempt, result, times }).is_err() {
+                if done_tx.send(Done { id: work.id, result, times }).is_err() {
                     break;
                 }
             }
@@ -186,8 +183,9 @@ impl Coordinator<'_> {
                 // Processed or in flight when the last run stopped: replay
                 // exactly what was recorded, as the next attempt.
                 tracing::info!("topology {}: replaying uncommitted txid {txid}", self.topology());
-                let batch = self.spout.replay(*txid, record.attempt + 1, &record.spout)?;
-                self.dispatch(*txid, record.attempt + 1, Emitted { meta: record.spout.clone(), batch })?;
+                let id = BatchId { txid: *txid, attempt: record.attempt }.next_attempt();
+                let batch = self.spout.replay(id.txid, id.attempt, &record.spout)?;
+                self.dispatch(id, Emitted { meta: record.spout.clone(), batch })?;
             }
         }
         loop {
@@ -195,7 +193,7 @@ impl Coordinator<'_> {
             while !stopping && !self.exhausted && self.pending.len() < self.config.max_pending {
                 let txid = self.next_txid;
                 match self.emit(txid)? {
-                    Some((attempt, emitted)) => self.dispatch(txid, attempt, emitted)?,
+                    Some((attempt, emitted)) => self.dispatch(BatchId { txid, attempt }, emitted)?,
                     None => self.exhausted = true,
                 }
             }
@@ -210,10 +208,10 @@ impl Coordinator<'_> {
                     _ => break,
                 }
             };
-            let (txid, attempt, tuples, deadline) = (front.txid, front.attempt, front.tuples, front.deadline);
-            let outcome = match self.wait_for(txid, attempt, deadline)? {
+            let (id, tuples, deadline) = (front.id, front.tuples, front.deadline);
+            let outcome = match self.wait_for(id, deadline)? {
                 Some(Done { result: Ok(handover), times, .. }) => {
-                    let committed = self.commit(txid, attempt, handover);
+                    let committed = self.commit(id, handover);
                     if committed.is_ok() {
                         let commit_times = self.committer.take_times();
                         for (operator, time) in times.into_iter().chain(commit_times) {
@@ -234,13 +232,13 @@ impl Coordinator<'_> {
                     let done = self.pending.pop_front().expect("the front batch");
                     self.committed_meta = Some(done.meta);
                     self.report.spout_lag = self.spout.lag(self.committed_meta.as_deref());
-                    self.report.last_committed = txid;
+                    self.report.last_committed = id.txid;
                     self.report.batches += 1;
                     self.report.tuples += tuples;
                     self.report.elapsed = self.started.elapsed();
                     on_commit(&self.report);
                 }
-                Err(error) => self.fail(txid, attempt, error)?,
+                Err(error) => self.fail(id, error)?,
             }
         }
         self.report.elapsed = self.started.elapsed();
@@ -288,27 +286,26 @@ impl Coordinator<'_> {
 
     /// Hands a batch to the process phase; a transactional spout's batch is
     /// recorded first, so that a replay emits exactly the same tuples.
-    fn dispatch(&mut self, txid: u64, attempt: u32, emitted: Emitted) -> Result<()> {
+    fn dispatch(&mut self, id: BatchId, emitted: Emitted) -> Result<()> {
         if self.kind == SpoutKind::Transactional {
-            self.db.record_batch(self.topology(), txid, &BatchRecord { attempt, spout: emitted.meta.clone() })?;
+            let record = BatchRecord { attempt: id.attempt, spout: emitted.meta.clone() };
+            self.db.record_batch(self.topology(), id.txid, &record)?;
         }
         let tuples = emitted.batch.len() as u64;
-        self.work
-            .send(Work { txid, attempt, batch: emitted.batch })
-            .map_err(|_| anyhow!("the process phase stopped"))?;
+        self.work.send(Work { id, batch: emitted.batch }).map_err(|_| anyhow!("the process phase stopped"))?;
         let deadline = Instant::now() + self.config.batch_timeout;
-        self.pending.push_back(InFlight { txid, attempt, meta: emitted.meta.clone(), tuples, deadline });
+        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), tuples, deadline });
         self.last_meta = Some(emitted.meta);
-        self.next_txid = txid + 1;
+        self.next_txid = id.txid + 1;
         Ok(())
     }
 
-    /// The result of `txid` at `attempt` (results of other attempts are
-    /// stale), or `None` if it did not come by `deadline`.
-    fn wait_for(&mut self, txid: u64, attempt: u32, deadline: Instant) -> Result<Option<Done>> {
+    /// The result of batch `id` (results of its other attempts are stale),
+    /// or `None` if it did not come by `deadline`.
+    fn wait_for(&mut self, id: BatchId, deadline: Instant) -> Result<Option<Done>> {
         loop {
-            if let Some(done) = self.arrived.remove(&txid)
-                && done.attempt == attempt
+            if let Some(done) = self.arrived.remove(&id.txid)
+                && done.id == id
             {
                 return Ok(Some(done));
             }
@@ -319,22 +316,23 @@ impl Coordinator<'_> {
                 Err(mpsc::RecvTimeoutError::Disconnected) => bail!("the process phase stopped"),
             };
             self.report.first_batch_ready.get_or_insert_with(|| self.started.elapsed());
-            let current = self.pending.iter().find(|p| p.txid == done.txid).map(|p| p.attempt);
-            if current == Some(done.attempt) {
-                self.arrived.insert(done.txid, done);
+            if self.pending.iter().any(|p| p.id == done.id) {
+                self.arrived.insert(done.id.txid, done);
             }
         }
     }
 
-    fn commit(&mut self, txid: u64, attempt: u32, handover: Handover) -> Result<(), BatchError> {
+    fn commit(&mut self, id: BatchId, handover: Handover) -> Result<(), BatchError> {
         let meta = self.pending.front().map(|p| p.meta.clone()).unwrap_or_default();
-        let record = BatchRecord { attempt, spout: meta };
+        let record = BatchRecord { attempt: id.attempt, spout: meta };
         let started = Instant::now();
-        let written = self.committer.commit(self.db, txid, &record, handover)?;
+        let written = self.committer.commit(self.db, id.txid, &record, handover)?;
         self.report.commit_latency.record(started.elapsed());
         tracing::debug!(
-            "topology {}: committed txid {txid} (attempt {attempt}): {written} keys written",
-            self.plan.topology
+            "topology {}: committed txid {} (attempt {}): {written} keys written",
+            self.plan.topology,
+            id.txid,
+            id.attempt
         );
         Ok(())
     }
@@ -342,7 +340,8 @@ impl Coordinator<'_> {
     /// Replays `txid` and every later batch in flight as their next attempt,
     /// after a back-off, or halts when the error is fatal or the retry
     /// budget is spent.
-    fn fail(&mut self, txid: u64, attempt: u32, error: BatchError) -> Result<()> {
+    fn fail(&mut self, id: BatchId, error: BatchError) -> Result<()> {
+        let BatchId { txid, attempt } = id;
         let topology = self.topology().to_owned();
         // The error stays the source of the halt, for callers to match on.
         if !error.retryable {
@@ -365,7 +364,7 @@ impl Coordinator<'_> {
             self.arrived.clear();
             return Ok(());
         }
-        let last = self.pending.back().map_or(txid, |p| p.txid);
+        let last = self.pending.back().map_or(txid, |p| p.id.txid);
         let backoff = self.config.backoff(attempt);
         tracing::warn!(
             "topology {topology}: txid {txid} attempt {attempt} failed: {error}; replaying txids {txid}..={last} \
@@ -378,9 +377,10 @@ impl Coordinator<'_> {
         let in_flight: Vec<InFlight> = self.pending.drain(..).collect();
         if self.kind == SpoutKind::Transactional {
             for batch in in_flight {
-                let replayed = self.spout.replay(batch.txid, batch.attempt + 1, &batch.meta);
-                let batch_data = replayed.with_context(|| format!("replaying txid {}", batch.txid))?;
-                self.dispatch(batch.txid, batch.attempt + 1, Emitted { meta: batch.meta, batch: batch_data })?;
+                let id = batch.id.next_attempt();
+                let replayed = self.spout.replay(id.txid, id.attempt, &batch.meta);
+                let batch_data = replayed.with_context(|| format!("replaying txid {}", id.txid))?;
+                self.dispatch(id, Emitted { meta: batch.meta, batch: batch_data })?;
             }
         } else {
             // An opaque replay starts again from what was committed; its
@@ -389,8 +389,9 @@ impl Coordinator<'_> {
             self.next_txid = txid;
             self.exhausted = false;
             for batch in in_flight {
-                match self.spout.emit(batch.txid, batch.attempt + 1, self.last_meta.as_deref())? {
-                    Some(emitted) => self.dispatch(batch.txid, batch.attempt + 1, emitted)?,
+                let id = batch.id.next_attempt();
+                match self.spout.emit(id.txid, id.attempt, self.last_meta.as_deref())? {
+                    Some(emitted) => self.dispatch(id, emitted)?,
                     None => break,
                 }
             }

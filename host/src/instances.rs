@@ -3,7 +3,7 @@
 //! baselines and tests) the same operators compiled into the host.
 
 use crate::bindings::BatchContext;
-use crate::exec::BatchError;
+use crate::exec::{BatchError, PartitionId};
 use crate::plan::Plan;
 use crate::runtime::{CallError, Guest, LoadedComponent};
 use crate::state::handle::StateHandle;
@@ -89,22 +89,21 @@ impl Instances {
         std::mem::take(&mut self.times)
     }
 
-    /// Calls `operator` on partition `partition` of a batch; the error
+    /// Calls `operator` on partition `at` of a batch; the error
     /// names the operator.
     pub fn call(
         &mut self,
         operator: &str,
-        batch: (u64, u32, u32),
+        at: PartitionId,
         fields: &[String],
         request: Request<'_>,
     ) -> Result<Vec<u8>, BatchError> {
-        let (txid, attempt, partition) = batch;
         let ctx = BatchContext {
             topology: self.plan.topology.clone(),
             operator: operator.to_owned(),
-            txid,
-            attempt,
-            partition,
+            txid: at.batch.txid,
+            attempt: at.batch.attempt,
+            partition: at.partition,
             fields: fields.to_vec(),
         };
         let started = Instant::now();

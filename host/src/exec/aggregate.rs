@@ -3,7 +3,7 @@
 //! Counting by key, the commonest, has a path of its own ([`super::count`]).
 
 use super::error::{BatchError, malformed};
-use super::{Exec, Parts, fit, gather, push_kept};
+use super::{Exec, PartitionId, Parts, fit, gather, push_kept};
 use crate::instances::{Instances, Request};
 use crate::plan::{Aggregator, Node, Op};
 use crate::state::keys;
@@ -111,7 +111,7 @@ pub(super) fn single_values(operator: &str, out: &[u8], expected: usize) -> Resu
 /// Each group's output tuples of one aggregator.
 pub(super) fn run_aggregator(
     instances: &mut Instances,
-    batch_id: (u64, u32, u32),
+    batch_id: PartitionId,
     batch: &Batch<'_>,
     groups: &Groups,
     aggregator: &Aggregator,
@@ -159,7 +159,7 @@ pub(super) fn run_aggregator(
 /// fields then one tuple of each aggregator, every combination of them.
 fn aggregate_part(
     instances: &mut Instances,
-    batch_id: (u64, u32, u32),
+    batch_id: PartitionId,
     node: &Node,
     group: &[usize],
     aggregators: &[Aggregator],
@@ -195,17 +195,17 @@ fn aggregate_part(
 /// `partition_aggregate` and `aggregate`.
 pub(super) fn aggregate(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Parts, BatchError> {
     let Op::Aggregate { scope, group, aggregators } = &node.op else { unreachable!("an aggregate node") };
-    let (txid, attempt) = (exec.txid, exec.attempt);
+    let batch = exec.batch;
     match scope {
         AggregateScope::Partition => {
             let parts = fit(input, node.parallelism);
             exec.per_partition(&parts, |instances, p, part| {
-                aggregate_part(instances, (txid, attempt, p), node, group, aggregators, part)
+                aggregate_part(instances, batch.partition(p), node, group, aggregators, part)
             })
         }
         AggregateScope::Batch => {
             let all = gather(input);
-            let out = aggregate_part(&mut exec.instances[0], (txid, attempt, 0), node, group, aggregators, &all)?;
+            let out = aggregate_part(&mut exec.instances[0], batch.partition(0), node, group, aggregators, &all)?;
             Ok(super::fit_owned(vec![out], node.parallelism))
         }
     }

@@ -4,7 +4,7 @@
 
 use super::error::{BatchError, Origin, state_failure};
 use super::process::Handover;
-use super::{Exec, Parts, per_partition, persistent_aggregate, take_times};
+use super::{BatchId, Exec, Parts, per_partition, persistent_aggregate, take_times};
 use crate::instances::{Instances, OperatorSource};
 use crate::plan::{Phase, Plan};
 use crate::state::view::{StateCache, Views, refresh_caches};
@@ -50,7 +50,7 @@ impl Committer {
             Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
                 .map_err(storage)?;
         let views = Arc::new(Mutex::new(views));
-        let result = self.run_nodes(&plan, txid, record.attempt, &views, handover);
+        let result = self.run_nodes(&plan, BatchId { txid, attempt: record.attempt }, &views, handover);
         let views = Arc::try_unwrap(views)
             .ok()
             .expect("no call keeps the views")
@@ -79,12 +79,11 @@ impl Committer {
     fn run_nodes(
         &mut self,
         plan: &Plan,
-        txid: u64,
-        attempt: u32,
+        batch: BatchId,
         views: &Arc<Mutex<Views>>,
         mut handover: Handover,
     ) -> Result<(), BatchError> {
-        let mut exec = Exec { plan, instances: &mut self.instances, txid, attempt, views: Some(views) };
+        let mut exec = Exec { plan, instances: &mut self.instances, batch, views: Some(views) };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         for &i in &self.nodes {
             let node = &plan.nodes[i];

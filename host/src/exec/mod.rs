@@ -40,6 +40,37 @@ use weir_sdk::codec::{Batch, BatchWriter, Row};
 /// A node's output: one batch per partition.
 pub type Parts = Vec<Batch<'static>>;
 
+/// Which batch, and which try at it: a replay keeps the txid and takes the
+/// next attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BatchId {
+    /// The batch's txid, the order it commits in.
+    pub txid: u64,
+    /// How many times it was tried before, 0 the first time.
+    pub attempt: u32,
+}
+
+impl BatchId {
+    /// The same batch, tried once more.
+    pub fn next_attempt(self) -> BatchId {
+        BatchId { attempt: self.attempt + 1, ..self }
+    }
+
+    /// One partition of this batch.
+    pub fn partition(self, partition: u32) -> PartitionId {
+        PartitionId { batch: self, partition }
+    }
+}
+
+/// One partition of a batch: what each guest call runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionId {
+    /// The batch.
+    pub batch: BatchId,
+    /// The partition, from 0.
+    pub partition: u32,
+}
+
 /// Appends the encoded values at `positions` of `row` to the current row.
 fn push_kept(writer: &mut BatchWriter, row: Row<'_>, positions: &[usize]) {
     for &p in positions {
@@ -112,8 +143,7 @@ fn fit_owned(parts: Parts, n: usize) -> Parts {
 struct Exec<'a> {
     plan: &'a Plan,
     instances: &'a mut [Instances],
-    txid: u64,
-    attempt: u32,
+    batch: BatchId,
     views: Option<&'a Arc<Mutex<Views>>>,
 }
 
@@ -125,8 +155,7 @@ impl<'a> Exec<'a> {
         fields: &[String],
         request: Request<'_>,
     ) -> Result<Vec<u8>, BatchError> {
-        let batch = (self.txid, self.attempt, partition as u32);
-        self.instances[partition].call(operator, batch, fields, request)
+        self.instances[partition].call(operator, self.batch.partition(partition as u32), fields, request)
     }
 
     /// The states as `node` sees them, in the commit phase or a query.
@@ -165,19 +194,19 @@ impl<'a> Exec<'a> {
     fn run(&mut self, index: usize, inputs: &[&Parts]) -> Result<Parts, BatchError> {
         let node = &self.plan.nodes[index];
         let n = node.parallelism;
-        let batch = (self.txid, self.attempt);
+        let batch = self.batch;
         match &node.op {
             Op::Spout | Op::Query(_) => unreachable!("roots are fed, not run"),
             Op::Function { kind, input, kept, outputs } => {
                 let parts = fit(inputs[0], n);
                 self.per_partition(&parts, |instances, p, part| {
-                    stream::function(instances, node, (batch.0, batch.1, p), *kind, input, kept, *outputs, part)
+                    stream::function(instances, node, batch.partition(p), *kind, input, kept, *outputs, part)
                 })
             }
             Op::Filter { input, kept } => {
                 let parts = fit(inputs[0], n);
                 self.per_partition(&parts, |instances, p, part| {
-                    stream::filter(instances, node, (batch.0, batch.1, p), input, kept, part)
+                    stream::filter(instances, node, batch.partition(p), input, kept, part)
                 })
             }
             Op::Project(positions) => Ok(inputs[0].iter().map(|part| project(part, positions)).collect()),

@@ -37,7 +37,7 @@ pub enum Partials {
 pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Partials, BatchError> {
     let Op::PersistentAggregate { group, aggregator, .. } = &node.op else { unreachable!("a persistent aggregate") };
     let batch = gather(input);
-    let batch_id = (exec.txid, exec.attempt, 0);
+    let batch_id = exec.batch.partition(0);
     if aggregator.kind == AggregatorKind::Builtin(Builtin::Count) && !group.is_empty() {
         return Ok(Partials::Values(count_by_key(&batch, group)));
     }

@@ -5,7 +5,7 @@
 
 use super::error::BatchError;
 use super::persistent_aggregate::{self, Partials};
-use super::{Exec, Parts, fit_owned, per_partition, take_times};
+use super::{BatchId, Exec, Parts, fit_owned, per_partition, take_times};
 use crate::instances::{Instances, OperatorSource};
 use crate::plan::{Op, Phase, Plan};
 use std::collections::{BTreeMap, HashMap};
@@ -43,9 +43,9 @@ impl Processor {
     }
 
     /// Runs `batch` (the spout's tuples) through the process-phase nodes.
-    pub fn process(&mut self, txid: u64, attempt: u32, batch: Batch<'static>) -> Result<Handover, BatchError> {
+    pub fn process(&mut self, id: BatchId, batch: Batch<'static>) -> Result<Handover, BatchError> {
         let plan = Arc::clone(&self.plan);
-        let mut exec = Exec { plan: &plan, instances: &mut self.instances, txid, attempt, views: None };
+        let mut exec = Exec { plan: &plan, instances: &mut self.instances, batch: id, views: None };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         let mut handover = Handover::default();
         let mut spout_batch = Some(batch);

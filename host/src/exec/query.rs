@@ -1,7 +1,7 @@
 //! Queries: a request through a query stream, over what is committed
 //! (Trident's DRPC).
 
-use super::{Exec, Parts, gather, per_partition};
+use super::{BatchId, Exec, Parts, gather, per_partition};
 use crate::instances::OperatorSource;
 use crate::plan::{Op, Plan};
 use crate::state::Db;
@@ -30,7 +30,8 @@ pub fn query(
     let views = Arc::new(Mutex::new(views));
     let mut instances = per_partition(plan, source);
     let last = db.progress(&plan.stored_as)?.last_committed;
-    let mut exec = Exec { plan, instances: &mut instances, txid: last, attempt: 0, views: Some(&views) };
+    let mut exec =
+        Exec { plan, instances: &mut instances, batch: BatchId { txid: last, attempt: 0 }, views: Some(&views) };
     let mut outputs: Vec<Option<Parts>> = vec![None; plan.nodes.len()];
     for &i in &nodes {
         let node = &plan.nodes[i];

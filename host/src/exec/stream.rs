@@ -1,7 +1,7 @@
 //! Operations on tuples that need no state: functions, filters,
 //! repartitioning, joins, and the least or greatest tuple.
 
-use super::{BatchError, Parts, copy_row, guest_input, malformed, push_kept};
+use super::{BatchError, PartitionId, Parts, copy_row, guest_input, malformed, push_kept};
 use crate::instances::{Instances, Request};
 use crate::plan::{FunctionKind, Input, Node};
 use crate::state::keys;
@@ -15,7 +15,7 @@ use weir_sdk::topology::{JoinKind, Partitioning};
 pub(super) fn function(
     instances: &mut Instances,
     node: &Node,
-    batch_id: (u64, u32, u32),
+    batch_id: PartitionId,
     kind: FunctionKind,
     input: &Input,
     kept: &[usize],
@@ -53,7 +53,7 @@ pub(super) fn function(
 pub(super) fn filter(
     instances: &mut Instances,
     node: &Node,
-    batch_id: (u64, u32, u32),
+    batch_id: PartitionId,
     input: &Input,
     kept: &[usize],
     batch: &Batch<'static>,
