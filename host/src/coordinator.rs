@@ -17,7 +17,8 @@ use crate::instances::OperatorSource;
 use crate::metrics::Latencies;
 use crate::plan::Plan;
 use crate::spout::{Emitted, Spout, SpoutKind};
-use crate::state::{BatchRecord, Db};
+use crate::state::BatchRecord;
+use crate::state::store::Store;
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -91,7 +92,7 @@ struct InFlight {
 /// Runs `plan` over what `spout` emits until it has nothing left (or, when
 /// following, until `stop` is set) and every batch in flight is committed.
 pub fn run(
-    db: &Db,
+    store: &dyn Store,
     plan: Arc<Plan>,
     source: OperatorSource,
     spout: &mut dyn Spout,
@@ -116,7 +117,7 @@ pub fn run(
             }
         })?;
         let mut coordinator = Coordinator {
-            db,
+            store,
             plan: &plan,
             committer: Committer::new(Arc::clone(&plan), source),
             kind: spout.kind(),
@@ -139,7 +140,7 @@ pub fn run(
 }
 
 struct Coordinator<'a> {
-    db: &'a Db,
+    store: &'a dyn Store,
     plan: &'a Plan,
     committer: Committer,
     spout: &'a mut dyn Spout,
@@ -169,7 +170,7 @@ impl Coordinator<'_> {
     }
 
     fn run(&mut self, on_commit: &mut dyn FnMut(&RunReport)) -> Result<RunReport> {
-        let progress = self.db.progress(self.topology())?;
+        let progress = self.store.progress(self.topology())?;
         let last = progress.last_committed;
         self.report.last_committed = last;
         self.next_txid = last + 1;
@@ -289,7 +290,7 @@ impl Coordinator<'_> {
     fn dispatch(&mut self, id: BatchId, emitted: Emitted) -> Result<()> {
         if self.kind == SpoutKind::Transactional {
             let record = BatchRecord { attempt: id.attempt, spout: emitted.meta.clone() };
-            self.db.record_batch(self.topology(), id.txid, &record)?;
+            self.store.record_batch(self.topology(), id.txid, &record)?;
         }
         let tuples = emitted.batch.len() as u64;
         self.work.send(Work { id, batch: emitted.batch }).map_err(|_| anyhow!("the process phase stopped"))?;
@@ -326,7 +327,7 @@ impl Coordinator<'_> {
         let meta = self.pending.front().map(|p| p.meta.clone()).unwrap_or_default();
         let record = BatchRecord { attempt: id.attempt, spout: meta };
         let started = Instant::now();
-        let written = self.committer.commit(self.db, id.txid, &record, handover)?;
+        let written = self.committer.commit(self.store, id.txid, &record, handover)?;
         self.report.commit_latency.record(started.elapsed());
         tracing::debug!(
             "topology {}: committed txid {} (attempt {}): {written} keys written",
@@ -406,6 +407,7 @@ mod tests {
     use crate::config::SandboxConfig;
     use crate::exec::Cause;
     use crate::load::LoadedTopology;
+    use crate::state::Db;
     use crate::runtime::{ComponentCache, Limit};
     use crate::spout::FileLines;
     use std::path::Path;

@@ -7,8 +7,9 @@ use super::process::Handover;
 use super::{BatchId, Exec, Parts, per_partition, persistent_aggregate, take_times};
 use crate::instances::{Instances, OperatorSource};
 use crate::plan::{Phase, Plan};
+use crate::state::BatchRecord;
+use crate::state::store::{BatchCommit, Store};
 use crate::state::view::{StateCache, Views, refresh_caches};
-use crate::state::{BatchRecord, Db};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,16 +39,16 @@ impl Committer {
     /// the number of keys written.
     pub fn commit(
         &mut self,
-        db: &Db,
+        store: &dyn Store,
         txid: u64,
         record: &BatchRecord,
         handover: Handover,
     ) -> Result<usize, BatchError> {
         let plan = Arc::clone(&self.plan);
         let storage = |e: anyhow::Error| state_failure("(state)", format!("{e:#}"), &e, Origin::State);
-        let read = db.begin_read().map_err(storage)?;
+        let read = store.snapshot().map_err(storage)?;
         let views =
-            Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
+            Views::new(&*read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
                 .map_err(storage)?;
         let views = Arc::new(Mutex::new(views));
         let result = self.run_nodes(&plan, BatchId { txid, attempt: record.attempt }, &views, handover);
@@ -58,7 +59,8 @@ impl Committer {
             .unwrap_or_else(|e| e.into_inner());
         let writes = views.finish(&mut self.caches);
         let committed = result.and_then(|()| {
-            db.commit(&plan.stored_as, txid, record, &writes).map_err(|e| {
+            let batch = BatchCommit { topology: &plan.stored_as, txid, record, writes: &writes, others: &[] };
+            store.commit_batch(&batch).map_err(|e| {
                 let states: Vec<&str> = plan.states.keys().map(String::as_str).collect();
                 state_failure(&states.join(","), format!("commit failed: {e:#}"), &e, Origin::Commit)
             })

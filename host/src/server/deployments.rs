@@ -504,7 +504,7 @@ impl Deployments {
                 };
                 let mut spout = spout::open(spout_def, &env, guest)?;
                 coordinator::run(
-                    &host.db,
+                    &*host.db,
                     Arc::clone(&loaded.plan),
                     OperatorSource::Wasm(Arc::clone(&loaded.components)),
                     &mut *spout,

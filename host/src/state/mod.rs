@@ -20,7 +20,9 @@ pub mod compact;
 pub mod handle;
 pub mod keyed;
 pub mod keys;
+pub mod memory;
 pub mod rules;
+pub mod store;
 pub mod table;
 pub mod view;
 
@@ -30,6 +32,7 @@ use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable,
 use rules::{Stored, kind_name};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
 use table::{ReadTable, WriteTable};
 use view::StateWrites;
 use weir_sdk::codec::Value;
@@ -198,6 +201,14 @@ fn kinds_table(topology: &str) -> String {
     format!("meta/{topology}/states")
 }
 
+fn others_prefix(topology: &str) -> String {
+    format!("records/{topology}/")
+}
+
+fn others_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
+}
+
 fn kinds_def(name: &str) -> TableDefinition<'_, &'static str, &'static str> {
     TableDefinition::new(name)
 }
@@ -280,6 +291,13 @@ impl Db {
     /// last committed txid and the batch's record), in one durable write
     /// transaction, keys in order.
     pub fn commit(&self, topology: &str, txid: u64, record: &BatchRecord, writes: &[StateWrites]) -> Result<usize> {
+        self.commit_batch(&BatchCommit { topology, txid, record, writes, others: &[] })
+    }
+
+    /// The commit of [`Store::commit_batch`], in one durable write
+    /// transaction, keys in order.
+    fn commit_in_redb(&self, batch: &BatchCommit<'_>) -> Result<usize> {
+        let BatchCommit { topology, txid, record, writes, others } = *batch;
         let txn = self.db.begin_write()?;
         let meta_name = meta_table(topology);
         let mut written = 0;
@@ -296,9 +314,7 @@ impl Db {
             let mut kinds = txn.open_table(kinds_def(&kinds_name))?;
             for write in writes {
                 let in_state = || format!("state {}", write.state);
-                let kind =
-                    write.combines.as_ref().map(|c| c.kind).or_else(|| write.records.first().map(|r| r.1.kind()));
-                if let Some(kind) = kind {
+                if let Some(kind) = write.kind() {
                     record_kind(&mut kinds, topology, &write.state, kind)?;
                 }
                 let name = state_table(topology, &write.state);
@@ -317,6 +333,13 @@ impl Db {
             let mut batches = txn.open_table(batches_def(&batches_name))?;
             batches.insert(txid, record.encode().as_slice())?;
             batches.retain_in(..txid, |_, _| false)?;
+            for other in others {
+                let name = format!("{}{}", others_prefix(topology), other.table);
+                let mut table = txn.open_table(others_def(&name))?;
+                for (key, value) in &other.entries {
+                    table.insert(key.as_slice(), value.as_slice())?;
+                }
+            }
         }
         txn.commit().with_context(|| format!("committing txid {txid} of topology {topology}"))?;
         Ok(written)
@@ -400,11 +423,11 @@ impl Db {
     /// Deletes everything stored for `topology` (its states, their kinds,
     /// its progress and recorded batches) in `txn`.
     pub fn drop_topology(txn: &redb::WriteTransaction, topology: &str) -> Result<()> {
-        let states = format!("state/{topology}/");
+        let prefixes = [format!("state/{topology}/"), others_prefix(topology)];
         let meta = [meta_table(topology), batches_table(topology), kinds_table(topology)];
         let doomed: Vec<_> = txn
             .list_tables()?
-            .filter(|t| t.name().starts_with(&states) || meta.iter().any(|m| m == t.name()))
+            .filter(|t| prefixes.iter().any(|p| t.name().starts_with(p)) || meta.iter().any(|m| m == t.name()))
             .collect();
         for table in doomed {
             txn.delete_table(table)?;
@@ -446,19 +469,78 @@ fn record_kind(
     kind: StateKind,
 ) -> Result<()> {
     let recorded = kinds.get(state)?.map(|k| parse_kind(topology, state, k.value())).transpose()?;
+    if kind_to_record(topology, state, recorded, kind)? {
+        kinds.insert(state, kind_name(kind))?;
+    }
+    Ok(())
+}
+
+/// Whether a commit writing `kind` to `state` records its kind (its first
+/// commit does); a commit of another kind than the `recorded` one is refused.
+pub(crate) fn kind_to_record(
+    topology: &str,
+    state: &str,
+    recorded: Option<StateKind>,
+    kind: StateKind,
+) -> Result<bool> {
     match recorded {
-        None => {
-            kinds.insert(state, kind_name(kind))?;
-        }
+        None => Ok(true),
         Some(stored) if stored != kind => bail!(StateError::KindChanged {
             topology: topology.to_owned(),
             state: state.to_owned(),
             stored,
             declared: kind
         }),
-        Some(_) => {}
+        Some(_) => Ok(false),
     }
-    Ok(())
+}
+
+impl CommitLog for Db {
+    fn progress(&self, topology: &str) -> Result<Progress> {
+        Db::progress(self, topology)
+    }
+
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+        Db::record_batch(self, topology, txid, record)
+    }
+}
+
+impl Store for Db {
+    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>> {
+        Ok(Box::new(self.begin_read()?))
+    }
+
+    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize> {
+        self.commit_in_redb(batch)
+    }
+}
+
+impl StateReader for ReadTable {
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
+        ReadTable::get(self, key)
+    }
+}
+
+impl Snapshot for redb::ReadTransaction {
+    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>> {
+        let table = ReadTable::open(self, &state_table(topology, state))?;
+        Ok(table.map(|table| Box::new(table) as Box<dyn StateReader>))
+    }
+
+    fn others(&self, topology: &str, table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let name = format!("{}{table}", others_prefix(topology));
+        let table = match self.open_table(others_def(&name)) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            out.push((key.value().to_vec(), value.value().to_vec()));
+        }
+        Ok(out)
+    }
 }
 
 fn parse_kind(topology: &str, state: &str, name: &str) -> Result<StateKind> {
