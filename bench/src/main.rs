@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir::config::{RunConfig, SandboxConfig};
 use weir::coordinator;
-use weir::operators::OperatorSource;
+use weir::instances::OperatorSource;
 use weir::spout::FileLines;
 use weir::state::Db;
 

@@ -22,14 +22,6 @@
 use std::borrow::Cow;
 use std::fmt;
 
-const NULL: u8 = 0;
-const FALSE: u8 = 1;
-const TRUE: u8 = 2;
-const I64: u8 = 3;
-const F64: u8 = 4;
-const STR: u8 = 5;
-const BYTES: u8 = 6;
-
 const HEADER_LEN: usize = 8;
 /// A bound no row's tag reaches.
 const ANY_TAG: u64 = 1 << 32;
@@ -66,6 +58,65 @@ pub enum ValueRef<'a> {
     Str(&'a str),
     /// Raw bytes.
     Bytes(&'a [u8]),
+}
+
+/// The kind of a value: the byte that starts each value in every encoding
+/// of values Weir has, the packed batches here as much as the host's stored
+/// records and ordered keys. What follows the kind is each encoding's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ValueKind {
+    /// No value.
+    Null = 0,
+    /// The boolean false.
+    False = 1,
+    /// The boolean true.
+    True = 2,
+    /// A signed 64-bit integer.
+    I64 = 3,
+    /// A 64-bit float.
+    F64 = 4,
+    /// A UTF-8 string.
+    Str = 5,
+    /// Raw bytes.
+    Bytes = 6,
+}
+
+impl ValueKind {
+    /// The kind `byte` stands for; `None` for a byte that stands for none.
+    #[inline]
+    pub const fn from_byte(byte: u8) -> Option<ValueKind> {
+        Some(match byte {
+            0 => ValueKind::Null,
+            1 => ValueKind::False,
+            2 => ValueKind::True,
+            3 => ValueKind::I64,
+            4 => ValueKind::F64,
+            5 => ValueKind::Str,
+            6 => ValueKind::Bytes,
+            _ => return None,
+        })
+    }
+
+    /// The byte that stands for this kind.
+    #[inline]
+    pub const fn byte(self) -> u8 {
+        self as u8
+    }
+
+    /// The kind of `value`.
+    #[inline]
+    pub const fn of(value: ValueRef<'_>) -> ValueKind {
+        match value {
+            ValueRef::Null => ValueKind::Null,
+            ValueRef::Bool(false) => ValueKind::False,
+            ValueRef::Bool(true) => ValueKind::True,
+            ValueRef::I64(_) => ValueKind::I64,
+            ValueRef::F64(_) => ValueKind::F64,
+            ValueRef::Str(_) => ValueKind::Str,
+            ValueRef::Bytes(_) => ValueKind::Bytes,
+        }
+    }
 }
 
 impl Value {
@@ -156,27 +207,27 @@ impl std::error::Error for DecodeError {}
 #[inline]
 pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
     match value {
-        ValueRef::Null => out.push(NULL),
-        ValueRef::Bool(false) => out.push(FALSE),
-        ValueRef::Bool(true) => out.push(TRUE),
+        ValueRef::Null => out.push(ValueKind::Null.byte()),
+        ValueRef::Bool(false) => out.push(ValueKind::False.byte()),
+        ValueRef::Bool(true) => out.push(ValueKind::True.byte()),
         ValueRef::I64(i) => {
-            out.push(I64);
+            out.push(ValueKind::I64.byte());
             out.extend_from_slice(&i.to_le_bytes());
         }
         ValueRef::F64(f) => {
-            out.push(F64);
+            out.push(ValueKind::F64.byte());
             out.extend_from_slice(&f.to_le_bytes());
         }
-        ValueRef::Str(s) => write_len_prefixed(out, STR, s.as_bytes()),
-        ValueRef::Bytes(b) => write_len_prefixed(out, BYTES, b),
+        ValueRef::Str(s) => write_len_prefixed(out, ValueKind::Str, s.as_bytes()),
+        ValueRef::Bytes(b) => write_len_prefixed(out, ValueKind::Bytes, b),
     }
 }
 
 #[inline]
-fn write_len_prefixed(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
+fn write_len_prefixed(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
     let len = u32::try_from(bytes.len()).expect("a value is at most 4 GiB");
     let mut head = [0u8; 5];
-    head[0] = kind;
+    head[0] = kind.byte();
     head[1..].copy_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&head);
     extend_short(out, bytes);
@@ -270,13 +321,13 @@ impl<'a> Cursor<'a> {
     #[inline]
     fn value(&mut self) -> Result<ValueRef<'a>, DecodeError> {
         let kind = self.take(1)?[0];
-        Ok(match kind {
-            NULL => ValueRef::Null,
-            FALSE => ValueRef::Bool(false),
-            TRUE => ValueRef::Bool(true),
-            I64 => ValueRef::I64(self.u64()? as i64),
-            F64 => ValueRef::F64(f64::from_bits(self.u64()?)),
-            STR => {
+        Ok(match ValueKind::from_byte(kind) {
+            Some(ValueKind::Null) => ValueRef::Null,
+            Some(ValueKind::False) => ValueRef::Bool(false),
+            Some(ValueKind::True) => ValueRef::Bool(true),
+            Some(ValueKind::I64) => ValueRef::I64(self.u64()? as i64),
+            Some(ValueKind::F64) => ValueRef::F64(f64::from_bits(self.u64()?)),
+            Some(ValueKind::Str) => {
                 let len = self.u32()? as usize;
                 let start = self.pos;
                 let bytes = self.take(len)?;
@@ -285,13 +336,13 @@ impl<'a> Cursor<'a> {
                     reason: "string is not valid UTF-8".into(),
                 })?)
             }
-            BYTES => {
+            Some(ValueKind::Bytes) => {
                 let len = self.u32()? as usize;
                 ValueRef::Bytes(self.take(len)?)
             }
-            other => {
+            None => {
                 self.pos -= 1;
-                return Err(self.err(format!("unknown value kind {other}")));
+                return Err(self.err(format!("unknown value kind {kind}")));
             }
         })
     }
@@ -574,13 +625,13 @@ impl<'a> EncodedValue<'a> {
     #[inline]
     pub fn decode(self) -> ValueRef<'a> {
         let payload = &self.0[1..];
-        match self.0[0] {
-            NULL => ValueRef::Null,
-            FALSE => ValueRef::Bool(false),
-            TRUE => ValueRef::Bool(true),
-            I64 => ValueRef::I64(i64::from_le_bytes(payload.try_into().expect("valid i64"))),
-            F64 => ValueRef::F64(f64::from_le_bytes(payload.try_into().expect("valid f64"))),
-            STR => {
+        match ValueKind::from_byte(self.0[0]) {
+            Some(ValueKind::Null) => ValueRef::Null,
+            Some(ValueKind::False) => ValueRef::Bool(false),
+            Some(ValueKind::True) => ValueRef::Bool(true),
+            Some(ValueKind::I64) => ValueRef::I64(i64::from_le_bytes(payload.try_into().expect("valid i64"))),
+            Some(ValueKind::F64) => ValueRef::F64(f64::from_le_bytes(payload.try_into().expect("valid f64"))),
+            Some(ValueKind::Str) => {
                 // SAFETY: an `EncodedValue` only comes from a row of a
                 // `Batch`, whose strings were checked to be UTF-8 when it was
                 // decoded, or were written from a `&str` by `BatchWriter`.
@@ -596,19 +647,18 @@ impl<'a> EncodedValue<'a> {
 /// stays in registers.
 #[inline(always)]
 fn value_end(buf: &[u8], pos: usize) -> Option<usize> {
-    let end = match *buf.get(pos)? {
-        NULL | FALSE | TRUE => pos + 1,
-        I64 | F64 => pos + 9,
-        kind @ (STR | BYTES) => {
+    let end = match ValueKind::from_byte(*buf.get(pos)?)? {
+        ValueKind::Null | ValueKind::False | ValueKind::True => pos + 1,
+        ValueKind::I64 | ValueKind::F64 => pos + 9,
+        kind @ (ValueKind::Str | ValueKind::Bytes) => {
             let len = u32::from_le_bytes(*buf.get(pos + 1..)?.first_chunk::<4>()?) as usize;
             let start = pos + 5;
             let payload = buf.get(start..start.checked_add(len)?)?;
-            if kind == STR && !ascii_within(buf, start, len) && utf8(payload).is_err() {
+            if kind == ValueKind::Str && !ascii_within(buf, start, len) && utf8(payload).is_err() {
                 return None;
             }
             start + len
         }
-        _ => return None,
     };
     (end <= buf.len()).then_some(end)
 }
@@ -639,9 +689,9 @@ fn ascii_within(buf: &[u8], start: usize, len: usize) -> bool {
 /// Length of the (valid) value encoded at the start of `buf`.
 #[inline]
 fn encoded_len(buf: &[u8]) -> usize {
-    match buf[0] {
-        NULL | FALSE | TRUE => 1,
-        I64 | F64 => 9,
+    match ValueKind::from_byte(buf[0]) {
+        Some(ValueKind::Null | ValueKind::False | ValueKind::True) => 1,
+        Some(ValueKind::I64 | ValueKind::F64) => 9,
         _ => 5 + u32::from_le_bytes(buf[1..5].try_into().expect("valid value")) as usize,
     }
 }
@@ -662,6 +712,19 @@ mod tests {
             Value::Str(String::new()),
             Value::Bytes(vec![0, 255, 7]),
         ]
+    }
+
+    #[test]
+    fn each_kind_reads_back_from_its_byte_and_no_other_byte_is_a_kind() {
+        for value in sample_values() {
+            let kind = ValueKind::of(value.as_ref());
+            assert_eq!(ValueKind::from_byte(kind.byte()), Some(kind));
+            let mut encoded = Vec::new();
+            write_value(&mut encoded, value.as_ref());
+            assert_eq!(encoded[0], kind.byte(), "{value:?}");
+        }
+        let kinds: Vec<u8> = (0..=u8::MAX).filter(|&b| ValueKind::from_byte(b).is_some()).collect();
+        assert_eq!(kinds, [0, 1, 2, 3, 4, 5, 6]);
     }
 
     #[test]

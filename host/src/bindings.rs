@@ -13,7 +13,7 @@ wasmtime::component::bindgen!({
     with: { "weir:topology/state.map-state": crate::state::handle::StateHandle },
 });
 
-pub use self::exports::weir::topology::operators::Guest as Operators;
+pub use self::exports::weir::topology::operators::Guest as OperatorExports;
 pub use self::weir::topology::types::{BatchContext, OperatorError, PartitionBatch, SpoutContext};
 
 /// The WIT package this host implements.

@@ -12,12 +12,13 @@
 //! afresh from the last committed metadata.
 
 use crate::config::RunConfig;
-use crate::exec::{BatchError, Committer, Handover, Origin, Processor};
+use crate::exec::{BatchError, BatchId, Committer, Handover, Origin, Processor};
+use crate::instances::OperatorSource;
 use crate::metrics::Latencies;
-use crate::operators::OperatorSource;
 use crate::plan::Plan;
 use crate::spout::{Emitted, Spout, SpoutKind};
-use crate::state::{BatchRecord, Db};
+use crate::state::BatchRecord;
+use crate::state::store::Store;
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -108,22 +109,19 @@ impl RunReport {
 }
 
 struct Work {
-    txid: u64,
-    attempt: u32,
+    id: BatchId,
     batch: Batch<'static>,
 }
 
 struct Done {
-    txid: u64,
-    attempt: u32,
+    id: BatchId,
     result: Result<Handover, BatchError>,
     /// Time the batch spent in each operator.
     times: BTreeMap<String, Duration>,
 }
 
 struct InFlight {
-    txid: u64,
-    attempt: u32,
+    id: BatchId,
     meta: Vec<u8>,
     tuples: u64,
     deadline: Instant,
@@ -134,7 +132,7 @@ struct InFlight {
 /// `on_report` sees the report after each commit, each failed attempt and
 /// a halt.
 pub fn run(
-    db: &Db,
+    store: &dyn Store,
     plan: Arc<Plan>,
     source: OperatorSource,
     spout: &mut dyn Spout,
@@ -151,15 +149,15 @@ pub fn run(
         process_phase.spawn_scoped(scope, move || {
             let mut processor = Processor::new(processor_plan, processor_source);
             for work in work_rx {
-                let result = processor.process(work.txid, work.attempt, work.batch);
+                let result = processor.process(work.id, work.batch);
                 let times = processor.take_times();
-                if done_tx.send(Done { txid: work.txid, attempt: work.attempt, result, times }).is_err() {
+                if done_tx.send(Done { id: work.id, result, times }).is_err() {
                     break;
                 }
             }
         })?;
         let mut coordinator = Coordinator {
-            db,
+            store,
             plan: &plan,
             committer: Committer::new(Arc::clone(&plan), source),
             kind: spout.kind(),
@@ -187,7 +185,7 @@ pub fn run(
 }
 
 struct Coordinator<'a> {
-    db: &'a Db,
+    store: &'a dyn Store,
     plan: &'a Plan,
     committer: Committer,
     spout: &'a mut dyn Spout,
@@ -217,7 +215,7 @@ impl Coordinator<'_> {
     }
 
     fn run(&mut self, on_report: &mut dyn FnMut(&RunReport)) -> Result<RunReport> {
-        let progress = self.db.progress(self.topology())?;
+        let progress = self.store.progress(self.topology())?;
         let last = progress.last_committed;
         self.report.last_committed = last;
         self.next_txid = last + 1;
@@ -231,8 +229,9 @@ impl Coordinator<'_> {
                 // Processed or in flight when the last run stopped: replay
                 // exactly what was recorded, as the next attempt.
                 tracing::info!("topology {}: replaying uncommitted txid {txid}", self.topology());
-                let batch = self.spout.replay(*txid, record.attempt + 1, &record.spout)?;
-                self.dispatch(*txid, record.attempt + 1, Emitted { meta: record.spout.clone(), batch })?;
+                let id = BatchId { txid: *txid, attempt: record.attempt }.next_attempt();
+                let batch = self.spout.replay(id.txid, id.attempt, &record.spout)?;
+                self.dispatch(id, Emitted { meta: record.spout.clone(), batch })?;
             }
         }
         loop {
@@ -240,7 +239,7 @@ impl Coordinator<'_> {
             while !stopping && !self.exhausted && self.pending.len() < self.config.max_pending {
                 let txid = self.next_txid;
                 match self.emit(txid)? {
-                    Some((attempt, emitted)) => self.dispatch(txid, attempt, emitted)?,
+                    Some((attempt, emitted)) => self.dispatch(BatchId { txid, attempt }, emitted)?,
                     None => self.exhausted = true,
                 }
             }
@@ -255,10 +254,10 @@ impl Coordinator<'_> {
                     _ => break,
                 }
             };
-            let (txid, attempt, tuples, deadline) = (front.txid, front.attempt, front.tuples, front.deadline);
-            let outcome = match self.wait_for(txid, attempt, deadline)? {
+            let (id, tuples, deadline) = (front.id, front.tuples, front.deadline);
+            let outcome = match self.wait_for(id, deadline)? {
                 Some(Done { result: Ok(handover), times, .. }) => {
-                    let committed = self.commit(txid, attempt, handover);
+                    let committed = self.commit(id, handover);
                     if committed.is_ok() {
                         let commit_times = self.committer.take_times();
                         for (operator, time) in times.into_iter().chain(commit_times) {
@@ -279,14 +278,14 @@ impl Coordinator<'_> {
                     let done = self.pending.pop_front().expect("the front batch");
                     self.committed_meta = Some(done.meta);
                     self.report.spout_lag = self.spout.lag(self.committed_meta.as_deref());
-                    self.report.last_committed = txid;
+                    self.report.last_committed = id.txid;
                     self.report.batches += 1;
                     self.report.tuples += tuples;
                     self.report.elapsed = self.started.elapsed();
                     on_report(&self.report);
                 }
                 Err(error) => {
-                    self.fail(txid, attempt, error)?;
+                    self.fail(id, error)?;
                     on_report(&self.report);
                 }
             }
@@ -340,27 +339,26 @@ impl Coordinator<'_> {
 
     /// Hands a batch to the process phase; a transactional spout's batch is
     /// recorded first, so that a replay emits exactly the same tuples.
-    fn dispatch(&mut self, txid: u64, attempt: u32, emitted: Emitted) -> Result<()> {
+    fn dispatch(&mut self, id: BatchId, emitted: Emitted) -> Result<()> {
         if self.kind == SpoutKind::Transactional {
-            self.db.record_batch(self.topology(), txid, &BatchRecord { attempt, spout: emitted.meta.clone() })?;
+            let record = BatchRecord { attempt: id.attempt, spout: emitted.meta.clone() };
+            self.store.record_batch(self.topology(), id.txid, &record)?;
         }
         let tuples = emitted.batch.len() as u64;
-        self.work
-            .send(Work { txid, attempt, batch: emitted.batch })
-            .map_err(|_| anyhow!("the process phase stopped"))?;
+        self.work.send(Work { id, batch: emitted.batch }).map_err(|_| anyhow!("the process phase stopped"))?;
         let deadline = Instant::now() + self.config.batch_timeout;
-        self.pending.push_back(InFlight { txid, attempt, meta: emitted.meta.clone(), tuples, deadline });
+        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), tuples, deadline });
         self.last_meta = Some(emitted.meta);
-        self.next_txid = txid + 1;
+        self.next_txid = id.txid + 1;
         Ok(())
     }
 
-    /// The result of `txid` at `attempt` (results of other attempts are
-    /// stale), or `None` if it did not come by `deadline`.
-    fn wait_for(&mut self, txid: u64, attempt: u32, deadline: Instant) -> Result<Option<Done>> {
+    /// The result of batch `id` (results of its other attempts are stale),
+    /// or `None` if it did not come by `deadline`.
+    fn wait_for(&mut self, id: BatchId, deadline: Instant) -> Result<Option<Done>> {
         loop {
-            if let Some(done) = self.arrived.remove(&txid)
-                && done.attempt == attempt
+            if let Some(done) = self.arrived.remove(&id.txid)
+                && done.id == id
             {
                 return Ok(Some(done));
             }
@@ -371,22 +369,23 @@ impl Coordinator<'_> {
                 Err(mpsc::RecvTimeoutError::Disconnected) => bail!("the process phase stopped"),
             };
             self.report.first_batch_ready.get_or_insert_with(|| self.started.elapsed());
-            let current = self.pending.iter().find(|p| p.txid == done.txid).map(|p| p.attempt);
-            if current == Some(done.attempt) {
-                self.arrived.insert(done.txid, done);
+            if self.pending.iter().any(|p| p.id == done.id) {
+                self.arrived.insert(done.id.txid, done);
             }
         }
     }
 
-    fn commit(&mut self, txid: u64, attempt: u32, handover: Handover) -> Result<(), BatchError> {
+    fn commit(&mut self, id: BatchId, handover: Handover) -> Result<(), BatchError> {
         let meta = self.pending.front().map(|p| p.meta.clone()).unwrap_or_default();
-        let record = BatchRecord { attempt, spout: meta };
+        let record = BatchRecord { attempt: id.attempt, spout: meta };
         let started = Instant::now();
-        let written = self.committer.commit(self.db, txid, &record, handover)?;
+        let written = self.committer.commit(self.store, id.txid, &record, handover)?;
         self.report.commit_latency.record(started.elapsed());
         tracing::debug!(
-            "topology {}: committed txid {txid} (attempt {attempt}): {written} keys written",
-            self.plan.topology
+            "topology {}: committed txid {} (attempt {}): {written} keys written",
+            self.plan.topology,
+            id.txid,
+            id.attempt
         );
         Ok(())
     }
@@ -394,7 +393,8 @@ impl Coordinator<'_> {
     /// Replays `txid` and every later batch in flight as their next attempt,
     /// after a back-off, or halts when the error is fatal or the retry
     /// budget is spent.
-    fn fail(&mut self, txid: u64, attempt: u32, error: BatchError) -> Result<()> {
+    fn fail(&mut self, id: BatchId, error: BatchError) -> Result<()> {
+        let BatchId { txid, attempt } = id;
         let topology = self.topology().to_owned();
         self.report.record_failure(txid, attempt, &error);
         // The error stays the source of the halt, for callers to match on.
@@ -418,7 +418,7 @@ impl Coordinator<'_> {
             self.arrived.clear();
             return Ok(());
         }
-        let last = self.pending.back().map_or(txid, |p| p.txid);
+        let last = self.pending.back().map_or(txid, |p| p.id.txid);
         let backoff = self.config.backoff(attempt);
         tracing::warn!(
             "topology {topology}: txid {txid} attempt {attempt} failed: {error}; replaying txids {txid}..={last} \
@@ -431,9 +431,10 @@ impl Coordinator<'_> {
         let in_flight: Vec<InFlight> = self.pending.drain(..).collect();
         if self.kind == SpoutKind::Transactional {
             for batch in in_flight {
-                let replayed = self.spout.replay(batch.txid, batch.attempt + 1, &batch.meta);
-                let batch_data = replayed.with_context(|| format!("replaying txid {}", batch.txid))?;
-                self.dispatch(batch.txid, batch.attempt + 1, Emitted { meta: batch.meta, batch: batch_data })?;
+                let id = batch.id.next_attempt();
+                let replayed = self.spout.replay(id.txid, id.attempt, &batch.meta);
+                let batch_data = replayed.with_context(|| format!("replaying txid {}", id.txid))?;
+                self.dispatch(id, Emitted { meta: batch.meta, batch: batch_data })?;
             }
         } else {
             // An opaque replay starts again from what was committed; its
@@ -442,8 +443,9 @@ impl Coordinator<'_> {
             self.next_txid = txid;
             self.exhausted = false;
             for batch in in_flight {
-                match self.spout.emit(batch.txid, batch.attempt + 1, self.last_meta.as_deref())? {
-                    Some(emitted) => self.dispatch(batch.txid, batch.attempt + 1, emitted)?,
+                let id = batch.id.next_attempt();
+                match self.spout.emit(id.txid, id.attempt, self.last_meta.as_deref())? {
+                    Some(emitted) => self.dispatch(id, emitted)?,
                     None => break,
                 }
             }
@@ -453,126 +455,4 @@ impl Coordinator<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::SandboxConfig;
-    use crate::exec::Cause;
-    use crate::runtime::{ComponentCache, Limit};
-    use crate::spout::FileLines;
-    use crate::topology::LoadedTopology;
-    use std::path::Path;
-    use weir_sdk::topology::SPOUT_ID;
-
-    /// The hostile guest's topology `name`, each call limited to `call_ms`
-    /// of CPU time.
-    fn hostile(name: &str, call_ms: u64) -> LoadedTopology {
-        let engine = crate::runtime::engine(true).unwrap();
-        let cache = ComponentCache::new(Path::new(weir_test_guests::GUEST_TARGET_DIR).join("compiled-cache"));
-        let sandbox = SandboxConfig { max_call_ms: call_ms, ..SandboxConfig::default() };
-        let component = Path::new(weir_test_guests::HOSTILE);
-        crate::topology::load(&engine, &cache, component, &[name.to_owned()], &sandbox).unwrap().remove(0)
-    }
-
-    /// Runs `loaded` over `spout` into a fresh database: the run's outcome,
-    /// and the last committed txid.
-    fn run_over(loaded: LoadedTopology, spout: &mut dyn Spout, config: RunConfig) -> (Result<RunReport>, u64) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        let name = loaded.plan.topology.clone();
-        let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
-        let outcome = run(&db, loaded.plan, source, spout, &config, &AtomicBool::new(false), &mut |_| {});
-        (outcome, db.progress(&name).unwrap().last_committed)
-    }
-
-    /// Runs topology `name` over `lines`, one line per batch.
-    fn run_lines(name: &str, lines: &str, call_ms: u64, config: RunConfig) -> (Result<RunReport>, u64) {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("input.txt");
-        std::fs::write(&input, lines).unwrap();
-        run_over(hostile(name, call_ms), &mut FileLines::open(&input, 1).unwrap(), config)
-    }
-
-    fn halted_by(outcome: Result<RunReport>) -> BatchError {
-        let error = outcome.expect_err("the run halts");
-        error.downcast_ref::<BatchError>().unwrap_or_else(|| panic!("not a batch error: {error:#}")).clone()
-    }
-
-    fn attempts(max_attempts: u32) -> RunConfig {
-        RunConfig { max_attempts, max_pending: 1, ..RunConfig::default() }
-    }
-
-    #[test]
-    fn a_blocked_operator_halts_the_run_with_the_call_deadline() {
-        let (outcome, committed) = run_lines("sleep-in-wasi", "calm words\nthe attack begins\n", 100, attempts(2));
-        let error = halted_by(outcome);
-        assert_eq!(error.origin, Origin::Operator(Cause::Trapped(Some(Limit::Deadline))), "{error}");
-        assert_eq!((error.operator.as_str(), error.retryable), ("attacker", true));
-        assert_eq!(committed, 1);
-    }
-
-    #[test]
-    fn a_blocked_spout_halts_the_run_with_the_call_deadline() {
-        let loaded = hostile("sleepy-spout", 100);
-        let guest =
-            Some((Arc::clone(loaded.components.for_operator(SPOUT_ID)), loaded.plan.sandboxes.of(SPOUT_ID).clone()));
-        let def = loaded.definition.spout().unwrap().clone();
-        let mut spout =
-            crate::spout::open(&def, &crate::spout::SpoutEnv::local("sleepy-spout", None, 10, None), guest).unwrap();
-        let (outcome, committed) = run_over(loaded, &mut *spout, attempts(2));
-        let error = halted_by(outcome);
-        assert_eq!(error.origin, Origin::Spout(Cause::Trapped(Some(Limit::Deadline))), "{error}");
-        // The spout blocks from txid 4 on.
-        assert_eq!(committed, 3);
-    }
-
-    #[test]
-    fn a_batch_past_the_batch_deadline_halts_the_run_with_it() {
-        // The batch deadline passes long before the call's (4 s).
-        let config = RunConfig { batch_timeout: Duration::from_millis(100), ..attempts(1) };
-        let (outcome, committed) = run_lines("sleep-in-wasi", "the attack begins\n", 2000, config);
-        assert_eq!(halted_by(outcome).origin, Origin::Deadline);
-        assert_eq!(committed, 0);
-    }
-
-    #[test]
-    fn failed_attempts_are_reported_with_their_txid_attempt_and_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("input.txt");
-        std::fs::write(&input, "calm words\nthe attack begins\n").unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        let loaded = hostile("panic", 1000);
-        let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
-        let mut spout = FileLines::open(&input, 1).unwrap();
-        let mut last = RunReport::default();
-        let outcome = run(&db, loaded.plan, source, &mut spout, &attempts(3), &AtomicBool::new(false), &mut |report| {
-            last = report.clone()
-        });
-        assert!(outcome.is_err());
-        let seen: Vec<(u64, u32)> = last.failures.iter().map(|f| (f.txid, f.attempt)).collect();
-        assert_eq!(seen, [(2, 0), (2, 1), (2, 2)]);
-        assert!(last.failures.iter().all(|f| f.error.starts_with("operator attacker: ")), "{:?}", last.failures);
-        assert_eq!(last.last_committed, 1);
-    }
-
-    #[test]
-    fn a_report_keeps_the_recent_failures_and_cuts_long_errors() {
-        let mut report = RunReport::default();
-        for txid in 0..RECENT_FAILURES as u64 + 3 {
-            report.record_failure(txid, 0, &"é".repeat(FAILURE_TEXT));
-        }
-        assert_eq!(report.failures.len(), RECENT_FAILURES);
-        assert_eq!(report.failures.front().map(|f| f.txid), Some(3));
-        let kept = &report.failures[0].error;
-        assert!(kept.len() <= FAILURE_TEXT + " [cut]".len() && kept.ends_with(" [cut]"), "{} bytes", kept.len());
-    }
-
-    #[test]
-    fn what_an_operator_returned_and_how_it_trapped_are_told_apart() {
-        let (outcome, _) = run_lines("read-passwd", "the attack begins\n", 1000, attempts(1));
-        assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Returned));
-        let (outcome, _) = run_lines("panic", "the attack begins\n", 1000, attempts(1));
-        assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Trapped(None)));
-        let (outcome, _) = run_lines("infinite-loop", "the attack begins\n", 100, attempts(1));
-        assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Trapped(Some(Limit::Cpu))));
-    }
-}
+mod tests;

@@ -11,8 +11,8 @@
 
 use crate::bundle::{Bundle, BundledTopology};
 use crate::config::SandboxConfig;
+use crate::load;
 use crate::runtime::{self, ComponentCache};
-use crate::topology;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -418,7 +418,7 @@ fn build_bundle(dir: &Path) -> Result<PathBuf> {
     let cache = ComponentCache::new(runtime::default_cache_dir());
     let mut topologies: Vec<BundledTopology> = Vec::new();
     for (name, wasm, _) in &components {
-        for (_, definition) in topology::describe_all(&engine, &cache, wasm, &SandboxConfig::default())? {
+        for (_, definition) in load::describe_all(&engine, &cache, wasm, &SandboxConfig::default())? {
             if let Some(other) = topologies.iter().find(|t| t.definition.name == definition.name) {
                 bail!(
                     "{}: components {} and {name} both describe topology {}; one must define it",

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use weir::bundle::{Bundle, BundledTopology, is_bundle};
 use weir::config::SandboxConfig;
 use weir::runtime::{self, ComponentCache};
-use weir::{guest_build, plan, topology};
+use weir::{guest_build, load, plan};
 
 #[derive(Args, Debug)]
 pub struct BundleArgs {
@@ -50,7 +50,7 @@ pub fn run(args: BundleArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let described = topology::describe_all(&engine, &cache, &wasm, &config)?;
+    let described = load::describe_all(&engine, &cache, &wasm, &config)?;
     if described.is_empty() {
         bail!("{} defines no topology", wasm.display());
     }

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use weir::bindings::WIT_PACKAGE;
 use weir::bundle::{Bundle, BundledTopology, ComponentEntry, Manifest, is_bundle, sha256_hex};
 use weir::config::SandboxConfig;
+use weir::load;
 use weir::plan::{self, builtin_name};
 use weir::runtime::{self, ComponentCache};
 use weir::spout::SpoutKind;
 use weir::state::rules::kind_name;
-use weir::topology;
 use weir_sdk::topology::{
     AggregatorDef, AggregatorKind, NodeDef, OperationDef, Partitioning, QueryDef, SandboxDef, SpoutDef, TopologyDef,
 };
@@ -53,7 +53,7 @@ fn read_manifest(args: &InspectArgs) -> Result<Manifest> {
     let engine = runtime::engine(true)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
     let name = args.path.file_name().and_then(|n| n.to_str()).unwrap_or("component.wasm").to_owned();
-    let topologies = topology::describe_all(&engine, &cache, &args.path, &SandboxConfig::default())?
+    let topologies = load::describe_all(&engine, &cache, &args.path, &SandboxConfig::default())?
         .into_iter()
         .map(|(_, definition)| BundledTopology::single(name.clone(), definition))
         .collect();

@@ -6,11 +6,11 @@ use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
 use weir::config::SandboxConfig;
+use weir::instances::OperatorSource;
 use weir::json::to_json;
-use weir::operators::OperatorSource;
 use weir::runtime::{self, ComponentCache};
 use weir::state::Db;
-use weir::{exec, topology};
+use weir::{exec, load};
 
 #[derive(Args, Debug)]
 pub struct QueryArgs {
@@ -58,12 +58,12 @@ fn local(args: &QueryArgs) -> Result<Vec<serde_json::Value>> {
     let data = args.data.as_deref().expect("clap requires --data without --server");
     let source = match &args.component {
         Some(path) => path.clone(),
-        None => topology::remembered_source(data, &args.topology)?,
+        None => load::remembered_source(data, &args.topology)?,
     };
     let engine = runtime::engine(true)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
     let config = SandboxConfig { topology: args.topology_limits.limits(), ..SandboxConfig::default() };
-    let mut loaded = topology::load(&engine, &cache, &source, std::slice::from_ref(&args.topology), &config)?;
+    let mut loaded = load::topologies(&engine, &cache, &source, std::slice::from_ref(&args.topology), &config)?;
     let loaded = loaded.pop().context("no topology loaded")?;
     let db = Db::open(data)?;
     let rows = exec::query(&db, &loaded.plan, &OperatorSource::Wasm(loaded.components), &args.query, &args.args)?;

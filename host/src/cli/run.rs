@@ -14,11 +14,11 @@ use weir::config::{
     SandboxConfig,
 };
 use weir::coordinator::{self, RunReport};
-use weir::operators::OperatorSource;
+use weir::instances::OperatorSource;
 use weir::runtime::{self, ComponentCache};
 use weir::spout;
 use weir::state::Db;
-use weir::{guest_build, topology};
+use weir::{guest_build, load};
 use weir_sdk::topology::SPOUT_ID;
 
 use super::nats::NatsArgs;
@@ -158,7 +158,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     }
     let engine = runtime::engine(args.max_call_ms > 0)?;
     let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
-    let mut topologies = topology::load(&engine, &cache, &wasm, &args.topology, &sandbox)?;
+    let mut topologies = load::topologies(&engine, &cache, &wasm, &args.topology, &sandbox)?;
     if args.parallelism > 1 {
         for loaded in &mut topologies {
             let plan = loaded.plan.with_parallelism(args.parallelism as usize);
@@ -183,7 +183,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     }
     let loaded_after = started.elapsed();
     for loaded in &topologies {
-        topology::remember(&args.data, &loaded.plan.topology, &wasm)?;
+        load::remember(&args.data, &loaded.plan.topology, &wasm)?;
     }
     let cached = topologies[0].components.default.was_cached();
     tracing::info!(

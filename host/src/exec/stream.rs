@@ -1,8 +1,8 @@
 //! Operations on tuples that need no state: functions, filters,
 //! repartitioning, joins, and the least or greatest tuple.
 
-use super::{BatchError, Parts, copy_row, guest_input, malformed, push_kept};
-use crate::operators::{Operators, Request};
+use super::{BatchError, PartitionId, Parts, copy_row, guest_input, malformed, push_kept};
+use crate::instances::{Instances, Request};
 use crate::plan::{FunctionKind, Input, Node};
 use crate::state::keys;
 use std::collections::HashMap;
@@ -13,9 +13,9 @@ use weir_sdk::topology::{JoinKind, Partitioning};
 /// A guest function (`each`, `map`, `flat_map`, `peek`) over one partition.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn function(
-    operators: &mut Operators,
+    instances: &mut Instances,
     node: &Node,
-    batch_id: (u64, u32, u32),
+    batch_id: PartitionId,
     kind: FunctionKind,
     input: &Input,
     kept: &[usize],
@@ -24,7 +24,7 @@ pub(super) fn function(
 ) -> Result<Batch<'static>, BatchError> {
     let id = &node.id;
     let guest_in = guest_input(batch, input);
-    let out = operators.call(id, batch_id, &input.names, Request::Function(&guest_in))?;
+    let out = instances.call(id, batch_id, &input.names, Request::Function(&guest_in))?;
     if kind == FunctionKind::Peek {
         return Ok(if kept.len() == batch.arity() { batch.clone() } else { super::project(batch, kept) });
     }
@@ -51,15 +51,15 @@ pub(super) fn function(
 
 /// A guest filter over one partition.
 pub(super) fn filter(
-    operators: &mut Operators,
+    instances: &mut Instances,
     node: &Node,
-    batch_id: (u64, u32, u32),
+    batch_id: PartitionId,
     input: &Input,
     kept: &[usize],
     batch: &Batch<'static>,
 ) -> Result<Batch<'static>, BatchError> {
     let guest_in = guest_input(batch, input);
-    let keep = operators.call(&node.id, batch_id, &input.names, Request::Filter(&guest_in))?;
+    let keep = instances.call(&node.id, batch_id, &input.names, Request::Filter(&guest_in))?;
     if keep.len() != batch.len() {
         return Err(malformed(&node.id, format!("{} verdicts for {} rows", keep.len(), batch.len())));
     }

@@ -1,341 +1,20 @@
-//! A loaded component, and one sandboxed instance of it per operator.
-//!
-//! Every call into an instance, its instantiation included, runs as a
-//! future under two limits. Guest code is interrupted by the epoch at the
-//! call's CPU time limit, as it passes loop heads and calls. A guest waiting
-//! in a host call runs no code that could be interrupted, but WASI is linked
-//! asynchronously, so such a wait is a pending future, and the thread that
-//! runs the call stops waiting at the call's deadline, set past the CPU
-//! limit, and abandons it. The abandoned future is dropped, which unwinds
-//! the guest's stack, and so is the instance, whose store a trap or an
-//! abandoned call leaves unusable.
+//! One sandboxed instance of a component per operator, and the calls into
+//! it: every export of the WIT interface `operators`, each under its
+//! sandbox's limits (see [`super::call`]).
 
-use super::cache::{CacheOutcome, ComponentCache};
-use super::guest_output::{GuestOutput, LogLimitExceeded};
-use super::limits::{Limit, MemoryLimiter, call_deadline, deadline_ticks};
+use super::call::{CallError, settle, within};
+use super::component::HostState;
+use super::guest_output::GuestOutput;
+use super::limits::{Limit, call_deadline, deadline_ticks};
 use super::random::BatchRandom;
-use crate::bindings::{
-    BatchContext, OperatorError, Operators as GuestOperators, PartitionBatch, SpoutContext, Topology, TopologyPre,
-    WIT_PACKAGE,
-};
+use crate::bindings::{BatchContext, OperatorError, OperatorExports, PartitionBatch, SpoutContext, Topology};
 use crate::sandbox::OperatorSandbox;
-use crate::state::budget::StateLimitExceeded;
-use crate::state::handle::{StateCallError, StateHandle};
-use anyhow::{Context, Result, bail};
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::{self, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
-use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
-use wasmtime::{Engine, Store, Trap};
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use crate::state::handle::StateHandle;
+use anyhow::Result;
+use std::time::Duration;
+use wasmtime::Store;
+use wasmtime::component::Resource;
 use weir_sdk::topology::SPOUT_ID;
-
-/// What a guest instance's store holds: WASI with only what was granted, and
-/// the instance's memory limiter.
-pub struct HostState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: MemoryLimiter,
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
-    }
-}
-
-impl crate::bindings::weir::topology::types::Host for HostState {}
-
-impl crate::bindings::weir::topology::state::Host for HostState {}
-
-/// A state call's answer: a malformed request is the guest's to handle; a
-/// limit hit or a failed store traps the call.
-fn state_answer<T>(result: Result<T, StateCallError>) -> wasmtime::Result<Result<T, String>> {
-    match result {
-        Ok(value) => Ok(Ok(value)),
-        Err(StateCallError::Request(message)) => Ok(Err(message)),
-        Err(StateCallError::Abort(error)) => Err(wasmtime::Error::from_anyhow(error)),
-    }
-}
-
-impl crate::bindings::weir::topology::state::HostMapState for HostState {
-    fn multi_get(&mut self, state: Resource<StateHandle>, keys: Vec<u8>) -> wasmtime::Result<Result<Vec<u8>, String>> {
-        state_answer(self.table.get(&state)?.get_packed(&keys))
-    }
-
-    fn multi_put(&mut self, state: Resource<StateHandle>, entries: Vec<u8>) -> wasmtime::Result<Result<(), String>> {
-        state_answer(self.table.get(&state)?.put_packed(&entries))
-    }
-
-    fn drop(&mut self, state: Resource<StateHandle>) -> wasmtime::Result<()> {
-        self.table.delete(state)?;
-        Ok(())
-    }
-}
-
-/// A component compiled and linked, ready to instantiate.
-pub struct LoadedComponent {
-    path: PathBuf,
-    engine: Engine,
-    pre: TopologyPre<HostState>,
-    cache_outcome: CacheOutcome,
-}
-
-const CORE_MODULE_VERSION: [u8; 4] = [1, 0, 0, 0];
-
-fn check_header(path: &Path, wasm: &[u8]) -> Result<()> {
-    if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
-        bail!("{} is not a WebAssembly file", path.display());
-    }
-    if wasm[4..8] == CORE_MODULE_VERSION {
-        bail!(
-            "{} is a core WebAssembly module, not a component: build the guest for wasm32-wasip2 \
-             (cargo build --target wasm32-wasip2), which produces a component",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-/// A guest may import WASI 0.2 (linked with nothing granted) and the types
-/// of our own package, and nothing else: name what else it asks for.
-fn refuse_unknown_imports(path: &Path, engine: &Engine, component: &Component) -> Result<()> {
-    let unknown: Vec<String> = component
-        .component_type()
-        .imports(engine)
-        .map(|(name, _)| name.to_owned())
-        .filter(|name| {
-            !name.starts_with("wasi:")
-                && !name.starts_with("weir:topology/types@")
-                && !name.starts_with("weir:topology/state@")
-        })
-        .collect();
-    if !unknown.is_empty() {
-        bail!(
-            "{} cannot be linked: it imports {}, which this host does not provide (guests may import WASI 0.2 only)",
-            path.display(),
-            unknown.join(", ")
-        );
-    }
-    Ok(())
-}
-
-impl LoadedComponent {
-    /// Reads, compiles (or loads from `cache`) and links the component at `path`.
-    pub fn load(engine: &Engine, cache: &ComponentCache, path: &Path) -> Result<LoadedComponent> {
-        let wasm = std::fs::read(path).with_context(|| format!("cannot read component {}", path.display()))?;
-        LoadedComponent::from_bytes(engine, cache, path, &wasm)
-    }
-
-    /// Compiles (or loads from `cache`) and links the component `wasm`;
-    /// errors name it by `path`.
-    pub fn from_bytes(engine: &Engine, cache: &ComponentCache, path: &Path, wasm: &[u8]) -> Result<LoadedComponent> {
-        check_header(path, wasm)?;
-        let (component, cache_outcome) =
-            cache.load(engine, wasm).with_context(|| format!("{} is not a valid component", path.display()))?;
-        refuse_unknown_imports(path, engine, &component)?;
-        let mut linker = Linker::new(engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        Topology::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
-        let pre = linker
-            .instantiate_pre(&component)
-            .and_then(TopologyPre::new)
-            .map_err(anyhow::Error::from)
-            .with_context(|| format!("{} does not implement the {WIT_PACKAGE} world `topology`", path.display()))?;
-        Ok(LoadedComponent { path: path.to_owned(), engine: engine.clone(), pre, cache_outcome })
-    }
-
-    /// Whether loading found the component compiled in the cache.
-    pub fn was_cached(&self) -> bool {
-        self.cache_outcome == CacheOutcome::Hit
-    }
-
-    /// The component's file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A fresh instance, in a store of its own, for `topology`'s `operator`,
-    /// with the limits and capabilities of `sandbox` and nothing else.
-    pub fn instantiate(&self, topology: &str, operator: &str, sandbox: &OperatorSandbox) -> Result<Guest, CallError> {
-        let (stdout, stderr) = GuestOutput::pair(topology, operator, sandbox.log);
-        let random = BatchRandom::default();
-        let mut wasi = WasiCtxBuilder::new();
-        // Filesystem calls run on tokio's blocking pool rather than on the
-        // calling thread, so that a read that never returns (a FIFO in a
-        // granted directory) leaves a pending future the deadline abandons.
-        wasi.stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .secure_random(random.clone())
-            .insecure_random(random.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .allow_blocking_current_thread(false);
-        for (host, guest) in &sandbox.read_only_dirs {
-            wasi.preopened_dir(host, guest, FsPerms::ReadOnly).map_err(|e| {
-                CallError::trap(None, format!("granting {} to operator {operator}: {e:#}", host.display()))
-            })?;
-        }
-        let state = HostState {
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter::new(sandbox.memory_bytes),
-        };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.limiter);
-        // Instantiation runs guest code too: it gets a call's limits.
-        store.set_epoch_deadline(deadline_ticks(sandbox.call_ms));
-        let instantiated = within(call_deadline(sandbox.call_ms), self.pre.instantiate_async(&mut store));
-        let bindings = settle(&mut store, &stderr, sandbox, instantiated).map_err(|e| match e {
-            CallError::Trap { limit, message } => CallError::trap(
-                limit,
-                format!("instantiating {} for operator {operator}: {message}", self.path.display()),
-            ),
-            other => other,
-        })?;
-        Ok(Guest { store, bindings, stdout, stderr, random, sandbox: sandbox.clone() })
-    }
-}
-
-/// Runs `call` on this thread to its end, or until `deadline` passes:
-/// `None` then, and the call is abandoned (its future dropped).
-///
-/// The thread polls the call and sleeps while it is pending (its guest
-/// waits in a host call), until woken or the deadline passes: no timer is
-/// registered per call. What the call waits on (WASI's clocks, its
-/// filesystem calls on the blocking pool) lives in WASI's ambient tokio
-/// runtime: the caller's, where it is a runtime's blocking thread (the
-/// server calls guests from `spawn_blocking`), else a runtime of WASI's
-/// own. It must not be called from an async task, whose thread must not
-/// block.
-fn within<F: Future>(deadline: Option<Duration>, call: F) -> Option<F::Output> {
-    wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| {
-        let until = deadline.map(|deadline| Instant::now() + deadline);
-        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut context = task::Context::from_waker(&waker);
-        let mut call = pin!(call);
-        loop {
-            if let Poll::Ready(output) = call.as_mut().poll(&mut context) {
-                return Some(output);
-            }
-            match until.map(|until| until.saturating_duration_since(Instant::now())) {
-                Some(Duration::ZERO) => return None,
-                Some(left) => std::thread::park_timeout(left),
-                None => std::thread::park(),
-            }
-        }
-    })
-}
-
-/// Wakes the thread that runs a call.
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// What a call into `store` came back with, or why it did not: the limit
-/// it hit first, what the guest said last (a panic's message), and the
-/// wasm backtrace, in words a user can act on.
-fn settle<T>(
-    store: &mut Store<HostState>,
-    stderr: &GuestOutput,
-    sandbox: &OperatorSandbox,
-    result: Option<wasmtime::Result<T>>,
-) -> Result<T, CallError> {
-    let error = match result {
-        Some(Ok(value)) => return Ok(value),
-        Some(Err(error)) => Some(error),
-        None => None,
-    };
-    let exceeded = store.data_mut().limiter.exceeded.take();
-    let (limit, explained) = match (&error, exceeded) {
-        (None, _) => (
-            Some(Limit::Deadline),
-            format!(
-                "deadline of {} ms per call exceeded: the guest was blocked in a host call (a WASI sleep or \
-                 poll, for example), and the call was abandoned",
-                call_deadline(sandbox.call_ms).unwrap_or_default().as_millis()
-            ),
-        ),
-        (Some(_), Some(bytes)) => (
-            Some(Limit::Memory),
-            format!(
-                "memory limit of {} MiB exceeded (the guest tried to grow its memory to {:.1} MiB)",
-                sandbox.memory_bytes >> 20,
-                bytes as f64 / f64::from(1 << 20)
-            ),
-        ),
-        (Some(error), None) => match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => {
-                (Some(Limit::Cpu), format!("CPU time limit of {} ms per call exceeded", sandbox.call_ms))
-            }
-            Some(Trap::StackOverflow) => {
-                (Some(Limit::Stack), "stack overflow: the guest exhausted its call stack".to_owned())
-            }
-            _ => match (error.downcast_ref::<StateLimitExceeded>(), error.downcast_ref::<LogLimitExceeded>()) {
-                (Some(exceeded), _) => (Some(Limit::State), exceeded.to_string()),
-                (None, Some(exceeded)) => (Some(Limit::Log), exceeded.to_string()),
-                (None, None) => (None, String::new()),
-            },
-        },
-    };
-    let mut message = if explained.is_empty() { String::new() } else { format!("{explained}\n") };
-    let said: Vec<String> = stderr.take_recent().into_iter().filter(|l| !l.is_empty()).collect();
-    if !said.is_empty() {
-        message.push_str(&format!("guest stderr: {}\n", said.join("\n  ")));
-    }
-    if let Some(error) = error {
-        message.push_str(&format!("{error:?}"));
-    }
-    Err(CallError::trap(limit, message.trim_end().to_owned()))
-}
-
-/// Why a call into a guest failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CallError {
-    /// The guest asked for the batch to be replayed.
-    Retry(String),
-    /// The guest asked for the topology to halt.
-    Fatal(String),
-    /// The guest trapped (a panic, an out-of-bounds access, ...), hit one of
-    /// its sandbox's limits (`limit`), or was abandoned at its deadline; the
-    /// instance is dropped and the batch replayed.
-    Trap {
-        /// The limit the call hit, if that is why it trapped.
-        limit: Option<Limit>,
-        /// What happened, with what the guest wrote last and its backtrace.
-        message: String,
-    },
-}
-
-impl CallError {
-    fn trap(limit: Option<Limit>, message: impl Into<String>) -> CallError {
-        CallError::Trap { limit, message: message.into() }
-    }
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Retry(m) => write!(f, "retry: {m}"),
-            CallError::Fatal(m) => write!(f, "fatal: {m}"),
-            CallError::Trap { message, .. } => write!(f, "trap: {message}"),
-        }
-    }
-}
-
-impl std::error::Error for CallError {}
 
 /// One operator instance: its own store, its own captured output.
 pub struct Guest {
@@ -354,6 +33,18 @@ type Returned<T> = wasmtime::Result<Result<T, OperatorError>>;
 type Call<T> = Option<Returned<T>>;
 
 impl Guest {
+    /// The instance of `store`, whose component's exports are `bindings`.
+    pub(super) fn new(
+        store: Store<HostState>,
+        bindings: Topology,
+        stdout: GuestOutput,
+        stderr: GuestOutput,
+        random: BatchRandom,
+        sandbox: OperatorSandbox,
+    ) -> Guest {
+        Guest { store, bindings, stdout, stderr, random, sandbox }
+    }
+
     /// Readies the instance for a call on `ctx`'s batch: a fresh CPU
     /// deadline, randomness seeded from the batch. Returns the call's deadline.
     fn prepare(&mut self, ctx: &BatchContext) -> Option<Duration> {
@@ -532,7 +223,7 @@ impl Guest {
         &mut self,
         ctx: &BatchContext,
         state: &StateHandle,
-        call: impl AsyncFnOnce(&GuestOperators, &mut Store<HostState>, Resource<StateHandle>) -> Returned<Vec<u8>>,
+        call: impl AsyncFnOnce(&OperatorExports, &mut Store<HostState>, Resource<StateHandle>) -> Returned<Vec<u8>>,
     ) -> Result<Vec<u8>, CallError> {
         let deadline = self.prepare(ctx);
         let resource =
@@ -583,6 +274,8 @@ impl Guest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::{ComponentCache, LoadedComponent};
+    use std::path::Path;
     use std::sync::OnceLock;
     use std::time::Instant;
     use weir_sdk::codec::{BatchWriter, ValueRef};

@@ -2,14 +2,18 @@
 //! sandboxed instance per operator.
 
 mod cache;
+mod call;
+mod component;
 mod guest_output;
 mod instance;
 mod limits;
 mod random;
 
 pub use cache::{CacheOutcome, ComponentCache, default_cache_dir};
+pub use call::CallError;
+pub use component::LoadedComponent;
 pub use guest_output::{GuestLine, recent_lines};
-pub use instance::{CallError, Guest, LoadedComponent};
+pub use instance::Guest;
 pub use limits::Limit;
 
 use anyhow::Result;

@@ -1,7 +1,7 @@
 //! The topologies a server runs: each deployed under a name of its own from
 //! a bundle stored in the data dir by its content hash, run by its own
-//! coordinator on threads of its own, its deployment recorded in redb so
-//! that a restarted server resumes it.
+//! coordinator on threads of its own, its deployment recorded in the
+//! [registry](super::registry) so that a restarted server resumes it.
 //!
 //! Deploy, upgrade, stop, resume and delete of one name are serialised: a
 //! second such call on a name that one is working on gets 409. Nothing from
@@ -9,17 +9,18 @@
 //! `bundles/<sha256>.weir`, only once everything about the deployment has
 //! been checked, and inputs are opened through [`InputScope`].
 
+use super::registry::{DeploymentRecord, Registry};
 use crate::bundle::{Bundle, supports_wit};
 use crate::config::{MAX_DEPLOYMENT_NAME, RunConfig, SandboxConfig};
 use crate::coordinator::{self, RunReport};
-use crate::operators::{Components, OperatorSource};
+use crate::instances::{Components, OperatorSource};
+use crate::load;
 use crate::plan::Plan;
 use crate::runtime::ComponentCache;
 use crate::spout::{self, InputScope};
 use crate::state::Db;
-use crate::topology;
 use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,21 +30,6 @@ use std::time::{Duration, Instant};
 use wasmtime::Engine;
 use weir_sdk::codec::Value;
 use weir_sdk::topology::{SPOUT_ID, TopologyDef};
-
-/// What is remembered of a deployment across restarts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeploymentRecord {
-    /// The bundle's file in the data dir's `bundles/`.
-    pub bundle: String,
-    /// The bundle's topology it runs; absent in records written before
-    /// deployments had names of their own, whose name is their topology's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topology: Option<String>,
-    /// The input file or directory of the topology's spout, if it reads one.
-    pub input: Option<PathBuf>,
-    /// Whether it should be running.
-    pub running: bool,
-}
 
 /// Whether a served topology runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -319,6 +305,8 @@ pub struct DeployRequest {
 /// The deployed topologies, by name.
 pub struct Deployments {
     host: Arc<Host>,
+    /// What runs, recorded across restarts.
+    registry: Registry,
     deployed: Mutex<BTreeMap<String, Deployment>>,
     /// Names a deploy, upgrade, stop, resume or delete is working on.
     busy: Mutex<BTreeSet<String>>,
@@ -331,15 +319,14 @@ impl Deployments {
     /// One that cannot be loaded is listed as failed, with the reason.
     pub fn resume(host: Arc<Host>) -> Result<Deployments> {
         let deployments = Deployments {
+            registry: Registry::new(Arc::clone(&host.db)),
             host,
             deployed: Mutex::new(BTreeMap::new()),
             busy: Mutex::new(BTreeSet::new()),
             closing: AtomicBool::new(false),
         };
         let mut deployed = deployments.lock();
-        for (name, record) in deployments.host.db.deployments()? {
-            let record: DeploymentRecord = serde_json::from_slice(&record)
-                .with_context(|| format!("the deployment record of {name} cannot be read"))?;
+        for (name, record) in deployments.registry.list()? {
             let mut deployment = Deployment { record, loaded: None, status: Arc::default(), running: None };
             let topology = deployment.topology(&name).to_owned();
             match deployments.load_stored(&deployment.record, &topology, &name) {
@@ -386,7 +373,7 @@ impl Deployments {
     /// `name`.
     fn load(&self, path: &Path, topology: &str, name: &str) -> Result<Loaded> {
         let host = &self.host;
-        let mut loaded = topology::load(&host.engine, &host.cache, path, &[topology.to_owned()], &host.sandbox)?;
+        let mut loaded = load::topologies(&host.engine, &host.cache, path, &[topology.to_owned()], &host.sandbox)?;
         let loaded = loaded.remove(0);
         let mut plan = loaded.plan;
         Arc::make_mut(&mut plan).stored_as = name.to_owned();
@@ -488,7 +475,7 @@ impl Deployments {
         let started = self.save(&name, &deployment.record).and_then(|()| self.start(&name, &mut deployment));
         if let Err(e) = started {
             // Only the record: state kept from an earlier deployment of the name stays.
-            let _ = self.host.db.forget_deployment(&name, false);
+            let _ = self.registry.forget(&name, false);
             self.forget_bundle(&deployed, &deployment.record.bundle);
             return Err(e.into());
         }
@@ -505,7 +492,7 @@ impl Deployments {
     }
 
     fn save(&self, name: &str, record: &DeploymentRecord) -> Result<()> {
-        self.host.db.save_deployment(name, &serde_json::to_vec(record).context("encoding the deployment")?)
+        self.registry.save(name, record)
     }
 
     /// Starts `deployment`'s coordinator on a thread of its own.
@@ -537,7 +524,7 @@ impl Deployments {
                 };
                 let mut spout = spout::open(spout_def, &env, guest)?;
                 coordinator::run(
-                    &host.db,
+                    &*host.db,
                     Arc::clone(&loaded.plan),
                     OperatorSource::Wasm(Arc::clone(&loaded.components)),
                     &mut *spout,
@@ -707,7 +694,7 @@ impl Deployments {
     pub fn delete(&self, name: &str, drop_state: bool) -> Result<(), DeployError> {
         let _claim = self.claim(name)?;
         self.halt(name, false)?;
-        self.host.db.forget_deployment(name, drop_state)?;
+        self.registry.forget(name, drop_state)?;
         let mut deployed = self.lock();
         if let Some(deployment) = deployed.remove(name) {
             self.forget_bundle(&deployed, &deployment.record.bundle);

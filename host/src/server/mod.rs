@@ -11,6 +11,7 @@ mod dashboard;
 pub mod deployments;
 mod history;
 mod metrics;
+pub mod registry;
 
 use crate::config::{DEFAULT_STATE_PAGE, HISTORY_INTERVAL, MAX_STATE_PAGE};
 use axum::body::{Body, Bytes};

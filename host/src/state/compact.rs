@@ -10,17 +10,12 @@
 //!        | 5 varint utf8-bytes       string (length first)
 //!        | 6 varint bytes            bytes (length first)
 //! ```
+//!
+//! The kinds are the batch encoding's ([`ValueKind`]); what follows them
+//! is this encoding's own.
 
 use anyhow::{Result, bail};
-use weir_sdk::codec::{self, ValueRef};
-
-const NULL: u8 = 0;
-const FALSE: u8 = 1;
-const TRUE: u8 = 2;
-const I64: u8 = 3;
-const F64: u8 = 4;
-const STR: u8 = 5;
-const BYTES: u8 = 6;
+use weir_sdk::codec::{self, ValueKind, ValueRef};
 
 /// Appends `n` as a LEB128 varint.
 #[inline]
@@ -49,24 +44,24 @@ pub fn read_varint(bytes: &[u8]) -> Result<(u64, &[u8])> {
 #[inline]
 pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
     match value {
-        ValueRef::Null => out.push(NULL),
-        ValueRef::Bool(false) => out.push(FALSE),
-        ValueRef::Bool(true) => out.push(TRUE),
+        ValueRef::Null => out.push(ValueKind::Null.byte()),
+        ValueRef::Bool(false) => out.push(ValueKind::False.byte()),
+        ValueRef::Bool(true) => out.push(ValueKind::True.byte()),
         ValueRef::I64(i) => {
-            out.push(I64);
+            out.push(ValueKind::I64.byte());
             write_varint(out, ((i << 1) ^ (i >> 63)) as u64);
         }
         ValueRef::F64(f) => {
-            out.push(F64);
+            out.push(ValueKind::F64.byte());
             out.extend_from_slice(&f.to_le_bytes());
         }
-        ValueRef::Str(s) => write_len_prefixed(out, STR, s.as_bytes()),
-        ValueRef::Bytes(b) => write_len_prefixed(out, BYTES, b),
+        ValueRef::Str(s) => write_len_prefixed(out, ValueKind::Str, s.as_bytes()),
+        ValueRef::Bytes(b) => write_len_prefixed(out, ValueKind::Bytes, b),
     }
 }
 
-fn write_len_prefixed(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
-    out.push(kind);
+fn write_len_prefixed(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
+    out.push(kind.byte());
     write_varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
@@ -74,32 +69,32 @@ fn write_len_prefixed(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
 /// Reads the value at the start of `bytes`, returning it and the bytes after it.
 #[inline]
 pub fn read_value(bytes: &[u8]) -> Result<(ValueRef<'_>, &[u8])> {
-    let Some((&kind, rest)) = bytes.split_first() else { bail!("truncated stored value") };
+    let Some((&byte, rest)) = bytes.split_first() else { bail!("truncated stored value") };
+    let Some(kind) = ValueKind::from_byte(byte) else { bail!("unknown value kind {byte} in stored value") };
     Ok(match kind {
-        NULL => (ValueRef::Null, rest),
-        FALSE => (ValueRef::Bool(false), rest),
-        TRUE => (ValueRef::Bool(true), rest),
-        I64 => {
+        ValueKind::Null => (ValueRef::Null, rest),
+        ValueKind::False => (ValueRef::Bool(false), rest),
+        ValueKind::True => (ValueRef::Bool(true), rest),
+        ValueKind::I64 => {
             let (n, rest) = read_varint(rest)?;
             (ValueRef::I64((n >> 1) as i64 ^ -((n & 1) as i64)), rest)
         }
-        F64 => {
+        ValueKind::F64 => {
             let Some((bits, rest)) = rest.split_first_chunk::<8>() else { bail!("truncated float in stored value") };
             (ValueRef::F64(f64::from_le_bytes(*bits)), rest)
         }
-        STR | BYTES => {
+        ValueKind::Str | ValueKind::Bytes => {
             let (len, rest) = read_varint(rest)?;
             let Some((payload, rest)) = usize::try_from(len).ok().and_then(|len| rest.split_at_checked(len)) else {
-                bail!("truncated {} in stored value", if kind == STR { "string" } else { "bytes" })
+                bail!("truncated {} in stored value", if kind == ValueKind::Str { "string" } else { "bytes" })
             };
-            if kind == BYTES {
+            if kind == ValueKind::Bytes {
                 (ValueRef::Bytes(payload), rest)
             } else {
                 let Ok(s) = codec::utf8(payload) else { bail!("stored string is not valid UTF-8") };
                 (ValueRef::Str(s), rest)
             }
         }
-        other => bail!("unknown value kind {other} in stored value"),
     })
 }
 
@@ -143,7 +138,8 @@ mod tests {
 
     #[test]
     fn truncated_and_unknown_values_are_errors() {
-        for bad in [&[][..], &[I64, 0x80], &[F64, 1, 2], &[STR, 3, b'a'], &[STR, 1, 0xff], &[9]] {
+        let [i64, f64, str] = [ValueKind::I64, ValueKind::F64, ValueKind::Str].map(ValueKind::byte);
+        for bad in [&[][..], &[i64, 0x80], &[f64, 1, 2], &[str, 3, b'a'], &[str, 1, 0xff], &[9]] {
             assert!(read_value(bad).is_err(), "{bad:?}");
         }
         assert!(read_varint(&[0xff; 11]).is_err());

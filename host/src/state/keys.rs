@@ -4,42 +4,36 @@
 //! Each value is a kind byte followed by bytes that compare, as bytes, in the
 //! value's order: integers big-endian with the sign bit flipped, floats in
 //! IEEE total order, strings and bytes with 0x00 escaped as 0x00 0xFF and
-//! ended by 0x00 0x00 (so a prefix sorts first).
+//! ended by 0x00 0x00 (so a prefix sorts first). The kinds are the batch
+//! encoding's ([`ValueKind`]), which sort in the order of their values'
+//! types.
 
 use anyhow::{Result, bail};
-use weir_sdk::codec::{Value, ValueRef};
-
-const NULL: u8 = 0;
-const FALSE: u8 = 1;
-const TRUE: u8 = 2;
-const I64: u8 = 3;
-const F64: u8 = 4;
-const STR: u8 = 5;
-const BYTES: u8 = 6;
+use weir_sdk::codec::{Value, ValueKind, ValueRef};
 
 /// Appends the order-preserving encoding of `value` to `out`.
 pub fn encode_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
     match value {
-        ValueRef::Null => out.push(NULL),
-        ValueRef::Bool(false) => out.push(FALSE),
-        ValueRef::Bool(true) => out.push(TRUE),
+        ValueRef::Null => out.push(ValueKind::Null.byte()),
+        ValueRef::Bool(false) => out.push(ValueKind::False.byte()),
+        ValueRef::Bool(true) => out.push(ValueKind::True.byte()),
         ValueRef::I64(i) => {
-            out.push(I64);
+            out.push(ValueKind::I64.byte());
             out.extend_from_slice(&((i as u64) ^ (1 << 63)).to_be_bytes());
         }
         ValueRef::F64(f) => {
             let bits = f.to_bits();
             let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
-            out.push(F64);
+            out.push(ValueKind::F64.byte());
             out.extend_from_slice(&ordered.to_be_bytes());
         }
-        ValueRef::Str(s) => encode_escaped(out, STR, s.as_bytes()),
-        ValueRef::Bytes(b) => encode_escaped(out, BYTES, b),
+        ValueRef::Str(s) => encode_escaped(out, ValueKind::Str, s.as_bytes()),
+        ValueRef::Bytes(b) => encode_escaped(out, ValueKind::Bytes, b),
     }
 }
 
-fn encode_escaped(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
-    out.push(kind);
+fn encode_escaped(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
+    out.push(kind.byte());
     // Most keys hold no zero byte: copy them whole.
     if !bytes.contains(&0) {
         out.extend_from_slice(bytes);
@@ -66,24 +60,25 @@ pub fn encode<'v>(values: impl IntoIterator<Item = ValueRef<'v>>) -> Vec<u8> {
 /// Decodes a key written by [`encode`].
 pub fn decode(mut key: &[u8]) -> Result<Vec<Value>> {
     let mut values = Vec::new();
-    while let Some((&kind, rest)) = key.split_first() {
+    while let Some((&byte, rest)) = key.split_first() {
         key = rest;
+        let Some(kind) = ValueKind::from_byte(byte) else { bail!("unknown value kind {byte} in key") };
         values.push(match kind {
-            NULL => Value::Null,
-            FALSE => Value::Bool(false),
-            TRUE => Value::Bool(true),
-            I64 | F64 => {
+            ValueKind::Null => Value::Null,
+            ValueKind::False => Value::Bool(false),
+            ValueKind::True => Value::Bool(true),
+            ValueKind::I64 | ValueKind::F64 => {
                 let Some((bytes, rest)) = key.split_first_chunk::<8>() else { bail!("truncated number in key") };
                 key = rest;
                 let bits = u64::from_be_bytes(*bytes);
-                if kind == I64 {
+                if kind == ValueKind::I64 {
                     Value::I64((bits ^ (1 << 63)) as i64)
                 } else {
                     let bits = if bits >> 63 == 1 { bits & !(1 << 63) } else { !bits };
                     Value::F64(f64::from_bits(bits))
                 }
             }
-            STR | BYTES => {
+            ValueKind::Str | ValueKind::Bytes => {
                 let mut bytes = Vec::new();
                 loop {
                     match key {
@@ -102,9 +97,8 @@ pub fn decode(mut key: &[u8]) -> Result<Vec<Value>> {
                         _ => bail!("unterminated string in key"),
                     }
                 }
-                if kind == STR { Value::Str(String::from_utf8(bytes)?) } else { Value::Bytes(bytes) }
+                if kind == ValueKind::Str { Value::Str(String::from_utf8(bytes)?) } else { Value::Bytes(bytes) }
             }
-            other => bail!("unknown value kind {other} in key"),
         });
     }
     Ok(values)
@@ -153,8 +147,8 @@ mod tests {
 
     #[test]
     fn corrupt_keys_are_errors() {
-        assert!(decode(&[STR, b'a']).is_err());
-        assert!(decode(&[I64, 1, 2]).is_err());
+        assert!(decode(&[ValueKind::Str.byte(), b'a']).is_err());
+        assert!(decode(&[ValueKind::I64.byte(), 1, 2]).is_err());
         assert!(decode(&[42]).is_err());
     }
 }

@@ -20,7 +20,9 @@ pub mod compact;
 pub mod handle;
 pub mod keyed;
 pub mod keys;
+pub mod memory;
 pub mod rules;
+pub mod store;
 pub mod table;
 pub mod view;
 
@@ -30,6 +32,7 @@ use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable,
 use rules::{Stored, kind_name};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
 use table::{ReadTable, WriteTable};
 use view::StateWrites;
 use weir_sdk::codec::Value;
@@ -198,12 +201,16 @@ fn kinds_table(topology: &str) -> String {
     format!("meta/{topology}/states")
 }
 
-fn kinds_def(name: &str) -> TableDefinition<'_, &'static str, &'static str> {
+fn others_prefix(topology: &str) -> String {
+    format!("records/{topology}/")
+}
+
+fn others_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
     TableDefinition::new(name)
 }
 
-fn deployments_def() -> TableDefinition<'static, &'static str, &'static [u8]> {
-    TableDefinition::new("serve/deployments")
+fn kinds_def(name: &str) -> TableDefinition<'_, &'static str, &'static str> {
+    TableDefinition::new(name)
 }
 
 fn meta_def(name: &str) -> TableDefinition<'_, &'static str, u64> {
@@ -284,6 +291,13 @@ impl Db {
     /// last committed txid and the batch's record), in one durable write
     /// transaction, keys in order.
     pub fn commit(&self, topology: &str, txid: u64, record: &BatchRecord, writes: &[StateWrites]) -> Result<usize> {
+        self.commit_batch(&BatchCommit { topology, txid, record, writes, others: &[] })
+    }
+
+    /// The commit of [`Store::commit_batch`], in one durable write
+    /// transaction, keys in order.
+    fn commit_in_redb(&self, batch: &BatchCommit<'_>) -> Result<usize> {
+        let BatchCommit { topology, txid, record, writes, others } = *batch;
         let txn = self.db.begin_write()?;
         let meta_name = meta_table(topology);
         let mut written = 0;
@@ -300,9 +314,7 @@ impl Db {
             let mut kinds = txn.open_table(kinds_def(&kinds_name))?;
             for write in writes {
                 let in_state = || format!("state {}", write.state);
-                let kind =
-                    write.combines.as_ref().map(|c| c.kind).or_else(|| write.records.first().map(|r| r.1.kind()));
-                if let Some(kind) = kind {
+                if let Some(kind) = write.kind() {
                     record_kind(&mut kinds, topology, &write.state, kind)?;
                 }
                 let name = state_table(topology, &write.state);
@@ -321,6 +333,13 @@ impl Db {
             let mut batches = txn.open_table(batches_def(&batches_name))?;
             batches.insert(txid, record.encode().as_slice())?;
             batches.retain_in(..txid, |_, _| false)?;
+            for other in others {
+                let name = format!("{}{}", others_prefix(topology), other.table);
+                let mut table = txn.open_table(others_def(&name))?;
+                for (key, value) in &other.entries {
+                    table.insert(key.as_slice(), value.as_slice())?;
+                }
+            }
         }
         txn.commit().with_context(|| format!("committing txid {txid} of topology {topology}"))?;
         Ok(written)
@@ -412,47 +431,24 @@ impl Db {
         bail!(StateError::NoState { topology: topology.to_owned(), state: state.to_owned(), present })
     }
 
-    /// Saves a served topology's deployment record, durably.
-    pub fn save_deployment(&self, name: &str, record: &[u8]) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(deployments_def())?.insert(name, record)?;
-        txn.commit()?;
-        Ok(())
+    /// The redb database itself, for what a host keeps beside its
+    /// topologies in the same file (a server's deployments).
+    pub fn database(&self) -> &Database {
+        &self.db
     }
 
-    /// Every served topology's deployment record.
-    pub fn deployments(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        let txn = self.db.begin_read()?;
-        let table = match txn.open_table(deployments_def()) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out = Vec::new();
-        for entry in table.iter()? {
-            let (name, record) = entry?;
-            out.push((name.value().to_owned(), record.value().to_vec()));
+    /// Deletes everything stored for `topology` (its states, their kinds,
+    /// its progress and recorded batches) in `txn`.
+    pub fn drop_topology(txn: &redb::WriteTransaction, topology: &str) -> Result<()> {
+        let prefixes = [format!("state/{topology}/"), others_prefix(topology)];
+        let meta = [meta_table(topology), batches_table(topology), kinds_table(topology)];
+        let doomed: Vec<_> = txn
+            .list_tables()?
+            .filter(|t| prefixes.iter().any(|p| t.name().starts_with(p)) || meta.iter().any(|m| m == t.name()))
+            .collect();
+        for table in doomed {
+            txn.delete_table(table)?;
         }
-        Ok(out)
-    }
-
-    /// Forgets a served topology; with `drop_state`, its state and progress
-    /// go too, in the same transaction.
-    pub fn forget_deployment(&self, name: &str, drop_state: bool) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(deployments_def())?.remove(name)?;
-        if drop_state {
-            let states = format!("state/{name}/");
-            let meta = [meta_table(name), batches_table(name), kinds_table(name)];
-            let doomed: Vec<_> = txn
-                .list_tables()?
-                .filter(|t| t.name().starts_with(&states) || meta.iter().any(|m| m == t.name()))
-                .collect();
-            for table in doomed {
-                txn.delete_table(table)?;
-            }
-        }
-        txn.commit()?;
         Ok(())
     }
 
@@ -490,19 +486,78 @@ fn record_kind(
     kind: StateKind,
 ) -> Result<()> {
     let recorded = kinds.get(state)?.map(|k| parse_kind(topology, state, k.value())).transpose()?;
+    if kind_to_record(topology, state, recorded, kind)? {
+        kinds.insert(state, kind_name(kind))?;
+    }
+    Ok(())
+}
+
+/// Whether a commit writing `kind` to `state` records its kind (its first
+/// commit does); a commit of another kind than the `recorded` one is refused.
+pub(crate) fn kind_to_record(
+    topology: &str,
+    state: &str,
+    recorded: Option<StateKind>,
+    kind: StateKind,
+) -> Result<bool> {
     match recorded {
-        None => {
-            kinds.insert(state, kind_name(kind))?;
-        }
+        None => Ok(true),
         Some(stored) if stored != kind => bail!(StateError::KindChanged {
             topology: topology.to_owned(),
             state: state.to_owned(),
             stored,
             declared: kind
         }),
-        Some(_) => {}
+        Some(_) => Ok(false),
     }
-    Ok(())
+}
+
+impl CommitLog for Db {
+    fn progress(&self, topology: &str) -> Result<Progress> {
+        Db::progress(self, topology)
+    }
+
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+        Db::record_batch(self, topology, txid, record)
+    }
+}
+
+impl Store for Db {
+    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>> {
+        Ok(Box::new(self.begin_read()?))
+    }
+
+    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize> {
+        self.commit_in_redb(batch)
+    }
+}
+
+impl StateReader for ReadTable {
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
+        ReadTable::get(self, key)
+    }
+}
+
+impl Snapshot for redb::ReadTransaction {
+    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>> {
+        let table = ReadTable::open(self, &state_table(topology, state))?;
+        Ok(table.map(|table| Box::new(table) as Box<dyn StateReader>))
+    }
+
+    fn others(&self, topology: &str, table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let name = format!("{}{table}", others_prefix(topology));
+        let table = match self.open_table(others_def(&name)) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            out.push((key.value().to_vec(), value.value().to_vec()));
+        }
+        Ok(out)
+    }
 }
 
 fn parse_kind(topology: &str, state: &str, name: &str) -> Result<StateKind> {
@@ -524,164 +579,4 @@ pub(crate) fn describe_key(key: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::SandboxConfig;
-    use crate::state::view::Combines;
-    use weir_sdk::operator::Builtin;
-    use weir_sdk::topology::TopologyDef;
-
-    /// A plan of topology `t` counting lines into `counts` of `kind`.
-    fn plan(kind: StateKind) -> Plan {
-        let kind = serde_json::to_string(&kind).unwrap();
-        let def: TopologyDef = serde_json::from_str(&format!(
-            r#"{{"name":"t","nodes":[
-                {{"id":"spout","op":{{"op":"spout","spout":{{"kind":"file-lines","field":"line"}}}}}},
-                {{"id":"count","inputs":[0],"op":{{"op":"persistent-aggregate",
-                  "state":{{"name":"counts","kind":{kind}}},"group":["line"],
-                  "aggregator":{{"id":"count","kind":{{"kind":"builtin","name":"count"}},"input":[],"output":["count"]}}}}}}]}}"#
-        ))
-        .unwrap();
-        crate::plan::plan(&def, &SandboxConfig::default()).unwrap()
-    }
-
-    fn key(word: &str) -> Vec<u8> {
-        keys::encode([weir_sdk::codec::ValueRef::Str(word)])
-    }
-
-    fn counts(kind: StateKind) -> Vec<StateWrites> {
-        let partials = [(key("a"), Value::I64(1))].into_iter().collect();
-        vec![StateWrites {
-            state: "counts".into(),
-            records: Vec::new(),
-            combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
-        }]
-    }
-
-    fn record() -> BatchRecord {
-        BatchRecord { attempt: 0, spout: Vec::new() }
-    }
-
-    fn kind_changed(stored: StateKind, declared: StateKind) -> StateError {
-        StateError::KindChanged { topology: "t".into(), state: "counts".into(), stored, declared }
-    }
-
-    #[test]
-    fn a_state_is_paged_through_in_key_order_in_either_layout() {
-        for kind in [StateKind::Transactional, StateKind::Opaque] {
-            let dir = tempfile::tempdir().unwrap();
-            let db = Db::open(dir.path()).unwrap();
-            // Written out of order.
-            let words = ["b", "a0", "c", "a", "bb"];
-            let partials = words.iter().map(|w| (key(w), Value::I64(1))).collect();
-            let writes = vec![StateWrites {
-                state: "counts".into(),
-                records: Vec::new(),
-                combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
-            }];
-            db.commit("t", 1, &record(), &writes).unwrap();
-            let mut seen = Vec::new();
-            let mut after: Option<Vec<Value>> = None;
-            loop {
-                let page = db.page("t", "counts", after.as_deref(), 2).unwrap();
-                assert!(page.len() <= 2);
-                let Some((last, _)) = page.last() else { break };
-                after = Some(last.clone());
-                seen.extend(page.into_iter().map(|(key, stored)| (key, stored.value().clone())));
-            }
-            let want: Vec<(Vec<Value>, Value)> =
-                ["a", "a0", "b", "bb", "c"].iter().map(|w| (vec![Value::Str(w.to_string())], Value::I64(1))).collect();
-            assert_eq!(seen, want, "{kind:?}");
-            // After a key that is not stored: from the next one that is.
-            let page = db.page("t", "counts", Some(&[Value::Str("ab".into())]), 10).unwrap();
-            assert_eq!(page.first().map(|(k, _)| k.clone()), Some(vec![Value::Str("b".into())]));
-        }
-    }
-
-    #[test]
-    fn a_state_keeps_the_kind_of_its_first_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        db.check_state_kinds(&plan(StateKind::Opaque)).unwrap();
-        db.commit("t", 1, &record(), &counts(StateKind::Transactional)).unwrap();
-        db.check_state_kinds(&plan(StateKind::Transactional)).unwrap();
-        for other in [StateKind::Opaque, StateKind::NonTransactional] {
-            let err = db.check_state_kinds(&plan(other)).unwrap_err();
-            assert_eq!(err.downcast_ref::<StateError>(), Some(&kind_changed(StateKind::Transactional, other)));
-        }
-        let err = db.check_state_kinds(&plan(StateKind::Opaque)).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "topology t: state counts holds transactional values, but the topology declares it opaque: a state \
-             keeps the kind it was first committed with (run the topology under another name or on another data dir)"
-        );
-        // A commit of another kind is refused too, as one a replay cannot cure.
-        let err = db.commit("t", 2, &record(), &counts(StateKind::Opaque)).unwrap_err();
-        assert!(retry_cannot_help(&err), "{err:#}");
-        assert_eq!(err.downcast_ref::<StateError>(), Some(&kind_changed(StateKind::Transactional, StateKind::Opaque)));
-        assert_eq!(db.progress("t").unwrap().last_committed, 1);
-    }
-
-    #[test]
-    fn a_data_dir_written_before_kinds_were_recorded_is_judged_by_its_records() {
-        for (kind, layout) in [(StateKind::Transactional, "counts"), (StateKind::Opaque, "records")] {
-            let dir = tempfile::tempdir().unwrap();
-            let db = Db::open(dir.path()).unwrap();
-            db.commit("t", 1, &record(), &counts(kind)).unwrap();
-            let txn = db.db.begin_write().unwrap();
-            assert!(txn.delete_table(kinds_def(&kinds_table("t"))).unwrap(), "{layout}: the kinds were recorded");
-            txn.commit().unwrap();
-            db.check_state_kinds(&plan(kind)).unwrap();
-            let other = if kind == StateKind::Opaque { StateKind::Transactional } else { StateKind::Opaque };
-            let err = db.check_state_kinds(&plan(other)).unwrap_err();
-            assert_eq!(err.downcast_ref::<StateError>(), Some(&kind_changed(kind, other)), "{layout}");
-            // The next commit records the kind.
-            db.commit("t", 2, &record(), &counts(kind)).unwrap();
-            let txn = db.begin_read().unwrap();
-            let kinds = txn.open_table(kinds_def(&kinds_table("t"))).unwrap();
-            assert_eq!(kinds.get("counts").unwrap().unwrap().value(), kind_name(kind));
-        }
-    }
-
-    #[test]
-    fn a_commit_out_of_order_cannot_be_cured_by_a_replay() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        let err = db.commit("t", 2, &record(), &[]).unwrap_err();
-        assert!(retry_cannot_help(&err));
-        assert_eq!(format!("{err:#}"), "topology t: cannot commit txid 2: the last committed txid is 0");
-    }
-
-    #[test]
-    fn reading_a_missing_topology_or_state_names_what_there_is() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        let err = db.scan("t", "counts").unwrap_err();
-        assert_eq!(err.to_string(), "this data dir holds no topology t (it holds: none)");
-        db.commit("t", 1, &record(), &counts(StateKind::Transactional)).unwrap();
-        db.record_batch("u", 1, &record()).unwrap();
-        assert_eq!(db.topologies().unwrap(), ["t", "u"]);
-        let err = db.get("nope", "counts", &[Value::from("a")]).unwrap_err();
-        assert_eq!(err.to_string(), "this data dir holds no topology nope (it holds: t, u)");
-        let err = db.scan("t", "words").unwrap_err();
-        assert_eq!(err.to_string(), "topology t has no state words (its states: counts)");
-        let err = db.scan("u", "counts").unwrap_err();
-        assert_eq!(err.to_string(), "topology u has no state counts (its states: none)");
-    }
-
-    #[test]
-    fn dropping_a_topologys_state_drops_its_kinds() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        db.commit("t", 1, &record(), &counts(StateKind::Transactional)).unwrap();
-        db.forget_deployment("t", true).unwrap();
-        assert!(db.topologies().unwrap().is_empty());
-        db.check_state_kinds(&plan(StateKind::Opaque)).unwrap();
-    }
-
-    #[test]
-    fn keys_in_messages_are_json() {
-        assert_eq!(describe_key(&key("a\"b")), r#"["a\"b"]"#);
-        assert_eq!(describe_key(&[0xff, 0x00]), r#"{"bytes":"ff00"}"#);
-    }
-}
+mod tests;

@@ -13,6 +13,7 @@
 use super::{StateError, compact};
 use anyhow::{Result, bail};
 use weir_sdk::codec::{self, Value, ValueRef};
+use weir_sdk::operator::Builtin;
 use weir_sdk::topology::StateKind;
 
 /// A value as stored, with the bookkeeping its kind needs.
@@ -187,6 +188,19 @@ pub fn kind_mismatch(stored: StateKind, declared: StateKind) -> anyhow::Error {
 
 fn ahead(stored: u64, txid: u64) -> anyhow::Error {
     StateError::Ahead { stored, txid }.into()
+}
+
+/// The new value of a key whose partial is combined in place by
+/// `builtin`: `base ⊕ partial`, or the partial where there is no base. The
+/// same stored value and partial fail the same way again: the error is a
+/// [`StateError::Combine`].
+pub fn with_partial(builtin: Builtin, base: Option<Value>, partial: &Value) -> Result<Value> {
+    match base {
+        Some(base) => builtin
+            .combine(base, partial.clone())
+            .map_err(|e| StateError::Combine(format!("cannot combine the batch's partial: {e}")).into()),
+        None => Ok(partial.clone()),
+    }
 }
 
 /// What a batch with `txid` does to `stored`, for a state of `kind`.

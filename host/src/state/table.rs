@@ -264,14 +264,7 @@ impl<'t> WriteTable<'t> {
         let mut written = 0;
         for (key, partial) in combines.partials.iter() {
             let context = || format!("key {}", super::describe_key(key));
-            // The same stored value and partial fail the same way again.
-            let value_for = |base: Option<Value>| match base {
-                Some(base) => combines
-                    .builtin
-                    .combine(base, partial.clone())
-                    .map_err(|e| StateError::Combine(format!("cannot combine the batch's partial: {e}")).into()),
-                None => Ok(partial.clone()),
-            };
+            let value_for = |base| rules::with_partial(combines.builtin, base, partial);
             match self {
                 WriteTable::Records(table) => {
                     let guard = table.get_mut(key)?;

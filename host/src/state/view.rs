@@ -9,10 +9,9 @@ use super::budget::{Access, Overrun, Usage};
 use super::keyed::KeyedValues;
 use super::keys;
 use super::rules::{self, Step, Stored};
-use super::table::ReadTable;
+use super::store::{Snapshot, StateReader};
 use crate::config::{StateLimits, StateQuota};
 use anyhow::{Context, Result, bail};
-use redb::ReadTransaction;
 use std::collections::{BTreeMap, HashMap};
 use weir_sdk::codec::Value;
 use weir_sdk::operator::Builtin;
@@ -130,7 +129,7 @@ struct Write {
 
 struct View {
     def: StateDef,
-    table: Option<ReadTable>,
+    table: Option<Box<dyn StateReader>>,
     cache: StateCache,
     writes: BTreeMap<Vec<u8>, Write>,
     combines: Option<Combines>,
@@ -168,12 +167,19 @@ pub struct StateWrites {
     pub combines: Option<Combines>,
 }
 
+impl StateWrites {
+    /// The kind of state the writes are for; `None` when there are none.
+    pub fn kind(&self) -> Option<weir_sdk::topology::StateKind> {
+        self.combines.as_ref().map(|c| c.kind).or_else(|| self.records.first().map(|r| r.1.kind()))
+    }
+}
+
 impl Views {
     /// Views over `read` (a snapshot of what is committed) for batch `txid`;
     /// `caches` holds each state's cache, taken back by [`Views::finish`].
     /// Guests read and write through them within `limits`.
     pub fn new(
-        read: &ReadTransaction,
+        read: &dyn Snapshot,
         topology: &str,
         states: &BTreeMap<String, StateDef>,
         caches: &mut HashMap<String, StateCache>,
@@ -183,8 +189,7 @@ impl Views {
     ) -> Result<Views> {
         let mut views = HashMap::new();
         for (name, def) in states {
-            let table_name = super::state_table(topology, name);
-            let table = ReadTable::open(read, &table_name)?;
+            let table = read.state(topology, name)?;
             let capacity = def.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
             let max_bytes = usize::try_from(limits.cache_bytes).unwrap_or(usize::MAX);
             let cache = caches.remove(name).unwrap_or_else(|| StateCache::new(capacity, max_bytes));

@@ -1,9 +1,10 @@
 //! Loading topologies: from a bundle or a self-describing component, the
-//! definitions the components describe, checked into plans.
+//! definitions the components describe, checked into plans; and the copy a
+//! data dir keeps of what ran on it, for its queries.
 
 use crate::bundle::{Bundle, BundledTopology, Manifest};
 use crate::config::SandboxConfig;
-use crate::operators::Components;
+use crate::instances::Components;
 use crate::plan::{Plan, plan};
 use crate::runtime::{ComponentCache, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
@@ -131,7 +132,7 @@ pub fn describe_all(
 /// Loads the topologies named in `names` from the component or bundle at
 /// `path` (the only one it defines, when `names` is empty), checked against
 /// this host's sandbox `config`.
-pub fn load(
+pub fn topologies(
     engine: &Engine,
     cache: &ComponentCache,
     path: &Path,

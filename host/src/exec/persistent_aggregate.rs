@@ -1,9 +1,14 @@
-//! Operations on state, in the commit phase (or a query): persistent
-//! aggregates, state updaters and state queries.
+//! A persistent aggregate: the batch's partials, made in the process phase
+//! where its aggregator allows (and, for a count, by [`super::count`]),
+//! then combined with the stored values in the commit phase by Trident's
+//! rules: in the host for built-ins (in the commit itself when nothing reads
+//! the state during the batch), in the guest for combiners and reducers.
 
-use super::aggregate::{Partials, single_values};
-use super::{BatchError, Exec, Origin, Parts, fit, guest_input, malformed, push_kept, state_failure};
-use crate::operators::Request;
+use super::aggregate::{groups, run_aggregator, single_values, tagged_input};
+use super::count::count_by_key;
+use super::error::{BatchError, Origin, malformed, state_failure};
+use super::{Exec, Parts, gather};
+use crate::instances::Request;
 use crate::plan::{Node, Op};
 use crate::state::keyed::KeyedValues;
 use crate::state::keys;
@@ -11,13 +16,52 @@ use crate::state::view::{Base, Views};
 use std::sync::{Arc, Mutex, MutexGuard};
 use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
 use weir_sdk::operator::Builtin;
-use weir_sdk::topology::{AggregatorKind, QueryDef};
+use weir_sdk::topology::AggregatorKind;
 
-fn lock(views: &Arc<Mutex<Views>>) -> MutexGuard<'_, Views> {
+/// A batch's contribution to a persistent aggregate, by key (sorted).
+pub enum Partials {
+    /// One partial value per key, to combine with the stored value.
+    Values(KeyedValues),
+    /// The aggregator's input rows, tagged with their key's index, to fold
+    /// from the stored value (a reducer).
+    Rows {
+        /// Keys, in group order.
+        keys: Vec<Vec<u8>>,
+        /// The rows, packed, tagged with their group.
+        rows: Vec<u8>,
+    },
+}
+
+/// A persistent aggregate's partials for a batch: per key, a partial value
+/// (built-ins and combiners), or the rows to fold (reducers).
+pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Partials, BatchError> {
+    let Op::PersistentAggregate { group, aggregator, .. } = &node.op else { unreachable!("a persistent aggregate") };
+    let batch = gather(input);
+    let batch_id = exec.batch.partition(0);
+    if aggregator.kind == AggregatorKind::Builtin(Builtin::Count) && !group.is_empty() {
+        return Ok(Partials::Values(count_by_key(&batch, group)));
+    }
+    let groups = groups(&batch, group);
+    if aggregator.kind == AggregatorKind::Reducer {
+        let rows = tagged_input(&batch, &groups, aggregator);
+        return Ok(Partials::Rows { keys: groups.keys, rows });
+    }
+    let values = run_aggregator(&mut exec.instances[0], batch_id, &batch, &groups, aggregator)?;
+    let mut partials: Vec<(Vec<u8>, Value)> = groups
+        .keys
+        .into_iter()
+        .zip(values)
+        .map(|(key, mut tuples)| (key, tuples.pop().and_then(|mut t| t.pop()).unwrap_or(Value::Null)))
+        .collect();
+    partials.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(Partials::Values(partials.into_iter().collect()))
+}
+
+pub(super) fn lock(views: &Arc<Mutex<Views>>) -> MutexGuard<'_, Views> {
     views.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
+pub(super) fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
     move |e| state_failure(state, format!("commit failed: {e:#}"), &e, Origin::State)
 }
 
@@ -178,84 +222,4 @@ fn single_values_tagged(id: &str, out: &[u8], pairs: &Batch<'_>) -> Result<Vec<(
             Ok((value.tag() as usize, value.get(0).expect("arity 1").to_owned()))
         })
         .collect()
-}
-
-/// A guest state updater over each partition, in turn.
-pub(super) fn partition_persist(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Parts, BatchError> {
-    let Op::PartitionPersist { state, input: reads, outputs } = &node.op else { unreachable!("a partition persist") };
-    let parts = fit(input, node.parallelism);
-    let mut out = Vec::with_capacity(parts.len());
-    for (p, part) in parts.iter().enumerate() {
-        let handle = exec.state(node, state)?;
-        let guest_in = guest_input(part, reads);
-        let emitted = exec.call(p, &node.id, &reads.names, Request::UpdateState(&handle, &guest_in))?;
-        let emitted = Batch::decode_owned(emitted).map_err(|e| malformed(&node.id, e))?;
-        if emitted.arity() != *outputs && !emitted.is_empty() {
-            return Err(malformed(&node.id, format!("rows of {} values for {outputs} output fields", emitted.arity())));
-        }
-        out.push(if emitted.arity() == *outputs { emitted } else { BatchWriter::new(*outputs).finish_batch() });
-    }
-    Ok(out)
-}
-
-/// A state query over each partition, in turn: the host's `MapGet`, or a
-/// guest query function (one retrieval for the partition, then per tuple).
-pub(super) fn state_query(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Parts, BatchError> {
-    let Op::StateQuery { state, input: reads, query, kept, outputs } = &node.op else { unreachable!("a state query") };
-    let parts = fit(input, node.parallelism);
-    let id = &node.id;
-    let mut out = Vec::with_capacity(parts.len());
-    for (p, part) in parts.iter().enumerate() {
-        let mut writer = BatchWriter::new(kept.len() + outputs);
-        match query {
-            QueryDef::MapGet => {
-                let views = exec.views(node)?;
-                let mut views = lock(views);
-                let mut key = Vec::new();
-                for row in part.rows() {
-                    key.clear();
-                    for &position in &reads.positions {
-                        keys::encode_value(&mut key, row.get(position).expect("position within arity"));
-                    }
-                    let base = views.base(state, &key).map_err(storage(state))?;
-                    writer.begin_row(0);
-                    push_kept(&mut writer, row, kept);
-                    writer.push(base.value().map_or(ValueRef::Null, Value::as_ref));
-                }
-            }
-            QueryDef::Guest => {
-                let handle = exec.state(node, state)?;
-                let guest_in = guest_input(part, reads);
-                let results = exec.call(p, id, &reads.names, Request::BatchRetrieve(&handle, &guest_in))?;
-                let decoded = Batch::decode(&results).map_err(|e| malformed(id, e))?;
-                if decoded.len() != part.len() {
-                    return Err(BatchError::fatal(
-                        id,
-                        format!("batch_retrieve returned {} results for {} input tuples", decoded.len(), part.len()),
-                    ));
-                }
-                let emitted = exec.call(p, id, &reads.names, Request::ExecuteQuery(&guest_in, &results))?;
-                let emitted = Batch::decode(&emitted).map_err(|e| malformed(id, e))?;
-                if emitted.arity() != *outputs {
-                    return Err(malformed(
-                        id,
-                        format!("rows of {} values for {outputs} output fields", emitted.arity()),
-                    ));
-                }
-                for row in emitted.rows() {
-                    if row.tag() as usize >= part.len() {
-                        return Err(malformed(id, format!("a row extends input row {} of {}", row.tag(), part.len())));
-                    }
-                    let parent = part.row(row.tag() as usize);
-                    writer.begin_row(0);
-                    push_kept(&mut writer, parent, kept);
-                    for value in row.encoded_values() {
-                        writer.push_encoded(value);
-                    }
-                }
-            }
-        }
-        out.push(writer.finish_batch());
-    }
-    Ok(out)
 }

@@ -1,9 +1,9 @@
-//! Where a topology's operators run, and one way to call them: sandboxed
-//! component instances, or (for baselines and tests) the same operators
-//! compiled into the host.
+//! Where a topology's operators run, and one way to call them: an instance
+//! of its component per operator, each in a sandbox of its own, or (for
+//! baselines and tests) the same operators compiled into the host.
 
 use crate::bindings::BatchContext;
-use crate::exec::BatchError;
+use crate::exec::{BatchError, PartitionId};
 use crate::plan::Plan;
 use crate::runtime::{CallError, Guest, LoadedComponent};
 use crate::state::handle::StateHandle;
@@ -69,19 +69,19 @@ pub enum Request<'a> {
 /// The operator instances of one thread: for components, one store per
 /// operator, created on first use and replaced after a trap (a trapped
 /// instance cannot be entered again).
-pub struct Operators {
+pub struct Instances {
     source: OperatorSource,
     plan: Arc<Plan>,
-    instances: HashMap<String, Guest>,
+    guests: HashMap<String, Guest>,
     native: Option<Vec<Topology>>,
     /// Time spent in each operator since the last `take_times`.
     times: BTreeMap<String, Duration>,
 }
 
-impl Operators {
+impl Instances {
     /// Instances of `source`'s operators for `plan`'s topology.
-    pub fn new(source: OperatorSource, plan: Arc<Plan>) -> Operators {
-        Operators { source, plan, instances: HashMap::new(), native: None, times: BTreeMap::new() }
+    pub fn new(source: OperatorSource, plan: Arc<Plan>) -> Instances {
+        Instances { source, plan, guests: HashMap::new(), native: None, times: BTreeMap::new() }
     }
 
     /// Time spent in each operator since the last call, and resets it.
@@ -89,35 +89,34 @@ impl Operators {
         std::mem::take(&mut self.times)
     }
 
-    /// Calls `operator` on partition `partition` of a batch; the error
+    /// Calls `operator` on partition `at` of a batch; the error
     /// names the operator.
     pub fn call(
         &mut self,
         operator: &str,
-        batch: (u64, u32, u32),
+        at: PartitionId,
         fields: &[String],
         request: Request<'_>,
     ) -> Result<Vec<u8>, BatchError> {
-        let (txid, attempt, partition) = batch;
         let ctx = BatchContext {
             topology: self.plan.topology.clone(),
             operator: operator.to_owned(),
-            txid,
-            attempt,
-            partition,
+            txid: at.batch.txid,
+            attempt: at.batch.attempt,
+            partition: at.partition,
             fields: fields.to_vec(),
         };
         let started = Instant::now();
         let result = match &self.source {
             OperatorSource::Wasm(components) => {
-                if !self.instances.contains_key(operator) {
+                if !self.guests.contains_key(operator) {
                     let guest = components
                         .for_operator(operator)
                         .instantiate(&self.plan.stored_as, operator, self.plan.sandboxes.of(operator))
                         .map_err(|e| BatchError::of_call(operator, &e))?;
-                    self.instances.insert(operator.to_owned(), guest);
+                    self.guests.insert(operator.to_owned(), guest);
                 }
-                let guest = self.instances.get_mut(operator).expect("instantiated above");
+                let guest = self.guests.get_mut(operator).expect("instantiated above");
                 match request {
                     Request::Function(input) => guest.run_function(&ctx, input),
                     Request::Filter(input) => guest.run_filter(&ctx, input),
@@ -136,15 +135,15 @@ impl Operators {
             }
         };
         *self.times.entry(operator.to_owned()).or_default() += started.elapsed();
-        if let Some(bytes) = self.instances.get(operator).and_then(Guest::nearly_full) {
+        if let Some(bytes) = self.guests.get(operator).and_then(Guest::nearly_full) {
             // The next call gets a fresh instance rather than a trap.
             tracing::debug!("operator {operator}: replacing its instance, which holds {} MiB", bytes >> 20);
-            self.instances.remove(operator);
+            self.guests.remove(operator);
         }
         result.map_err(|e| {
             if let CallError::Trap { .. } = e {
                 // A trapped or abandoned instance cannot be entered again.
-                self.instances.remove(operator);
+                self.guests.remove(operator);
             }
             BatchError::of_call(operator, &e)
         })

@@ -1,0 +1,255 @@
+use super::*;
+use crate::config::SandboxConfig;
+use crate::exec::Cause;
+use crate::load::LoadedTopology;
+use crate::runtime::{ComponentCache, Limit};
+use crate::spout::FileLines;
+use crate::state::keys;
+use crate::state::memory::MemoryStore;
+use crate::state::rules::Stored;
+use crate::state::store::CommitLog;
+use std::path::Path;
+use std::sync::Mutex;
+use weir_sdk::codec::{BatchWriter, Value, ValueRef};
+use weir_sdk::topology::SPOUT_ID;
+
+/// Topology `name` of the test guest `component`, each call limited to
+/// `call_ms` of CPU time.
+fn load(component: &str, name: &str, call_ms: u64) -> LoadedTopology {
+    let engine = crate::runtime::engine(true).unwrap();
+    let cache = ComponentCache::new(Path::new(weir_test_guests::GUEST_TARGET_DIR).join("compiled-cache"));
+    let sandbox = SandboxConfig { max_call_ms: call_ms, ..SandboxConfig::default() };
+    let component = Path::new(component);
+    crate::load::topologies(&engine, &cache, component, &[name.to_owned()], &sandbox).unwrap().remove(0)
+}
+
+/// The hostile guest's topology `name`.
+fn hostile(name: &str, call_ms: u64) -> LoadedTopology {
+    load(weir_test_guests::HOSTILE, name, call_ms)
+}
+
+/// Runs `loaded` over `spout` into `store`.
+fn run_into(
+    store: &MemoryStore,
+    loaded: LoadedTopology,
+    spout: &mut dyn Spout,
+    config: RunConfig,
+) -> Result<RunReport> {
+    let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
+    run(store, loaded.plan, source, spout, &config, &AtomicBool::new(false), &mut |_| {})
+}
+
+/// Runs `loaded` over `spout` into a fresh store: the run's outcome,
+/// and the last committed txid.
+fn run_over(loaded: LoadedTopology, spout: &mut dyn Spout, config: RunConfig) -> (Result<RunReport>, u64) {
+    let store = MemoryStore::new();
+    let name = loaded.plan.stored_as.clone();
+    let outcome = run_into(&store, loaded, spout, config);
+    (outcome, store.progress(&name).unwrap().last_committed)
+}
+
+/// Runs topology `name` over `lines`, one line per batch.
+fn run_lines(name: &str, lines: &str, call_ms: u64, config: RunConfig) -> (Result<RunReport>, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, lines).unwrap();
+    run_over(hostile(name, call_ms), &mut FileLines::open(&input, 1).unwrap(), config)
+}
+
+fn halted_by(outcome: Result<RunReport>) -> BatchError {
+    let error = outcome.expect_err("the run halts");
+    error.downcast_ref::<BatchError>().unwrap_or_else(|| panic!("not a batch error: {error:#}")).clone()
+}
+
+fn attempts(max_attempts: u32) -> RunConfig {
+    RunConfig { max_attempts, max_pending: 1, ..RunConfig::default() }
+}
+
+/// Word counts of `lines`, as a word-count topology stores them.
+fn counted(lines: &[&str]) -> Vec<(Vec<u8>, i64)> {
+    let mut counts = BTreeMap::new();
+    for word in lines.iter().flat_map(|line| line.split_whitespace()) {
+        *counts.entry(keys::encode([ValueRef::Str(word)])).or_insert(0) += 1;
+    }
+    counts.into_iter().collect()
+}
+
+/// The counts `store` holds for `topology`.
+fn stored_counts(store: &MemoryStore, topology: &str) -> Vec<(Vec<u8>, i64)> {
+    let count = |stored: Stored| match stored.value() {
+        Value::I64(n) => *n,
+        other => panic!("not a count: {other:?}"),
+    };
+    store.scan(topology, "counts").into_iter().map(|(key, stored)| (key, count(stored))).collect()
+}
+
+const LINES: [&str; 8] = ["a b", "b c", "c d", "d e", "e f", "f g", "g h", "h a"];
+
+/// How [`Lines`] replays line `index`: each word marked, so that what
+/// a replay counted is told apart from what its first attempt did.
+fn replayed(index: usize) -> String {
+    LINES[index].split_whitespace().map(|word| format!("{word}'")).collect::<Vec<_>>().join(" ")
+}
+
+/// Each emission asked of a spout: txid, attempt and the index it
+/// follows.
+type Asked = Arc<Mutex<Vec<(u64, u32, Option<u64>)>>>;
+
+/// A spout of `kind` over [`LINES`], a line a batch, whose metadata is
+/// the next line's index; it notes each emission asked of it.
+struct Lines {
+    kind: SpoutKind,
+    asked: Asked,
+}
+
+fn index(meta: &[u8]) -> u64 {
+    u64::from_le_bytes(meta.try_into().expect("eight bytes"))
+}
+
+fn one_line(line: &str) -> Batch<'static> {
+    let mut writer = BatchWriter::new(1);
+    writer.push_row(0, [ValueRef::Str(line)]).unwrap();
+    writer.finish_batch()
+}
+
+impl Spout for Lines {
+    fn kind(&self) -> SpoutKind {
+        self.kind
+    }
+
+    fn emit(&mut self, txid: u64, attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+        let next = previous.map(index);
+        self.asked.lock().unwrap().push((txid, attempt, next));
+        let at = next.unwrap_or(0);
+        let Some(line) = LINES.get(at as usize) else { return Ok(None) };
+        Ok(Some(Emitted { meta: (at + 1).to_le_bytes().to_vec(), batch: one_line(line) }))
+    }
+
+    fn replay(&mut self, _txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
+        Ok(one_line(&replayed(index(meta) as usize - 1)))
+    }
+}
+
+fn lines(kind: SpoutKind) -> (Lines, Asked) {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    (Lines { kind, asked: Arc::clone(&asked) }, asked)
+}
+
+/// Txid 3's first attempt asks for a replay while txids 4 to 6 are in
+/// flight (at most 4 pending).
+fn flaky_run(spout: &mut Lines) -> (MemoryStore, RunReport) {
+    let loaded = load(weir_test_guests::TEST_TOPOLOGIES, "flaky-word-count", 1000);
+    let store = MemoryStore::new();
+    let config = RunConfig { max_pending: 4, ..RunConfig::default() };
+    let report = run_into(&store, loaded, spout, config).unwrap();
+    assert_eq!((report.batches, report.replays, report.last_committed), (8, 1, 8));
+    (store, report)
+}
+
+#[test]
+fn a_failed_batch_is_replayed_with_every_later_batch_in_flight_and_their_stale_results_dropped() {
+    let (mut spout, _) = lines(SpoutKind::Transactional);
+    let (store, _) = flaky_run(&mut spout);
+    let attempts: Vec<(u64, u32)> =
+        store.commits("flaky-word-count").iter().map(|(txid, record)| (*txid, record.attempt)).collect();
+    assert_eq!(attempts, [(1, 0), (2, 0), (3, 1), (4, 1), (5, 1), (6, 1), (7, 0), (8, 0)]);
+    // What txids 4 to 6 counted at their first attempt arrived after
+    // txid 3 failed: only their replays' words are counted.
+    let replays: Vec<String> = (2..6).map(replayed).collect();
+    let counted_lines: Vec<&str> = LINES[..2]
+        .iter()
+        .copied()
+        .chain(replays.iter().map(String::as_str))
+        .chain(LINES[6..].iter().copied())
+        .collect();
+    assert_eq!(stored_counts(&store, "flaky-word-count"), counted(&counted_lines));
+}
+
+#[test]
+fn an_opaque_replay_is_emitted_afresh_from_the_last_committed_metadata() {
+    let (mut spout, asked) = lines(SpoutKind::Opaque);
+    let (store, _) = flaky_run(&mut spout);
+    // Txid 3 follows what txid 2 committed, and each later batch in
+    // flight the one emitted again before it; nothing is replayed from
+    // a record.
+    let again: Vec<_> = asked.lock().unwrap().iter().copied().filter(|&(_, attempt, _)| attempt > 0).collect();
+    assert_eq!(again, [(3, 1, Some(2)), (4, 1, Some(3)), (5, 1, Some(4)), (6, 1, Some(5))]);
+    let metas: Vec<u64> = store.commits("flaky-word-count").iter().map(|(_, r)| index(&r.spout)).collect();
+    assert_eq!(metas, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(stored_counts(&store, "flaky-word-count"), counted(&LINES));
+}
+
+#[test]
+fn a_blocked_operator_halts_the_run_with_the_call_deadline() {
+    let (outcome, committed) = run_lines("sleep-in-wasi", "calm words\nthe attack begins\n", 100, attempts(2));
+    let error = halted_by(outcome);
+    assert_eq!(error.origin, Origin::Operator(Cause::Trapped(Some(Limit::Deadline))), "{error}");
+    assert_eq!((error.operator.as_str(), error.retryable), ("attacker", true));
+    assert_eq!(committed, 1);
+}
+
+#[test]
+fn a_blocked_spout_halts_the_run_with_the_call_deadline() {
+    let loaded = hostile("sleepy-spout", 100);
+    let guest =
+        Some((Arc::clone(loaded.components.for_operator(SPOUT_ID)), loaded.plan.sandboxes.of(SPOUT_ID).clone()));
+    let def = loaded.definition.spout().unwrap().clone();
+    let mut spout =
+        crate::spout::open(&def, &crate::spout::SpoutEnv::local("sleepy-spout", None, 10, None), guest).unwrap();
+    let (outcome, committed) = run_over(loaded, &mut *spout, attempts(2));
+    let error = halted_by(outcome);
+    assert_eq!(error.origin, Origin::Spout(Cause::Trapped(Some(Limit::Deadline))), "{error}");
+    // The spout blocks from txid 4 on.
+    assert_eq!(committed, 3);
+}
+
+#[test]
+fn a_batch_past_the_batch_deadline_halts_the_run_with_it() {
+    // The batch deadline passes long before the call's (4 s).
+    let config = RunConfig { batch_timeout: Duration::from_millis(100), ..attempts(1) };
+    let (outcome, committed) = run_lines("sleep-in-wasi", "the attack begins\n", 2000, config);
+    assert_eq!(halted_by(outcome).origin, Origin::Deadline);
+    assert_eq!(committed, 0);
+}
+
+#[test]
+fn what_an_operator_returned_and_how_it_trapped_are_told_apart() {
+    let (outcome, _) = run_lines("read-passwd", "the attack begins\n", 1000, attempts(1));
+    assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Returned));
+    let (outcome, _) = run_lines("panic", "the attack begins\n", 1000, attempts(1));
+    assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Trapped(None)));
+    let (outcome, _) = run_lines("infinite-loop", "the attack begins\n", 100, attempts(1));
+    assert_eq!(halted_by(outcome).origin, Origin::Operator(Cause::Trapped(Some(Limit::Cpu))));
+}
+
+#[test]
+fn failed_attempts_are_reported_with_their_txid_attempt_and_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, "calm words\nthe attack begins\n").unwrap();
+    let store = MemoryStore::new();
+    let loaded = hostile("panic", 1000);
+    let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
+    let mut spout = FileLines::open(&input, 1).unwrap();
+    let mut last = RunReport::default();
+    let outcome = run(&store, loaded.plan, source, &mut spout, &attempts(3), &AtomicBool::new(false), &mut |report| {
+        last = report.clone()
+    });
+    assert!(outcome.is_err());
+    let seen: Vec<(u64, u32)> = last.failures.iter().map(|f| (f.txid, f.attempt)).collect();
+    assert_eq!(seen, [(2, 0), (2, 1), (2, 2)]);
+    assert!(last.failures.iter().all(|f| f.error.starts_with("operator attacker: ")), "{:?}", last.failures);
+    assert_eq!(last.last_committed, 1);
+}
+
+#[test]
+fn a_report_keeps_the_recent_failures_and_cuts_long_errors() {
+    let mut report = RunReport::default();
+    for txid in 0..RECENT_FAILURES as u64 + 3 {
+        report.record_failure(txid, 0, &"é".repeat(FAILURE_TEXT));
+    }
+    assert_eq!(report.failures.len(), RECENT_FAILURES);
+    assert_eq!(report.failures.front().map(|f| f.txid), Some(3));
+    let kept = &report.failures[0].error;
+    assert!(kept.len() <= FAILURE_TEXT + " [cut]".len() && kept.ends_with(" [cut]"), "{} bytes", kept.len());
+}

@@ -1,0 +1,236 @@
+//! Counting by key, the commonest aggregation (a word count's), on a path
+//! of its own: one pass over the batch reading each key's packed bytes in
+//! place, and the counts sorted into the store's key order by a radix sort.
+
+use crate::state::keyed::KeyedValues;
+use crate::state::keys;
+use std::collections::HashMap;
+use weir_sdk::codec::{Batch, Value, read_value};
+
+/// Counts per key, the commonest aggregation, in one pass. Tuples are
+/// counted by their group values' packed bytes, read in place; a key of one
+/// field of up to 16 packed bytes (a word, a number) is read as two words,
+/// so that hashing and comparing it costs a few instructions. Each distinct
+/// key becomes the store's key once.
+pub(super) fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> KeyedValues {
+    #[inline(always)]
+    fn field(row: weir_sdk::codec::Row<'_>, p: usize) -> &[u8] {
+        row.encoded_values().nth(p).expect("position within arity").bytes()
+    }
+    // Per short key, its count and its first row (a batch's rows are
+    // counted in u32): 24 bytes an entry, so that more of the map stays in
+    // cache. Room for a key per eight rows up front: growing the map moves
+    // every key counted so far.
+    let mut short: KeyMapOf<ShortKey, (u32, u32)> =
+        KeyMapOf::with_capacity_and_hasher(batch.len() / 8, Default::default());
+    let mut long: KeyMapOf<Vec<u8>, i64> = KeyMapOf::default();
+    let mut packed = Vec::new();
+    for (r, row) in batch.rows().enumerate() {
+        if let [p] = group
+            && let Some(key) = ShortKey::of(field(row, *p))
+        {
+            short.entry(key).or_insert((0, r as u32)).0 += 1;
+            continue;
+        }
+        packed.clear();
+        for &p in group {
+            packed.extend_from_slice(field(row, p));
+        }
+        match long.get_mut(packed.as_slice()) {
+            Some(count) => *count += 1,
+            None => {
+                long.insert(packed.clone(), 1);
+            }
+        }
+    }
+    let distinct = short.len() + long.len();
+    let mut counted = KeyedValues::with_capacity(distinct, 16 * distinct);
+    let mut key = Vec::with_capacity(32);
+    for (count, r) in short.into_values() {
+        key.clear();
+        keys::encode_value(&mut key, batch.row(r as usize).get(group[0]).expect("position within arity"));
+        counted.push(&key, Value::I64(i64::from(count)));
+    }
+    for (packed, count) in long {
+        counted.push(&store_key(&packed, group.len()), Value::I64(count));
+    }
+    // Sorted by each key's first 16 bytes as an integer, then by the whole
+    // key: most comparisons are one integer comparison, and what moves is
+    // the integer and an index.
+    let mut order: Vec<(u128, u32)> = counted.iter().enumerate().map(|(i, (k, _))| (key_prefix(k), i as u32)).collect();
+    sort_by_prefix(&mut order);
+    // Keys longer than 16 bytes may share their prefix: order those runs by
+    // the whole key.
+    for run in order.chunk_by_mut(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
+        run.sort_unstable_by(|a, b| counted.key(a.1 as usize).cmp(counted.key(b.1 as usize)));
+    }
+    let mut sorted = KeyedValues::with_capacity(order.len(), 16 * order.len());
+    for (_, i) in order {
+        let (key, count) = counted.get(i as usize);
+        sorted.push(key, count.clone());
+    }
+    sorted
+}
+
+/// An encoded value of 1 to 16 bytes, zero-padded into two words. An
+/// encoded value says where it ends, so no two share their padded words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ShortKey(u64, u64);
+
+impl std::hash::Hash for ShortKey {
+    /// Both words in one step: foldhash folds 128 bits with one multiply,
+    /// as it does 64, and mixing the words first with a fixed function
+    /// would let anyone pick keys that collide whatever the seed.
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u128(u128::from(self.0) | u128::from(self.1) << 64);
+    }
+}
+
+impl ShortKey {
+    /// Reads the bytes as overlapping fixed-size chunks, shifting off the
+    /// bytes one chunk shares with the other.
+    #[inline]
+    fn of(bytes: &[u8]) -> Option<ShortKey> {
+        let n = bytes.len();
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")));
+        let byte = |at: usize| u64::from(bytes[at]) << (8 * at);
+        Some(match n {
+            9..=16 => ShortKey(word(0), word(n - 8) >> (8 * (16 - n))),
+            8 => ShortKey(word(0), 0),
+            4..=7 => ShortKey(half(0) | (half(n - 4) >> (8 * (8 - n))) << 32, 0),
+            1..=3 => ShortKey(byte(0) | byte(n / 2) | byte(n - 1), 0),
+            _ => return None,
+        })
+    }
+}
+
+/// Sorts `(prefix, index)` pairs by prefix, equal prefixes in index order:
+/// a radix sort, a byte at a time from the last, that skips the bytes every
+/// prefix shares (a key's kind, the zeros past a short key's end). A few
+/// passes over the pairs cost less than the comparisons of a sort.
+fn sort_by_prefix(pairs: &mut Vec<(u128, u32)>) {
+    let mut sorted = vec![(0u128, 0u32); pairs.len()];
+    for shift in (0..128).step_by(8) {
+        let digit = |prefix: u128| (prefix >> shift) as u8 as usize;
+        let mut starts = [0usize; 256];
+        for &(prefix, _) in pairs.iter() {
+            starts[digit(prefix)] += 1;
+        }
+        if starts.contains(&pairs.len()) {
+            continue;
+        }
+        let mut next = 0;
+        for start in starts.iter_mut() {
+            (*start, next) = (next, next + *start);
+        }
+        for &pair in pairs.iter() {
+            let at = &mut starts[digit(pair.0)];
+            sorted[*at] = pair;
+            *at += 1;
+        }
+        std::mem::swap(pairs, &mut sorted);
+    }
+}
+
+/// The first 16 bytes of a store key as an integer that sorts as they do.
+fn key_prefix(key: &[u8]) -> u128 {
+    let mut bytes = [0u8; 16];
+    let n = key.len().min(16);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u128::from_be_bytes(bytes)
+}
+
+/// Counts by key, seeded per map as [`super::aggregate::KeyMap`] is. foldhash rather than Fx:
+/// with Fx, probing past keys that share a bucket took most of the counting
+/// time of a word count.
+type KeyMapOf<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The store's key for the first `values` values packed in `packed`, as
+/// in a batch.
+fn store_key(mut packed: &[u8], values: usize) -> Vec<u8> {
+    let mut key = Vec::with_capacity(packed.len() + 2);
+    for _ in 0..values {
+        let (value, rest) = read_value(packed).expect("values of a valid batch");
+        keys::encode_value(&mut key, value);
+        packed = rest;
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use weir_sdk::codec::{BatchWriter, ValueRef};
+
+    /// Counts as a plain map would make them, sorted by store key.
+    fn expected(batch: &Batch<'_>, group: &[usize]) -> Vec<(Vec<u8>, Value)> {
+        let mut counts = BTreeMap::new();
+        for row in batch.rows() {
+            *counts.entry(keys::encode(group.iter().map(|&p| row.get(p).unwrap()))).or_insert(0) += 1;
+        }
+        counts.into_iter().map(|(key, n)| (key, Value::I64(n))).collect()
+    }
+
+    #[test]
+    fn a_short_key_is_its_bytes_zero_padded() {
+        let bytes: Vec<u8> = (1..=16u8).map(|b| b.wrapping_mul(151) | 1).collect();
+        for n in 1..=16 {
+            let mut padded = [0u8; 16];
+            padded[..n].copy_from_slice(&bytes[..n]);
+            let words = (
+                u64::from_le_bytes(padded[..8].try_into().unwrap()),
+                u64::from_le_bytes(padded[8..].try_into().unwrap()),
+            );
+            let key = ShortKey::of(&bytes[..n]).unwrap();
+            assert_eq!((key.0, key.1), words, "{n} bytes");
+        }
+        assert!(ShortKey::of(&[]).is_none() && ShortKey::of(&[1; 17]).is_none());
+    }
+
+    #[test]
+    fn pairs_sort_by_prefix_then_index() {
+        let mut pairs: Vec<(u128, u32)> =
+            (0..2000u32).map(|i| ((u128::from(i % 700) * 0x0101_0003) << 40, i)).collect();
+        pairs.push((u128::MAX, 2000));
+        pairs.push((0, 2001));
+        let mut expected = pairs.clone();
+        expected.sort_unstable();
+        sort_by_prefix(&mut pairs);
+        assert_eq!(pairs, expected);
+    }
+
+    #[test]
+    fn counts_by_key_match_a_plain_count_for_short_long_and_compound_keys() {
+        let values = [
+            ValueRef::Null,
+            ValueRef::Bool(true),
+            ValueRef::I64(-3),
+            ValueRef::I64(7),
+            ValueRef::F64(1.5),
+            ValueRef::Str(""),
+            ValueRef::Str("a"),
+            ValueRef::Str("ab"),
+            ValueRef::Str("abc\0"),
+            ValueRef::Str("w1234567"),
+            ValueRef::Str("w12345678901"),
+            ValueRef::Str("a word longer than sixteen bytes"),
+            ValueRef::Bytes(&[0, 0, 1]),
+        ];
+        let mut writer = BatchWriter::new(2);
+        for (i, a) in values.iter().enumerate() {
+            for (j, b) in values.iter().enumerate() {
+                for _ in 0..=(i + j) % 3 {
+                    writer.push_row(0, [*a, *b]).unwrap();
+                }
+            }
+        }
+        let batch = writer.finish_batch();
+        for group in [&[0][..], &[1], &[0, 1], &[1, 0]] {
+            let counted: Vec<_> = count_by_key(&batch, group).into_pairs().collect();
+            assert_eq!(counted, expected(&batch, group), "grouped by {group:?}");
+        }
+    }
+}

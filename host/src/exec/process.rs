@@ -1,0 +1,78 @@
+//! The process phase: a batch's process-phase nodes, their partitions in
+//! parallel, while earlier batches commit. What the commit phase needs of
+//! them is handed over: the inputs of commit-phase nodes, and the partials
+//! of persistent aggregates.
+
+use super::error::BatchError;
+use super::persistent_aggregate::{self, Partials};
+use super::{BatchId, Exec, Parts, fit_owned, per_partition, take_times};
+use crate::instances::{Instances, OperatorSource};
+use crate::plan::{Op, Phase, Plan};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use weir_sdk::codec::Batch;
+
+/// What one batch's process phase hands its commit phase.
+#[derive(Default)]
+pub struct Handover {
+    /// Per commit-phase node and input slot: the process-phase input.
+    pub(super) inputs: HashMap<(usize, usize), Arc<Parts>>,
+    /// Per persistent aggregate: the batch's partial per key, made in the
+    /// process phase.
+    pub(super) partials: HashMap<usize, Partials>,
+}
+
+/// Runs the process phase of a plan.
+pub struct Processor {
+    plan: Arc<Plan>,
+    instances: Vec<Instances>,
+    nodes: Vec<usize>,
+}
+
+impl Processor {
+    /// A processor with its own operator instances.
+    pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Processor {
+        let nodes = plan.data_nodes();
+        Processor { instances: per_partition(&plan, &source), plan, nodes }
+    }
+
+    /// Time spent in each operator since the last call, and resets it.
+    pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
+        take_times(&mut self.instances)
+    }
+
+    /// Runs `batch` (the spout's tuples) through the process-phase nodes.
+    pub fn process(&mut self, id: BatchId, batch: Batch<'static>) -> Result<Handover, BatchError> {
+        let plan = Arc::clone(&self.plan);
+        let mut exec = Exec { plan: &plan, instances: &mut self.instances, batch: id, views: None };
+        let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
+        let mut handover = Handover::default();
+        let mut spout_batch = Some(batch);
+        for &i in &self.nodes {
+            let node = &plan.nodes[i];
+            if node.op == Op::Spout {
+                let batch = spout_batch.take().expect("one spout");
+                outputs[i] = Some(Arc::new(fit_owned(vec![batch], node.parallelism)));
+                continue;
+            }
+            if node.phase == Phase::Commit {
+                let from_process = |p: &usize| plan.nodes[*p].phase == Phase::Process;
+                if matches!(node.op, Op::PersistentAggregate { .. }) && from_process(&node.inputs[0]) {
+                    let input = outputs[node.inputs[0]].as_ref().expect("inputs run first");
+                    handover.partials.insert(i, persistent_aggregate::partials(&mut exec, node, input)?);
+                    continue;
+                }
+                for (slot, p) in node.inputs.iter().enumerate().filter(|(_, p)| from_process(p)) {
+                    handover.inputs.insert((i, slot), Arc::clone(outputs[*p].as_ref().expect("inputs run first")));
+                }
+                continue;
+            }
+            let inputs: Vec<&Parts> =
+                node.inputs.iter().map(|&p| &**outputs[p].as_ref().expect("inputs run first")).collect();
+            let out = exec.run(i, &inputs)?;
+            outputs[i] = Some(Arc::new(out));
+        }
+        Ok(handover)
+    }
+}

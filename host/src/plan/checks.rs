@@ -1,0 +1,414 @@
+//! The checks of what a description asks of the host, before and while its
+//! graph is built: names and sizes against the host's caps, one writer per
+//! state, spout and state pairings, aggregators, query streams, and the
+//! parallelism a plan runs at.
+
+use super::{Aggregator, Node, Op, Plan, builtin_name, json};
+use crate::config::TopologyLimits;
+use crate::spout::SpoutKind;
+use anyhow::{Result, bail};
+use std::collections::{BTreeMap, HashSet};
+use weir_sdk::topology::{
+    AggregatorDef, AggregatorKind, OperationDef, Partitioning, PayloadDef, QueryDef, SpoutDef, StateDef, StateKind,
+    TopologyDef,
+};
+
+/// Whether `name` is a name this host takes: ASCII letters, digits, `-`,
+/// `_` and `.`, not starting with `.`. Names become redb table names, file
+/// names, log fields and metrics labels, so nothing that means something
+/// there (`/`, `..`, quotes, spaces, control characters) gets in. The one
+/// rule for every name a topology or a request gives.
+pub fn allowed_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Checks a name of kind `what` in `topology` (the topology's own name when
+/// `what` is "topology").
+fn check_name(topology: &str, what: &str, name: &str, limits: &TopologyLimits) -> Result<()> {
+    let place = if what == "topology" { String::new() } else { format!("topology {topology}: ") };
+    if name.len() > limits.max_name_len {
+        let start: String = name.chars().take(32).collect();
+        bail!(
+            "{place}{what} name {}... is {} bytes long, more than this host allows ({}; see --max-name-len)",
+            json(&start),
+            name.len(),
+            limits.max_name_len
+        );
+    }
+    if !allowed_name(name) {
+        bail!(
+            "{place}{what} name {} is not allowed: a name is ASCII letters, digits, '-', '_' and '.', and does not \
+             start with '.'",
+            json(name)
+        );
+    }
+    Ok(())
+}
+
+/// A topology over one of this host's caps: `what` it asks, then the cap
+/// and the flag that sets it.
+pub(super) fn refused(what: String, max: usize, flag: &str) -> anyhow::Error {
+    anyhow::anyhow!("{what}, more than this host allows ({max}; see {flag})")
+}
+
+/// Every name an operation lists, with its kind: fields, the operators of
+/// its aggregators, its state, its query.
+fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
+    let mut names: Vec<(&'static str, &'a str)> = Vec::new();
+    let mut fields = |lists: &[&'a [String]]| {
+        for list in lists {
+            names.extend(list.iter().map(|f| ("field", f.as_str())));
+        }
+    };
+    match op {
+        OperationDef::Spout { spout } => match spout {
+            SpoutDef::FileLines { field } | SpoutDef::DirectoryLines { field } | SpoutDef::Generator { field, .. } => {
+                fields(&[std::slice::from_ref(field)])
+            }
+            SpoutDef::Guest { fields: list, .. } => fields(&[list]),
+            SpoutDef::JetStream(stream) => {
+                match &stream.payload {
+                    PayloadDef::Bytes { field } | PayloadDef::String { field } => {
+                        fields(&[std::slice::from_ref(field)])
+                    }
+                    PayloadDef::Json { fields: list } => fields(&[list]),
+                }
+                let extra = [&stream.subject_field, &stream.sequence_field, &stream.timestamp_field];
+                for field in extra.into_iter().flatten() {
+                    fields(&[std::slice::from_ref(field)]);
+                }
+            }
+        },
+        OperationDef::Each { input, output }
+        | OperationDef::Map { input, output }
+        | OperationDef::FlatMap { input, output }
+        | OperationDef::PartitionPersist { input, output, .. }
+        | OperationDef::StateQuery { input, output, .. } => fields(&[input, output]),
+        OperationDef::Peek { input: list }
+        | OperationDef::Filter { input: list }
+        | OperationDef::Project { fields: list }
+        | OperationDef::Extreme { by: list, .. }
+        | OperationDef::Partition { by: Partitioning::Fields { fields: list } } => fields(&[list]),
+        OperationDef::Aggregate { group, aggregators, .. } => {
+            fields(&[group]);
+            for aggregator in aggregators {
+                fields(&[&aggregator.input, &aggregator.output]);
+            }
+        }
+        OperationDef::PersistentAggregate { group, aggregator, .. } => {
+            fields(&[group, &aggregator.input, &aggregator.output])
+        }
+        OperationDef::Join { fields: keys, output, .. } => {
+            for list in keys {
+                fields(&[list]);
+            }
+            fields(&[output]);
+        }
+        OperationDef::QueryStream { .. } | OperationDef::Partition { .. } | OperationDef::Merge => {}
+    }
+    match op {
+        OperationDef::QueryStream { name } => names.push(("query", name)),
+        OperationDef::Aggregate { aggregators, .. } => {
+            names.extend(aggregators.iter().map(|a| ("operator", a.id.as_str())))
+        }
+        OperationDef::PersistentAggregate { state, aggregator, .. } => {
+            names.push(("operator", &aggregator.id));
+            names.push(("state", &state.name));
+        }
+        OperationDef::PartitionPersist { state, .. } => names.push(("state", &state.name)),
+        OperationDef::StateQuery { state, .. } => names.push(("state", state)),
+        _ => {}
+    }
+    names
+}
+
+/// Checks what `def` asks of this host against `limits` before anything
+/// walks its graph: its size, its names and its parallelism. A guest
+/// describes its own topology: nothing in the description is trusted.
+pub fn check_limits(def: &TopologyDef, limits: &TopologyLimits) -> Result<()> {
+    let name = &def.name;
+    check_name(name, "topology", name, limits)?;
+    let nodes = def.nodes.len();
+    if nodes > limits.max_nodes {
+        return Err(refused(format!("topology {name} has {nodes} nodes"), limits.max_nodes, "--max-nodes"));
+    }
+    let inputs: usize = def.nodes.iter().map(|n| n.inputs.len()).sum();
+    if inputs > limits.max_nodes {
+        return Err(refused(
+            format!("topology {name}: its nodes read {inputs} inputs in all"),
+            limits.max_nodes,
+            "--max-nodes",
+        ));
+    }
+    let (mut states, mut queries) = (0, 0);
+    for node in &def.nodes {
+        let id = &node.id;
+        check_name(name, "operator", id, limits)?;
+        if node.parallelism > limits.max_parallelism {
+            return Err(refused(
+                format!("topology {name}: operator {id} asks for a parallelism of {}", node.parallelism),
+                limits.max_parallelism as usize,
+                "--max-parallelism",
+            ));
+        }
+        let names = names_of(&node.op);
+        let listed = names.iter().filter(|(what, _)| matches!(*what, "field" | "operator")).count();
+        if listed > limits.max_node_fields {
+            return Err(refused(
+                format!("topology {name}: operator {id} lists {listed} names (fields and aggregators)"),
+                limits.max_node_fields,
+                "--max-node-fields",
+            ));
+        }
+        for (what, listed) in names {
+            check_name(name, what, listed, limits)?;
+        }
+        if let Some(state) = node.op.written_state() {
+            states += 1;
+            if let Some(cache) = state.cache_size.filter(|&n| n > limits.max_state_cache) {
+                return Err(refused(
+                    format!("topology {name}: state {} asks for a cache of {cache} entries", state.name),
+                    limits.max_state_cache,
+                    "--max-state-cache",
+                ));
+            }
+        }
+        queries += usize::from(matches!(node.op, OperationDef::QueryStream { .. }));
+    }
+    if states > limits.max_states {
+        return Err(refused(format!("topology {name} has {states} states"), limits.max_states, "--max-states"));
+    }
+    if queries > limits.max_queries {
+        return Err(refused(
+            format!("topology {name} has {queries} query streams"),
+            limits.max_queries,
+            "--max-queries",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `def` has nodes, that no two of its operators share an id,
+/// and that each runs at least once.
+pub(super) fn check_ids(def: &TopologyDef) -> Result<()> {
+    let name = &def.name;
+    if def.nodes.is_empty() {
+        bail!("topology {name} is empty: it has no stream");
+    }
+    let mut ids = HashSet::new();
+    for node in &def.nodes {
+        if !ids.insert(node.id.as_str()) {
+            bail!("topology {name}: two operators are named {}", json(&node.id));
+        }
+        if node.parallelism == 0 {
+            bail!("topology {name}: operator {} has a parallelism of 0", node.id);
+        }
+    }
+    Ok(())
+}
+
+/// The topology's data spout, if it has one; a topology reads one at most.
+pub(super) fn single_spout(def: &TopologyDef) -> Result<Option<SpoutDef>> {
+    let name = &def.name;
+    let spouts: Vec<&SpoutDef> = def
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            OperationDef::Spout { spout } => Some(spout),
+            _ => None,
+        })
+        .collect();
+    if spouts.len() > 1 {
+        bail!(
+            "topology {name} has {} spouts: a topology reads one data spout (merge its streams instead)",
+            spouts.len()
+        );
+    }
+    Ok(spouts.first().map(|s| (*s).clone()))
+}
+
+/// Every state, by name: each written by exactly one operation, and paired
+/// with the spout as exactly-once allows.
+pub(super) fn states(def: &TopologyDef, spout: Option<&SpoutDef>) -> Result<BTreeMap<String, StateDef>> {
+    let name = &def.name;
+    let mut states: BTreeMap<String, StateDef> = BTreeMap::new();
+    let mut writers: BTreeMap<&str, &str> = BTreeMap::new();
+    for node in &def.nodes {
+        if let Some(state) = node.op.written_state() {
+            if let Some(other) = writers.insert(&state.name, &node.id) {
+                bail!(
+                    "topology {name}: state {} is written by both {other} and {}: each state has one writer, \
+                     whose aggregator kind fixes what its values mean",
+                    state.name,
+                    node.id
+                );
+            }
+            if let Some(spout) = spout {
+                check_pairing(name, spout, state)?;
+            }
+            states.insert(state.name.clone(), state.clone());
+        }
+    }
+    Ok(states)
+}
+
+/// Trident's table of which spouts and states make exactly-once: a
+/// transactional state needs a transactional spout; an opaque state takes a
+/// transactional or an opaque spout; a non-transactional state promises
+/// nothing (a warning, not an error).
+fn check_pairing(topology: &str, spout: &SpoutDef, state: &StateDef) -> Result<()> {
+    match (state.kind, SpoutKind::of(spout)) {
+        (StateKind::NonTransactional, _) => {
+            tracing::warn!(
+                "topology {topology}: state {} is non-transactional: replayed batches may count twice",
+                state.name
+            );
+        }
+        (StateKind::Transactional, SpoutKind::Opaque) => bail!(
+            "topology {topology}: transactional state {} cannot be fed by an opaque spout: a replay of an opaque \
+             spout may hold different tuples, and a transactional state skips a txid it has applied, so those \
+             tuples would be lost (use an opaque state)",
+            state.name
+        ),
+        (StateKind::Transactional | StateKind::Opaque, SpoutKind::NonTransactional) => bail!(
+            "topology {topology}: state {} claims exactly-once, but its spout is non-transactional: a replay may \
+             lose or repeat tuples (use a transactional or opaque spout, or a non-transactional state)",
+            state.name
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
+pub(super) fn check_aggregator(
+    name: &str,
+    node: &str,
+    fields: &[String],
+    aggregator: &AggregatorDef,
+    persistent: bool,
+) -> Result<()> {
+    let id = &aggregator.id;
+    super::fields::resolve(name, id, fields, &aggregator.input)?;
+    let single_output = !matches!(aggregator.kind, AggregatorKind::General);
+    if single_output && aggregator.output.len() != 1 {
+        bail!("topology {name}: aggregator {id} must declare exactly one output field");
+    }
+    if let AggregatorKind::Builtin(builtin) = aggregator.kind
+        && builtin.reads_a_field()
+        && aggregator.input.len() != 1
+    {
+        bail!("topology {name}: built-in {} in {id} needs exactly one input field", builtin_name(builtin));
+    }
+    if persistent && aggregator.kind == AggregatorKind::General {
+        bail!(
+            "topology {name}: persistent_aggregate {node} uses the general aggregator {id}: a state is updated \
+             with a combiner or a reducer aggregator"
+        );
+    }
+    if persistent && aggregator.kind == AggregatorKind::Combiner && aggregator.input.is_empty() {
+        bail!(
+            "topology {name}: persistent_aggregate {node} uses the guest combiner {id} without input fields: its \
+             init would see empty tuples, so it could only count (use the built-in Count, which runs in the host, \
+             or name the fields it reads with persistent_aggregate_over)"
+        );
+    }
+    Ok(())
+}
+
+/// Each query stream by name, with its root and the node that answers it:
+/// a query ends in one stream and writes no state.
+pub(super) fn queries(name: &str, nodes: &[Node]) -> Result<BTreeMap<String, (usize, usize)>> {
+    let mut queries = BTreeMap::new();
+    for (root, node) in nodes.iter().enumerate() {
+        let Op::Query(query) = &node.op else { continue };
+        if queries.contains_key(query) {
+            bail!("topology {name} has two query streams named {query}");
+        }
+        let reachable = super::phases::reachable_from(nodes, root);
+        let leaves: Vec<usize> = reachable.iter().copied().filter(|&n| nodes[n].children.is_empty()).collect();
+        let [answer] = leaves[..] else {
+            bail!("topology {name}: query {query} must end in one stream (it ends in {} places)", leaves.len());
+        };
+        if reachable
+            .iter()
+            .any(|&n| matches!(nodes[n].op, Op::PersistentAggregate { .. } | Op::PartitionPersist { .. }))
+        {
+            bail!("topology {name}: query {query} writes state: a query only reads it");
+        }
+        queries.insert(query.clone(), (root, answer));
+    }
+    Ok(queries)
+}
+
+/// Checks that a topology has something to run, and that a data stream
+/// ends in a state.
+pub(super) fn runs_something(name: &str, spout: Option<&SpoutDef>, states: usize, queries: usize) -> Result<()> {
+    if spout.is_none() && queries == 0 {
+        bail!("topology {name} has neither a spout nor a query stream");
+    }
+    if spout.is_some() && states == 0 {
+        bail!(
+            "topology {name} persists nothing: its results would go nowhere (end a stream in persistent_aggregate or partition_persist)"
+        );
+    }
+    Ok(())
+}
+
+/// Checks that each node belongs to one stream: the data stream or one
+/// query's.
+pub(super) fn one_stream_each(name: &str, nodes: &[Node]) -> Result<()> {
+    let mut root: Vec<usize> = Vec::with_capacity(nodes.len());
+    for (i, node) in nodes.iter().enumerate() {
+        let mut roots = node.inputs.iter().map(|&p| root[p]);
+        let first = roots.next().unwrap_or(i);
+        if roots.any(|r| r != first) {
+            bail!("topology {name}: operator {} joins streams that start from different spouts or queries", node.id);
+        }
+        root.push(first);
+    }
+    Ok(())
+}
+
+/// Guest operators a node calls, each in an instance per partition.
+fn guest_operators(op: &Op) -> usize {
+    let guest = |a: &Aggregator| usize::from(!matches!(a.kind, AggregatorKind::Builtin(_)));
+    match op {
+        Op::Function { .. } | Op::Filter { .. } | Op::PartitionPersist { .. } => 1,
+        Op::StateQuery { query, .. } => usize::from(*query == QueryDef::Guest),
+        Op::Aggregate { aggregators, .. } => aggregators.iter().map(guest).sum(),
+        Op::PersistentAggregate { aggregator, .. } => guest(aggregator),
+        _ => 0,
+    }
+}
+
+impl Plan {
+    /// Checks every node's parallelism, and the guest operator instances
+    /// they add up to, against `limits`: each of a node's partitions runs on
+    /// a thread of its own, each guest operator in an instance per partition.
+    pub fn check_parallelism(&self, limits: &TopologyLimits) -> Result<()> {
+        let name = &self.topology;
+        for node in &self.nodes {
+            if node.parallelism > limits.max_parallelism as usize {
+                return Err(refused(
+                    format!("topology {name}: operator {} asks for a parallelism of {}", node.id, node.parallelism),
+                    limits.max_parallelism as usize,
+                    "--max-parallelism",
+                ));
+            }
+        }
+        let instances: usize = self.nodes.iter().map(|n| n.parallelism * guest_operators(&n.op)).sum();
+        if instances > limits.max_instances {
+            return Err(refused(
+                format!(
+                    "topology {name} runs {instances} guest operator instances in all (each guest operator once per \
+                     partition)"
+                ),
+                limits.max_instances,
+                "--max-instances",
+            ));
+        }
+        Ok(())
+    }
+}

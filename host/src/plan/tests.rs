@@ -1,0 +1,306 @@
+use super::build::order;
+use super::*;
+use weir_sdk::topology::{AggregatorDef, AggregatorKind, NodeDef, OperationDef, SpoutDef, StateDef, StateKind};
+
+fn names(n: &[&str]) -> Vec<String> {
+    n.iter().map(|s| s.to_string()).collect()
+}
+
+fn node(id: &str, inputs: &[usize], op: OperationDef) -> NodeDef {
+    NodeDef { id: id.into(), inputs: inputs.to_vec(), parallelism: 1, op }
+}
+
+fn spout() -> NodeDef {
+    node("spout", &[], OperationDef::Spout { spout: SpoutDef::FileLines { field: "sentence".into() } })
+}
+
+fn each(id: &str, input: usize, reads: &[&str], output: &[&str]) -> NodeDef {
+    node(id, &[input], OperationDef::Each { input: names(reads), output: names(output) })
+}
+
+fn count(input: usize, group: &[&str]) -> NodeDef {
+    node(
+        "count",
+        &[input],
+        OperationDef::PersistentAggregate {
+            state: StateDef { name: "counts".into(), kind: StateKind::Transactional, cache_size: None },
+            group: names(group),
+            aggregator: AggregatorDef {
+                id: "count".into(),
+                kind: AggregatorKind::Builtin(Builtin::Count),
+                input: vec![],
+                output: names(&["count"]),
+            },
+        },
+    )
+}
+
+fn def(nodes: Vec<NodeDef>) -> TopologyDef {
+    TopologyDef { name: "t".into(), nodes, sandbox: Default::default() }
+}
+
+fn plan_of(def: &TopologyDef) -> Result<Plan> {
+    plan(def, &SandboxConfig::default())
+}
+
+#[test]
+fn word_count_drops_the_sentence_once_split() {
+    let plan = plan_of(&def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"])])).unwrap();
+    let Op::Function { kept, input, .. } = &plan.nodes[1].op else { panic!() };
+    assert!(kept.is_empty());
+    assert!(input.whole_tuple);
+    assert_eq!(plan.nodes[1].fields, ["word"]);
+    assert_eq!(plan.nodes[1].phase, Phase::Process);
+    assert_eq!(plan.nodes[2].phase, Phase::Commit);
+    assert_eq!(plan.nodes[2].fields, ["word", "count"]);
+    let Op::PersistentAggregate { in_place, .. } = plan.nodes[2].op else { panic!() };
+    assert!(in_place, "nothing reads the counts during a batch: they combine in the commit");
+}
+
+#[test]
+fn fields_later_operators_read_are_kept() {
+    let plan =
+        plan_of(&def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["sentence", "word"])]))
+            .unwrap();
+    let Op::Function { kept, .. } = &plan.nodes[1].op else { panic!() };
+    assert_eq!(kept, &[0]);
+}
+
+#[test]
+fn load_errors_name_the_place() {
+    let err = plan_of(&def(vec![spout(), each("split", 0, &["line"], &["word"]), count(1, &[])])).unwrap_err();
+    assert!(err.to_string().contains("operator split reads field \"line\""), "{err}");
+    let err = plan_of(&def(vec![spout(), each("a", 0, &["sentence"], &["sentence"]), count(1, &[])])).unwrap_err();
+    assert!(err.to_string().contains("operator a outputs field \"sentence\", which the tuple already has"), "{err}");
+    let err =
+        plan_of(&def(vec![spout(), each("a", 0, &["sentence"], &["w"]), each("a", 1, &["w"], &["x"])])).unwrap_err();
+    assert!(err.to_string().contains("two operators are named \"a\""), "{err}");
+    let err = plan_of(&def(vec![])).unwrap_err();
+    assert!(err.to_string().contains("is empty"), "{err}");
+    let err =
+        plan_of(&def(vec![spout(), each("a", 2, &["sentence"], &["w"]), each("b", 1, &["w"], &["x"])])).unwrap_err();
+    assert!(err.to_string().contains("cycle through operator"), "{err}");
+    let err = plan_of(&def(vec![spout(), each("a", 0, &["sentence"], &["w"])])).unwrap_err();
+    assert!(err.to_string().contains("persists nothing"), "{err}");
+    let mut general = count(0, &[]);
+    if let OperationDef::PersistentAggregate { aggregator, .. } = &mut general.op {
+        aggregator.kind = AggregatorKind::General;
+    }
+    let err = plan_of(&def(vec![spout(), general])).unwrap_err();
+    assert!(err.to_string().contains("uses the general aggregator count"), "{err}");
+    let mut second = count(0, &[]);
+    second.id = "again".into();
+    let err = plan_of(&def(vec![spout(), count(0, &[]), second])).unwrap_err();
+    assert!(err.to_string().contains("state counts is written by both count and again"), "{err}");
+    let mut bad = def(vec![spout(), count(0, &[])]);
+    bad.name = "a/b".into();
+    let err = plan_of(&bad).unwrap_err();
+    assert!(err.to_string().starts_with("topology name \"a/b\" is not allowed"), "{err}");
+}
+
+/// A line of `depth` nodes: a spout, filters, a count.
+fn chain(depth: usize) -> TopologyDef {
+    // Listed reader-first: a recursive walk from node 0 would go `depth` deep.
+    let mut nodes = vec![count(1, &["sentence"])];
+    for i in 1..depth - 1 {
+        nodes.push(node(&format!("f{i}"), &[i + 1], OperationDef::Filter { input: names(&["sentence"]) }));
+    }
+    nodes.push(spout());
+    def(nodes)
+}
+
+fn refusal(def: &TopologyDef, limits: TopologyLimits) -> String {
+    let config = SandboxConfig { topology: limits, ..SandboxConfig::default() };
+    format!("{:#}", plan(def, &config).unwrap_err())
+}
+
+#[test]
+fn names_are_letters_digits_dashes_underscores_and_dots() {
+    let word_count = || def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"])]);
+    let mut fine = word_count();
+    fine.name = "Word_count-2.b".into();
+    plan_of(&fine).unwrap();
+    let refused_name = |edit: &dyn Fn(&mut TopologyDef)| {
+        let mut def = word_count();
+        edit(&mut def);
+        format!("{:#}", plan_of(&def).unwrap_err())
+    };
+    for name in ["", ".hidden", "quote\"d", "a b", "../x", "tab\t", "é"] {
+        let err = refused_name(&|d| d.name = name.into());
+        assert!(err.starts_with(&format!("topology name {} is not allowed", json(name))), "{err}");
+    }
+    let err = refused_name(&|d| d.nodes[1].id = "split words".into());
+    assert!(err.contains("topology t: operator name \"split words\" is not allowed"), "{err}");
+    let err = refused_name(&|d| {
+        if let OperationDef::PersistentAggregate { state, .. } = &mut d.nodes[2].op {
+            state.name = "../../escape".into();
+        }
+    });
+    assert!(err.contains("topology t: state name \"../../escape\" is not allowed"), "{err}");
+    let err =
+        refused_name(&|d| d.nodes[0].op = OperationDef::Spout { spout: SpoutDef::FileLines { field: "a\nb".into() } });
+    assert!(err.contains("topology t: field name \"a\\nb\" is not allowed"), "{err}");
+    let err = refused_name(&|d| d.nodes.push(node("q", &[], OperationDef::QueryStream { name: "what?".into() })));
+    assert!(err.contains("topology t: query name \"what?\" is not allowed"), "{err}");
+    let long = "x".repeat(129);
+    let err = refused_name(&|d| d.name = long.clone());
+    assert!(err.contains("is 129 bytes long, more than this host allows (128; see --max-name-len)"), "{err}");
+    fine.name = "x".repeat(128);
+    plan_of(&fine).unwrap();
+}
+
+#[test]
+fn each_cap_refuses_a_topology_naming_its_flag() {
+    let word_count = || def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"])]);
+    let limits = TopologyLimits::default;
+    let cases: Vec<(TopologyDef, TopologyLimits, &str)> = vec![
+        (
+            word_count(),
+            TopologyLimits { max_nodes: 2, ..limits() },
+            "topology t has 3 nodes, more than this host allows (2; see --max-nodes)",
+        ),
+        (
+            def(vec![spout(), node("m", &[0, 0, 0], OperationDef::Merge), count(1, &[])]),
+            TopologyLimits { max_nodes: 3, ..limits() },
+            "topology t: its nodes read 4 inputs in all, more than this host allows (3; see --max-nodes)",
+        ),
+        (
+            def(vec![spout(), each("split", 0, &["sentence"], &["a", "b", "c"]), count(1, &[])]),
+            TopologyLimits { max_node_fields: 3, ..limits() },
+            "topology t: operator split lists 4 names (fields and aggregators), more than this host allows \
+             (3; see --max-node-fields)",
+        ),
+        (
+            def(vec![spout(), each("e1", 0, &["sentence"], &["a"]), each("e2", 1, &["a"], &["b"]), count(2, &[])]),
+            TopologyLimits { max_node_fields: 2, ..limits() },
+            "topology t: operator e2's tuples have 3 fields, more than this host allows (2; see \
+             --max-node-fields)",
+        ),
+        (
+            word_count(),
+            TopologyLimits { max_fields: 3, ..limits() },
+            "topology t's tuples have at least 5 fields in all (added up over its nodes), more than this host \
+             allows (3; see --max-fields)",
+        ),
+        (
+            def(vec![spout(), count(0, &[])]),
+            TopologyLimits { max_states: 0, ..limits() },
+            "topology t has 1 states, more than this host allows (0; see --max-states)",
+        ),
+        (
+            def(vec![spout(), count(0, &[]), node("q", &[], OperationDef::QueryStream { name: "q".into() })]),
+            TopologyLimits { max_queries: 0, ..limits() },
+            "topology t has 1 query streams, more than this host allows (0; see --max-queries)",
+        ),
+        (
+            {
+                let mut d = word_count();
+                d.nodes[1].parallelism = u32::MAX;
+                d
+            },
+            limits(),
+            "topology t: operator split asks for a parallelism of 4294967295, more than this host allows (64; \
+             see --max-parallelism)",
+        ),
+        (
+            {
+                let mut d = word_count();
+                d.nodes[1].parallelism = 40;
+                d.nodes.push(each("again", 1, &["word"], &["w2"]));
+                d.nodes[3].parallelism = 40;
+                d
+            },
+            TopologyLimits { max_instances: 79, ..limits() },
+            "topology t runs 80 guest operator instances in all (each guest operator once per partition), more \
+             than this host allows (79; see --max-instances)",
+        ),
+        (
+            {
+                let mut d = word_count();
+                if let OperationDef::PersistentAggregate { state, .. } = &mut d.nodes[2].op {
+                    state.cache_size = Some(usize::MAX);
+                }
+                d
+            },
+            limits(),
+            "topology t: state counts asks for a cache of 18446744073709551615 entries, more than this host \
+             allows (1000000; see --max-state-cache)",
+        ),
+    ];
+    for (def, limits, expected) in cases {
+        assert_eq!(refusal(&def, limits), expected);
+    }
+    // Built-in nodes take no guest instances: only `split` counts.
+    let mut wide = word_count();
+    wide.nodes[1].parallelism = 64;
+    wide.nodes[2].parallelism = 64;
+    plan(&wide, &SandboxConfig { topology: TopologyLimits { max_instances: 64, ..limits() }, ..Default::default() })
+        .unwrap();
+}
+
+#[test]
+fn the_parallelism_flag_is_held_to_the_same_caps() {
+    let plan = plan_of(&def(vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"])])).unwrap();
+    plan.with_parallelism(64).check_parallelism(&TopologyLimits::default()).unwrap();
+    let err = plan.with_parallelism(65).check_parallelism(&TopologyLimits::default()).unwrap_err();
+    assert!(err.to_string().contains("operator spout asks for a parallelism of 65"), "{err}");
+    let err = plan
+        .with_parallelism(8)
+        .check_parallelism(&TopologyLimits { max_instances: 7, ..TopologyLimits::default() })
+        .unwrap_err();
+    assert!(err.to_string().contains("runs 8 guest operator instances"), "{err}");
+}
+
+#[test]
+fn a_deep_chain_is_walked_without_recursion() {
+    let depth = 200_000;
+    let limits =
+        TopologyLimits { max_nodes: depth, max_fields: 2 * depth, max_instances: depth, ..TopologyLimits::default() };
+    // A recursive walk 200,000 deep overflows any stack; this one fits
+    // in a quarter of a megabyte.
+    let planned = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || {
+            let config = SandboxConfig { topology: limits, ..SandboxConfig::default() };
+            let plan = plan(&chain(depth), &config).unwrap();
+            (plan.nodes.len(), plan.nodes[0].op.clone(), plan.nodes[depth - 1].id.clone())
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(planned, (depth, Op::Spout, "count".to_owned()));
+    assert_eq!(
+        refusal(&chain(depth), TopologyLimits::default()),
+        "topology t has 200000 nodes, more than this host allows (1000; see --max-nodes)"
+    );
+    let mut cycle = chain(depth);
+    cycle.nodes[depth - 1] = node("spin", &[1], OperationDef::Filter { input: names(&["sentence"]) });
+    let err = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || format!("{:#}", order(&cycle).unwrap_err()))
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(err, "topology t: the stream graph has a cycle through operator f1");
+}
+
+#[test]
+fn a_guest_combiner_must_read_a_field_to_persist() {
+    let persist = |kind: AggregatorKind, input: &[&str]| {
+        let mut node = count(0, &["sentence"]);
+        if let OperationDef::PersistentAggregate { aggregator, .. } = &mut node.op {
+            aggregator.kind = kind;
+            aggregator.input = names(input);
+        }
+        plan_of(&def(vec![spout(), node]))
+    };
+    let err = persist(AggregatorKind::Combiner, &[]).unwrap_err();
+    assert!(
+        err.to_string().contains("persistent_aggregate count uses the guest combiner count without input fields"),
+        "{err}"
+    );
+    persist(AggregatorKind::Combiner, &["sentence"]).unwrap();
+    persist(AggregatorKind::Reducer, &[]).unwrap();
+    let err = persist(AggregatorKind::Builtin(Builtin::Sum), &[]).unwrap_err();
+    assert!(err.to_string().contains("built-in sum in count needs exactly one input field"), "{err}");
+}

@@ -1,0 +1,158 @@
+//! A [`Store`] in memory, for unit tests of what runs over the store (the
+//! coordinator): the commit log and states of [`Db`](super::Db), under the
+//! same rules ([`rules`]), without a file. A commit applies to a copy and
+//! replaces the whole only when every write succeeded, as a redb write
+//! transaction does; nothing survives the process.
+
+use super::rules::{self, Stored};
+use super::store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
+use super::{BatchRecord, Progress, StateError, kind_to_record};
+use anyhow::{Context, Result};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use weir_sdk::topology::StateKind;
+
+type Records = BTreeMap<Vec<u8>, Stored>;
+
+/// What is kept of one topology.
+#[derive(Clone, Default)]
+struct Topology {
+    last_committed: u64,
+    batches: BTreeMap<u64, BatchRecord>,
+    kinds: BTreeMap<String, StateKind>,
+    states: BTreeMap<String, Arc<Records>>,
+    others: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Each commit's batch, in the order they committed.
+    commits: Vec<(u64, BatchRecord)>,
+}
+
+/// A store in memory.
+#[derive(Default)]
+pub struct MemoryStore {
+    topologies: Mutex<BTreeMap<String, Topology>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Topology>> {
+        // A panic elsewhere leaves whole values behind: every change
+        // replaces a topology at once.
+        self.topologies.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The txid and record of each batch `topology` committed, in order.
+    pub fn commits(&self, topology: &str) -> Vec<(u64, BatchRecord)> {
+        self.lock().get(topology).map(|t| t.commits.clone()).unwrap_or_default()
+    }
+
+    /// Every key of a state with its stored value, sorted by key.
+    pub fn scan(&self, topology: &str, state: &str) -> Vec<(Vec<u8>, Stored)> {
+        let topologies = self.lock();
+        let records = topologies.get(topology).and_then(|t| t.states.get(state));
+        records.map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default()
+    }
+}
+
+impl CommitLog for MemoryStore {
+    fn progress(&self, topology: &str) -> Result<Progress> {
+        let topologies = self.lock();
+        let Some(t) = topologies.get(topology) else { return Ok(Progress::default()) };
+        let batches = t.batches.range(t.last_committed..).map(|(txid, r)| (*txid, r.clone())).collect();
+        Ok(Progress { last_committed: t.last_committed, batches })
+    }
+
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+        self.lock().entry(topology.to_owned()).or_default().batches.insert(txid, record.clone());
+        Ok(())
+    }
+}
+
+/// The states and other records of every topology, as of one moment.
+struct MemorySnapshot {
+    states: BTreeMap<(String, String), Arc<Records>>,
+    others: BTreeMap<(String, String), BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+struct MemoryState(Arc<Records>);
+
+impl StateReader for MemoryState {
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
+        Ok(self.0.get(key).cloned())
+    }
+}
+
+impl Snapshot for MemorySnapshot {
+    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>> {
+        let records = self.states.get(&(topology.to_owned(), state.to_owned()));
+        Ok(records.map(|r| Box::new(MemoryState(Arc::clone(r))) as Box<dyn StateReader>))
+    }
+
+    fn others(&self, topology: &str, table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let records = self.others.get(&(topology.to_owned(), table.to_owned()));
+        Ok(records.map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default())
+    }
+}
+
+impl Store for MemoryStore {
+    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>> {
+        let topologies = self.lock();
+        let mut snapshot = MemorySnapshot { states: BTreeMap::new(), others: BTreeMap::new() };
+        for (name, t) in topologies.iter() {
+            for (state, records) in &t.states {
+                snapshot.states.insert((name.clone(), state.clone()), Arc::clone(records));
+            }
+            for (table, records) in &t.others {
+                snapshot.others.insert((name.clone(), table.clone()), records.clone());
+            }
+        }
+        Ok(Box::new(snapshot))
+    }
+
+    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize> {
+        let BatchCommit { topology, txid, record, writes, others } = *batch;
+        let mut topologies = self.lock();
+        let mut t = topologies.get(topology).cloned().unwrap_or_default();
+        if txid != t.last_committed + 1 {
+            let not_next = StateError::NotNext { txid, last: t.last_committed };
+            return Err(anyhow::Error::new(not_next).context(format!("topology {topology}")));
+        }
+        let mut written = 0;
+        for write in writes {
+            let in_state = || format!("state {}", write.state);
+            if let Some(kind) = write.kind()
+                && kind_to_record(topology, &write.state, t.kinds.get(&write.state).copied(), kind)?
+            {
+                t.kinds.insert(write.state.clone(), kind);
+            }
+            let records = Arc::make_mut(t.states.entry(write.state.clone()).or_default());
+            for (key, stored) in &write.records {
+                records.insert(key.clone(), stored.clone());
+            }
+            written += write.records.len();
+            let Some(combines) = &write.combines else { continue };
+            for (key, partial) in combines.partials.iter() {
+                let context = || format!("{}, key {}", in_state(), super::describe_key(key));
+                let value_for = |base| rules::with_partial(combines.builtin, base, partial);
+                if let Some(new) =
+                    rules::apply(combines.kind, records.get(key), txid, value_for).with_context(context)?
+                {
+                    records.insert(key.to_vec(), new);
+                    written += 1;
+                }
+            }
+        }
+        t.last_committed = txid;
+        t.batches.insert(txid, record.clone());
+        t.batches.retain(|&at, _| at >= txid);
+        for other in others {
+            t.others.entry(other.table.clone()).or_default().extend(other.entries.iter().cloned());
+        }
+        t.commits.push((txid, record.clone()));
+        topologies.insert(topology.to_owned(), t);
+        Ok(written)
+    }
+}

@@ -1,0 +1,162 @@
+//! The seam between the coordinator and where things are kept: a commit
+//! log (where each topology stands, and the batches recorded before they
+//! are processed) and a state store (snapshots to read, the commit of a
+//! batch). [`Db`](super::Db), over redb, is the one that runs; the
+//! in-memory [`MemoryStore`](super::memory::MemoryStore) keeps the same
+//! under the same rules ([`rules`](super::rules)), for unit tests.
+//!
+//! A batch commits its state writes, its progress and whatever records
+//! other rooms keep per batch (a sink's outbox) at once: the commit log
+//! and the state store are separate traits, the commit spans both.
+
+use super::rules::Stored;
+use super::view::StateWrites;
+use super::{BatchRecord, Progress};
+use anyhow::Result;
+
+/// Where each topology stands.
+pub trait CommitLog {
+    /// The topology's last committed txid and the batches recorded since.
+    fn progress(&self, topology: &str) -> Result<Progress>;
+
+    /// Records a batch's attempt and spout metadata before it is
+    /// processed; made durable by the batch's commit.
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()>;
+}
+
+/// One state's committed records in a snapshot.
+pub trait StateReader: Send {
+    /// The record of `key` (encoded, see [`keys`](super::keys)).
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>>;
+}
+
+/// What is committed, as of one moment, for a batch's or a query's reads.
+pub trait Snapshot {
+    /// State `state` of `topology`; `None` when nothing was committed to it.
+    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>>;
+
+    /// The records of table `table` of `topology` that other rooms commit
+    /// with batches (see [`BatchCommit::others`]), sorted by key.
+    fn others(&self, topology: &str, table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+}
+
+/// Records another room keeps per batch, committed with it: the store
+/// knows only their table's name, their keys and their bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtherRecords {
+    /// The table they go in (one namespace per topology).
+    pub table: String,
+    /// Key and value of each, inserted over what the table holds.
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Everything batch `txid` of `topology` commits, at once.
+pub struct BatchCommit<'a> {
+    /// The topology, by the name its progress is kept under.
+    pub topology: &'a str,
+    /// The batch; it must follow the last committed one.
+    pub txid: u64,
+    /// The batch's record, kept as the last committed batch's.
+    pub record: &'a BatchRecord,
+    /// What the batch wrote to each state, applied under Trident's rules.
+    pub writes: &'a [StateWrites],
+    /// Records of other rooms, committed with the batch.
+    pub others: &'a [OtherRecords],
+}
+
+/// A commit log and a state store that commit batches.
+pub trait Store: CommitLog + Sync {
+    /// A snapshot of everything committed.
+    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>>;
+
+    /// Commits `batch` durably, or nothing of it: its state writes, its
+    /// progress and its other records. Returns the number of keys written.
+    /// A batch out of txid order is refused with
+    /// [`StateError::NotNext`](super::StateError::NotNext).
+    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::MemoryStore;
+    use crate::state::view::Combines;
+    use crate::state::{Db, StateError, keys};
+    use weir_sdk::codec::{Value, ValueRef};
+    use weir_sdk::operator::Builtin;
+    use weir_sdk::topology::StateKind;
+
+    /// Runs `test` over each store: redb and memory.
+    fn each_store(test: impl Fn(&dyn Store)) {
+        test(&MemoryStore::new());
+        let dir = tempfile::tempdir().unwrap();
+        test(&Db::open(dir.path()).unwrap());
+    }
+
+    fn key(word: &str) -> Vec<u8> {
+        keys::encode([ValueRef::Str(word)])
+    }
+
+    fn counts(kind: StateKind, words: &[&str]) -> Vec<StateWrites> {
+        let partials = words.iter().map(|w| (key(w), Value::I64(1))).collect();
+        vec![StateWrites {
+            state: "counts".into(),
+            records: Vec::new(),
+            combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
+        }]
+    }
+
+    fn commit(store: &dyn Store, txid: u64, writes: &[StateWrites], others: &[OtherRecords]) -> Result<usize> {
+        let record = BatchRecord { attempt: 0, spout: txid.to_le_bytes().to_vec() };
+        store.commit_batch(&BatchCommit { topology: "t", txid, record: &record, writes, others })
+    }
+
+    fn stored(store: &dyn Store, word: &str) -> Option<Stored> {
+        store.snapshot().unwrap().state("t", "counts").unwrap()?.get(&key(word)).unwrap()
+    }
+
+    fn outbox(entries: &[(&str, &str)]) -> OtherRecords {
+        let entries = entries.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect();
+        OtherRecords { table: "outbox".into(), entries }
+    }
+
+    #[test]
+    fn other_records_commit_with_their_batch_and_not_without_it() {
+        each_store(|store| {
+            commit(store, 1, &counts(StateKind::Transactional, &["a"]), &[outbox(&[("1", "a=1")])]).unwrap();
+            // Out of order: refused, and nothing of it is kept.
+            let err = commit(store, 3, &[], &[outbox(&[("3", "lost")])]).unwrap_err();
+            assert!(matches!(err.downcast_ref::<StateError>(), Some(StateError::NotNext { txid: 3, last: 1 })));
+            // A commit whose state writes fail keeps none of its records.
+            let err = commit(store, 2, &counts(StateKind::Opaque, &["a"]), &[outbox(&[("2", "lost")])]).unwrap_err();
+            assert!(matches!(err.downcast_ref::<StateError>(), Some(StateError::KindChanged { .. })), "{err:#}");
+            assert_eq!(store.progress("t").unwrap().last_committed, 1);
+            commit(store, 2, &counts(StateKind::Transactional, &["a"]), &[outbox(&[("2", "a=2")])]).unwrap();
+            let snapshot = store.snapshot().unwrap();
+            let kept: Vec<(Vec<u8>, Vec<u8>)> = [("1", "a=1"), ("2", "a=2")]
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect();
+            assert_eq!(snapshot.others("t", "outbox").unwrap(), kept);
+            assert!(snapshot.others("t", "elsewhere").unwrap().is_empty());
+        });
+    }
+
+    #[test]
+    fn both_stores_keep_the_commit_log_and_apply_tridents_rules_alike() {
+        each_store(|store| {
+            assert_eq!(store.progress("t").unwrap(), Progress::default());
+            store.record_batch("t", 1, &BatchRecord { attempt: 2, spout: b"m".to_vec() }).unwrap();
+            assert_eq!(store.progress("t").unwrap().batches, [(1, BatchRecord { attempt: 2, spout: b"m".to_vec() })]);
+            assert_eq!(commit(store, 1, &counts(StateKind::Transactional, &["a", "b"]), &[]).unwrap(), 2);
+            assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 1, value: Value::I64(1) }));
+            assert_eq!(commit(store, 2, &counts(StateKind::Transactional, &["a"]), &[]).unwrap(), 1);
+            assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 2, value: Value::I64(2) }));
+            assert_eq!(stored(store, "b"), Some(Stored::Transactional { txid: 1, value: Value::I64(1) }));
+            assert_eq!(stored(store, "c"), None);
+            let progress = store.progress("t").unwrap();
+            assert_eq!(progress.last_committed, 2);
+            assert_eq!(progress.batches, [(2, BatchRecord { attempt: 0, spout: 2u64.to_le_bytes().to_vec() })]);
+        });
+    }
+}
