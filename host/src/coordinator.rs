@@ -13,6 +13,7 @@
 
 use crate::config::RunConfig;
 use crate::exec::{BatchError, Committer, Handover, Origin, Processor};
+use crate::fault::{self, Point};
 use crate::instances::OperatorSource;
 use crate::metrics::Latencies;
 use crate::plan::Plan;
@@ -102,6 +103,7 @@ pub fn run(
     stop: &AtomicBool,
     on_commit: &mut dyn FnMut(&RunReport),
 ) -> Result<RunReport> {
+    fault::check()?;
     let (work_tx, work_rx) = mpsc::channel::<Work>();
     let (done_tx, done_rx) = mpsc::channel::<Done>();
     std::thread::scope(|scope| {
@@ -112,6 +114,7 @@ pub fn run(
             let mut processor = Processor::new(processor_plan, processor_source);
             for work in work_rx {
                 let result = processor.process(work.txid, work.attempt, work.batch);
+                fault::at(Point::AfterProcess, work.txid);
                 let times = processor.take_times();
                 if done_tx.send(Done { txid: work.txid, attempt: work.attempt, result, times }).is_err() {
                     break;
@@ -330,7 +333,9 @@ impl Coordinator<'_> {
         let meta = self.pending.front().map(|p| p.meta.clone()).unwrap_or_default();
         let record = BatchRecord { attempt, spout: meta };
         let started = Instant::now();
+        fault::at(Point::BeforeCommit, txid);
         let written = self.committer.commit(self.db, txid, &record, handover)?;
+        fault::at(Point::AfterCommit, txid);
         self.report.commit_latency.record(started.elapsed());
         tracing::debug!(
             "topology {}: committed txid {txid} (attempt {attempt}): {written} keys written",
