@@ -144,6 +144,14 @@ pub fn scan(data: &Path, topology: &str, state: &str) -> Vec<serde_json::Value> 
     String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// The last txid `topology` committed in `data` (0 before its first commit).
+pub fn last_committed(data: &Path, topology: &str) -> u64 {
+    if !data.exists() {
+        return 0;
+    }
+    weir::state::Db::open(data).unwrap().progress(topology).unwrap().last_committed
+}
+
 /// A word-count state read back as word => count.
 pub fn counts(data: &Path, topology: &str) -> BTreeMap<String, i64> {
     scan(data, topology, "counts")
