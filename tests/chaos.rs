@@ -1,19 +1,19 @@
-//! Chaos: SIGKILL `weir run` at seeded random moments, at least 20 times,
-//! restart it each time, and compare the stored state with the ground truth
-//! exactly. Each configuration prints how many kills it made and where.
+//! Chaos: kill `weir run` with SIGKILL at seeded moments, at least 20
+//! times, before and after durable commits and between the phases, restart
+//! it each time, and compare the stored state with the ground truth exactly.
+//! Each configuration prints how many kills it made and where.
 
 mod common;
 
-use common::kill::{Lcg, kill_after};
+use common::kill::{Point, Restarts};
 use common::*;
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 const KILLS: usize = 20;
 
-/// Kills a run of `topology` at seeded random txids, then runs it to the
-/// end and checks its state with `check`.
+/// Kills a run of `topology` at seeded moments, then runs it to the end
+/// and checks its state with `check`.
 fn chaos(seed: u64, component: &str, topology: &str, input: Option<&Path>, check: impl Fn(&Path)) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -22,25 +22,14 @@ fn chaos(seed: u64, component: &str, topology: &str, input: Option<&Path>, check
     if let Some(input) = input {
         args.extend_from_slice(&["--input", input.to_str().unwrap()]);
     }
-    let mut rng = Lcg(seed);
-    let mut kills = Vec::new();
-    for _ in 0..KILLS {
-        // Commits may land between the log line and the kill: aim past what
-        // the database holds.
-        let last = if data.exists() {
-            weir::state::Db::open(&data).unwrap().progress(topology).unwrap().last_committed
-        } else {
-            0
-        };
-        let txid = last + 1 + rng.below(50);
-        let delay = Duration::from_millis(rng.below(8));
-        if let Err(log) = kill_after(&args, txid, delay) {
-            panic!("{topology}: the run ended before txid {txid} was committed:\n{log}");
-        }
-        kills.push(txid);
+    let mut restarts = Restarts::new(args, &data, topology);
+    restarts.kill_seeded(seed, KILLS, 50);
+    for point in [Point::BeforeCommit, Point::AfterCommit] {
+        assert!(restarts.killed_at(point), "seed {seed} makes no kill {point}: {}", restarts.moments());
     }
-    let _ = writeln!(std::io::stderr().lock(), "chaos {topology}: {} kills, after txids {kills:?}", kills.len());
-    weir_ok(&args);
+    let (kills, moments) = (restarts.kills.len(), restarts.moments());
+    let _ = writeln!(std::io::stderr().lock(), "chaos {topology}: {kills} kills, at {moments}");
+    restarts.finish();
     check(&data);
 }
 

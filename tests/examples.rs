@@ -4,11 +4,11 @@
 
 mod common;
 
+use common::kill::{Point, Restarts};
 use common::*;
 use serde_json::{Value as Json, json};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 /// A file under an example's directory.
 fn example_file(example: &str, file: &str) -> PathBuf {
@@ -208,32 +208,17 @@ fn global_count_answers_its_query() {
     assert_eq!(query(&data, "global-count", "count", ""), json!([[3]]));
 }
 
-/// Runs global-count over `input` in batches of 10 and kills it with
-/// SIGKILL once `txid` is committed. Returns whether it was still running.
-fn kill_after_commit(data: &Path, input: &Path, txid: u64) -> bool {
-    let mut child = weir()
-        .env("WEIR_LOG", "weir=debug")
-        .args(run_args(GLOBAL_COUNT, data, input, &["--batch-size", "10", "--max-pending", "4"]))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let marker = format!("committed txid {txid} ");
-    let seen = BufReader::new(child.stderr.take().unwrap()).lines().any(|line| line.unwrap().contains(&marker));
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    seen && !status.success()
-}
-
 #[test]
 fn global_count_is_exact_after_being_killed_mid_run() {
     let corpus = corpus_20k();
     let data = tempfile::tempdir().unwrap();
+    let args = run_args(GLOBAL_COUNT, data.path(), &corpus.path, &["--batch-size", "10"]);
+    let mut restarts = Restarts::new([&args[..], &["--max-pending", "4"]].concat(), data.path(), "global-count");
     for txid in [23, 611] {
-        assert!(kill_after_commit(data.path(), &corpus.path, txid), "the run ended before txid {txid} committed");
-        assert!(global_count(data.path()) >= txid as i64 * 10);
+        restarts.kill_at(Point::AfterCommit, txid);
+        assert_eq!(global_count(data.path()), txid as i64 * 10);
     }
-    weir_ok(&run_args(GLOBAL_COUNT, data.path(), &corpus.path, &["--batch-size", "10"]));
+    weir_ok(&args);
     assert_eq!(global_count(data.path()), 20_000);
 }
 

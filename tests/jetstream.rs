@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::kill::{Lcg, kill_after};
+use common::kill::Restarts;
 use common::nats::{LogReader, NatsServer, corpus_stream, shared_nats, wait_for_exit};
 use common::server::{Server, bundle};
 use common::*;
@@ -19,13 +19,6 @@ fn run_args<'a>(topology: &'a str, data: &'a Path, nats: &'a str, extra: &[&'a s
     args.extend_from_slice(&["--nats", nats]);
     args.extend_from_slice(extra);
     args
-}
-
-fn last_committed(data: &Path, topology: &str) -> u64 {
-    if !data.exists() {
-        return 0;
-    }
-    weir::state::Db::open(data).unwrap().progress(topology).unwrap().last_committed
 }
 
 /// A state's entries as stored, txids and all, byte for byte.
@@ -63,18 +56,12 @@ fn survives_kills(topology: &str, seed: u64) {
     let data = dir.path().join("data");
     let url = shared_nats().url();
     let args = run_args(topology, &data, &url, &["--batch-size", "100", "--max-pending", "4"]);
-    let mut rng = Lcg(seed);
-    let mut kills = Vec::new();
-    for _ in 0..3 {
-        let txid = last_committed(&data, topology) + 1 + rng.below(30);
-        if let Err(log) = kill_after(&args, txid, Duration::from_millis(rng.below(8))) {
-            panic!("{topology}: the run ended before txid {txid} was committed:\n{log}");
-        }
-        kills.push(txid);
-    }
-    let output = weir_ok(&args);
+    let mut restarts = Restarts::new(args, &data, topology);
+    restarts.kill_seeded(seed, 3, 30);
+    let output = restarts.finish();
     assert_counts_eq(&counts(&data, topology), &corpus.truth);
-    assert!(last_committed(&data, topology) > *kills.last().unwrap(), "{}", text(&output));
+    let last_kill = restarts.kills.last().unwrap().txid;
+    assert!(last_committed(&data, topology) > last_kill, "{}", text(&output));
 }
 
 #[test]

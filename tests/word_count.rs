@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::kill::{Point, Restarts};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -77,47 +78,15 @@ fn a_retry_error_replays_the_batch_and_counts_stay_exact() {
     assert_eq!(w0["key"][0], "w0");
 }
 
-/// Starts a run, waits until its log shows `txid` committed, and kills it
-/// with SIGKILL. Returns whether the run was still going when killed.
-fn kill_after_commit(
-    component: &str,
-    topology: &str,
-    data: &std::path::Path,
-    input: &std::path::Path,
-    txid: u64,
-) -> bool {
-    let mut child = weir()
-        .env("WEIR_LOG", "weir=debug")
-        .args(run_args(component, data, input, &["--topology", topology, "--batch-size", "10", "--max-pending", "4"]))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let marker = format!("committed txid {txid} ");
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = false;
-    for line in stderr.lines() {
-        if line.unwrap().contains(&marker) {
-            seen = true;
-            break;
-        }
-    }
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    seen && !status.success()
-}
-
 fn killed_runs_recover_exactly(component: &str, topology: &str) {
     let corpus = corpus_20k();
     let data = tempfile::tempdir().unwrap();
-    for txid in [37, 401, 1283] {
-        assert!(
-            kill_after_commit(component, topology, data.path(), &corpus.path, txid),
-            "the run ended before txid {txid} was committed"
-        );
+    let args = run_args(component, data.path(), &corpus.path, &["--topology", topology, "--batch-size", "10"]);
+    let mut restarts = Restarts::new([&args[..], &["--max-pending", "4"]].concat(), data.path(), topology);
+    for (point, txid) in [(Point::AfterCommit, 37), (Point::BeforeCommit, 401), (Point::AfterProcess, 1283)] {
+        restarts.kill_at(point, txid);
     }
-    let output =
-        weir_ok(&run_args(component, data.path(), &corpus.path, &["--topology", topology, "--batch-size", "10"]));
+    let output = weir_ok(&args);
     assert!(text(&output).contains("last committed txid 2000"), "{}", text(&output));
     assert_counts_eq(&counts(data.path(), topology), &corpus.truth);
 }

@@ -358,3 +358,9 @@ impl Default for LogLimits {
         LogLimits { bytes: DEFAULT_MAX_LOG_KIB << 10, lines: DEFAULT_MAX_LOG_LINES }
     }
 }
+
+/// For tests only: the environment variable that names a fault point,
+/// `<point>:<txid>` (`after-process`, `before-commit` or `after-commit`),
+/// where the host kills itself with SIGKILL (see `crate::fault`). Unset in
+/// any real deployment.
+pub const FAULT_ENV: &str = "WEIR_FAULT";

@@ -13,6 +13,7 @@
 
 use crate::config::RunConfig;
 use crate::exec::{BatchError, BatchId, Committer, Handover, Origin, Processor};
+use crate::fault::{self, Point};
 use crate::instances::OperatorSource;
 use crate::metrics::Latencies;
 use crate::plan::Plan;
@@ -140,6 +141,7 @@ pub fn run(
     stop: &AtomicBool,
     on_report: &mut dyn FnMut(&RunReport),
 ) -> Result<RunReport> {
+    fault::check()?;
     let (work_tx, work_rx) = mpsc::channel::<Work>();
     let (done_tx, done_rx) = mpsc::channel::<Done>();
     std::thread::scope(|scope| {
@@ -150,6 +152,7 @@ pub fn run(
             let mut processor = Processor::new(processor_plan, processor_source);
             for work in work_rx {
                 let result = processor.process(work.id, work.batch);
+                fault::at(Point::AfterProcess, work.id.txid);
                 let times = processor.take_times();
                 if done_tx.send(Done { id: work.id, result, times }).is_err() {
                     break;
@@ -379,7 +382,9 @@ impl Coordinator<'_> {
         let meta = self.pending.front().map(|p| p.meta.clone()).unwrap_or_default();
         let record = BatchRecord { attempt: id.attempt, spout: meta };
         let started = Instant::now();
+        fault::at(Point::BeforeCommit, id.txid);
         let written = self.committer.commit(self.store, id.txid, &record, handover)?;
+        fault::at(Point::AfterCommit, id.txid);
         self.report.commit_latency.record(started.elapsed());
         tracing::debug!(
             "topology {}: committed txid {} (attempt {}): {written} keys written",

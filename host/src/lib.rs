@@ -6,6 +6,7 @@ pub mod bundle;
 pub mod config;
 pub mod coordinator;
 pub mod exec;
+pub mod fault;
 pub mod guest_build;
 pub mod instances;
 pub mod json;

@@ -1,12 +1,20 @@
-//! Killing `weir run` with SIGKILL at chosen moments, as the chaos tests
-//! and the JetStream tests do.
+//! Killing `weir run` at exact moments of its commit path and restarting
+//! it, as the chaos, word count, example and JetStream tests do: the host
+//! kills itself with SIGKILL at the fault point `WEIR_FAULT` names, so no
+//! test waits on a log line or a timer.
 
 use super::*;
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-use std::time::Duration;
+use std::os::unix::process::ExitStatusExt;
 
-/// A small seeded generator: the kill points are the same on every run.
+pub use weir::fault::{Fault, Point};
+
+/// SIGKILL's number on Linux.
+const SIGKILL: i32 = 9;
+
+/// The longest a run may take to reach its fault point.
+const KILL_LIMIT: Duration = Duration::from_secs(300);
+
+/// A small seeded generator: the kill moments are the same on every run.
 pub struct Lcg(pub u64);
 
 impl Lcg {
@@ -17,33 +25,77 @@ impl Lcg {
     }
 }
 
-/// Runs `args` until the log shows `txid` committed, waits `delay`, and
-/// kills the process. Returns the run's log if it was not killed mid-run.
-pub fn kill_after(args: &[&str], txid: u64, delay: Duration) -> Result<(), String> {
-    let mut child =
-        weir().env("WEIR_LOG", "weir=debug").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let marker = format!("committed txid {txid} ");
-    // The pipe stays open until the process is killed: it must die of the
-    // kill, not of a closed stderr.
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut log = Vec::new();
-    let mut reached = false;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        reached = line.contains(&marker);
-        log.push(line);
-        if reached {
-            break;
+/// One `weir run` of one topology into one data dir, killed and restarted.
+pub struct Restarts<'a> {
+    args: Vec<&'a str>,
+    data: &'a Path,
+    topology: &'a str,
+    /// Where each kill landed, in order.
+    pub kills: Vec<Fault>,
+}
+
+impl<'a> Restarts<'a> {
+    /// Runs of `weir` with `args`, which keep topology `topology` in `data`.
+    pub fn new(args: Vec<&'a str>, data: &'a Path, topology: &'a str) -> Restarts<'a> {
+        Restarts { args, data, topology, kills: Vec::new() }
+    }
+
+    /// The topology's last committed txid.
+    pub fn last_committed(&self) -> u64 {
+        last_committed(self.data, self.topology)
+    }
+
+    /// Runs until batch `txid` reaches `point`, where the host kills itself,
+    /// and asserts that it died there with exactly the batches before the
+    /// point committed.
+    pub fn kill_at(&mut self, point: Point, txid: u64) {
+        let before = self.last_committed();
+        let fault = Fault { point, txid };
+        let mut command = weir();
+        command.env(weir::config::FAULT_ENV, fault.to_string()).args(&self.args);
+        let output = run_bounded(&mut command, KILL_LIMIT).output;
+        let topology = self.topology;
+        if output.status.signal() != Some(SIGKILL) {
+            let log = text(&output);
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(10)..].join("\n");
+            panic!("{topology}: the run was not killed at {fault} ({}):\n{tail}", output.status);
+        }
+        let after = self.last_committed();
+        match point {
+            // Its result may wait while earlier batches commit.
+            Point::AfterProcess => {
+                assert!((before..txid).contains(&after), "{topology}: killed at {fault}, txid {after} is committed")
+            }
+            Point::BeforeCommit => assert_eq!(after, txid - 1, "{topology}: killed at {fault}"),
+            Point::AfterCommit => assert_eq!(after, txid, "{topology}: killed at {fault}"),
+        }
+        self.kills.push(fault);
+    }
+
+    /// Kills the run `kills` times, each at a point and a txid up to `span`
+    /// past the last commit drawn from `seed`.
+    pub fn kill_seeded(&mut self, seed: u64, kills: usize, span: u64) {
+        let mut rng = Lcg(seed);
+        for _ in 0..kills {
+            let point = Point::ALL[rng.below(Point::ALL.len() as u64) as usize];
+            let txid = self.last_committed() + 1 + rng.below(span);
+            self.kill_at(point, txid);
         }
     }
-    std::thread::sleep(delay);
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    drop(lines);
-    if reached && status.code().is_none() {
-        Ok(())
-    } else {
-        let tail = log.len().saturating_sub(10);
-        Err(log[tail..].join("\n"))
+
+    /// Whether some kill landed at `point`.
+    pub fn killed_at(&self, point: Point) -> bool {
+        self.kills.iter().any(|kill| kill.point == point)
+    }
+
+    /// Where the kills landed, as `WEIR_FAULT` names them.
+    pub fn moments(&self) -> String {
+        self.kills.iter().map(Fault::to_string).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Runs to the end, which must succeed.
+    pub fn finish(&self) -> Output {
+        weir_ok(&self.args)
     }
 }

@@ -1,26 +1,49 @@
-//! Builds every guest crate the tests use for wasm32-wasip2, in a target
-//! directory of their own, and writes their paths as constants.
+//! Builds every guest crate (each folder under `examples/` and
+//! `tests/guests/` with a `Cargo.toml`) for wasm32-wasip2, in a target
+//! directory of their own, and writes their paths as constants named for
+//! their packages, and the list of them all.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (package, constant naming its component).
-const GUESTS: &[(&str, &str)] = &[
-    ("word-count", "WORD_COUNT"),
-    ("spouts", "SPOUTS"),
-    ("reach", "REACH"),
-    ("location", "LOCATION"),
-    ("global-count", "GLOBAL_COUNT"),
-    ("map-filter", "MAP_FILTER"),
-    ("stream-ops", "STREAM_OPS"),
-    ("bad-topologies", "BAD_TOPOLOGIES"),
-    ("test-topologies", "TEST_TOPOLOGIES"),
-    ("hostile", "HOSTILE"),
-    ("blocking-describe", "BLOCKING_DESCRIBE"),
-    ("raw-guest", "RAW_GUEST"),
-    ("hostile-topologies", "HOSTILE_TOPOLOGIES"),
-    ("unknown-import", "UNKNOWN_IMPORT"),
-];
+/// Folders whose every direct subfolder holding a `Cargo.toml` is a guest
+/// crate: the examples users copy and the guests only tests run.
+const GUEST_DIRS: &[&str] = &["examples", "tests/guests"];
+
+/// The guest crates' package names, found by walking [`GUEST_DIRS`].
+fn discover(root: &Path) -> Vec<String> {
+    let mut packages = Vec::new();
+    for dir in GUEST_DIRS {
+        let entries = std::fs::read_dir(root.join(dir)).unwrap_or_else(|e| panic!("reading {dir}: {e}"));
+        let mut manifests: Vec<PathBuf> =
+            entries.map(|e| e.unwrap().path().join("Cargo.toml")).filter(|m| m.is_file()).collect();
+        manifests.sort();
+        packages.extend(manifests.iter().map(|m| package_name(m)));
+    }
+    packages
+}
+
+/// The `name` of a manifest's `[package]`.
+fn package_name(manifest: &Path) -> String {
+    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("reading {}: {e}", manifest.display()));
+    let mut in_package = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+        } else if in_package
+            && let Some(value) = line.strip_prefix("name").and_then(|rest| rest.trim_start().strip_prefix('='))
+        {
+            return value.trim().trim_matches('"').to_owned();
+        }
+    }
+    panic!("{} names no package", manifest.display())
+}
+
+/// The constant naming a package's component: `hostile-topologies` is
+/// `HOSTILE_TOPOLOGIES`.
+fn constant(package: &str) -> String {
+    package.to_uppercase().replace('-', "_")
+}
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -29,13 +52,14 @@ fn main() {
     for dir in ["guest-sdk", "wit", "examples", "tests/guests"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
+    let guests = discover(&root);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
         .current_dir(&root)
         .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
         .arg(&target_dir);
-    for (package, _) in GUESTS {
+    for package in &guests {
         command.args(["-p", package]);
     }
     // The outer build's settings are for the host, not for the guests.
@@ -57,18 +81,22 @@ fn main() {
     let status = command.status().expect("run cargo to build the guests");
     assert!(
         status.success(),
-        "building the test guests failed; is the wasm32-wasip2 target installed? (rustup target add wasm32-wasip2)"
+        "building the test guests failed; is the wasm32-wasip2 target installed (rustup target add wasm32-wasip2), and \
+         is every guest crate a member of the workspace?"
     );
     let out_dir = target_dir.join("wasm32-wasip2").join("release");
     let mut code = String::new();
-    for (package, constant) in GUESTS {
+    let mut list = String::new();
+    for package in &guests {
         let wasm = out_dir.join(format!("{}.wasm", package.replace('-', "_")));
         assert!(Path::new(&wasm).exists(), "{} was not built", wasm.display());
-        code.push_str(&format!(
-            "/// The `{package}` component.\npub const {constant}: &str = {:?};\n",
-            wasm.display().to_string()
-        ));
+        let (constant, wasm) = (constant(package), wasm.display().to_string());
+        code.push_str(&format!("/// The `{package}` component.\npub const {constant}: &str = {wasm:?};\n"));
+        list.push_str(&format!("    Guest {{ package: {package:?}, constant: {constant:?}, component: {wasm:?} }},\n"));
     }
+    code.push_str(&format!(
+        "/// Every guest, as found under {GUEST_DIRS:?}.\npub const GUESTS: &[Guest] = &[\n{list}];\n"
+    ));
     code.push_str(&format!(
         "/// The repository's root.\npub const REPO_ROOT: &str = {:?};\n",
         root.display().to_string()
