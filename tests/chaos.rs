@@ -1,6 +1,7 @@
 //! Chaos: kill `weir run` with SIGKILL at seeded moments, at least 20
 //! times, before and after durable commits and between the phases, restart
-//! it each time, and compare the stored state with the ground truth exactly.
+//! it each time, and compare the stored state with the ground truth exactly;
+//! and kill it from outside at timed moments, which land anywhere.
 //! Each configuration prints how many kills it made and where.
 
 mod common;
@@ -9,6 +10,7 @@ use common::kill::{Point, Restarts};
 use common::*;
 use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 
 const KILLS: usize = 20;
 
@@ -39,6 +41,33 @@ fn transactional_spout_and_transactional_state_survive_twenty_kills() {
     chaos(1, WORD_COUNT, "word-count", Some(&corpus.path), |data| {
         assert_counts_eq(&counts(data, "word-count"), &corpus.truth);
     });
+}
+
+#[test]
+fn transactional_spout_and_transactional_state_survive_kills_at_timed_moments() {
+    // Kills a few milliseconds after a commit land inside the next batches'
+    // processing and commits, where no fault point is.
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let args = vec![
+        "run",
+        WORD_COUNT,
+        "--topology",
+        "word-count",
+        "--data",
+        data.to_str().unwrap(),
+        "--input",
+        corpus.path.to_str().unwrap(),
+        "--batch-size",
+        "10",
+        "--max-pending",
+        "4",
+    ];
+    let mut restarts = Restarts::new(args, &data, "word-count");
+    restarts.kill_timed_seeded(4, 10, 50, Duration::from_millis(8));
+    restarts.finish();
+    assert_counts_eq(&counts(&data, "word-count"), &corpus.truth);
 }
 
 #[test]

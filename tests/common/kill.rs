@@ -4,7 +4,9 @@
 //! test waits on a log line or a timer.
 
 use super::*;
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
 
 pub use weir::fault::{Fault, Point};
 
@@ -81,6 +83,58 @@ impl<'a> Restarts<'a> {
             let point = Point::ALL[rng.below(Point::ALL.len() as u64) as usize];
             let txid = self.last_committed() + 1 + rng.below(span);
             self.kill_at(point, txid);
+        }
+    }
+
+    /// Runs until the log shows batch `txid` committed, waits `delay` and
+    /// kills the run from outside: unlike a fault point, the kill may land
+    /// anywhere, inside a later commit's write too.
+    pub fn kill_timed(&mut self, txid: u64, delay: Duration) {
+        let before = self.last_committed();
+        let mut child = weir()
+            .env("WEIR_LOG", "weir=debug")
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let marker = format!("committed txid {txid} ");
+        let (reached_tx, reached) = std::sync::mpsc::channel();
+        // The reader keeps the pipe open until the kill: the run must die of
+        // the kill, not of a closed stderr.
+        let stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut tail = std::collections::VecDeque::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains(&marker) {
+                    let _ = reached_tx.send(());
+                }
+                if tail.len() == 10 {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+            Vec::from(tail).join("\n")
+        });
+        let reached = reached.recv_timeout(KILL_LIMIT).is_ok();
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let log = reader.join().unwrap();
+        let topology = self.topology;
+        assert!(reached && status.signal() == Some(SIGKILL), "{topology}: not killed after txid {txid}:\n{log}");
+        let after = self.last_committed();
+        assert!(after >= txid.max(before), "{topology}: killed after txid {txid}, txid {after} is committed");
+    }
+
+    /// Kills the run `kills` times, each a delay of up to `max_delay` after
+    /// a commit up to `span` past the last one, all drawn from `seed`.
+    pub fn kill_timed_seeded(&mut self, seed: u64, kills: usize, span: u64, max_delay: Duration) {
+        let mut rng = Lcg(seed);
+        for _ in 0..kills {
+            let txid = self.last_committed() + 1 + rng.below(span);
+            let delay = Duration::from_micros(rng.below(max_delay.as_micros() as u64 + 1));
+            self.kill_timed(txid, delay);
         }
     }
 

@@ -8,11 +8,16 @@
 //! a request or a bundle reaches a path: bundles are stored as
 //! `bundles/<sha256>.weir`, only once everything about the deployment has
 //! been checked, and inputs are opened through [`InputScope`].
+//!
+//! The file is long because deploy, upgrade, stop, resume and delete share
+//! one claim on a name and one run life cycle: they read best side by side.
 
+use super::bundles::{STAGED_SUFFIX, Staged, is_plain_file_name};
 use super::registry::{DeploymentRecord, Registry};
+pub use super::status::{FailedAttempt, RunState, Status};
 use crate::bundle::{Bundle, supports_wit};
 use crate::config::{MAX_DEPLOYMENT_NAME, RunConfig, SandboxConfig};
-use crate::coordinator::{self, RunReport};
+use crate::coordinator;
 use crate::instances::{Components, OperatorSource};
 use crate::load;
 use crate::plan::Plan;
@@ -20,107 +25,15 @@ use crate::runtime::ComponentCache;
 use crate::spout::{self, InputScope};
 use crate::state::Db;
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use wasmtime::Engine;
 use weir_sdk::codec::Value;
 use weir_sdk::topology::{SPOUT_ID, TopologyDef};
-
-/// Whether a served topology runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunState {
-    /// Its coordinator is running batches.
-    Running,
-    /// Stopped at a batch boundary (or not started).
-    #[default]
-    Stopped,
-    /// Halted by an error (`Status::error` says which).
-    Failed,
-}
-
-/// How a deployment is doing.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Status {
-    /// The bundle's topology it runs.
-    pub topology: String,
-    /// Running, stopped or failed.
-    pub state: RunState,
-    /// Why it failed, if it did.
-    pub error: Option<String>,
-    /// The last committed txid.
-    pub last_committed: u64,
-    /// Batches committed since it was last started.
-    pub batches: u64,
-    /// Spout tuples committed since it was last started.
-    pub tuples: u64,
-    /// Failed attempts replayed since it was last started.
-    pub replays: u64,
-    /// Batches per second since it was last started.
-    pub batches_per_s: f64,
-    /// Tuples per second since it was last started.
-    pub tuples_per_s: f64,
-    /// Commit latency, p50 and p99, in milliseconds.
-    pub commit_p50_ms: Option<f64>,
-    /// Commit latency p99, in milliseconds.
-    pub commit_p99_ms: Option<f64>,
-    /// Milliseconds spent in each guest operator since it was last started.
-    pub operator_ms: BTreeMap<String, f64>,
-    /// How far the committed batches are behind the input, where the spout
-    /// knows: bytes for the file spouts, integers for the generator.
-    pub spout_lag: Option<u64>,
-    /// The last failed attempts since it was last started, most recent first.
-    pub failures: Vec<FailedAttempt>,
-}
-
-/// A failed attempt at a batch, as a status shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FailedAttempt {
-    /// The batch's txid.
-    pub txid: u64,
-    /// The attempt that failed.
-    pub attempt: u32,
-    /// Why it failed.
-    pub error: String,
-}
-
-impl Status {
-    /// A run's status from its report; errors as `host` lets a client see them.
-    fn of(state: RunState, topology: &str, report: &RunReport, host: &Host) -> Status {
-        let seconds = report.elapsed.as_secs_f64().max(1e-9);
-        let ms = |q| report.commit_latency.quantile(q).map(|d| d.as_secs_f64() * 1000.0);
-        Status {
-            topology: topology.to_owned(),
-            state,
-            error: None,
-            last_committed: report.last_committed,
-            batches: report.batches,
-            tuples: report.tuples,
-            replays: report.replays,
-            batches_per_s: report.batches as f64 / seconds,
-            tuples_per_s: report.tuples as f64 / seconds,
-            commit_p50_ms: ms(0.5),
-            commit_p99_ms: ms(0.99),
-            operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
-            spout_lag: report.spout_lag,
-            failures: report
-                .failures
-                .iter()
-                .rev()
-                .map(|f| FailedAttempt { txid: f.txid, attempt: f.attempt, error: host.public(&f.error) })
-                .collect(),
-        }
-    }
-
-    fn failed(topology: &str, error: String) -> Status {
-        Status { topology: topology.to_owned(), state: RunState::Failed, error: Some(error), ..Status::default() }
-    }
-}
 
 struct Running {
     stop: Arc<AtomicBool>,
@@ -233,51 +146,6 @@ pub fn check_name(name: &str) -> Result<(), DeployError> {
         )));
     }
     Ok(())
-}
-
-/// The name of a stored bundle's file: its content's SHA-256.
-fn bundle_file(bytes: &[u8]) -> String {
-    format!("{}.weir", crate::bundle::sha256_hex(bytes))
-}
-
-/// Whether `file` may name a file of the bundles directory: records written
-/// by earlier versions named theirs after the topology.
-fn is_plain_file_name(file: &str) -> bool {
-    !file.is_empty() && !file.starts_with('.') && !file.contains('/') && !file.contains('\\')
-}
-
-/// An uploaded bundle written beside the stored ones while it is checked;
-/// removed unless [`Staged::keep`] stores it.
-struct Staged {
-    path: PathBuf,
-    file: String,
-}
-
-/// Staged files are named `.<counter>.staged`; a restarted server removes
-/// the ones a crash left behind.
-const STAGED_SUFFIX: &str = ".staged";
-
-impl Staged {
-    fn write(bundles: &Path, bytes: &[u8]) -> Result<Staged> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        std::fs::create_dir_all(bundles).context("creating the bundles directory")?;
-        let path = bundles.join(format!(".{}{STAGED_SUFFIX}", NEXT.fetch_add(1, Ordering::Relaxed)));
-        std::fs::write(&path, bytes).context("storing the bundle")?;
-        Ok(Staged { path, file: bundle_file(bytes) })
-    }
-
-    /// Stores the bundle under its content hash (a file that is there
-    /// already holds the same bytes).
-    fn keep(self, bundles: &Path) -> Result<String> {
-        std::fs::rename(&self.path, bundles.join(&self.file)).context("storing the bundle")?;
-        Ok(self.file.clone())
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
 }
 
 /// A claim on a name while a call changes its deployment.
@@ -773,14 +641,5 @@ mod tests {
         for bad in ["../x.weir", "/tmp/x.weir", ".hidden", "", "a\\b"] {
             assert!(!is_plain_file_name(bad), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn run_states_serialise_as_words() {
-        let words: Vec<String> = [RunState::Running, RunState::Stopped, RunState::Failed]
-            .iter()
-            .map(|s| serde_json::to_string(s).unwrap())
-            .collect();
-        assert_eq!(words, ["\"running\"", "\"stopped\"", "\"failed\""]);
     }
 }

@@ -7,11 +7,13 @@
 //! a token, a call must come from this machine and not from a web page.
 //! The dashboard at `/` calls the same API, with the same token.
 
+mod bundles;
 mod dashboard;
 pub mod deployments;
 mod history;
 mod metrics;
 pub mod registry;
+mod status;
 
 use crate::config::{DEFAULT_STATE_PAGE, HISTORY_INTERVAL, MAX_STATE_PAGE};
 use axum::body::{Body, Bytes};

@@ -1,0 +1,112 @@
+//! What a served topology's status says: its run state and the figures of
+//! its run's report, as the API, the dashboard and the metrics show them.
+
+use super::deployments::Host;
+use crate::coordinator::RunReport;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Whether a served topology runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// Its coordinator is running batches.
+    Running,
+    /// Stopped at a batch boundary (or not started).
+    #[default]
+    Stopped,
+    /// Halted by an error (`Status::error` says which).
+    Failed,
+}
+
+/// How a deployment is doing.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Status {
+    /// The bundle's topology it runs.
+    pub topology: String,
+    /// Running, stopped or failed.
+    pub state: RunState,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// The last committed txid.
+    pub last_committed: u64,
+    /// Batches committed since it was last started.
+    pub batches: u64,
+    /// Spout tuples committed since it was last started.
+    pub tuples: u64,
+    /// Failed attempts replayed since it was last started.
+    pub replays: u64,
+    /// Batches per second since it was last started.
+    pub batches_per_s: f64,
+    /// Tuples per second since it was last started.
+    pub tuples_per_s: f64,
+    /// Commit latency, p50 and p99, in milliseconds.
+    pub commit_p50_ms: Option<f64>,
+    /// Commit latency p99, in milliseconds.
+    pub commit_p99_ms: Option<f64>,
+    /// Milliseconds spent in each guest operator since it was last started.
+    pub operator_ms: BTreeMap<String, f64>,
+    /// How far the committed batches are behind the input, where the spout
+    /// knows: bytes for the file spouts, integers for the generator.
+    pub spout_lag: Option<u64>,
+    /// The last failed attempts since it was last started, most recent first.
+    pub failures: Vec<FailedAttempt>,
+}
+
+/// A failed attempt at a batch, as a status shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailedAttempt {
+    /// The batch's txid.
+    pub txid: u64,
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// Why it failed.
+    pub error: String,
+}
+
+impl Status {
+    /// A run's status from its report; errors as `host` lets a client see them.
+    pub(super) fn of(state: RunState, topology: &str, report: &RunReport, host: &Host) -> Status {
+        let seconds = report.elapsed.as_secs_f64().max(1e-9);
+        let ms = |q| report.commit_latency.quantile(q).map(|d| d.as_secs_f64() * 1000.0);
+        Status {
+            topology: topology.to_owned(),
+            state,
+            error: None,
+            last_committed: report.last_committed,
+            batches: report.batches,
+            tuples: report.tuples,
+            replays: report.replays,
+            batches_per_s: report.batches as f64 / seconds,
+            tuples_per_s: report.tuples as f64 / seconds,
+            commit_p50_ms: ms(0.5),
+            commit_p99_ms: ms(0.99),
+            operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
+            spout_lag: report.spout_lag,
+            failures: report
+                .failures
+                .iter()
+                .rev()
+                .map(|f| FailedAttempt { txid: f.txid, attempt: f.attempt, error: host.public(&f.error) })
+                .collect(),
+        }
+    }
+
+    pub(super) fn failed(topology: &str, error: String) -> Status {
+        Status { topology: topology.to_owned(), state: RunState::Failed, error: Some(error), ..Status::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_states_serialise_as_words() {
+        let words: Vec<String> = [RunState::Running, RunState::Stopped, RunState::Failed]
+            .iter()
+            .map(|s| serde_json::to_string(s).unwrap())
+            .collect();
+        assert_eq!(words, ["\"running\"", "\"stopped\"", "\"failed\""]);
+    }
+}
