@@ -486,6 +486,7 @@ fn native(args: &[String]) -> Result<()> {
         plan,
         OperatorSource::Native(word_count::weir_topologies),
         &mut spout,
+        None,
         &config,
         &std::sync::atomic::AtomicBool::new(false),
         &mut |_| {},

@@ -17,6 +17,7 @@ use crate::fault::{self, Point};
 use crate::instances::OperatorSource;
 use crate::metrics::Latencies;
 use crate::plan::Plan;
+use crate::sink::Publisher;
 use crate::spout::{Emitted, Spout, SpoutKind};
 use crate::state::BatchRecord;
 use crate::state::store::Store;
@@ -130,13 +131,17 @@ struct InFlight {
 
 /// Runs `plan` over what `spout` emits until it has nothing left (or, when
 /// following, until `stop` is set) and every batch in flight is committed.
-/// `on_report` sees the report after each commit, each failed attempt and
-/// a halt.
+/// `sinks` publishes the plan's sinks' outboxes: first what an earlier run
+/// left, then each batch's output after its commit, before the next batch
+/// commits. `on_report` sees the report after each commit, each failed
+/// attempt and a halt.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     store: &dyn Store,
     plan: Arc<Plan>,
     source: OperatorSource,
     spout: &mut dyn Spout,
+    sinks: Option<&mut Publisher>,
     config: &RunConfig,
     stop: &AtomicBool,
     on_report: &mut dyn FnMut(&RunReport),
@@ -165,6 +170,7 @@ pub fn run(
             committer: Committer::new(Arc::clone(&plan), source),
             kind: spout.kind(),
             spout,
+            sinks,
             config,
             stop,
             work: work_tx,
@@ -192,6 +198,7 @@ struct Coordinator<'a> {
     plan: &'a Plan,
     committer: Committer,
     spout: &'a mut dyn Spout,
+    sinks: Option<&'a mut Publisher>,
     kind: SpoutKind,
     config: &'a RunConfig,
     stop: &'a AtomicBool,
@@ -227,6 +234,8 @@ impl Coordinator<'_> {
             bail!("topology {}: txid {last} is committed but its spout metadata is missing", self.topology());
         }
         self.last_meta = self.committed_meta.clone();
+        // What a crash left in the outboxes goes out first, under its ids.
+        self.publish()?;
         if self.kind == SpoutKind::Transactional {
             for (txid, record) in progress.batches.iter().filter(|(txid, _)| *txid > last) {
                 // Processed or in flight when the last run stopped: replay
@@ -286,6 +295,7 @@ impl Coordinator<'_> {
                     self.report.tuples += tuples;
                     self.report.elapsed = self.started.elapsed();
                     on_report(&self.report);
+                    self.publish()?;
                 }
                 Err(error) => {
                     self.fail(id, error)?;
@@ -393,6 +403,14 @@ impl Coordinator<'_> {
             id.attempt
         );
         Ok(())
+    }
+
+    /// Publishes the sinks' outboxes, if the plan has sinks.
+    fn publish(&mut self) -> Result<()> {
+        match self.sinks.as_deref_mut() {
+            Some(sinks) => sinks.publish(self.store),
+            None => Ok(()),
+        }
     }
 
     /// Replays `txid` and every later batch in flight as their next attempt,

@@ -523,11 +523,13 @@ impl Deployments {
                     nats: host.nats.as_ref(),
                 };
                 let mut spout = spout::open(spout_def, &env, guest)?;
+                let mut sinks = crate::sink::Publisher::open(&loaded.plan, host.nats.as_ref())?;
                 coordinator::run(
                     &*host.db,
                     Arc::clone(&loaded.plan),
                     OperatorSource::Wasm(Arc::clone(&loaded.components)),
                     &mut *spout,
+                    sinks.as_mut(),
                     &host.run,
                     &stop_flag,
                     &mut |report| {
