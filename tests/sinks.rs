@@ -224,3 +224,42 @@ fn a_publish_refused_halts_naming_sink_subject_and_txid_and_keeps_the_output_for
     assert_eq!(distinct, all, "a page twice in one batch's output");
     assert_counts_eq(&counts(&data, "jetstream-sink-raw"), &truth(&clicks));
 }
+
+/// What JetStream gives past its duplicate window, measured: the outbox's
+/// entries at the crash (one batch's output, since the next commit waits
+/// for the publisher) are published again, and nothing else.
+#[test]
+fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batch_in_the_outbox_again() {
+    let clicks = clicks(800, 25);
+    let nats = server_with(&clicks, &[]);
+    let window = Duration::from_secs(1);
+    let client = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    let config = async_nats::jetstream::stream::Config {
+        name: "out".to_owned(),
+        subjects: vec!["page-counts".to_owned()],
+        storage: async_nats::jetstream::stream::StorageType::File,
+        duplicate_window: window,
+        ..Default::default()
+    };
+    client.runtime.block_on(client.jetstream.create_stream(config)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-sink", &data, &url, &["--batch-size", "10"]);
+    let mut restarts = Restarts::new(args, &data, "jetstream-sink");
+    restarts.kill_at(Point::AfterPublish, 3);
+    std::thread::sleep(window * 3);
+    restarts.finish();
+    let published = read_back(&nats);
+    let mut times: BTreeMap<(u64, u32), usize> = BTreeMap::new();
+    for message in &published {
+        *times.entry((message.txid, message.n)).or_default() += 1;
+    }
+    let twice: BTreeSet<u64> = times.iter().filter(|(_, k)| **k > 1).map(|((txid, _), _)| *txid).collect();
+    assert_eq!(twice, BTreeSet::from([3]), "only the batch in the outbox at the crash is published again");
+    assert!(times.values().all(|&k| k <= 2));
+    let last = last_committed(&data, "jetstream-sink");
+    let txids: BTreeSet<u64> = times.keys().map(|(txid, _)| *txid).collect();
+    assert_eq!(txids, (1..=last).collect::<BTreeSet<_>>());
+    assert_counts_eq(&counts(&data, "jetstream-sink"), &truth(&clicks));
+}
