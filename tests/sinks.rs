@@ -58,29 +58,18 @@ struct Published {
 
 /// Every message stream `out` holds, in stream order.
 fn read_back(nats: &NatsServer) -> Vec<Published> {
-    let client = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
-    client.runtime.block_on(async {
-        let mut stream = client.jetstream.get_stream("out").await.unwrap();
-        let state = stream.info().await.unwrap().state.clone();
-        let mut out = Vec::new();
-        for sequence in state.first_sequence..=state.last_sequence {
-            if state.messages == 0 {
-                break;
-            }
-            let message = stream.get_raw_message(sequence).await.unwrap();
-            let id = message.headers.get("Nats-Msg-Id").expect("every message has an id").to_string();
-            let parts: Vec<&str> = id.split('/').collect();
-            assert_eq!(parts.len(), 4, "message id {id}");
-            out.push(Published {
-                topology: parts[0].to_owned(),
-                sink: parts[1].to_owned(),
-                txid: parts[2].parse().unwrap(),
-                n: parts[3].parse().unwrap(),
-                payload: message.payload.to_vec(),
-            });
+    let message = |(id, payload): (String, Vec<u8>)| {
+        let parts: Vec<&str> = id.split('/').collect();
+        assert_eq!(parts.len(), 4, "message id {id:?}");
+        Published {
+            topology: parts[0].to_owned(),
+            sink: parts[1].to_owned(),
+            txid: parts[2].parse().unwrap(),
+            n: parts[3].parse().unwrap(),
+            payload,
         }
-        out
-    })
+    };
+    nats.messages("out").into_iter().map(message).collect()
 }
 
 /// Checks that `published` holds each committed batch's output once and
