@@ -361,9 +361,24 @@ fn a_served_topology_follows_the_stream_as_it_grows() {
     let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
     let (status, body) = server.api("POST", "/v1/topologies?topology=jetstream-follow", &bytes);
     assert_eq!(status, 201, "{body}");
-    server.wait_for_status("jetstream-follow", |s| s["tuples"] == 12_000 && s["spout_lag"] == 0);
+    // Every status's lag is its partitions' lags added up.
+    let lag_adds_up = |s: &serde_json::Value| {
+        let partitions = s["spout_lag_partitions"].as_object().unwrap_or_else(|| panic!("{s}"));
+        let sum: u64 = partitions.values().map(|n| n.as_u64().unwrap()).sum();
+        assert!(s["spout_lag"].is_null() || s["spout_lag"] == sum, "{s}");
+        partitions.len() == 4
+    };
+    server.wait_for_status("jetstream-follow", |s| lag_adds_up(s) && s["tuples"] == 12_000 && s["spout_lag"] == 0);
     nats.publish("follow", "follow.{0..3}", &lines[12_000..]);
-    let status = server.wait_for_status("jetstream-follow", |s| s["tuples"] == 20_000);
+    let status =
+        server.wait_for_status("jetstream-follow", |s| lag_adds_up(s) && s["tuples"] == 20_000 && s["spout_lag"] == 0);
     assert_eq!(status["state"], "running", "{status}");
+    let zero: serde_json::Value = (0..4).map(|p| (format!("follow.{p}"), serde_json::json!(0))).collect();
+    assert_eq!(status["spout_lag_partitions"], zero, "{status}");
+    let (code, metrics) = server.http("GET", "/metrics", None, b"");
+    assert_eq!(code, 200, "{metrics}");
+    assert!(metrics.contains("weir_spout_lag{topology=\"jetstream-follow\"} 0\n"), "{metrics}");
+    let partition = "weir_spout_partition_lag{topology=\"jetstream-follow\",partition=\"follow.3\"} 0\n";
+    assert!(metrics.contains(partition), "{metrics}");
     assert_counts_eq(&server.counts("jetstream-follow"), &corpus_20k().truth);
 }

@@ -70,6 +70,9 @@ pub struct RunReport {
     /// How far the committed batches are behind the source, where the spout
     /// knows (see `Spout::lag`).
     pub spout_lag: Option<u64>,
+    /// The same per partition, where the spout names its partitions (a
+    /// JetStream spout's subjects).
+    pub partition_lag: BTreeMap<String, u64>,
     /// The last [`RECENT_FAILURES`] failed attempts, oldest first: of the
     /// process or commit phase, and of the spout's emission.
     pub failures: VecDeque<Failure>,
@@ -290,6 +293,7 @@ impl Coordinator<'_> {
                     let done = self.pending.pop_front().expect("the front batch");
                     self.committed_meta = Some(done.meta);
                     self.report.spout_lag = self.spout.lag(self.committed_meta.as_deref());
+                    self.report.partition_lag = self.spout.partition_lag();
                     self.report.last_committed = id.txid;
                     self.report.batches += 1;
                     self.report.tuples += tuples;
