@@ -7,6 +7,7 @@ mod common;
 
 use common::kill::{Point, Restarts};
 use common::nats::{LogReader, NatsServer, wait_for_exit};
+use common::server::{Server, bundle};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -77,9 +78,14 @@ fn read_back(nats: &NatsServer) -> Vec<Published> {
 /// 0..k and no other, each page's counts rising batch by batch to its
 /// exact final count, which is also what the state holds.
 fn assert_exactly_once(published: &[Published], data: &Path, topology: &str, clicks: &[String]) {
+    assert_counts_eq(&counts(data, topology), &truth(clicks));
+    assert_published_once(published, last_committed(data, topology), topology, clicks);
+}
+
+/// The checks of [`assert_exactly_once`] on the output alone, `last` the
+/// last committed txid.
+fn assert_published_once(published: &[Published], last: u64, topology: &str, clicks: &[String]) {
     let truth = truth(clicks);
-    assert_counts_eq(&counts(data, topology), &truth);
-    let last = last_committed(data, topology);
     let mut ids = BTreeSet::new();
     let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     let mut per_page: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
@@ -251,4 +257,56 @@ fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batch_in_the_
     let txids: BTreeSet<u64> = times.keys().map(|(txid, _)| *txid).collect();
     assert_eq!(txids, (1..=last).collect::<BTreeSet<_>>());
     assert_counts_eq(&counts(&data, "jetstream-sink"), &truth(&clicks));
+}
+
+#[test]
+fn a_served_topology_publishes_through_its_sink_as_the_stream_grows() {
+    let clicks = clicks(1000, 26);
+    let nats = server_with(&clicks[..600], &["page-counts"]);
+    let dir = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let server = Server::start_with(dir.path(), &["--nats", &url]);
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=jetstream-sink", &bytes);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_status("jetstream-sink", |s| s["tuples"] == 600 && s["spout_lag"] == 0);
+    let rest: Vec<&str> = clicks[600..].iter().map(String::as_str).collect();
+    nats.publish("clicks", "clicks.{0..3}", &rest);
+    let status = server.wait_for_status("jetstream-sink", |s| s["tuples"] == 1000 && s["spout_lag"] == 0);
+    assert_eq!(status["state"], "running", "{status}");
+    let last = status["last_committed"].as_u64().unwrap();
+    // The last batch's output is published just after its commit shows.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let published = loop {
+        let published = read_back(&nats);
+        if published.iter().any(|m| m.txid == last) {
+            break published;
+        }
+        assert!(std::time::Instant::now() < deadline, "txid {last}'s output was not published within a minute");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_counts_eq(&server.counts("jetstream-sink"), &truth(&clicks));
+    assert_published_once(&published, last, "jetstream-sink", &clicks);
+}
+
+/// A file spout needs no server; its sink does, and says so before
+/// anything runs.
+#[test]
+fn a_sink_without_a_server_is_refused_before_anything_runs_naming_sink_and_subject() {
+    let want = "topology file-sink: sink page-counts publishes to NATS JetStream subject page-counts: give the \
+                server with --nats URL";
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data) = (dir.path().join("pages.txt"), dir.path().join("data"));
+    std::fs::write(&input, "/a\n/b\n").unwrap();
+    let args = ["run", TEST_TOPOLOGIES, "--topology", "file-sink", "--data", data.to_str().unwrap()];
+    let output = weir_output(&[&args[..], &["--input", input.to_str().unwrap()]].concat());
+    assert!(!output.status.success() && text(&output).contains(want), "{}", text(&output));
+    assert!(!data.exists(), "a refused run leaves no data dir");
+    let server = Server::start(dir.path());
+    std::fs::create_dir_all(dir.path().join("in")).unwrap();
+    std::fs::copy(&input, dir.path().join("in/pages.txt")).unwrap();
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=file-sink&input=in/pages.txt", &bytes);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains(want), "{body}");
 }

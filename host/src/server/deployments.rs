@@ -417,7 +417,8 @@ impl Deployments {
             batch_size: self.host.run.batch_size,
             nats: self.host.nats.as_ref(),
         };
-        spout::check_input(spout, &env).map_err(bad)
+        spout::check_input(spout, &env).map_err(bad)?;
+        crate::sink::check_server(&loaded.plan, self.host.nats.as_ref()).map_err(bad)
     }
 
     /// Removes bundle `file` unless a deployment still runs from it.

@@ -234,6 +234,16 @@ fn jetstream_topologies() -> Vec<Topology> {
             State::opaque("counts"),
             JetStreamSink::subject("page-counts"),
         ),
+        // A file's lines counted, the counts published: only the sink
+        // needs a NATS server.
+        Topology::new("file-sink")
+            .new_stream(FileLines::new("page"))
+            .group_by(["page"])
+            .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+            .new_values_stream()
+            .sink(JetStreamSink::subject("page-counts"))
+            .name("page-counts")
+            .build(),
         jetstream_sink(
             "jetstream-sink-raw",
             JetStream::transactional("clicks", ["clicks.*"]),
