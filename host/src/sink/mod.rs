@@ -55,12 +55,11 @@ fn key(txid: u64, n: u32) -> Vec<u8> {
 
 /// The txid and place of an outbox key.
 fn parse_key(key: &[u8]) -> Result<(u64, u32)> {
-    let (Ok(txid), Ok(n)) =
-        (<[u8; 8]>::try_from(&key[..key.len().min(8)]), <[u8; 4]>::try_from(&key[8.min(key.len())..]))
-    else {
+    let Ok(key) = <[u8; 12]>::try_from(key) else {
         bail!("an outbox key of {} bytes is not a txid and a place", key.len());
     };
-    Ok((u64::from_be_bytes(txid), u32::from_be_bytes(n)))
+    let (txid, n) = key.split_at(8);
+    Ok((u64::from_be_bytes(txid.try_into()?), u32::from_be_bytes(n.try_into()?)))
 }
 
 /// Sink `node`'s tuples as payloads: one bytes field per row.
