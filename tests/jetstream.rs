@@ -48,6 +48,17 @@ fn word_count_over_a_four_partition_stream_is_exact_with_the_opaque_spout_at_two
     word_count_is_exact("jetstream-word-count-opaque", "97");
 }
 
+/// The benchmark's JetStream word count, `examples/word-count-jetstream`.
+#[test]
+fn the_benchmarks_jetstream_word_count_is_exact() {
+    let corpus = corpus_stream();
+    let data = tempfile::tempdir().unwrap();
+    let (url, data_dir) = (shared_nats().url(), data.path().to_str().unwrap());
+    let output = weir_ok(&["run", WORD_COUNT_JETSTREAM, "--data", data_dir, "--nats", &url, "--batch-size", "2500"]);
+    assert!(text(&output).contains("(50000 tuples)"), "{}", text(&output));
+    assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+}
+
 /// Kills `weir run` of `topology` at three seeded moments, restarting it
 /// each time, then runs it to the end: the counts must be exact.
 fn survives_kills(topology: &str, seed: u64) {
