@@ -7,6 +7,7 @@ mod common;
 use common::kill::{Point, Restarts};
 use common::*;
 use serde_json::{Value as Json, json};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -245,4 +246,66 @@ fn map_filter_counts_normalised_words_without_stop_words() {
     assert!(!log.contains("kept the") && !log.contains("kept over"), "{log}");
     assert_eq!(query(data.path(), "map-filter", "count", "Fox quick THE"), json!([[5]]));
     assert_eq!(query(data.path(), "map-filter", "count", "the"), json!([[0]]));
+}
+
+/// `examples/clickstream` as its README runs it: generated clicks published
+/// into 4 partitions, counted per page and per user, per-page counts
+/// published by a sink; killed after a commit and after a publish.
+#[test]
+fn clickstream_counts_pages_and_users_exactly_and_publishes_each_batchs_page_counts_once() {
+    let nats = common::nats::NatsServer::start();
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (clicks, data) = (dir.path().join("clicks.jsonl"), dir.path().join("data"));
+    let script = example_file("clickstream", "gen_clicks.py");
+    let generated = std::process::Command::new("python3").arg(&script).args(["-n", "6000", "--seed", "7"]).output();
+    let generated = generated.unwrap();
+    assert!(generated.status.success(), "{}", String::from_utf8_lossy(&generated.stderr));
+    std::fs::write(&clicks, &generated.stdout).unwrap();
+    let clicks = clicks.to_str().unwrap();
+    let publish = ["publish", "--nats", &url, "--stream", "clicks", "--subjects", "clicks.{0..3}"];
+    weir_ok(&[&publish[..], &["--key", "json:user", "--create", clicks]].concat());
+    let output = ["publish", "--nats", &url, "--stream", "page-counts", "--subjects", "page-counts", "--create"];
+    weir_ok(&[&output[..], &["/dev/null"]].concat());
+
+    let args = vec!["run", CLICKSTREAM, "--data", data.to_str().unwrap(), "--nats", &url, "--batch-size", "100"];
+    let mut restarts = Restarts::new(args, &data, "clickstream");
+    restarts.kill_at(Point::AfterCommit, 3);
+    restarts.kill_at(Point::AfterPublish, 6);
+    restarts.finish();
+
+    let (mut pages, mut users) = (BTreeMap::new(), BTreeMap::new());
+    for line in std::fs::read_to_string(clicks).unwrap().lines() {
+        let click: Json = serde_json::from_str(line).unwrap();
+        *pages.entry(click["page"].as_str().unwrap().to_owned()).or_insert(0i64) += 1;
+        *users.entry(click["user"].as_str().unwrap().to_owned()).or_insert(0i64) += 1;
+    }
+    let state = |name: &str| -> BTreeMap<String, i64> {
+        scan(&data, "clickstream", name)
+            .into_iter()
+            .map(|e| (e["key"][0].as_str().unwrap().to_owned(), e["value"].as_i64().unwrap()))
+            .collect()
+    };
+    assert_counts_eq(&state("per-page"), &pages);
+    assert_counts_eq(&state("per-user"), &users);
+    assert_eq!(query(&data, "clickstream", "page", "/cart"), json!([[pages["/cart"]]]));
+
+    // The output: each committed txid's counts once, each page's last one exact.
+    let last = last_committed(&data, "clickstream");
+    let mut ids = std::collections::BTreeSet::new();
+    let mut latest: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    for (id, payload) in nats.messages("page-counts") {
+        let parts: Vec<&str> = id.split('/').collect();
+        assert_eq!(parts[..2], ["clickstream", "page-counts"], "{id}");
+        let (txid, n): (u64, u32) = (parts[2].parse().unwrap(), parts[3].parse().unwrap());
+        assert!(ids.insert((txid, n)), "{id} is published twice");
+        let message: Json = serde_json::from_slice(&payload).unwrap();
+        let (page, count) = (message["page"].as_str().unwrap().to_owned(), message["count"].as_i64().unwrap());
+        let entry = latest.entry(page).or_insert((0, 0));
+        assert!(txid > entry.0 && count > entry.1, "{id}: {message} does not follow {entry:?}");
+        *entry = (txid, count);
+    }
+    let txids: std::collections::BTreeSet<u64> = ids.iter().map(|(txid, _)| *txid).collect();
+    assert_eq!(txids, (1..=last).collect());
+    assert_counts_eq(&latest.into_iter().map(|(page, (_, count))| (page, count)).collect(), &pages);
 }

@@ -48,6 +48,17 @@ fn word_count_over_a_four_partition_stream_is_exact_with_the_opaque_spout_at_two
     word_count_is_exact("jetstream-word-count-opaque", "97");
 }
 
+/// The benchmark's JetStream word count, `examples/word-count-jetstream`.
+#[test]
+fn the_benchmarks_jetstream_word_count_is_exact() {
+    let corpus = corpus_stream();
+    let data = tempfile::tempdir().unwrap();
+    let (url, data_dir) = (shared_nats().url(), data.path().to_str().unwrap());
+    let output = weir_ok(&["run", WORD_COUNT_JETSTREAM, "--data", data_dir, "--nats", &url, "--batch-size", "2500"]);
+    assert!(text(&output).contains("(50000 tuples)"), "{}", text(&output));
+    assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+}
+
 /// Kills `weir run` of `topology` at three seeded moments, restarting it
 /// each time, then runs it to the end: the counts must be exact.
 fn survives_kills(topology: &str, seed: u64) {
@@ -361,9 +372,24 @@ fn a_served_topology_follows_the_stream_as_it_grows() {
     let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
     let (status, body) = server.api("POST", "/v1/topologies?topology=jetstream-follow", &bytes);
     assert_eq!(status, 201, "{body}");
-    server.wait_for_status("jetstream-follow", |s| s["tuples"] == 12_000 && s["spout_lag"] == 0);
+    // Every status's lag is its partitions' lags added up.
+    let lag_adds_up = |s: &serde_json::Value| {
+        let partitions = s["spout_lag_partitions"].as_object().unwrap_or_else(|| panic!("{s}"));
+        let sum: u64 = partitions.values().map(|n| n.as_u64().unwrap()).sum();
+        assert!(s["spout_lag"].is_null() || s["spout_lag"] == sum, "{s}");
+        partitions.len() == 4
+    };
+    server.wait_for_status("jetstream-follow", |s| lag_adds_up(s) && s["tuples"] == 12_000 && s["spout_lag"] == 0);
     nats.publish("follow", "follow.{0..3}", &lines[12_000..]);
-    let status = server.wait_for_status("jetstream-follow", |s| s["tuples"] == 20_000);
+    let status =
+        server.wait_for_status("jetstream-follow", |s| lag_adds_up(s) && s["tuples"] == 20_000 && s["spout_lag"] == 0);
     assert_eq!(status["state"], "running", "{status}");
+    let zero: serde_json::Value = (0..4).map(|p| (format!("follow.{p}"), serde_json::json!(0))).collect();
+    assert_eq!(status["spout_lag_partitions"], zero, "{status}");
+    let (code, metrics) = server.http("GET", "/metrics", None, b"");
+    assert_eq!(code, 200, "{metrics}");
+    assert!(metrics.contains("weir_spout_lag{topology=\"jetstream-follow\"} 0\n"), "{metrics}");
+    let partition = "weir_spout_partition_lag{topology=\"jetstream-follow\",partition=\"follow.3\"} 0\n";
+    assert!(metrics.contains(partition), "{metrics}");
     assert_counts_eq(&server.counts("jetstream-follow"), &corpus_20k().truth);
 }

@@ -7,6 +7,7 @@
 //! are read against; and the machine's limit for the workload (see
 //! [`limit`]). Prints a table and writes JSON.
 
+mod jetstream;
 mod limit;
 
 use anyhow::{Context, Result, bail};
@@ -207,7 +208,15 @@ fn ms(v: &Json) -> String {
     v.as_f64().map_or("-".into(), |v| format!("{v:.1}"))
 }
 
-fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Result<()> {
+/// What a run of the harness measures.
+#[derive(Clone, Copy, PartialEq)]
+enum Only {
+    Everything,
+    Languages,
+    JetStream,
+}
+
+fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     let root = repo();
     let work = root.join("target/bench");
     std::fs::create_dir_all(&work)?;
@@ -221,20 +230,34 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
             bail!("{} is missing: run scripts/bench, which builds it", needed.display());
         }
     }
-    if languages_only {
-        // Only the languages' figures, into the results of the last full run.
-        let (rows, figures) = languages(&bench, sentences)?;
-        print_languages(sentences, &rows);
+    let main = |engine, sentences| Config { engine, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
+    let jetstream_wasm = jetstream::wasm(&root);
+    let jetstream_rows = |runs| {
+        if !jetstream_wasm.exists() {
+            bail!("{} is missing: run scripts/bench, which builds it", jetstream_wasm.display());
+        }
+        let file_run = |sentences, round| Ok(bench.run_once(&main(Engine::Wasm, sentences), round)?.0);
+        jetstream::rows(&bench, &jetstream_wasm, sentences, runs, file_run)
+    };
+    if only != Only::Everything {
+        // Only these figures, into the results of the last full run.
         let mut results: Json = match std::fs::read_to_string(out) {
             Ok(text) => serde_json::from_str(&text)?,
             Err(_) => json!({}),
         };
-        results["languages"] = json!({ "sentences": sentences, "guests": figures });
+        if only == Only::Languages {
+            let (rows, figures) = languages(&bench, sentences)?;
+            print_languages(sentences, &rows);
+            results["languages"] = json!({ "sentences": sentences, "guests": figures });
+        } else {
+            let (rows, figures) = jetstream_rows(runs)?;
+            jetstream::print(sentences, runs, &rows, &figures);
+            results["jetstream"] = json!({ "sentences": sentences, "runs": runs, "figures": figures });
+        }
         std::fs::write(out, serde_json::to_string_pretty(&results)? + "\n")?;
         eprintln!("wrote {}", out.display());
         return Ok(());
     }
-    let main = |engine, sentences| Config { engine, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
     let mut results = serde_json::Map::new();
     let mut rows = Vec::new();
     let mut steady_rates = BTreeMap::new();
@@ -355,6 +378,10 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
     println!();
     print_languages(sentences, &language_rows);
 
+    let (jetstream_rows, jetstream_figures) = jetstream_rows(runs)?;
+    println!();
+    jetstream::print(sentences, runs, &jetstream_rows, &jetstream_figures);
+
     let date = Command::new("date")
         .arg("-u")
         .arg("+%Y-%m-%d")
@@ -374,6 +401,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, languages_only: bool) -> Res
         "parallelism": parallel,
         "limit_by_batch_size": limit_sweep,
         "languages": { "sentences": sentences, "guests": language_figures },
+        "jetstream": { "sentences": sentences, "runs": runs, "figures": jetstream_figures },
     });
     std::fs::write(out, serde_json::to_string_pretty(&results)? + "\n")?;
     eprintln!("wrote {}", out.display());
@@ -486,6 +514,7 @@ fn native(args: &[String]) -> Result<()> {
         plan,
         OperatorSource::Native(word_count::weir_topologies),
         &mut spout,
+        None,
         &config,
         &std::sync::atomic::AtomicBool::new(false),
         &mut |_| {},
@@ -508,8 +537,10 @@ fn main() -> Result<()> {
     };
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
-            "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages]\n\
-             --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results"
+            "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages] \
+             [--jetstream]\n\
+             --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results\n\
+             --jetstream: only word count from a file and from a local JetStream stream, into FILE's results"
         );
         return Ok(());
     }
@@ -519,5 +550,12 @@ fn main() -> Result<()> {
     }
     let runs: usize = value("--runs", "5").parse().context("--runs")?;
     let out = PathBuf::from(value("--out", &repo().join("bench/results.json").display().to_string()));
-    harness(sentences, runs.max(1), &out, args.iter().any(|a| a == "--languages"))
+    let only = if args.iter().any(|a| a == "--languages") {
+        Only::Languages
+    } else if args.iter().any(|a| a == "--jetstream") {
+        Only::JetStream
+    } else {
+        Only::Everything
+    };
+    harness(sentences, runs.max(1), &out, only)
 }

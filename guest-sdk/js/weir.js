@@ -712,6 +712,32 @@ export class JetStream {
   }
 }
 
+/**
+ * A sink publishing to NATS JetStream, for `Stream.sink`: each tuple of
+ * every committed batch is published once to its subject:
+ * `JetStreamSink.subject("page-counts")`. The payload is a JSON object of
+ * the tuple's fields unless `raw` names one field (a string or bytes) to
+ * publish as it is.
+ */
+export class JetStreamSink {
+  constructor(subject) {
+    this.subjectName = subject;
+    this.payload = { as: "json" };
+  }
+  /** Publishes to `subject`, each tuple as a JSON object of its fields. */
+  static subject(subject) {
+    return new JetStreamSink(subject);
+  }
+  /** Publishes the value of `field` as the payload. */
+  raw(field) {
+    this.payload = { as: "raw", field };
+    return this;
+  }
+  define() {
+    return { kind: "jetstream", subject: this.subjectName, payload: this.payload };
+  }
+}
+
 /** The fields of a spout definition's tuples, as the host reads them. */
 function spoutFieldsOf(spout) {
   if (spout.kind === "guest") return spout.fields;
@@ -966,6 +992,15 @@ export class Stream {
   /** Trident's `filter`: keeps the tuples for which `fn(tuple)` is true. */
   filter(input, fn) {
     return this.then("filter", this.registered("filter", fn, { op: "filter", input: names(input) }));
+  }
+
+  /** Ends this stream in `sink`: every committed batch's tuples are
+   *  published exactly once, written with the batch's state in one commit.
+   *  The stream must be of the commit phase (a state's `newValuesStream`,
+   *  or after a `stateQuery`). Returns the sink's stream, for `name` only:
+   *  nothing follows a sink. */
+  sink(sink) {
+    return this.then("sink", () => ({ op: "sink", sink: sink.define() }));
   }
 
   /** Trident's `project`: keeps only `fields`. */

@@ -42,8 +42,8 @@ pub mod topology;
 pub mod tuple;
 
 pub use builder::{
-    DirectoryLines, FileLines, General, Generator, GroupedStream, GuestSpout, JetStream, Reducer, Spout, State, Stream,
-    Topology, TridentState,
+    DirectoryLines, FileLines, General, Generator, GroupedStream, GuestSpout, JetStream, JetStreamSink, Reducer,
+    SinkEnd, Spout, State, Stream, Topology, TridentState,
 };
 pub use codec::{Value, ValueRef};
 pub use operator::{
@@ -57,7 +57,8 @@ pub use tuple::{Emitter, SpoutEmitter, Tuple};
 /// Everything a topology crate needs, in one import.
 pub mod prelude {
     pub use crate::builder::{
-        DirectoryLines, FileLines, General, Generator, GuestSpout, JetStream, Reducer, State, Topology, TridentState,
+        DirectoryLines, FileLines, General, Generator, GuestSpout, JetStream, JetStreamSink, Reducer, State, Topology,
+        TridentState,
     };
     pub use crate::codec::{Value, ValueRef};
     pub use crate::operator::{

@@ -426,6 +426,40 @@ pub enum OperationDef {
         /// The greatest instead of the least.
         max: bool,
     },
+    /// Ends a stream of the commit phase: the host publishes each tuple of
+    /// every committed batch, exactly once. Nothing follows it.
+    Sink {
+        /// Where the tuples go.
+        sink: SinkDef,
+    },
+}
+
+/// Where a sink publishes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SinkDef {
+    /// A NATS JetStream stream, through the subject one of its streams
+    /// takes.
+    #[serde(rename = "jetstream")]
+    JetStream {
+        /// The subject each tuple is published to (no wildcard).
+        subject: String,
+        /// How a tuple becomes a message's payload.
+        payload: SinkPayloadDef,
+    },
+}
+
+/// How a sink's tuple becomes a message's payload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "as", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SinkPayloadDef {
+    /// A JSON object of every field of the tuple, by name.
+    Json,
+    /// One field's value, a string or bytes, as the payload itself.
+    Raw {
+        /// The field.
+        field: String,
+    },
 }
 
 impl OperationDef {
@@ -460,6 +494,7 @@ impl OperationDef {
             OperationDef::Join { .. } => "join",
             OperationDef::Extreme { max: false, .. } => "min",
             OperationDef::Extreme { max: true, .. } => "max",
+            OperationDef::Sink { .. } => "sink",
         }
     }
 }

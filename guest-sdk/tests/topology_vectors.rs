@@ -207,7 +207,15 @@ fn topologies() -> Vec<Topology> {
         .new_stream(JetStream::opaque("raw", ["raw.0"]))
         .persistent_aggregate(State::opaque("messages"), Count, ["count"])
         .build();
-    vec![t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw]
+    let pages = Topology::new("page-counts");
+    let counts = pages
+        .new_stream(JetStream::transactional("clicks", ["clicks.*"]).string("page"))
+        .group_by(["page"])
+        .persistent_aggregate(State::transactional("counts"), Count, ["count"]);
+    counts.new_values_stream().sink(JetStreamSink::subject("page-counts")).name("to-nats");
+    counts.new_values_stream().sink(JetStreamSink::subject("pages.raw").raw("page"));
+    let pages = pages.build();
+    vec![t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages]
 }
 
 #[test]

@@ -264,8 +264,21 @@ pub const MAX_JETSTREAM_PARTITIONS: usize = 1024;
 /// with many partitions, each gives fewer than its `max_per_partition`.
 pub const MAX_JETSTREAM_BATCH_MESSAGES: usize = 1_000_000;
 
-/// Publish acknowledgements `weir publish` waits on at once.
+/// Publish acknowledgements `weir publish` and a sink wait on at once.
 pub const PUBLISH_ACKS_IN_FLIGHT: usize = 1024;
+
+/// Sinks one topology may have.
+pub const MAX_SINKS: usize = 16;
+
+/// Largest payload a sink publishes, in bytes: a NATS server's default
+/// `max_payload`. A bigger one fails its batch before it commits.
+pub const MAX_SINK_PAYLOAD: usize = 1024 * 1024;
+
+/// Messages one batch may give one sink. The outbox holds at most the
+/// committed batches not yet published: the commit of the next batch waits
+/// for the publisher, so that is one batch's messages in a run (more only
+/// after a halt, when they wait for the next start).
+pub const MAX_SINK_BATCH_MESSAGES: usize = 1_000_000;
 // What a guest can make the host hold: every state entry a guest reads or
 // writes is copied by the host (writes stay until the batch commits), and
 // every line it logs is formatted and kept. Bytes count keys and values as

@@ -17,6 +17,7 @@ use crate::fault::{self, Point};
 use crate::instances::OperatorSource;
 use crate::metrics::Latencies;
 use crate::plan::Plan;
+use crate::sink::Publisher;
 use crate::spout::{Emitted, Spout, SpoutKind};
 use crate::state::BatchRecord;
 use crate::state::store::Store;
@@ -69,6 +70,9 @@ pub struct RunReport {
     /// How far the committed batches are behind the source, where the spout
     /// knows (see `Spout::lag`).
     pub spout_lag: Option<u64>,
+    /// The same per partition, where the spout names its partitions (a
+    /// JetStream spout's subjects).
+    pub partition_lag: BTreeMap<String, u64>,
     /// The last [`RECENT_FAILURES`] failed attempts, oldest first: of the
     /// process or commit phase, and of the spout's emission.
     pub failures: VecDeque<Failure>,
@@ -130,13 +134,17 @@ struct InFlight {
 
 /// Runs `plan` over what `spout` emits until it has nothing left (or, when
 /// following, until `stop` is set) and every batch in flight is committed.
-/// `on_report` sees the report after each commit, each failed attempt and
-/// a halt.
+/// `sinks` publishes the plan's sinks' outboxes: first what an earlier run
+/// left, then each batch's output after its commit, before the next batch
+/// commits. `on_report` sees the report after each commit, each failed
+/// attempt and a halt.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     store: &dyn Store,
     plan: Arc<Plan>,
     source: OperatorSource,
     spout: &mut dyn Spout,
+    sinks: Option<&mut Publisher>,
     config: &RunConfig,
     stop: &AtomicBool,
     on_report: &mut dyn FnMut(&RunReport),
@@ -165,6 +173,7 @@ pub fn run(
             committer: Committer::new(Arc::clone(&plan), source),
             kind: spout.kind(),
             spout,
+            sinks,
             config,
             stop,
             work: work_tx,
@@ -192,6 +201,7 @@ struct Coordinator<'a> {
     plan: &'a Plan,
     committer: Committer,
     spout: &'a mut dyn Spout,
+    sinks: Option<&'a mut Publisher>,
     kind: SpoutKind,
     config: &'a RunConfig,
     stop: &'a AtomicBool,
@@ -227,6 +237,8 @@ impl Coordinator<'_> {
             bail!("topology {}: txid {last} is committed but its spout metadata is missing", self.topology());
         }
         self.last_meta = self.committed_meta.clone();
+        // What a crash left in the outboxes goes out first, under its ids.
+        self.publish()?;
         if self.kind == SpoutKind::Transactional {
             for (txid, record) in progress.batches.iter().filter(|(txid, _)| *txid > last) {
                 // Processed or in flight when the last run stopped: replay
@@ -281,11 +293,13 @@ impl Coordinator<'_> {
                     let done = self.pending.pop_front().expect("the front batch");
                     self.committed_meta = Some(done.meta);
                     self.report.spout_lag = self.spout.lag(self.committed_meta.as_deref());
+                    self.report.partition_lag = self.spout.partition_lag();
                     self.report.last_committed = id.txid;
                     self.report.batches += 1;
                     self.report.tuples += tuples;
                     self.report.elapsed = self.started.elapsed();
                     on_report(&self.report);
+                    self.publish()?;
                 }
                 Err(error) => {
                     self.fail(id, error)?;
@@ -393,6 +407,14 @@ impl Coordinator<'_> {
             id.attempt
         );
         Ok(())
+    }
+
+    /// Publishes the sinks' outboxes, if the plan has sinks.
+    fn publish(&mut self) -> Result<()> {
+        match self.sinks.as_deref_mut() {
+            Some(sinks) => sinks.publish(self.store),
+            None => Ok(()),
+        }
     }
 
     /// Replays `txid` and every later batch in flight as their next attempt,

@@ -23,11 +23,17 @@ pub enum Point {
     BeforeCommit,
     /// The batch's commit is durable; nothing later is committed.
     AfterCommit,
+    /// A topology with sinks: the batch's output is published and
+    /// acknowledged, and still in the outbox.
+    AfterPublish,
 }
 
 impl Point {
-    /// Every point, in the order a batch passes them.
+    /// The points every batch passes, in order.
     pub const ALL: [Point; 3] = [Point::AfterProcess, Point::BeforeCommit, Point::AfterCommit];
+
+    /// Every point: those of [`Point::ALL`], then the sinks' own.
+    pub const NAMED: [Point; 4] = [Point::AfterProcess, Point::BeforeCommit, Point::AfterCommit, Point::AfterPublish];
 
     /// The point's name in `WEIR_FAULT`.
     pub fn name(self) -> &'static str {
@@ -35,6 +41,7 @@ impl Point {
             Point::AfterProcess => "after-process",
             Point::BeforeCommit => "before-commit",
             Point::AfterCommit => "after-commit",
+            Point::AfterPublish => "after-publish",
         }
     }
 }
@@ -55,11 +62,11 @@ pub struct Fault {
 impl Fault {
     /// Reads `<point>:<txid>`.
     pub fn parse(text: &str) -> Result<Fault> {
-        let names = || Point::ALL.map(Point::name).join(", ");
+        let names = || Point::NAMED.map(Point::name).join(", ");
         let (name, txid) = text
             .split_once(':')
             .ok_or_else(|| anyhow!("{FAULT_ENV}={text:?}: expected <point>:<txid>, the point one of {}", names()))?;
-        let point = Point::ALL
+        let point = Point::NAMED
             .into_iter()
             .find(|p| p.name() == name)
             .ok_or_else(|| anyhow!("{FAULT_ENV}={text:?}: unknown point {name:?}, expected one of {}", names()))?;
@@ -121,7 +128,7 @@ mod tests {
 
     #[test]
     fn each_point_reads_back_from_its_name() {
-        for point in Point::ALL {
+        for point in Point::NAMED {
             let fault = Fault::parse(&format!("{point}:37")).unwrap();
             assert_eq!(fault, Fault { point, txid: 37 });
             assert_eq!(fault.to_string(), format!("{}:37", point.name()));
@@ -134,7 +141,7 @@ mod tests {
             ("after-commit", "expected <point>:<txid>"),
             (
                 "mid-commit:3",
-                "unknown point \"mid-commit\", expected one of after-process, before-commit, after-commit",
+                "unknown point \"mid-commit\", expected one of after-process, before-commit, after-commit, after-publish",
             ),
             ("after-commit:0", "the txid \"0\" is not a number from 1 up"),
             ("after-commit:-1", "the txid \"-1\" is not a number from 1 up"),

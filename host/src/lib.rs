@@ -17,6 +17,7 @@ pub mod plan;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
+pub mod sink;
 pub mod spout;
 pub mod state;
 

@@ -70,7 +70,7 @@ impl<'a> Restarts<'a> {
                 assert!((before..txid).contains(&after), "{topology}: killed at {fault}, txid {after} is committed")
             }
             Point::BeforeCommit => assert_eq!(after, txid - 1, "{topology}: killed at {fault}"),
-            Point::AfterCommit => assert_eq!(after, txid, "{topology}: killed at {fault}"),
+            Point::AfterCommit | Point::AfterPublish => assert_eq!(after, txid, "{topology}: killed at {fault}"),
         }
         self.kills.push(fault);
     }

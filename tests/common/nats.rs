@@ -179,6 +179,26 @@ impl NatsServer {
         });
     }
 
+    /// Every message `stream` holds, in stream order: its `Nats-Msg-Id`
+    /// header (empty without one) and its payload.
+    pub fn messages(&self, stream: &str) -> Vec<(String, Vec<u8>)> {
+        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        nats.runtime.block_on(async {
+            let mut stream = nats.jetstream.get_stream(stream).await.unwrap();
+            let state = stream.info().await.unwrap().state.clone();
+            let mut out = Vec::new();
+            if state.messages == 0 {
+                return out;
+            }
+            for sequence in state.first_sequence..=state.last_sequence {
+                let message = stream.get_raw_message(sequence).await.unwrap();
+                let id = message.headers.get("Nats-Msg-Id").map(|id| id.to_string()).unwrap_or_default();
+                out.push((id, message.payload.to_vec()));
+            }
+            out
+        })
+    }
+
     /// Removes every message of `stream`.
     pub fn purge(&self, stream: &str) {
         let config = self.config();

@@ -18,6 +18,7 @@ import {
   GuestSpout,
   INNER,
   JetStream,
+  JetStreamSink,
   Limits,
   MapGet,
   MapState,
@@ -210,7 +211,14 @@ function kitchenSink() {
     .newStream(JetStream.opaque("raw", ["raw.0"]))
     .persistentAggregate(State.opaque("messages"), Count, ["count"])
     .build();
-  return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw];
+  const pages = new Topology("page-counts");
+  const perPage = pages
+    .newStream(JetStream.transactional("clicks", ["clicks.*"]).string("page"))
+    .groupBy(["page"])
+    .persistentAggregate(State.transactional("counts"), Count, ["count"]);
+  perPage.newValuesStream().sink(JetStreamSink.subject("page-counts")).name("to-nats");
+  perPage.newValuesStream().sink(JetStreamSink.subject("pages.raw").raw("page"));
+  return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages.build()];
 }
 
 test("the builder writes the Rust builder's definitions byte for byte", () => {

@@ -28,6 +28,7 @@ from weir import (  # noqa: E402
     Generator,
     GuestSpout,
     JetStream,
+    JetStreamSink,
     Limits,
     MapGet,
     Max,
@@ -291,7 +292,15 @@ def kitchen_sink():
         .persistent_aggregate(State.opaque("messages"), Count, ["count"])
         .build()
     )
-    return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw]
+    pages = Topology("page-counts")
+    counts = (
+        pages.new_stream(JetStream.transactional("clicks", ["clicks.*"]).string("page"))
+        .group_by(["page"])
+        .persistent_aggregate(State.transactional("counts"), Count, ["count"])
+    )
+    counts.new_values_stream().sink(JetStreamSink.subject("page-counts")).name("to-nats")
+    counts.new_values_stream().sink(JetStreamSink.subject("pages.raw").raw("page"))
+    return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages.build()]
 
 
 class Builder(unittest.TestCase):

@@ -39,6 +39,7 @@ __all__ = [
     "DirectoryLines",
     "Generator",
     "JetStream",
+    "JetStreamSink",
     "GuestSpout",
     "Reducer",
     "General",
@@ -237,6 +238,34 @@ class JetStream:
         if self._max_per_partition is not None:
             out["max_per_partition"] = self._max_per_partition
         return out
+
+
+class JetStreamSink:
+    """A sink publishing to NATS JetStream, for ``Stream.sink``: each tuple
+    of every committed batch is published once to ``subject``::
+
+        JetStreamSink.subject("page-counts")
+        JetStreamSink.subject("pages.raw").raw("page")
+
+    The payload is a JSON object of the tuple's fields unless ``raw`` names
+    one field (a string or bytes) to publish as it is."""
+
+    def __init__(self, subject):
+        self._subject = subject
+        self._payload = {"as": "json"}
+
+    @staticmethod
+    def subject(subject):
+        """Publishes to ``subject``, each tuple as a JSON object of its fields."""
+        return JetStreamSink(subject)
+
+    def raw(self, field):
+        """Publishes the value of ``field`` as the payload."""
+        self._payload = {"as": "raw", "field": field}
+        return self
+
+    def _define(self):
+        return {"kind": "jetstream", "subject": self._subject, "payload": self._payload}
 
 
 def _spout_fields(spout):
@@ -582,6 +611,14 @@ class Stream:
             return {"op": "filter", "input": _names(input)}
 
         return self._then("filter", make)
+
+    def sink(self, sink):
+        """Ends this stream in ``sink``: every committed batch's tuples are
+        published exactly once, written with the batch's state in one
+        commit. The stream must be of the commit phase (a state's
+        ``new_values_stream``, or after a ``state_query``). Returns the
+        sink's stream, for ``name`` only: nothing follows a sink."""
+        return self._then("sink", lambda t, id: {"op": "sink", "sink": sink._define()})
 
     def project(self, fields):
         """Trident's ``project``: keeps only ``fields``."""

@@ -13,7 +13,8 @@ use weir::runtime::{self, ComponentCache};
 use weir::spout::SpoutKind;
 use weir::state::rules::kind_name;
 use weir_sdk::topology::{
-    AggregatorDef, AggregatorKind, NodeDef, OperationDef, Partitioning, QueryDef, SandboxDef, SpoutDef, TopologyDef,
+    AggregatorDef, AggregatorKind, NodeDef, OperationDef, Partitioning, QueryDef, SandboxDef, SinkDef, SinkPayloadDef,
+    SpoutDef, TopologyDef,
 };
 
 #[derive(Args, Debug)]
@@ -151,6 +152,10 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
         OperationDef::Extreme { by, .. } => {
             format!("by {}", if by.is_empty() { "every field".into() } else { fields(by) })
         }
+        OperationDef::Sink { sink: SinkDef::JetStream { subject, payload } } => match payload {
+            SinkPayloadDef::Json => format!("to JetStream subject {subject}, each tuple as JSON"),
+            SinkPayloadDef::Raw { field } => format!("to JetStream subject {subject}, field {field} as the payload"),
+        },
     };
     format!("{} {}{from}{parallelism}: {what}", node.op.kind_name(), node.id)
 }

@@ -16,6 +16,7 @@ use weir::config::{
 use weir::coordinator::{self, RunReport};
 use weir::instances::OperatorSource;
 use weir::runtime::{self, ComponentCache};
+use weir::sink::Publisher;
 use weir::spout;
 use weir::state::Db;
 use weir::{guest_build, load};
@@ -175,6 +176,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         };
         let name = &loaded.plan.topology;
         spout::check_input(spout, &spout::SpoutEnv { topology: name, stored_as: name, ..env })?;
+        weir::sink::check_server(&loaded.plan, nats.as_ref())?;
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
@@ -198,7 +200,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         let handles: Vec<_> = topologies
             .into_iter()
             .map(|loaded| {
-                let (db, config, bar, reports) = (&db, &config, &bar, &reports);
+                let (db, config, bar, reports, nats) = (&db, &config, &bar, &reports, nats.as_ref());
                 let name = loaded.plan.topology.clone();
                 let handle = scope.spawn(move || {
                     let definition = &loaded.definition;
@@ -207,11 +209,13 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
                     let spout_def = definition.spout().expect("checked above");
                     let env = spout::SpoutEnv { topology: &definition.name, stored_as: &definition.name, ..env };
                     let mut spout = spout::open(spout_def, &env, guest)?;
+                    let mut sinks = Publisher::open(&loaded.plan, nats)?;
                     coordinator::run(
                         db,
                         loaded.plan,
                         OperatorSource::Wasm(loaded.components),
                         &mut *spout,
+                        sinks.as_mut(),
                         config,
                         &AtomicBool::new(false),
                         &mut |r: &RunReport| {

@@ -36,7 +36,7 @@ fn run_into(
     config: RunConfig,
 ) -> Result<RunReport> {
     let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
-    run(store, loaded.plan, source, spout, &config, &AtomicBool::new(false), &mut |_| {})
+    run(store, loaded.plan, source, spout, None, &config, &AtomicBool::new(false), &mut |_| {})
 }
 
 /// Runs `loaded` over `spout` into a fresh store: the run's outcome,
@@ -232,9 +232,10 @@ fn failed_attempts_are_reported_with_their_txid_attempt_and_error() {
     let source = OperatorSource::Wasm(Arc::clone(&loaded.components));
     let mut spout = FileLines::open(&input, 1).unwrap();
     let mut last = RunReport::default();
-    let outcome = run(&store, loaded.plan, source, &mut spout, &attempts(3), &AtomicBool::new(false), &mut |report| {
-        last = report.clone()
-    });
+    let outcome =
+        run(&store, loaded.plan, source, &mut spout, None, &attempts(3), &AtomicBool::new(false), &mut |report| {
+            last = report.clone()
+        });
     assert!(outcome.is_err());
     let seen: Vec<(u64, u32)> = last.failures.iter().map(|f| (f.txid, f.attempt)).collect();
     assert_eq!(seen, [(2, 0), (2, 1), (2, 2)]);

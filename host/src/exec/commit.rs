@@ -1,14 +1,16 @@
 //! The commit phase: a batch's commit-phase nodes, strictly in txid order,
 //! reading and writing state through the batch's views; what they wrote is
-//! committed with the batch's progress in one write transaction.
+//! committed with the batch's progress, and the sinks' output into their
+//! outboxes, in one write transaction.
 
 use super::error::{BatchError, Origin, state_failure};
 use super::process::Handover;
 use super::{BatchId, Exec, Parts, per_partition, persistent_aggregate, take_times};
 use crate::instances::{Instances, OperatorSource};
-use crate::plan::{Phase, Plan};
+use crate::plan::{Op, Phase, Plan};
+use crate::sink;
 use crate::state::BatchRecord;
-use crate::state::store::{BatchCommit, Store};
+use crate::state::store::{BatchCommit, OtherRecords, Store};
 use crate::state::view::{StateCache, Views, refresh_caches};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -58,8 +60,15 @@ impl Committer {
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
         let writes = views.finish(&mut self.caches);
-        let committed = result.and_then(|()| {
-            let batch = BatchCommit { topology: &plan.stored_as, txid, record, writes: &writes, others: &[] };
+        let committed = result.and_then(|outputs| {
+            // The sinks' output commits with the batch, into their outboxes.
+            let others: Vec<OtherRecords> = self
+                .nodes
+                .iter()
+                .filter(|&&i| matches!(plan.nodes[i].op, Op::Sink { .. }))
+                .map(|&i| sink::outbox(&plan.nodes[i], txid, outputs[i].as_deref().expect("every node ran")))
+                .collect();
+            let batch = BatchCommit { topology: &plan.stored_as, txid, record, writes: &writes, others: &others };
             store.commit_batch(&batch).map_err(|e| {
                 let states: Vec<&str> = plan.states.keys().map(String::as_str).collect();
                 state_failure(&states.join(","), format!("commit failed: {e:#}"), &e, Origin::Commit)
@@ -84,7 +93,7 @@ impl Committer {
         batch: BatchId,
         views: &Arc<Mutex<Views>>,
         mut handover: Handover,
-    ) -> Result<(), BatchError> {
+    ) -> Result<Vec<Option<Arc<Parts>>>, BatchError> {
         let mut exec = Exec { plan, instances: &mut self.instances, batch, views: Some(views) };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         for &i in &self.nodes {
@@ -104,6 +113,6 @@ impl Committer {
             };
             outputs[i] = Some(Arc::new(out));
         }
-        Ok(())
+        Ok(outputs)
     }
 }

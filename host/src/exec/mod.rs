@@ -223,6 +223,7 @@ impl<'a> Exec<'a> {
                 let gathered: Vec<Batch<'static>> = inputs.iter().map(|parts| gather(parts).into_owned()).collect();
                 Ok(fit_owned(vec![stream::join(&node.id, &gathered, keys, others, kinds)?], n))
             }
+            Op::Sink { sink, input } => Ok(vec![crate::sink::payloads(node, sink, input, &gather(inputs[0]))?]),
             Op::Extreme { by, max, kept } => {
                 Ok(fit_owned(vec![stream::extreme(&gather(inputs[0]), by, *max, kept)], n))
             }

@@ -3,14 +3,14 @@
 //! state, spout and state pairings, aggregators, query streams, and the
 //! parallelism a plan runs at.
 
-use super::{Aggregator, Node, Op, Plan, builtin_name, json};
-use crate::config::TopologyLimits;
+use super::{Aggregator, Node, Op, Phase, Plan, builtin_name, json};
+use crate::config::{MAX_SINKS, TopologyLimits};
 use crate::spout::SpoutKind;
 use anyhow::{Result, bail};
 use std::collections::{BTreeMap, HashSet};
 use weir_sdk::topology::{
-    AggregatorDef, AggregatorKind, OperationDef, Partitioning, PayloadDef, QueryDef, SpoutDef, StateDef, StateKind,
-    TopologyDef,
+    AggregatorDef, AggregatorKind, OperationDef, Partitioning, PayloadDef, QueryDef, SinkDef, SinkPayloadDef, SpoutDef,
+    StateDef, StateKind, TopologyDef,
 };
 
 /// Whether `name` is a name this host takes: ASCII letters, digits, `-`,
@@ -106,7 +106,13 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
             }
             fields(&[output]);
         }
-        OperationDef::QueryStream { .. } | OperationDef::Partition { .. } | OperationDef::Merge => {}
+        OperationDef::Sink { sink: SinkDef::JetStream { payload: SinkPayloadDef::Raw { field }, .. } } => {
+            fields(&[std::slice::from_ref(field)])
+        }
+        OperationDef::QueryStream { .. }
+        | OperationDef::Partition { .. }
+        | OperationDef::Merge
+        | OperationDef::Sink { .. } => {}
     }
     match op {
         OperationDef::QueryStream { name } => names.push(("query", name)),
@@ -367,6 +373,37 @@ pub(super) fn one_stream_each(name: &str, nodes: &[Node]) -> Result<()> {
             bail!("topology {name}: operator {} joins streams that start from different spouts or queries", node.id);
         }
         root.push(first);
+    }
+    Ok(())
+}
+
+/// Checks that each sink ends a stream of the data stream's commit phase,
+/// where only committed batches reach it, and that nothing reads it; and
+/// that the topology has at most [`MAX_SINKS`].
+pub(super) fn sinks(name: &str, nodes: &[Node], data_stream: &[usize]) -> Result<()> {
+    let mut count = 0;
+    for (i, node) in nodes.iter().enumerate() {
+        if !matches!(node.op, Op::Sink { .. }) {
+            continue;
+        }
+        count += 1;
+        let id = &node.id;
+        if !data_stream.contains(&i) {
+            bail!("topology {name}: sink {id} is on a query stream: a sink publishes what the data stream commits");
+        }
+        if node.phase != Phase::Commit {
+            bail!(
+                "topology {name}: sink {id} reads a stream of the process phase, whose batches may be tried again: \
+                 put it after a state operation (a state's new_values_stream, or a state_query), so that its \
+                 output commits with the batch's state"
+            );
+        }
+        if let Some(&child) = node.children.first() {
+            bail!("topology {name}: operator {} reads sink {id}: nothing follows a sink", nodes[child].id);
+        }
+    }
+    if count > MAX_SINKS {
+        bail!("topology {name} has {count} sinks; a topology may have {MAX_SINKS} at most");
     }
     Ok(())
 }

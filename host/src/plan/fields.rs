@@ -7,7 +7,9 @@ use super::{Aggregator, FunctionKind, Input, Node, Op, Phase, json};
 use crate::config::TopologyLimits;
 use anyhow::{Result, bail};
 use std::collections::{BTreeMap, HashSet};
-use weir_sdk::topology::{AggregatorDef, NodeDef, OperationDef, Partitioning, StateDef, TopologyDef};
+use weir_sdk::topology::{
+    AggregatorDef, NodeDef, OperationDef, Partitioning, SinkDef, SinkPayloadDef, StateDef, TopologyDef,
+};
 
 /// The input of `operator` reading `names` from tuples of `fields`, or the
 /// error naming the field it lacks.
@@ -192,6 +194,14 @@ pub(super) fn resolve_nodes(
                     .collect();
                 (Op::Join { keys: keys_at, others, kinds: kinds.clone() }, output.clone())
             }
+            OperationDef::Sink { sink } => {
+                let SinkDef::JetStream { payload, .. } = sink;
+                let read = match payload {
+                    SinkPayloadDef::Json => input_fields.to_vec(),
+                    SinkPayloadDef::Raw { field } => vec![field.clone()],
+                };
+                (Op::Sink { sink: sink.clone(), input: input_of(input_fields, &read) }, Vec::new())
+            }
         };
         fields[i] = out.clone();
         nodes[i] = Some(Node {
@@ -344,6 +354,13 @@ fn logical_fields(
             resolve_all(inputs[0], by)?;
             inputs[0].to_vec()
         }
+        OperationDef::Sink { sink: SinkDef::JetStream { subject, payload } } => {
+            crate::sink::check_subject(subject).map_err(|e| anyhow::anyhow!("topology {name}: sink {id}: {e:#}"))?;
+            if let SinkPayloadDef::Raw { field } = payload {
+                resolve_all(inputs[0], std::slice::from_ref(field))?;
+            }
+            Vec::new()
+        }
     })
 }
 
@@ -385,6 +402,12 @@ fn reads(child: &NodeDef, parent_fields: &[String], needed: &HashSet<String>) ->
         // Merged streams must line up, and a join names every field of its
         // inputs: both see their inputs whole.
         OperationDef::Merge | OperationDef::Join { .. } => out.extend(parent_fields.iter().cloned()),
+        OperationDef::Sink { sink: SinkDef::JetStream { payload, .. } } => match payload {
+            SinkPayloadDef::Json => out.extend(parent_fields.iter().cloned()),
+            SinkPayloadDef::Raw { field } => {
+                out.insert(field.clone());
+            }
+        },
         OperationDef::Spout { .. } | OperationDef::QueryStream { .. } => {}
     }
     out

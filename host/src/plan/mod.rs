@@ -23,7 +23,9 @@ use crate::sandbox::Sandboxes;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use weir_sdk::operator::Builtin;
-use weir_sdk::topology::{AggregateScope, AggregatorKind, JoinKind, Partitioning, QueryDef, StateDef, TopologyDef};
+use weir_sdk::topology::{
+    AggregateScope, AggregatorKind, JoinKind, Partitioning, QueryDef, SinkDef, StateDef, TopologyDef,
+};
 
 /// A validated topology, ready to run.
 #[derive(Clone, Debug, PartialEq)]
@@ -197,6 +199,13 @@ pub enum Op {
         others: Vec<Vec<usize>>,
         /// Each input's kind.
         kinds: Vec<JoinKind>,
+    },
+    /// Publishes each tuple of committed batches (see `crate::sink`).
+    Sink {
+        /// Where to.
+        sink: SinkDef,
+        /// The fields it publishes: every one (JSON), or the raw field.
+        input: Input,
     },
     /// The least or greatest tuple of the batch.
     Extreme {

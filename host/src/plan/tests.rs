@@ -304,3 +304,45 @@ fn a_guest_combiner_must_read_a_field_to_persist() {
     let err = persist(AggregatorKind::Builtin(Builtin::Sum), &[]).unwrap_err();
     assert!(err.to_string().contains("built-in sum in count needs exactly one input field"), "{err}");
 }
+
+fn sink(id: &str, input: usize, subject: &str, payload: weir_sdk::topology::SinkPayloadDef) -> NodeDef {
+    let sink = SinkDef::JetStream { subject: subject.into(), payload };
+    node(id, &[input], OperationDef::Sink { sink })
+}
+
+#[test]
+fn a_sink_after_a_state_commits_with_it_and_reads_every_field_as_json() {
+    use weir_sdk::topology::SinkPayloadDef::{Json, Raw};
+    let nodes =
+        vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"]), sink("out", 2, "o", Json)];
+    let plan = plan_of(&def(nodes)).unwrap();
+    let Op::Sink { input, .. } = &plan.nodes[3].op else { panic!() };
+    assert_eq!(input.names, ["word", "count"]);
+    assert_eq!(plan.nodes[3].phase, Phase::Commit);
+    let Op::PersistentAggregate { in_place, .. } = plan.nodes[2].op else { panic!() };
+    assert!(!in_place, "the sink reads the new values");
+    let field = || Raw { field: "count".into() };
+    let nodes =
+        vec![spout(), each("split", 0, &["sentence"], &["word"]), count(1, &["word"]), sink("out", 2, "o", field())];
+    let Op::Sink { input, .. } = &plan_of(&def(nodes)).unwrap().nodes[3].op else { panic!() };
+    assert_eq!(input.names, ["count"]);
+}
+
+#[test]
+fn a_sink_on_the_process_phase_after_a_sink_or_to_a_wildcard_is_refused_naming_it() {
+    use weir_sdk::topology::SinkPayloadDef::{Json, Raw};
+    let refused = |nodes: Vec<NodeDef>| plan_of(&def(nodes)).unwrap_err().to_string();
+    let split = || each("split", 0, &["sentence"], &["word"]);
+    let err = refused(vec![spout(), split(), sink("out", 1, "o", Json), count(1, &["word"])]);
+    assert!(err.contains("sink out reads a stream of the process phase"), "{err}");
+    let err =
+        refused(vec![spout(), split(), count(1, &["word"]), sink("out", 2, "o", Json), each("e", 3, &[], &["x"])]);
+    assert!(err.contains("operator e reads sink out: nothing follows a sink"), "{err}");
+    let err = refused(vec![spout(), split(), count(1, &["word"]), sink("out", 2, "o.*", Json)]);
+    assert!(
+        err.contains("topology t: sink out: subject \"o.*\": a sink publishes to a subject, not a wildcard"),
+        "{err}"
+    );
+    let err = refused(vec![spout(), split(), count(1, &["word"]), sink("out", 2, "o", Raw { field: "nope".into() })]);
+    assert!(err.contains("operator out reads field \"nope\""), "{err}");
+}

@@ -281,7 +281,8 @@ impl Deployments {
             batch_size: self.host.run.batch_size,
             nats: self.host.nats.as_ref(),
         };
-        spout::check_input(spout, &env).map_err(bad)
+        spout::check_input(spout, &env).map_err(bad)?;
+        crate::sink::check_server(&loaded.plan, self.host.nats.as_ref()).map_err(bad)
     }
 
     /// Removes bundle `file` unless a deployment still runs from it.
@@ -391,11 +392,13 @@ impl Deployments {
                     nats: host.nats.as_ref(),
                 };
                 let mut spout = spout::open(spout_def, &env, guest)?;
+                let mut sinks = crate::sink::Publisher::open(&loaded.plan, host.nats.as_ref())?;
                 coordinator::run(
                     &*host.db,
                     Arc::clone(&loaded.plan),
                     OperatorSource::Wasm(Arc::clone(&loaded.components)),
                     &mut *spout,
+                    sinks.as_mut(),
                     &host.run,
                     &stop_flag,
                     &mut |report| {

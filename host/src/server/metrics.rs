@@ -25,6 +25,8 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
     let replays = Family::<Labels, Counter>::default();
     let commit_p99 = Family::<Labels, Gauge<f64, AtomicU64>>::default();
     let operator_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    let spout_lag = Family::<Labels, Gauge<u64, AtomicU64>>::default();
+    let partition_lag = Family::<Labels, Gauge<u64, AtomicU64>>::default();
     for (name, status) in all {
         let topology = vec![("topology", name.clone())];
         up.get_or_create(&topology).set(i64::from(status.state == RunState::Running));
@@ -34,6 +36,13 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
         replays.get_or_create(&topology).inc_by(status.replays);
         if let Some(ms) = status.commit_p99_ms {
             commit_p99.get_or_create(&topology).set(ms / 1000.0);
+        }
+        if let Some(lag) = status.spout_lag {
+            spout_lag.get_or_create(&topology).set(lag);
+        }
+        for (partition, lag) in &status.spout_lag_partitions {
+            let labels = vec![("topology", name.clone()), ("partition", partition.clone())];
+            partition_lag.get_or_create(&labels).set(*lag);
         }
         for (operator, ms) in &status.operator_ms {
             let labels = vec![("topology", name.clone()), ("operator", operator.clone())];
@@ -53,6 +62,16 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
         "Time spent in each guest operator since the topology started",
         operator_seconds,
     );
+    registry.register(
+        "weir_spout_lag",
+        "Input not yet committed, where the spout knows: bytes for file spouts, messages for JetStream spouts",
+        spout_lag,
+    );
+    registry.register(
+        "weir_spout_partition_lag",
+        "Messages not yet committed in each partition of a JetStream spout",
+        partition_lag,
+    );
     let mut out = String::new();
     encode(&mut out, &registry)?;
     Ok(out)
@@ -67,6 +86,8 @@ mod tests {
         let status = Status {
             state: RunState::Running,
             last_committed: 7,
+            spout_lag: Some(5),
+            spout_lag_partitions: [("clicks.0".to_owned(), 2), ("clicks.1".to_owned(), 3)].into(),
             operator_ms: [("split".to_owned(), 1500.0)].into(),
             ..Status::default()
         };
@@ -78,6 +99,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("# TYPE weir_batches_committed counter\n"), "{text}");
+        assert!(text.contains("weir_spout_lag{topology=\"a\\\"b\\\\c\"} 5\n"), "{text}");
+        assert!(
+            text.contains("weir_spout_partition_lag{topology=\"a\\\"b\\\\c\",partition=\"clicks.1\"} 3\n"),
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -49,6 +49,9 @@ pub struct Status {
     /// How far the committed batches are behind the input, where the spout
     /// knows: bytes for the file spouts, integers for the generator.
     pub spout_lag: Option<u64>,
+    /// The same per partition, where the spout names its partitions: a
+    /// JetStream spout's subjects, in messages.
+    pub spout_lag_partitions: BTreeMap<String, u64>,
     /// The last failed attempts since it was last started, most recent first.
     pub failures: Vec<FailedAttempt>,
 }
@@ -83,6 +86,7 @@ impl Status {
             commit_p99_ms: ms(0.99),
             operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
             spout_lag: report.spout_lag,
+            spout_lag_partitions: report.partition_lag.clone(),
             failures: report
                 .failures
                 .iter()

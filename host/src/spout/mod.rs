@@ -18,6 +18,7 @@ pub use jetstream::JetStreamSpout;
 use crate::nats::NatsConfig;
 use crate::runtime::LoadedComponent;
 use crate::sandbox::OperatorSandbox;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_sdk::topology::{GuestSpoutKind, JetStreamKind};
@@ -86,6 +87,13 @@ pub trait Spout: Send {
     fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
         let _ = committed;
         None
+    }
+
+    /// [`Spout::lag`] per partition, as of its last call, where the spout
+    /// has partitions it can name (a JetStream spout's subjects, in
+    /// messages); empty otherwise.
+    fn partition_lag(&self) -> BTreeMap<String, u64> {
+        BTreeMap::new()
     }
 
     /// Waits up to `timeout` for more input, once the spout had nothing

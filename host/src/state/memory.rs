@@ -155,4 +155,14 @@ impl Store for MemoryStore {
         topologies.insert(topology.to_owned(), t);
         Ok(written)
     }
+
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
+        let mut topologies = self.lock();
+        if let Some(records) = topologies.get_mut(topology).and_then(|t| t.others.get_mut(table)) {
+            for key in keys {
+                records.remove(key);
+            }
+        }
+        Ok(())
+    }
 }

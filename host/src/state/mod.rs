@@ -530,6 +530,19 @@ impl Store for Db {
     fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize> {
         self.commit_in_redb(batch)
     }
+
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
+        let name = format!("{}{table}", others_prefix(topology));
+        let txn = self.db.begin_write()?;
+        {
+            let mut table = txn.open_table(others_def(&name))?;
+            for key in keys {
+                table.remove(key.as_slice())?;
+            }
+        }
+        txn.commit().with_context(|| format!("removing records of {name}"))?;
+        Ok(())
+    }
 }
 
 impl StateReader for ReadTable {

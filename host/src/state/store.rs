@@ -74,6 +74,11 @@ pub trait Store: CommitLog + Sync {
     /// A batch out of txid order is refused with
     /// [`StateError::NotNext`](super::StateError::NotNext).
     fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize>;
+
+    /// Removes the records `keys` of table `table` of `topology` that
+    /// batches committed (a sink's published outbox entries), durably, all
+    /// or none; keys it does not hold are passed over.
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()>;
 }
 
 #[cfg(test)]
@@ -139,6 +144,12 @@ mod tests {
                 .collect();
             assert_eq!(snapshot.others("t", "outbox").unwrap(), kept);
             assert!(snapshot.others("t", "elsewhere").unwrap().is_empty());
+            // Removed records leave the others and the state as they were.
+            store.remove_others("t", "outbox", &[b"1".to_vec(), b"9".to_vec()]).unwrap();
+            store.remove_others("t", "elsewhere", &[b"1".to_vec()]).unwrap();
+            let left = store.snapshot().unwrap().others("t", "outbox").unwrap();
+            assert_eq!(left, [(b"2".to_vec(), b"a=2".to_vec())]);
+            assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 2, value: Value::I64(2) }));
         });
     }
 

@@ -75,8 +75,11 @@ pub struct JetStreamSpout {
     caught_up: Option<CaughtUp>,
     /// Per partition, messages left after the last emission.
     pending: BTreeMap<String, u64>,
-    /// Emitted batches not yet known committed: metadata and messages.
-    uncommitted: VecDeque<(Vec<u8>, u64)>,
+    /// Emitted batches not yet known committed: metadata and messages per
+    /// partition.
+    uncommitted: VecDeque<(Vec<u8>, BTreeMap<String, u64>)>,
+    /// Per partition, messages not yet committed, as of the last `lag`.
+    lag: BTreeMap<String, u64>,
 }
 
 impl JetStreamSpout {
@@ -100,6 +103,7 @@ impl JetStreamSpout {
             caught_up: None,
             pending: BTreeMap::new(),
             uncommitted: VecDeque::new(),
+            lag: BTreeMap::new(),
         };
         spout.retrying(|runtime, reader| runtime.block_on(reader.prepare())).with_context(doing)?;
         Ok(spout)
@@ -146,11 +150,20 @@ impl JetStreamSpout {
 
     /// Notes an emitted batch for `lag`: the batches emitted after
     /// `previous` before are abandoned (an opaque replay emits anew).
-    fn note_emitted(&mut self, previous: Option<&[u8]>, meta: &[u8], messages: u64) {
+    fn note_emitted(&mut self, previous: Option<&[u8]>, meta: &[u8], positions: &[meta::Position]) {
         let keep = previous.and_then(|p| self.uncommitted.iter().position(|(m, _)| m == p)).map_or(0, |i| i + 1);
         self.uncommitted.truncate(keep);
-        self.uncommitted.push_back((meta.to_vec(), messages));
+        self.uncommitted.push_back((meta.to_vec(), per_partition(positions)));
     }
+}
+
+/// The messages a batch took from each partition.
+fn per_partition(positions: &[meta::Position]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for position in positions {
+        *counts.entry(position.subject.clone()).or_default() += position.count;
+    }
+    counts
 }
 
 impl Drop for JetStreamSpout {
@@ -191,7 +204,7 @@ impl Spout for JetStreamSpout {
                 self.caught_up = None;
                 self.pending = pending;
                 let meta = meta::encode(&positions);
-                self.note_emitted(previous, &meta, batch.len() as u64);
+                self.note_emitted(previous, &meta, &positions);
                 Ok(Some(Emitted { meta, batch }))
             }
         }
@@ -207,7 +220,7 @@ impl Spout for JetStreamSpout {
                 )
             })?;
         if !self.uncommitted.iter().any(|(m, _)| m == meta) {
-            self.uncommitted.push_back((meta.to_vec(), batch.len() as u64));
+            self.uncommitted.push_back((meta.to_vec(), per_partition(&positions)));
         }
         Ok(batch)
     }
@@ -218,7 +231,19 @@ impl Spout for JetStreamSpout {
         {
             self.uncommitted.drain(..=i);
         }
-        Some(self.pending.values().sum::<u64>() + self.uncommitted.iter().map(|(_, n)| n).sum::<u64>())
+        let mut lag = self.pending.clone();
+        for (_, batch) in &self.uncommitted {
+            for (partition, n) in batch {
+                *lag.entry(partition.clone()).or_default() += n;
+            }
+        }
+        let total = lag.values().sum();
+        self.lag = lag;
+        Some(total)
+    }
+
+    fn partition_lag(&self) -> BTreeMap<String, u64> {
+        self.lag.clone()
     }
 
     fn wait_for_input(&mut self, timeout: Duration) {

@@ -152,6 +152,20 @@ fn jetstream_events() -> Topology {
     t.build()
 }
 
+/// Clicks (a page per message) counted per page; each batch's new counts
+/// go to `sink`.
+fn jetstream_sink(name: &str, spout: JetStream, state: State, sink: JetStreamSink) -> Topology {
+    Topology::new(name)
+        .new_stream(spout.string("page"))
+        .group_by(["page"])
+        .persistent_aggregate(state, Count, ["count"])
+        .name("count")
+        .new_values_stream()
+        .sink(sink)
+        .name("page-counts")
+        .build()
+}
+
 fn jetstream_topologies() -> Vec<Topology> {
     let corpus = ["corpus.0", "corpus.1", "corpus.2", "corpus.3"];
     vec![
@@ -208,6 +222,34 @@ fn jetstream_topologies() -> Vec<Topology> {
             State::transactional("counts"),
         ),
         jetstream_events(),
+        jetstream_sink(
+            "jetstream-sink",
+            JetStream::transactional("clicks", ["clicks.*"]),
+            State::transactional("counts"),
+            JetStreamSink::subject("page-counts"),
+        ),
+        jetstream_sink(
+            "jetstream-sink-opaque",
+            JetStream::opaque("clicks", ["clicks.*"]),
+            State::opaque("counts"),
+            JetStreamSink::subject("page-counts"),
+        ),
+        // A file's lines counted, the counts published: only the sink
+        // needs a NATS server.
+        Topology::new("file-sink")
+            .new_stream(FileLines::new("page"))
+            .group_by(["page"])
+            .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+            .new_values_stream()
+            .sink(JetStreamSink::subject("page-counts"))
+            .name("page-counts")
+            .build(),
+        jetstream_sink(
+            "jetstream-sink-raw",
+            JetStream::transactional("clicks", ["clicks.*"]),
+            State::transactional("counts"),
+            JetStreamSink::subject("pages-seen").raw("page"),
+        ),
     ]
 }
 

@@ -1,0 +1,34 @@
+//! Word count over the sentences of a NATS JetStream stream: the
+//! `word-count` example's topology with the host's transactional JetStream
+//! spout (stream `corpus`, a partition per subject `corpus.*`) in place of
+//! the file spout, as `scripts/bench` measures it next to the file spout.
+//! Its split is the example's own; a component exports one crate's
+//! topologies, so it is written out here.
+
+use weir_sdk::prelude::*;
+
+/// Splits a sentence into its whitespace-separated words.
+pub struct Split;
+
+impl Function for Split {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        for word in tuple.str(0)?.split_whitespace() {
+            out.emit([word])?;
+        }
+        Ok(())
+    }
+}
+
+/// The `word-count` topology (state `counts`), reading stream `corpus`.
+pub fn topology() -> Topology {
+    Topology::new("word-count")
+        .new_stream(JetStream::transactional("corpus", ["corpus.*"]).string("sentence"))
+        .each(["sentence"], Split, ["word"])
+        .name("split")
+        .group_by(["word"])
+        .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+        .name("count")
+        .build()
+}
+
+weir_sdk::export!(topology);

@@ -1,0 +1,312 @@
+//! Sinks to NATS JetStream against a real `nats-server` (one per test,
+//! started by the test), the real `weir` binary and a real Wasm guest: a
+//! committed batch's output is in the output stream once and only once,
+//! however often `weir run` or the server is killed.
+
+mod common;
+
+use common::kill::{Point, Restarts};
+use common::nats::{LogReader, NatsServer, wait_for_exit};
+use common::server::{Server, bundle};
+use common::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// Pages clicked, drawn from a seeded generator over 25 pages.
+fn clicks(n: usize, seed: u64) -> Vec<String> {
+    let mut rng = common::kill::Lcg(seed);
+    (0..n).map(|_| format!("page-{}", rng.below(25))).collect()
+}
+
+fn truth(clicks: &[String]) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for page in clicks {
+        *counts.entry(page.clone()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// A server holding `clicks` in stream `clicks` (subjects clicks.0 to
+/// clicks.3) and an empty output stream `out` taking `out_subjects`.
+fn server_with(clicks: &[String], out_subjects: &[&str]) -> NatsServer {
+    let nats = NatsServer::start();
+    let lines: Vec<&str> = clicks.iter().map(String::as_str).collect();
+    nats.publish("clicks", "clicks.{0..3}", &lines);
+    if !out_subjects.is_empty() {
+        nats.create_stream("out", out_subjects);
+    }
+    nats
+}
+
+fn run_args<'a>(topology: &'a str, data: &'a Path, nats: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", TEST_TOPOLOGIES, "--topology", topology, "--data", data.to_str().unwrap()];
+    args.extend_from_slice(&["--nats", nats, "--nats-retry-ms", "20000"]);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// One message of the output stream: its id's parts and its payload.
+#[derive(Debug)]
+struct Published {
+    topology: String,
+    sink: String,
+    txid: u64,
+    n: u32,
+    payload: Vec<u8>,
+}
+
+/// Every message stream `out` holds, in stream order.
+fn read_back(nats: &NatsServer) -> Vec<Published> {
+    let message = |(id, payload): (String, Vec<u8>)| {
+        let parts: Vec<&str> = id.split('/').collect();
+        assert_eq!(parts.len(), 4, "message id {id:?}");
+        Published {
+            topology: parts[0].to_owned(),
+            sink: parts[1].to_owned(),
+            txid: parts[2].parse().unwrap(),
+            n: parts[3].parse().unwrap(),
+            payload,
+        }
+    };
+    nats.messages("out").into_iter().map(message).collect()
+}
+
+/// Checks that `published` holds each committed batch's output once and
+/// only once: every txid from 1 to the last committed, each with messages
+/// 0..k and no other, each page's counts rising batch by batch to its
+/// exact final count, which is also what the state holds.
+fn assert_exactly_once(published: &[Published], data: &Path, topology: &str, clicks: &[String]) {
+    assert_counts_eq(&counts(data, topology), &truth(clicks));
+    assert_published_once(published, last_committed(data, topology), topology, clicks);
+}
+
+/// The checks of [`assert_exactly_once`] on the output alone, `last` the
+/// last committed txid.
+fn assert_published_once(published: &[Published], last: u64, topology: &str, clicks: &[String]) {
+    let truth = truth(clicks);
+    let mut ids = BTreeSet::new();
+    let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    let mut per_page: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    for message in published {
+        assert!(
+            ids.insert((message.txid, message.n)),
+            "txid {} message {} is published twice",
+            message.txid,
+            message.n
+        );
+    }
+    for message in published {
+        assert_eq!((message.topology.as_str(), message.sink.as_str()), (topology, "page-counts"));
+        per_batch.entry(message.txid).or_default().push(message.n);
+        let json: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+        let page = json["page"].as_str().unwrap().to_owned();
+        per_page.entry(page).or_default().push((message.txid, json["count"].as_i64().unwrap()));
+    }
+    let txids: Vec<u64> = per_batch.keys().copied().collect();
+    assert_eq!(txids, (1..=last).collect::<Vec<_>>(), "the output holds other batches than the committed ones");
+    for (txid, mut ns) in per_batch {
+        ns.sort();
+        assert_eq!(ns, (0..ns.len() as u32).collect::<Vec<_>>(), "txid {txid}'s messages");
+    }
+    let mut seen = BTreeMap::new();
+    for (page, mut updates) in per_page {
+        updates.sort();
+        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "page {page}: counts do not rise: {updates:?}");
+        seen.insert(page, updates.last().unwrap().1);
+    }
+    assert_counts_eq(&seen, &truth);
+}
+
+fn survives_kills(topology: &str, seed: u64) {
+    let clicks = clicks(3000, seed);
+    let nats = server_with(&clicks, &["page-counts"]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args(topology, &data, &url, &["--batch-size", "10", "--max-pending", "4"]);
+    let mut restarts = Restarts::new(args, &data, topology);
+    restarts.kill_seeded(seed, 10, 4);
+    // Committed, its output in the outbox and not published.
+    let txid = restarts.last_committed() + 2;
+    restarts.kill_at(Point::AfterCommit, txid);
+    // Published and acknowledged, not yet out of the outbox: the restart
+    // publishes the same ids again, and the stream drops them.
+    for _ in 0..2 {
+        let txid = restarts.last_committed() + 1;
+        restarts.kill_at(Point::AfterPublish, txid);
+    }
+    restarts.finish();
+    assert!(last_committed(&data, topology) > restarts.kills.last().unwrap().txid);
+    assert_exactly_once(&read_back(&nats), &data, topology, &clicks);
+}
+
+#[test]
+fn a_transactional_topology_killed_at_thirteen_moments_publishes_each_committed_batch_once() {
+    survives_kills("jetstream-sink", 21);
+}
+
+/// An opaque spout's replay may emit another batch than the failed
+/// attempt, but only the attempt that commits reaches the outbox: the
+/// promise holds as for a transactional one.
+#[test]
+fn an_opaque_topology_killed_at_thirteen_moments_publishes_each_committed_batch_once() {
+    survives_kills("jetstream-sink-opaque", 22);
+}
+
+#[test]
+fn the_server_killed_and_restarted_twice_mid_run_leaves_each_committed_batch_published_once() {
+    let clicks = clicks(3000, 23);
+    let mut nats = server_with(&clicks, &["page-counts"]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-sink", &data, &url, &["--batch-size", "10"]);
+    let mut command = weir();
+    command.env("WEIR_LOG", "weir=debug").args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut log = LogReader::follow(&mut child);
+    for at in [5, 30] {
+        log.until(&format!("committed txid {at} "));
+        nats.kill();
+        log.until("lost the NATS server at");
+        std::thread::sleep(Duration::from_millis(1500));
+        nats.restart();
+    }
+    let status = wait_for_exit(&mut child);
+    let log = log.rest();
+    assert!(status.success(), "{log}");
+    assert!(last_committed(&data, "jetstream-sink") > 30, "{log}");
+    assert_exactly_once(&read_back(&nats), &data, "jetstream-sink", &clicks);
+}
+
+#[test]
+fn a_publish_refused_halts_naming_sink_subject_and_txid_and_keeps_the_output_for_the_next_start() {
+    let clicks = clicks(200, 24);
+    // No stream takes the sink's subject yet.
+    let nats = server_with(&clicks, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-sink-raw", &data, &url, &["--batch-size", "10"]);
+    let output = weir_output(&args);
+    let log = text(&output);
+    assert!(!output.status.success(), "{log}");
+    assert!(
+        log.contains(
+            "topology jetstream-sink-raw halted: sink page-counts could not publish message 0 of txid 1 to subject \
+             pages-seen: JetStream refused it, no stream takes the subject; the batch is committed and its output \
+             stays in the outbox"
+        ),
+        "{log}"
+    );
+    assert_eq!(last_committed(&data, "jetstream-sink-raw"), 1);
+    nats.create_stream("out", &["pages-seen"]);
+    weir_ok(&args);
+    let published = read_back(&nats);
+    let last = last_committed(&data, "jetstream-sink-raw");
+    assert!(last > 1);
+    assert_eq!(published.first().map(|m| m.txid), Some(1), "txid 1's output, kept through the halt, goes first");
+    // Raw payloads: each batch's pages, once each per batch.
+    let mut per_batch: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for message in &published {
+        per_batch.entry(message.txid).or_default().push(String::from_utf8(message.payload.clone()).unwrap());
+    }
+    assert_eq!(per_batch.keys().copied().collect::<Vec<_>>(), (1..=last).collect::<Vec<_>>());
+    let distinct: usize = per_batch.values().map(|pages| pages.iter().collect::<BTreeSet<_>>().len()).sum();
+    let all: usize = per_batch.values().map(Vec::len).sum();
+    assert_eq!(distinct, all, "a page twice in one batch's output");
+    assert_counts_eq(&counts(&data, "jetstream-sink-raw"), &truth(&clicks));
+}
+
+/// What JetStream gives past its duplicate window, measured: the outbox's
+/// entries at the crash (one batch's output, since the next commit waits
+/// for the publisher) are published again, and nothing else.
+#[test]
+fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batch_in_the_outbox_again() {
+    let clicks = clicks(800, 25);
+    let nats = server_with(&clicks, &[]);
+    let window = Duration::from_secs(1);
+    let client = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    let config = async_nats::jetstream::stream::Config {
+        name: "out".to_owned(),
+        subjects: vec!["page-counts".to_owned()],
+        storage: async_nats::jetstream::stream::StorageType::File,
+        duplicate_window: window,
+        ..Default::default()
+    };
+    client.runtime.block_on(client.jetstream.create_stream(config)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let url = nats.url();
+    let args = run_args("jetstream-sink", &data, &url, &["--batch-size", "10"]);
+    let mut restarts = Restarts::new(args, &data, "jetstream-sink");
+    restarts.kill_at(Point::AfterPublish, 3);
+    std::thread::sleep(window * 3);
+    restarts.finish();
+    let published = read_back(&nats);
+    let mut times: BTreeMap<(u64, u32), usize> = BTreeMap::new();
+    for message in &published {
+        *times.entry((message.txid, message.n)).or_default() += 1;
+    }
+    let twice: BTreeSet<u64> = times.iter().filter(|(_, k)| **k > 1).map(|((txid, _), _)| *txid).collect();
+    assert_eq!(twice, BTreeSet::from([3]), "only the batch in the outbox at the crash is published again");
+    assert!(times.values().all(|&k| k <= 2));
+    let last = last_committed(&data, "jetstream-sink");
+    let txids: BTreeSet<u64> = times.keys().map(|(txid, _)| *txid).collect();
+    assert_eq!(txids, (1..=last).collect::<BTreeSet<_>>());
+    assert_counts_eq(&counts(&data, "jetstream-sink"), &truth(&clicks));
+}
+
+#[test]
+fn a_served_topology_publishes_through_its_sink_as_the_stream_grows() {
+    let clicks = clicks(1000, 26);
+    let nats = server_with(&clicks[..600], &["page-counts"]);
+    let dir = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let server = Server::start_with(dir.path(), &["--nats", &url]);
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=jetstream-sink", &bytes);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_status("jetstream-sink", |s| s["tuples"] == 600 && s["spout_lag"] == 0);
+    let rest: Vec<&str> = clicks[600..].iter().map(String::as_str).collect();
+    nats.publish("clicks", "clicks.{0..3}", &rest);
+    let status = server.wait_for_status("jetstream-sink", |s| s["tuples"] == 1000 && s["spout_lag"] == 0);
+    assert_eq!(status["state"], "running", "{status}");
+    let last = status["last_committed"].as_u64().unwrap();
+    // The last batch's output is published just after its commit shows.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let published = loop {
+        let published = read_back(&nats);
+        if published.iter().any(|m| m.txid == last) {
+            break published;
+        }
+        assert!(std::time::Instant::now() < deadline, "txid {last}'s output was not published within a minute");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_counts_eq(&server.counts("jetstream-sink"), &truth(&clicks));
+    assert_published_once(&published, last, "jetstream-sink", &clicks);
+}
+
+/// A file spout needs no server; its sink does, and says so before
+/// anything runs.
+#[test]
+fn a_sink_without_a_server_is_refused_before_anything_runs_naming_sink_and_subject() {
+    let want = "topology file-sink: sink page-counts publishes to NATS JetStream subject page-counts: give the \
+                server with --nats URL";
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data) = (dir.path().join("pages.txt"), dir.path().join("data"));
+    std::fs::write(&input, "/a\n/b\n").unwrap();
+    let args = ["run", TEST_TOPOLOGIES, "--topology", "file-sink", "--data", data.to_str().unwrap()];
+    let output = weir_output(&[&args[..], &["--input", input.to_str().unwrap()]].concat());
+    assert!(!output.status.success() && text(&output).contains(want), "{}", text(&output));
+    assert!(!data.exists(), "a refused run leaves no data dir");
+    let server = Server::start(dir.path());
+    std::fs::create_dir_all(dir.path().join("in")).unwrap();
+    std::fs::copy(&input, dir.path().join("in/pages.txt")).unwrap();
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=file-sink&input=in/pages.txt", &bytes);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains(want), "{body}");
+}
