@@ -7,10 +7,14 @@
 //! are read against; and the machine's limit for the workload (see
 //! [`limit`]). Prints a table and writes JSON.
 
+mod batch_sizes;
 mod jetstream;
+mod latency;
 mod limit;
+mod targets;
 
 use anyhow::{Context, Result, bail};
+use batch_sizes::AtSize;
 use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -193,17 +197,6 @@ fn wall_rate(sentences: u64, m: &Measured) -> f64 {
     (WORDS_PER_SENTENCE * sentences) as f64 / m.wall.as_secs_f64()
 }
 
-/// A one-run row's cells: wall s, words/s, commit p50 / p99 ms.
-fn run_cells(m: &Measured, rate: f64) -> String {
-    format!(
-        "{:.2} | {:.2} M | {} / {}",
-        m.wall.as_secs_f64(),
-        rate / 1e6,
-        ms(&m.report["commit_p50_ms"]),
-        ms(&m.report["commit_p99_ms"])
-    )
-}
-
 fn ms(v: &Json) -> String {
     v.as_f64().map_or("-".into(), |v| format!("{v:.1}"))
 }
@@ -301,27 +294,17 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     let of_limit = steady_rates["wasm"] / steady_rates["limit"];
     let epoch_cost = 1.0 - steady_rates["wasm"] / steady_rates["wasm, no CPU limit"];
 
-    eprintln!("sweeping batch size and max pending (1 run each)");
-    let mut sweep = Vec::new();
-    let mut sweep_rows = Vec::new();
-    for batch_size in [100, 1000, 10_000] {
-        for max_pending in [1, 4] {
-            let config = Config { engine: Engine::Wasm, sentences, batch_size, max_pending, parallelism: 1 };
-            let (m, _) = bench.run_once(&config, 0)?;
-            let rate = wall_rate(sentences, &m);
-            sweep_rows.push(format!("| {batch_size} | {max_pending} | {} |", run_cells(&m, rate)));
-            sweep.push(json!({ "batch_size": batch_size, "max_pending": max_pending, "words_per_s": rate, "figures": figures(&m) }));
-        }
-    }
-    eprintln!("sweeping the limit's batch size (1 run each)");
-    let mut limit_rows = Vec::new();
-    let mut limit_sweep = Vec::new();
-    for batch_size in [1000, 10_000, 100_000] {
-        let (m, _) = bench.run_once(&Config { batch_size, ..main(Engine::Limit, sentences) }, 0)?;
-        let rate = wall_rate(sentences, &m);
-        limit_rows.push(format!("| {batch_size} | {} |", run_cells(&m, rate)));
-        limit_sweep.push(json!({ "batch_size": batch_size, "words_per_s": rate, "figures": figures(&m) }));
-    }
+    let rss = |engine: Engine| results[engine.name()]["full"]["peak_rss_mib"].as_f64().unwrap_or(f64::NAN);
+    let at_10k = AtSize {
+        batch_size: 10_000,
+        wasm: steady_rates["wasm"],
+        limit: steady_rates["limit"],
+        wasm_rss_mib: rss(Engine::Wasm),
+        limit_rss_mib: rss(Engine::Limit),
+    };
+    let sizes = batch_sizes::measure(&bench, sentences, runs, at_10k)?;
+    let at_1k = sizes.iter().find(|s| s.batch_size == latency::BATCH).expect("measured at the latency's batch size");
+    let latency = latency::measure(&bench, sentences, at_1k.wasm)?;
     eprintln!("sweeping parallelism (1 run each)");
     let mut parallel_rows = Vec::new();
     let mut parallel = Vec::new();
@@ -352,25 +335,14 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     println!("CPU-limit (epoch interruption) cost on Wasm: {:.1}%", epoch_cost * 100.0);
     println!("counts check: {words} words, stored counts equal the ground truth");
     println!();
-    println!("Wasm sweep (wall-clock words/s, start-up included), 1 run each");
-    println!("| batch size | max pending | wall s | words/s | commit p50 / p99 ms |");
-    println!("|---|---|---|---|---|");
-    for row in &sweep_rows {
-        println!("{row}");
-    }
+    batch_sizes::print(&sizes, runs);
+    println!();
+    latency::print(&latency);
     println!();
     println!("Parallelism (weir run --parallelism: instances per operator), batch 10,000, max pending 4, 1 run each");
     println!("| engine | parallelism | wall s | words/s |");
     println!("|---|---|---|---|");
     for row in &parallel_rows {
-        println!("{row}");
-    }
-
-    println!();
-    println!("The limit program by batch size (wall-clock words/s, start-up included), max pending 4, 1 run each");
-    println!("| batch size | wall s | words/s | commit p50 / p99 ms |");
-    println!("|---|---|---|---|");
-    for row in &limit_rows {
         println!("{row}");
     }
 
@@ -381,6 +353,10 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     let (jetstream_rows, jetstream_figures) = jetstream_rows(runs)?;
     println!();
     jetstream::print(sentences, runs, &jetstream_rows, &jetstream_figures);
+
+    let targets = targets::Figures { sizes: &sizes, latency: &latency, languages: &language_figures };
+    println!();
+    targets::print(&targets);
 
     let date = Command::new("date")
         .arg("-u")
@@ -397,9 +373,10 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
         "wasm_limit_ratio": of_limit,
         "cpu_limit_cost": epoch_cost,
         "counts_check": { "words": words, "exact": true },
-        "sweep": sweep,
+        "by_batch_size": batch_sizes::json(&sizes),
+        "latency": latency.report,
         "parallelism": parallel,
-        "limit_by_batch_size": limit_sweep,
+        "targets": targets::json(&targets),
         "languages": { "sentences": sentences, "guests": language_figures },
         "jetstream": { "sentences": sentences, "runs": runs, "figures": jetstream_figures },
     });
@@ -530,6 +507,7 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("native") => return native(&args[1..]),
         Some("limit") => return limit(&args[1..]),
+        Some("latency") => return latency::command(&args[1..]),
         _ => {}
     }
     let value = |name: &str, default: &str| -> String {
