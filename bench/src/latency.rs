@@ -105,7 +105,7 @@ pub fn run(setup: &Setup) -> Result<Measured> {
     let cache = ComponentCache::new(cache);
     let loaded = weir::load::topologies(&engine, &cache, wasm, &[], &sandbox)?.remove(0);
     let db = Db::open(data)?;
-    let mut spout = FileLines::open(&input, batch_size)?;
+    let mut spout = FileLines::open(&input, batch_size)?.following(true);
     let config = RunConfig { batch_size, follow: Some(POLL), ..RunConfig::default() };
 
     let writes = Writes::default();

@@ -280,6 +280,7 @@ impl Deployments {
             input,
             batch_size: self.host.run.batch_size,
             nats: self.host.nats.as_ref(),
+            follows: true,
         };
         spout::check_input(spout, &env).map_err(bad)?;
         crate::sink::check_server(&loaded.plan, self.host.nats.as_ref()).map_err(bad)
@@ -390,6 +391,7 @@ impl Deployments {
                     input: input.as_deref(),
                     batch_size: host.run.batch_size,
                     nats: host.nats.as_ref(),
+                    follows: true,
                 };
                 let mut spout = spout::open(spout_def, &env, guest)?;
                 let mut sinks = crate::sink::Publisher::open(&loaded.plan, host.nats.as_ref())?;

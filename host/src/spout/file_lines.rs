@@ -106,6 +106,9 @@ pub struct FileLines {
     /// The last range this spout read or checked: what follows it needs no
     /// check.
     known: Option<LineRange>,
+    /// The file may still grow (the topology follows it): a last line
+    /// without its newline may be half written, and waits for it.
+    follows: bool,
 }
 
 impl Spout for FileLines {
@@ -155,7 +158,14 @@ impl FileLines {
             line: Vec::new(),
             batch_size,
             known: None,
+            follows: false,
         }
+    }
+
+    /// Treats the file as one that may still grow: a last line is emitted
+    /// once its newline is written, never half.
+    pub fn following(self, follows: bool) -> FileLines {
+        FileLines { follows, ..self }
     }
 
     /// Checks that the input still holds `range`, which the batch before
@@ -231,6 +241,11 @@ impl FileLines {
         // newline: gather it.
         self.line.clear();
         let n = self.reader.read_until(b'\n', &mut self.line)?;
+        if self.follows && n > 0 && self.line.last() != Some(&b'\n') {
+            // Perhaps half written: read it again when its newline comes.
+            self.reader.seek_relative(-(n as i64))?;
+            return Ok(false);
+        }
         self.position += n as u64;
         if n > 0 {
             push_line(writer, &self.path, start, &self.line)?;
@@ -324,6 +339,24 @@ mod tests {
         assert!(spout.next_batch(second.end, 2).unwrap().is_none());
         assert_eq!(spout.read_range(&first).unwrap().bytes(), batch1.bytes());
         assert_eq!(LineRange::decode(&second.encode()).unwrap(), second);
+    }
+
+    #[test]
+    fn a_followed_file_emits_a_half_written_last_line_once_it_is_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, "one\ntw").unwrap();
+        let mut spout = FileLines::open(&path, 10).unwrap().following(true);
+        let first = spout.emit(1, 0, None).unwrap().unwrap();
+        assert_eq!(lines(&first.batch), ["Str(\"one\")"]);
+        assert!(spout.emit(2, 0, Some(&first.meta)).unwrap().is_none());
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"o\nthree").unwrap();
+        let second = spout.emit(2, 0, Some(&first.meta)).unwrap().unwrap();
+        assert_eq!(lines(&second.batch), ["Str(\"two\")"]);
+        // Not followed, the file is whole as it is: its last line is too.
+        let mut whole = FileLines::open(&path, 10).unwrap();
+        let all = whole.emit(1, 0, None).unwrap().unwrap();
+        assert_eq!(lines(&all.batch), ["Str(\"one\")", "Str(\"two\")", "Str(\"three\")"]);
     }
 
     #[test]

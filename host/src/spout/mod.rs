@@ -123,12 +123,23 @@ pub struct SpoutEnv<'a> {
     pub batch_size: usize,
     /// The NATS server, for the JetStream spouts.
     pub nats: Option<&'a NatsConfig>,
+    /// The topology follows its input as it grows (`weir serve`): a file's
+    /// last line counts once its newline is written.
+    pub follows: bool,
 }
 
 impl<'a> SpoutEnv<'a> {
     /// A topology kept under its own name, reading `input` wherever it is.
     pub fn local(topology: &'a str, input: Option<&'a Path>, batch_size: usize, nats: Option<&'a NatsConfig>) -> Self {
-        SpoutEnv { topology, stored_as: topology, scope: &InputScope::Anywhere, input, batch_size, nats }
+        SpoutEnv {
+            topology,
+            stored_as: topology,
+            scope: &InputScope::Anywhere,
+            input,
+            batch_size,
+            nats,
+            follows: false,
+        }
     }
 }
 
@@ -141,7 +152,9 @@ pub fn open(def: &SpoutDef, env: &SpoutEnv<'_>, guest: GuestCode) -> Result<Box<
     };
     let batch_size = env.batch_size;
     Ok(match def {
-        SpoutDef::FileLines { .. } => Box::new(FileLines::open_in(env.scope, input("a file")?, batch_size)?),
+        SpoutDef::FileLines { .. } => {
+            Box::new(FileLines::open_in(env.scope, input("a file")?, batch_size)?.following(env.follows))
+        }
         SpoutDef::DirectoryLines { .. } => {
             Box::new(DirectoryLines::open_in(env.scope, input("a directory's files")?, batch_size)?)
         }
