@@ -6,7 +6,7 @@
 use crate::config::NATS_REQUEST_TIMEOUT;
 use anyhow::{Result, anyhow, bail};
 use async_nats::{Client, Message, StatusCode};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 
 /// Messages one pull request asks for at most: well inside what the client
 /// buffers for a subscription (65,536), so that none is dropped.
@@ -48,12 +48,16 @@ pub async fn read(client: &Client, stream: &str, consumer: &str, max: usize, unt
         client.publish_with_reply(api.clone(), reply.clone(), body.into()).await?;
         let mut got = 0;
         while got < asked {
-            // A server gone away says nothing, hence the timeout.
-            let message = match tokio::time::timeout(NATS_REQUEST_TIMEOUT, subscription.next()).await {
-                Ok(Some(message)) => message,
-                Ok(None) => bail!("the connection closed"),
-                Err(_) => bail!("no answer within {NATS_REQUEST_TIMEOUT:?}"),
+            // A server gone away says nothing, hence the timeout; a message
+            // already there is taken without one (a timer a message costs).
+            let next = match subscription.next().now_or_never() {
+                Some(next) => next,
+                None => match tokio::time::timeout(NATS_REQUEST_TIMEOUT, subscription.next()).await {
+                    Ok(next) => next,
+                    Err(_) => bail!("no answer within {NATS_REQUEST_TIMEOUT:?}"),
+                },
             };
+            let Some(message) = next else { bail!("the connection closed") };
             match message.status {
                 None | Some(StatusCode::OK) => {}
                 Some(_) if message.subject.as_str() != reply => continue,
@@ -91,10 +95,10 @@ fn delivered(message: Message) -> Result<Delivered> {
 /// consumer, delivered, stream sequence, consumer sequence, timestamp and
 /// pending, after a domain and an account hash in the newer form.
 fn ack_info(reply: &str) -> Option<(u64, i128, u64)> {
-    let rest = reply.strip_prefix("$JS.ACK.")?;
-    let mut tokens = [""; 9];
+    let rest = reply.strip_prefix("$JS.ACK.")?.as_bytes();
+    let mut tokens: [&[u8]; 9] = [b""; 9];
     let mut n = 0;
-    for token in rest.split('.') {
+    for token in rest.split(|b| *b == b'.') {
         if let Some(slot) = tokens.get_mut(n) {
             *slot = token;
         }
@@ -105,7 +109,11 @@ fn ack_info(reply: &str) -> Option<(u64, i128, u64)> {
         n if n >= 9 => 2,
         _ => return None,
     };
-    Some((tokens[at + 3].parse().ok()?, tokens[at + 5].parse().ok()?, tokens[at + 6].parse().ok()?))
+    Some((number(tokens[at + 3])?, number(tokens[at + 5])?, number(tokens[at + 6])?))
+}
+
+fn number<T: std::str::FromStr>(token: &[u8]) -> Option<T> {
+    std::str::from_utf8(token).ok()?.parse().ok()
 }
 
 #[cfg(test)]
