@@ -324,26 +324,23 @@ impl Reader {
         let pulled = futures_util::future::join_all(reads).await;
         let mut read = Vec::with_capacity(parts.len());
         for (part, pulled) in parts.iter().zip(pulled) {
-            let doing =
-                || format!("reading {} of stream {} on the NATS server at {}", part.subject, self.name, self.server);
-            match pulled {
+            match &pulled {
                 Ok(pulled) if !pulled.beyond => {
                     let cached = self.consumers.get_mut(&part.subject).expect("made by consumer()");
                     cached.next = pulled.messages.last().map_or(part.start, |m| m.sequence + 1);
                     cached.used = Instant::now();
-                    read.push(Ok(pulled));
                 }
                 // A consumer that went past the range, or whose read failed,
                 // stands nowhere known.
-                Ok(pulled) => {
+                _ => {
                     self.consumers.remove(&part.subject);
-                    read.push(Ok(pulled));
-                }
-                Err(e) => {
-                    self.consumers.remove(&part.subject);
-                    read.push(Err(Failure::Lost(e.context(doing()))));
                 }
             }
+            read.push(pulled.map_err(|e| {
+                let doing =
+                    format!("reading {} of stream {} on the NATS server at {}", part.subject, self.name, self.server);
+                Failure::Lost(e.context(doing))
+            }));
         }
         let mut gots = Vec::with_capacity(parts.len());
         for (part, pulled) in parts.iter().zip(read) {
