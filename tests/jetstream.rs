@@ -151,6 +151,20 @@ fn a_message_deleted_while_a_failed_batch_waits_for_its_replay_halts_the_run_nam
 }
 
 #[test]
+fn a_failed_batch_of_the_opaque_spout_is_emitted_afresh_from_what_was_committed_and_the_counts_are_exact() {
+    let corpus = corpus_stream();
+    let data = tempfile::tempdir().unwrap();
+    let url = shared_nats().url();
+    let topology = "jetstream-retry-at-3-opaque";
+    let extra = ["--batch-size", "100", "--max-pending", "4", "--retry-backoff-ms", "200"];
+    let output = weir_ok(&run_args(topology, data.path(), &url, &extra));
+    let log = text(&output);
+    assert!(log.contains("txid 3 attempt 0 failed"), "{log}");
+    assert!(log.contains("(50000 tuples)"), "{log}");
+    assert_counts_eq(&counts(data.path(), topology), &corpus.truth);
+}
+
+#[test]
 fn json_messages_become_fields_with_their_subject_sequence_and_timestamp_and_one_not_json_halts_naming_it() {
     let nats = shared_nats();
     let events = [

@@ -8,11 +8,17 @@
 //! - Opaque: the metadata is each partition's next sequence, stored at
 //!   commit; a replay reads afresh from there.
 //!
+//! While the coordinator commits, the batch after the last one emitted is
+//! read ahead on the client's runtime (one at most). It is emitted only as
+//! the first attempt at exactly that next batch; a replay, a retry or
+//! another `previous` discards it and reads afresh.
+//!
 //! A server out of reach (at start or mid-run) is retried with back-off for
 //! `--nats-retry-ms` before the topology halts; nothing is emitted from a
 //! read that did not finish, so nothing committed is lost.
 
 mod meta;
+mod pull;
 mod reader;
 mod tuples;
 
@@ -61,13 +67,24 @@ struct CaughtUp {
     quiet: bool,
 }
 
+/// The next batch, read on the client's runtime while the coordinator
+/// commits the last ones; the read holds the reader until it is taken.
+struct Ahead {
+    /// The metadata of the batch it follows.
+    after: Vec<u8>,
+    task: tokio::task::JoinHandle<(Reader, Result<Read, Failure>)>,
+}
+
 /// A JetStream spout, with its connection.
 pub struct JetStreamSpout {
     promise: JetStreamKind,
     topology: String,
     stream: String,
     nats: Nats,
-    reader: Reader,
+    /// The reader, unless a read ahead holds it.
+    reader: Option<Reader>,
+    /// At most one batch read ahead: one batch a partition in memory.
+    ahead: Option<Ahead>,
     retry_for: Duration,
     /// Since when the server has been out of reach.
     lost_since: Option<Instant>,
@@ -91,13 +108,14 @@ impl JetStreamSpout {
         let doing = || format!("topology {topology} reads stream {}", def.stream);
         let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
         let per_partition = def.max_per_partition.map_or(batch_size, |n| n as usize).max(1);
-        let reader = Reader::new(connection.jetstream.clone(), connection.server.clone(), def, per_partition);
+        let reader = Reader::new(&connection, def, per_partition);
         let mut spout = JetStreamSpout {
             promise: def.promise,
             topology: topology.to_owned(),
             stream: def.stream.clone(),
             nats: connection,
-            reader,
+            reader: Some(reader),
+            ahead: None,
             retry_for: nats.retry_for,
             lost_since: None,
             caught_up: None,
@@ -105,19 +123,31 @@ impl JetStreamSpout {
             uncommitted: VecDeque::new(),
             lag: BTreeMap::new(),
         };
-        spout.retrying(|runtime, reader| runtime.block_on(reader.prepare())).with_context(doing)?;
+        spout.retrying(None, |runtime, reader| runtime.block_on(reader.prepare())).with_context(doing)?;
         Ok(spout)
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or the server has
-    /// been out of reach for longer than the retry window.
+    /// been out of reach for longer than the retry window; `lost`: the
+    /// server was found out of reach just before (by a read ahead).
     fn retrying<T>(
         &mut self,
+        lost: Option<anyhow::Error>,
         mut attempt: impl FnMut(&tokio::runtime::Runtime, &mut Reader) -> Result<T, Failure>,
     ) -> Result<T> {
+        if let Some(ahead) = self.ahead.take() {
+            // Whatever it read is not what is asked for now.
+            let _ = self.land(ahead);
+        }
         let mut backoff = Duration::from_millis(100);
+        let mut lost = lost.map(Failure::Lost);
         loop {
-            match attempt(&self.nats.runtime, &mut self.reader) {
+            let reader = self.reader.as_mut().expect("no read ahead holds the reader");
+            let outcome = match lost.take() {
+                Some(failure) => Err(failure),
+                None => attempt(&self.nats.runtime, reader),
+            };
+            match outcome {
                 Ok(value) => {
                     if self.lost_since.take().is_some() {
                         tracing::info!("topology {}: reading stream {} again", self.topology, self.stream);
@@ -126,7 +156,7 @@ impl JetStreamSpout {
                 }
                 Err(Failure::Fatal(e)) => return Err(e),
                 Err(Failure::Lost(e)) => {
-                    self.reader.forget_consumers();
+                    reader.forget_consumers();
                     let since = *self.lost_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= self.retry_for {
                         return Err(e.context(format!(
@@ -146,6 +176,28 @@ impl JetStreamSpout {
                 }
             }
         }
+    }
+
+    /// Waits for the read ahead to finish and takes the reader back; returns
+    /// what it read.
+    fn land(&mut self, ahead: Ahead) -> Result<Read, Failure> {
+        let (reader, read) = match self.nats.runtime.block_on(ahead.task) {
+            Ok(done) => done,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        self.reader = Some(reader);
+        read
+    }
+
+    /// Starts reading the batch after the one of `positions` (whose
+    /// metadata is `after`) on the client's runtime.
+    fn read_ahead(&mut self, after: Vec<u8>, positions: Vec<meta::Position>) {
+        let mut reader = self.reader.take().expect("no read ahead holds the reader");
+        let task = self.nats.runtime.spawn(async move {
+            let read = reader.emit(&positions).await;
+            (reader, read)
+        });
+        self.ahead = Some(Ahead { after, task });
     }
 
     /// Notes an emitted batch for `lag`: the batches emitted after
@@ -168,9 +220,17 @@ fn per_partition(positions: &[meta::Position]) -> BTreeMap<String, u64> {
 
 impl Drop for JetStreamSpout {
     fn drop(&mut self) {
-        let reader = &mut self.reader;
-        let _ =
-            self.nats.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(1), reader.close()).await });
+        // A timer must be made on the runtime: hence the async blocks.
+        let runtime = &self.nats.runtime;
+        if let Some(mut ahead) = self.ahead.take() {
+            match runtime.block_on(async { tokio::time::timeout(Duration::from_secs(1), &mut ahead.task).await }) {
+                Ok(Ok((reader, _))) => self.reader = Some(reader),
+                _ => ahead.task.abort(),
+            }
+        }
+        if let Some(reader) = &mut self.reader {
+            let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(1), reader.close()).await });
+        }
     }
 }
 
@@ -182,17 +242,38 @@ impl Spout for JetStreamSpout {
         }
     }
 
-    fn emit(&mut self, txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+    fn emit(&mut self, txid: u64, attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
         if let Some(caught_up) = &mut self.caught_up
             && caught_up.previous.as_deref() == previous
             && std::mem::take(&mut caught_up.quiet)
         {
             return Ok(None);
         }
-        let before = previous.map(meta::decode).transpose()?.unwrap_or_default();
-        let read = self
-            .retrying(|runtime, reader| runtime.block_on(reader.emit(&before)))
-            .with_context(|| format!("topology {}: reading txid {txid} from stream {}", self.topology, self.stream))?;
+        let mut lost = None;
+        let ahead = self.ahead.take().and_then(|ahead| {
+            let after = ahead.after.clone();
+            match self.land(ahead) {
+                // A first attempt at the batch after the one read ahead
+                // from: what was read stands. Anything else is read afresh.
+                Ok(read @ Read::Batch { .. }) if attempt == 0 && previous == Some(after.as_slice()) => Some(read),
+                // The server went out of reach under it: the first of the
+                // retried attempts.
+                Err(Failure::Lost(e)) => {
+                    lost = Some(e);
+                    None
+                }
+                _ => None,
+            }
+        });
+        let read = match ahead {
+            Some(read) => read,
+            None => {
+                let before = previous.map(meta::decode).transpose()?.unwrap_or_default();
+                self.retrying(lost, |runtime, reader| runtime.block_on(reader.emit(&before))).with_context(|| {
+                    format!("topology {}: reading txid {txid} from stream {}", self.topology, self.stream)
+                })?
+            }
+        };
         match read {
             Read::Empty { last } => {
                 self.caught_up =
@@ -205,6 +286,7 @@ impl Spout for JetStreamSpout {
                 self.pending = pending;
                 let meta = meta::encode(&positions);
                 self.note_emitted(previous, &meta, &positions);
+                self.read_ahead(meta.clone(), positions);
                 Ok(Some(Emitted { meta, batch }))
             }
         }
@@ -213,7 +295,7 @@ impl Spout for JetStreamSpout {
     fn replay(&mut self, txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
         let positions = meta::decode(meta)?;
         let batch =
-            self.retrying(|runtime, reader| runtime.block_on(reader.replay(&positions))).with_context(|| {
+            self.retrying(None, |runtime, reader| runtime.block_on(reader.replay(&positions))).with_context(|| {
                 format!(
                     "topology {} halts at txid {txid}, which is not committed: it cannot be replayed exactly",
                     self.topology
@@ -247,9 +329,15 @@ impl Spout for JetStreamSpout {
     }
 
     fn wait_for_input(&mut self, timeout: Duration) {
-        let Some(caught_up) = &mut self.caught_up else { return std::thread::sleep(timeout) };
+        if self.caught_up.is_none() {
+            return std::thread::sleep(timeout);
+        }
+        if let Some(ahead) = self.ahead.take() {
+            let _ = self.land(ahead);
+        }
+        let (Some(caught_up), Some(reader)) = (&mut self.caught_up, self.reader.as_mut()) else { return };
         let started = Instant::now();
-        match self.nats.runtime.block_on(self.reader.watch(caught_up.from, timeout)) {
+        match self.nats.runtime.block_on(reader.watch(caught_up.from, timeout)) {
             Ok(arrived) => {
                 caught_up.quiet = !arrived;
                 tracing::debug!("topology {}: stream {}: new messages: {arrived}", self.topology, self.stream);
@@ -257,7 +345,7 @@ impl Spout for JetStreamSpout {
             Err(Failure::Lost(e) | Failure::Fatal(e)) => {
                 // The next emission meets the error again and handles it.
                 tracing::debug!("topology {}: waiting on stream {}: {e:#}", self.topology, self.stream);
-                self.reader.forget_consumers();
+                reader.forget_consumers();
                 std::thread::sleep(timeout.saturating_sub(started.elapsed()));
             }
         }

@@ -1,14 +1,15 @@
-//! Reading a stream's partitions, each through a pull consumer of its own
-//! (filtered to its subject, from a start sequence, nothing to
+//! Reading a stream's partitions, all at once, each through a pull consumer
+//! of its own (filtered to its subject, from a start sequence, nothing to
 //! acknowledge), kept between batches while the next batch starts where the
 //! last one ended.
 
 use super::meta::Position;
+use super::pull;
 use super::tuples::{Message, TupleShape};
 use crate::config::{MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS, NATS_REQUEST_TIMEOUT};
-use crate::nats::{is_stream_not_found, subject};
+use crate::nats::{Nats, is_stream_not_found, subject};
 use anyhow::anyhow;
-use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull::Config as PullConfig};
 use async_nats::jetstream::{self, stream::Stream};
 use futures_util::{StreamExt, TryStreamExt};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -54,6 +55,15 @@ struct Cached {
     used: Instant,
 }
 
+/// One partition's part of a read: from which sequence, how many messages
+/// at most, and the last sequence it may hold.
+struct Part {
+    subject: String,
+    start: u64,
+    max: usize,
+    until: Option<u64>,
+}
+
 /// What one partition's read found.
 #[derive(Default)]
 struct Got {
@@ -61,12 +71,11 @@ struct Got {
     last: Option<u64>,
     count: u64,
     pending: u64,
-    /// A message past the end of the range was met.
-    beyond: bool,
 }
 
 /// Reads the stream a JetStream spout declares.
 pub struct Reader {
+    client: async_nats::Client,
     jetstream: jetstream::Context,
     server: String,
     name: String,
@@ -85,12 +94,13 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// A reader of `def`'s stream through `jetstream` (on the server named
-    /// `server`), taking up to `per_partition` messages of each partition.
-    pub fn new(jetstream: jetstream::Context, server: String, def: &JetStreamDef, per_partition: usize) -> Reader {
+    /// A reader of `def`'s stream through `nats`, taking up to
+    /// `per_partition` messages of each partition.
+    pub fn new(nats: &Nats, def: &JetStreamDef, per_partition: usize) -> Reader {
         Reader {
-            jetstream,
-            server,
+            client: nats.client.clone(),
+            jetstream: nats.jetstream.clone(),
+            server: nats.server.clone(),
             name: def.stream.clone(),
             declared: def.subjects.clone(),
             shape: TupleShape::of(def),
@@ -281,7 +291,7 @@ impl Reader {
                 tokio::time::timeout(NATS_REQUEST_TIMEOUT, stream.delete_consumer(&old.consumer.cached_info().name))
                     .await;
         }
-        let config = pull::Config {
+        let config = PullConfig {
             deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: start },
             ack_policy: AckPolicy::None,
             filter_subject: subject.to_owned(),
@@ -299,80 +309,63 @@ impl Reader {
         Ok(consumer)
     }
 
-    /// Reads up to `max` messages of `subject` from sequence `start` into
-    /// `writer`, stopping before any message past `until`.
-    async fn read(
-        &mut self,
-        subject: &str,
-        start: u64,
-        max: usize,
-        until: Option<u64>,
-        writer: &mut BatchWriter,
-    ) -> Result<Got, Failure> {
-        let consumer = self.consumer(subject, start).await?;
-        let got = self.fetch(&consumer, subject, max, until, writer).await;
-        match &got {
-            Ok(got) if !got.beyond => {
-                let cached = self.consumers.get_mut(subject).expect("made by consumer()");
-                cached.next = got.last.map_or(start, |last| last + 1);
-                cached.used = Instant::now();
-            }
-            _ => {
-                self.consumers.remove(subject);
-            }
+    /// Reads every part at once, each through its partition's consumer, then
+    /// appends their messages to `writer` part after part, in stream order
+    /// within each (a replay lays them out as the emission did).
+    async fn read_all(&mut self, parts: &[Part], writer: &mut BatchWriter) -> Result<Vec<Got>, Failure> {
+        let mut consumers = Vec::with_capacity(parts.len());
+        for part in parts {
+            consumers.push(self.consumer(&part.subject, part.start).await?.cached_info().name.clone());
         }
-        got
-    }
-
-    async fn fetch(
-        &self,
-        consumer: &PullConsumer,
-        subject: &str,
-        max: usize,
-        until: Option<u64>,
-        writer: &mut BatchWriter,
-    ) -> Result<Got, Failure> {
-        let doing = format!("reading {subject} of stream {}", self.name);
-        let mut messages =
-            match tokio::time::timeout(NATS_REQUEST_TIMEOUT, consumer.fetch().max_messages(max).messages()).await {
-                Ok(Ok(messages)) => messages,
-                Ok(Err(e)) => return Err(self.failure(&doing, e)),
-                Err(_) => return Err(self.no_answer(&doing)),
-            };
-        let mut got = Got::default();
-        loop {
-            // A fetch ends with the server's word that nothing is left; a
-            // server gone away says nothing, hence the timeout.
-            let message = match tokio::time::timeout(NATS_REQUEST_TIMEOUT, messages.next()).await {
-                Ok(Some(Ok(message))) => message,
-                Ok(Some(Err(e))) => {
-                    return Err(Failure::Lost(anyhow!("{doing} on the NATS server at {}: {e}", self.server)));
+        let reads = parts
+            .iter()
+            .zip(&consumers)
+            .map(|(part, consumer)| pull::read(&self.client, &self.name, consumer, part.max, part.until));
+        let pulled = futures_util::future::join_all(reads).await;
+        let mut read = Vec::with_capacity(parts.len());
+        for (part, pulled) in parts.iter().zip(pulled) {
+            match &pulled {
+                Ok(pulled) if !pulled.beyond => {
+                    let cached = self.consumers.get_mut(&part.subject).expect("made by consumer()");
+                    cached.next = pulled.messages.last().map_or(part.start, |m| m.sequence + 1);
+                    cached.used = Instant::now();
                 }
-                Ok(None) => break,
-                Err(_) => return Err(self.no_answer(&doing)),
-            };
-            let info =
-                message.info().map_err(|e| Failure::Lost(anyhow!("{doing}: a message without its metadata ({e})")))?;
-            let sequence = info.stream_sequence;
-            if until.is_some_and(|until| sequence > until) {
-                got.beyond = true;
-                break;
+                // A consumer that went past the range, or whose read failed,
+                // stands nowhere known.
+                _ => {
+                    self.consumers.remove(&part.subject);
+                }
             }
-            let read = Message {
-                subject: message.subject.as_str(),
-                payload: &message.payload,
-                sequence,
-                timestamp_ms: (info.published.unix_timestamp_nanos() / 1_000_000) as i64,
-            };
-            self.shape.push(writer, &read).map_err(|e| {
-                Failure::Fatal(e.context(format!("stream {}, partition {subject}, sequence {sequence}", self.name)))
-            })?;
-            got.first.get_or_insert(sequence);
-            got.last = Some(sequence);
-            got.count += 1;
-            got.pending = info.pending;
+            read.push(pulled.map_err(|e| {
+                let doing =
+                    format!("reading {} of stream {} on the NATS server at {}", part.subject, self.name, self.server);
+                Failure::Lost(e.context(doing))
+            }));
         }
-        Ok(got)
+        let mut gots = Vec::with_capacity(parts.len());
+        for (part, pulled) in parts.iter().zip(read) {
+            let mut got = Got::default();
+            for delivered in pulled?.messages {
+                let sequence = delivered.sequence;
+                let message = Message {
+                    subject: delivered.message.subject.as_str(),
+                    payload: &delivered.message.payload,
+                    sequence,
+                    timestamp_ms: delivered.timestamp_ms,
+                };
+                self.shape.push(writer, &message).map_err(|e| {
+                    Failure::Fatal(
+                        e.context(format!("stream {}, partition {}, sequence {sequence}", self.name, part.subject)),
+                    )
+                })?;
+                got.first.get_or_insert(sequence);
+                got.last = Some(sequence);
+                got.count += 1;
+                got.pending = delivered.pending;
+            }
+            gots.push(got);
+        }
+        Ok(gots)
     }
 
     /// Reads the next batch: up to the per-partition limit from each
@@ -383,13 +376,19 @@ impl Reader {
             self.resolve(&subjects).await?;
         }
         let partitions = self.partitions.clone().unwrap_or_default();
-        let per_partition = self.per_partition.min((MAX_JETSTREAM_BATCH_MESSAGES / partitions.len().max(1)).max(1));
+        let max = self.per_partition.min((MAX_JETSTREAM_BATCH_MESSAGES / partitions.len().max(1)).max(1));
+        let parts: Vec<Part> = partitions
+            .into_iter()
+            .map(|subject| {
+                let start = before.iter().find(|p| p.subject == subject).map_or(1, |p| p.next);
+                Part { subject, start, max, until: None }
+            })
+            .collect();
         let mut writer = BatchWriter::new(self.shape.arity());
-        let mut positions = Vec::with_capacity(partitions.len());
+        let gots = self.read_all(&parts, &mut writer).await?;
+        let mut positions = Vec::with_capacity(parts.len());
         let mut pending = BTreeMap::new();
-        for subject in partitions {
-            let start = before.iter().find(|p| p.subject == subject).map_or(1, |p| p.next);
-            let got = self.read(&subject, start, per_partition, None, &mut writer).await?;
+        for (Part { subject, start, .. }, got) in parts.into_iter().zip(gots) {
             let next = got.last.map_or(start, |last| last + 1);
             pending.insert(subject.clone(), got.pending);
             positions.push(Position { subject, next, first: got.first.unwrap_or(start), count: got.count });
@@ -403,10 +402,19 @@ impl Reader {
     /// Reads again exactly the messages of `positions`; a message no
     /// longer held is fatal.
     pub async fn replay(&mut self, positions: &[Position]) -> Result<Batch<'static>, Failure> {
+        let recorded: Vec<&Position> = positions.iter().filter(|p| p.count > 0).collect();
+        let parts: Vec<Part> = recorded
+            .iter()
+            .map(|p| Part {
+                subject: p.subject.clone(),
+                start: p.first,
+                max: usize::try_from(p.count).unwrap_or(usize::MAX),
+                until: Some(p.last()),
+            })
+            .collect();
         let mut writer = BatchWriter::new(self.shape.arity());
-        for p in positions.iter().filter(|p| p.count > 0) {
-            let max = usize::try_from(p.count).unwrap_or(usize::MAX);
-            let got = self.read(&p.subject, p.first, max, Some(p.last()), &mut writer).await?;
+        let gots = self.read_all(&parts, &mut writer).await?;
+        for (p, got) in recorded.into_iter().zip(gots) {
             if got.count != p.count || got.first != Some(p.first) || got.last != Some(p.last()) {
                 return Err(Failure::Fatal(anyhow!(
                     "stream {} no longer holds the messages recorded in partition {}: sequences {}..={} held {} \
@@ -440,7 +448,7 @@ impl Reader {
                     let _ = tokio::time::timeout(NATS_REQUEST_TIMEOUT, stream.delete_consumer(&old.cached_info().name))
                         .await;
                 }
-                let config = pull::Config {
+                let config = PullConfig {
                     deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: from },
                     ack_policy: AckPolicy::None,
                     filter_subject: filter,

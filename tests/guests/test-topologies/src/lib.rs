@@ -195,6 +195,14 @@ fn jetstream_topologies() -> Vec<Topology> {
             Split { retry_txid: Some(3), ..Split::default() },
             State::transactional("counts"),
         ),
+        // Emits txid 3 and those after it afresh after its first attempt
+        // fails, within the run.
+        jetstream_word_count(
+            "jetstream-retry-at-3-opaque",
+            JetStream::opaque("corpus", corpus),
+            Split { retry_txid: Some(3), ..Split::default() },
+            State::opaque("counts"),
+        ),
         jetstream_word_count(
             "jetstream-follow",
             JetStream::transactional("follow", ["follow.*"]),
