@@ -52,12 +52,12 @@ impl Coordinator<'_> {
         if grouped == 0 {
             return Ok(failed);
         }
-        let committed = match self.committer.commit_group(self.store) {
-            Ok(_) => grouped,
+        let (committed, written) = match self.committer.commit_group(self.store) {
+            Ok(written) => (grouped, Some(written)),
             Err(GroupFailure { committed, error }) => {
-                // Its batches from the one that failed on replay.
+                // The batch it failed at is replayed, with those after it.
                 failed = Some((self.pending[committed].id, error));
-                committed
+                (committed, None)
             }
         };
         let commit_times = self.committer.take_times();
@@ -75,8 +75,9 @@ impl Coordinator<'_> {
         }
         for _ in 0..committed {
             let done = self.pending.pop_front().expect("a committed batch is in flight");
+            let keys = written.map_or(String::new(), |n| format!(", {n} keys written"));
             tracing::debug!(
-                "topology {}: committed txid {} (attempt {}) in a group of {committed}",
+                "topology {}: committed txid {} (attempt {}) in a group of {committed}{keys}",
                 self.plan.topology,
                 done.id.txid,
                 done.id.attempt
