@@ -14,31 +14,61 @@ use std::time::Duration;
 
 const KILLS: usize = 20;
 
+/// How a chaos run batches: spout tuples per batch, batches in flight, and
+/// how many txids past the last commit a kill may land.
+struct Batching {
+    size: &'static str,
+    pending: &'static str,
+    span: u64,
+}
+
+/// Small batches, a few in flight.
+const SMALL: Batching = Batching { size: "10", pending: "4", span: 50 };
+
+/// Batches of 50, many in flight: large commit groups.
+const GROUPED: Batching = Batching { size: "50", pending: "16", span: 15 };
+
 /// Kills a run of `topology` at seeded moments, then runs it to the end
-/// and checks its state with `check`.
-fn chaos(seed: u64, component: &str, topology: &str, input: Option<&Path>, check: impl Fn(&Path)) {
+/// and checks its state with `check`; returns what the last run printed.
+fn chaos(
+    seed: u64,
+    batching: Batching,
+    component: &str,
+    topology: &str,
+    input: Option<&Path>,
+    check: impl Fn(&Path),
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut args = vec!["run", component, "--topology", topology, "--data", data.to_str().unwrap()];
-    args.extend_from_slice(&["--batch-size", "10", "--max-pending", "4", "--retry-backoff-ms", "1"]);
+    args.extend_from_slice(&["--batch-size", batching.size, "--max-pending", batching.pending]);
+    args.extend_from_slice(&["--retry-backoff-ms", "1"]);
     if let Some(input) = input {
         args.extend_from_slice(&["--input", input.to_str().unwrap()]);
     }
     let mut restarts = Restarts::new(args, &data, topology);
-    restarts.kill_seeded(seed, KILLS, 50);
+    restarts.kill_seeded(seed, KILLS, batching.span);
     for point in [Point::BeforeCommit, Point::AfterCommit] {
         assert!(restarts.killed_at(point), "seed {seed} makes no kill {point}: {}", restarts.moments());
     }
     let (kills, moments) = (restarts.kills.len(), restarts.moments());
     let _ = writeln!(std::io::stderr().lock(), "chaos {topology}: {kills} kills, at {moments}");
-    restarts.finish();
+    let output = restarts.finish();
     check(&data);
+    text(&output)
+}
+
+/// The most batches one commit group held, from a run's summary
+/// (`commits: N groups, mean M batches, max K`).
+fn largest_group(summary: &str) -> u64 {
+    let (_, max) = summary.split_once(" batches, max ").unwrap_or_else(|| panic!("no commit groups in {summary}"));
+    max.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
 }
 
 #[test]
 fn transactional_spout_and_transactional_state_survive_twenty_kills() {
     let corpus = corpus_20k();
-    chaos(1, WORD_COUNT, "word-count", Some(&corpus.path), |data| {
+    chaos(1, SMALL, WORD_COUNT, "word-count", Some(&corpus.path), |data| {
         assert_counts_eq(&counts(data, "word-count"), &corpus.truth);
     });
 }
@@ -73,16 +103,49 @@ fn transactional_spout_and_transactional_state_survive_kills_at_timed_moments() 
 #[test]
 fn transactional_spout_and_opaque_state_survive_twenty_kills() {
     let corpus = corpus_20k();
-    chaos(2, TEST_TOPOLOGIES, "word-count-opaque", Some(&corpus.path), |data| {
+    chaos(2, SMALL, TEST_TOPOLOGIES, "word-count-opaque", Some(&corpus.path), |data| {
         assert_counts_eq(&counts(data, "word-count-opaque"), &corpus.truth);
     });
 }
 
 #[test]
 fn an_opaque_spout_emitting_other_splits_and_opaque_state_survive_twenty_kills() {
-    chaos(3, SPOUTS, "opaque-jitter", None, |data| {
+    chaos(3, SMALL, SPOUTS, "opaque-jitter", None, |data| {
         let want: Vec<serde_json::Value> =
             (0..10).map(|d: i64| serde_json::json!({"key": [d], "value": 19_990_000 + 2000 * d})).collect();
         assert_eq!(scan(data, "opaque-jitter", "sums"), want);
     });
+}
+
+#[test]
+fn large_commit_groups_survive_twenty_kills() {
+    let corpus = corpus_20k();
+    let summary = chaos(5, GROUPED, WORD_COUNT, "word-count", Some(&corpus.path), |data| {
+        assert_counts_eq(&counts(data, "word-count"), &corpus.truth);
+    });
+    assert!(largest_group(&summary) > 1, "no commit held more than one batch: {summary}");
+}
+
+#[test]
+fn a_kill_inside_a_group_commit_leaves_all_of_the_group_or_none() {
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let args = run_args(WORD_COUNT, &data, &corpus.path, &["--batch-size", "50", "--max-pending", "16"]);
+    let mut restarts = Restarts::new(args, &data, "word-count");
+    for ahead in [1, 10, 40, 25] {
+        let txid = restarts.last_committed() + ahead;
+        // Asserts that the run died inside a group with none of it committed.
+        restarts.kill_at(Point::InGroupCommit, txid);
+        // Every batch counts words: the newest value is the last commit's.
+        let last = restarts.last_committed();
+        if last > 0 {
+            let stored = weir::state::Db::open(&data).unwrap().scan("word-count", "counts").unwrap();
+            let newest = stored.iter().filter_map(|(_, value)| value.txid()).max();
+            assert_eq!(newest, Some(last), "a value carries a txid of the group killed after txid {last}");
+        }
+    }
+    let output = restarts.finish();
+    assert_counts_eq(&counts(&data, "word-count"), &corpus.truth);
+    assert!(largest_group(&text(&output)) > 1, "{}", text(&output));
 }

@@ -24,6 +24,17 @@ pub const MAX_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_sec
 /// is processed, in milliseconds; past it the batch fails and is replayed.
 pub const DEFAULT_BATCH_TIMEOUT_MS: u64 = 60_000;
 
+/// Batches one commit group may hold, unless `--group-max` says otherwise:
+/// processed batches waiting to commit share one durable write (one flush).
+/// 1 commits each batch on its own.
+pub const DEFAULT_GROUP_MAX: usize = 16;
+
+/// Time a commit group may spend running its batches' commit phases before
+/// it commits, in milliseconds (`--group-time-ms`): a group takes what is
+/// processed already, never waits for more, and stops taking batches when
+/// this has passed, so that its first batch's commit is not held up long.
+pub const DEFAULT_GROUP_TIME_MS: u64 = 50;
+
 /// How a run cuts and pipelines its batches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunConfig {
@@ -37,6 +48,10 @@ pub struct RunConfig {
     pub retry_backoff: std::time::Duration,
     /// Time a batch may take to be processed.
     pub batch_timeout: std::time::Duration,
+    /// Batches one commit group may hold (at least 1).
+    pub group_max: usize,
+    /// Time a commit group may take to gather its batches.
+    pub group_time: std::time::Duration,
     /// Keep running when the spout has nothing more, asking it again at this
     /// interval, until stopped (a served topology); `None` ends the run.
     pub follow: Option<std::time::Duration>,
@@ -57,6 +72,8 @@ impl Default for RunConfig {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry_backoff: std::time::Duration::from_millis(DEFAULT_RETRY_BACKOFF_MS),
             batch_timeout: std::time::Duration::from_millis(DEFAULT_BATCH_TIMEOUT_MS),
+            group_max: DEFAULT_GROUP_MAX,
+            group_time: std::time::Duration::from_millis(DEFAULT_GROUP_TIME_MS),
             follow: None,
         }
     }

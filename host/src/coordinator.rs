@@ -1,6 +1,7 @@
 //! The coordinator: cuts the input into batches with txids, keeps up to
 //! `max_pending` of them processing while earlier ones commit, commits
-//! strictly in txid order, and replays failed batches.
+//! strictly in txid order, and replays failed batches. Batches processed by
+//! the time the oldest one commits commit with it, as a group ([`group`]).
 //!
 //! The process phase runs on a thread of its own, so that batch n+1 is
 //! processed while batch n commits. A failed batch is replayed with the same
@@ -15,7 +16,7 @@ use crate::config::RunConfig;
 use crate::exec::{BatchError, BatchId, Committer, Handover, Origin, Processor};
 use crate::fault::{self, Point};
 use crate::instances::OperatorSource;
-use crate::metrics::Latencies;
+use crate::metrics::{GroupSizes, Latencies};
 use crate::plan::Plan;
 use crate::sink::Publisher;
 use crate::spout::{Emitted, Spout, SpoutKind};
@@ -63,8 +64,11 @@ pub struct RunReport {
     pub elapsed: Duration,
     /// Time from the run's start until its first batch was processed.
     pub first_batch_ready: Option<Duration>,
-    /// How long each batch's commit took.
+    /// How long each commit took: a group's commit phases and its durable
+    /// write.
     pub commit_latency: Latencies,
+    /// How many batches the commit groups held.
+    pub commit_groups: GroupSizes,
     /// Time spent in each guest operator, for committed batches.
     pub operator_time: BTreeMap<String, Duration>,
     /// How far the committed batches are behind the source, where the spout
@@ -109,6 +113,9 @@ impl RunReport {
             "start_ms": millis(self.first_batch_ready.map(|ready| loaded_after + ready)),
             "commit_p50_ms": millis(self.commit_latency.quantile(0.5)),
             "commit_p99_ms": millis(self.commit_latency.quantile(0.99)),
+            "commit_groups": self.commit_groups.groups,
+            "commit_group_mean": self.commit_groups.mean(),
+            "commit_group_max": self.commit_groups.max,
         })
     }
 }
@@ -122,6 +129,13 @@ struct Done {
     id: BatchId,
     result: Result<Handover, BatchError>,
     /// Time the batch spent in each operator.
+    times: BTreeMap<String, Duration>,
+}
+
+/// A batch processed, ready for its commit phase.
+struct Ready {
+    id: BatchId,
+    handover: Handover,
     times: BTreeMap<String, Duration>,
 }
 
@@ -269,42 +283,24 @@ impl Coordinator<'_> {
                     _ => break,
                 }
             };
-            let (id, tuples, deadline) = (front.id, front.tuples, front.deadline);
-            let outcome = match self.wait_for(id, deadline)? {
-                Some(Done { result: Ok(handover), times, .. }) => {
-                    let committed = self.commit(id, handover);
-                    if committed.is_ok() {
-                        let commit_times = self.committer.take_times();
-                        for (operator, time) in times.into_iter().chain(commit_times) {
-                            *self.report.operator_time.entry(operator).or_default() += time;
-                        }
-                    }
-                    committed
+            let (id, deadline) = (front.id, front.deadline);
+            let failed = match self.wait_for(id, deadline)? {
+                Some(Done { id, result: Ok(handover), times }) => {
+                    self.commit_group(Ready { id, handover, times }, on_report)?
                 }
-                Some(Done { result: Err(e), .. }) => Err(e),
-                None => Err(BatchError::retry(
-                    "(batch deadline)",
-                    format!("the batch was not processed within {} ms", self.config.batch_timeout.as_millis()),
-                )
-                .with_origin(Origin::Deadline)),
+                Some(Done { result: Err(e), .. }) => Some((id, e)),
+                None => Some((
+                    id,
+                    BatchError::retry(
+                        "(batch deadline)",
+                        format!("the batch was not processed within {} ms", self.config.batch_timeout.as_millis()),
+                    )
+                    .with_origin(Origin::Deadline),
+                )),
             };
-            match outcome {
-                Ok(()) => {
-                    let done = self.pending.pop_front().expect("the front batch");
-                    self.committed_meta = Some(done.meta);
-                    self.report.spout_lag = self.spout.lag(self.committed_meta.as_deref());
-                    self.report.partition_lag = self.spout.partition_lag();
-                    self.report.last_committed = id.txid;
-                    self.report.batches += 1;
-                    self.report.tuples += tuples;
-                    self.report.elapsed = self.started.elapsed();
-                    on_report(&self.report);
-                    self.publish()?;
-                }
-                Err(error) => {
-                    self.fail(id, error)?;
-                    on_report(&self.report);
-                }
+            if let Some((id, error)) = failed {
+                self.fail(id, error)?;
+                on_report(&self.report);
             }
         }
         self.report.elapsed = self.started.elapsed();
@@ -380,33 +376,34 @@ impl Coordinator<'_> {
                 return Ok(Some(done));
             }
             let wait = deadline.saturating_duration_since(Instant::now());
-            let done = match self.done.recv_timeout(wait) {
-                Ok(done) => done,
+            match self.done.recv_timeout(wait) {
+                Ok(done) => self.arrive(done),
                 Err(mpsc::RecvTimeoutError::Timeout) => return Ok(None),
                 Err(mpsc::RecvTimeoutError::Disconnected) => bail!("the process phase stopped"),
-            };
-            self.report.first_batch_ready.get_or_insert_with(|| self.started.elapsed());
-            if self.pending.iter().any(|p| p.id == done.id) {
-                self.arrived.insert(done.id.txid, done);
             }
         }
     }
 
-    fn commit(&mut self, id: BatchId, handover: Handover) -> Result<(), BatchError> {
-        let meta = self.pending.front().map(|p| p.meta.clone()).unwrap_or_default();
-        let record = BatchRecord { attempt: id.attempt, spout: meta };
-        let started = Instant::now();
-        fault::at(Point::BeforeCommit, id.txid);
-        let written = self.committer.commit(self.store, id.txid, &record, handover)?;
-        fault::at(Point::AfterCommit, id.txid);
-        self.report.commit_latency.record(started.elapsed());
-        tracing::debug!(
-            "topology {}: committed txid {} (attempt {}): {written} keys written",
-            self.plan.topology,
-            id.txid,
-            id.attempt
-        );
-        Ok(())
+    /// Batch `id`, if it is processed already and did not fail: no waiting.
+    fn ready(&mut self, id: BatchId) -> Option<Ready> {
+        while let Ok(done) = self.done.try_recv() {
+            self.arrive(done);
+        }
+        match self.arrived.get(&id.txid) {
+            Some(done) if done.id == id && done.result.is_ok() => {
+                let Done { id, result, times } = self.arrived.remove(&id.txid)?;
+                Some(Ready { id, handover: result.ok()?, times })
+            }
+            _ => None,
+        }
+    }
+
+    /// Keeps a result that came, unless it is of an attempt superseded.
+    fn arrive(&mut self, done: Done) {
+        self.report.first_batch_ready.get_or_insert_with(|| self.started.elapsed());
+        if self.pending.iter().any(|p| p.id == done.id) {
+            self.arrived.insert(done.id.txid, done);
+        }
     }
 
     /// Publishes the sinks' outboxes, if the plan has sinks.
@@ -481,5 +478,6 @@ impl Coordinator<'_> {
     }
 }
 
+mod group;
 #[cfg(test)]
 mod tests;

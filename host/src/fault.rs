@@ -23,6 +23,11 @@ pub enum Point {
     BeforeCommit,
     /// The batch's commit is durable; nothing later is committed.
     AfterCommit,
+    /// Inside the durable write of a group of batches: the first batch's
+    /// writes are applied, the others' are not, nothing is durable. Named
+    /// with txid `t`, the first group of two or more batches ending at or
+    /// after `t` is where it fires.
+    InGroupCommit,
     /// A topology with sinks: the batch's output is published and
     /// acknowledged, and still in the outbox.
     AfterPublish,
@@ -32,8 +37,9 @@ impl Point {
     /// The points every batch passes, in order.
     pub const ALL: [Point; 3] = [Point::AfterProcess, Point::BeforeCommit, Point::AfterCommit];
 
-    /// Every point: those of [`Point::ALL`], then the sinks' own.
-    pub const NAMED: [Point; 4] = [Point::AfterProcess, Point::BeforeCommit, Point::AfterCommit, Point::AfterPublish];
+    /// Every point: those of [`Point::ALL`], then those of groups and sinks.
+    pub const NAMED: [Point; 5] =
+        [Point::AfterProcess, Point::BeforeCommit, Point::AfterCommit, Point::InGroupCommit, Point::AfterPublish];
 
     /// The point's name in `WEIR_FAULT`.
     pub fn name(self) -> &'static str {
@@ -41,6 +47,7 @@ impl Point {
             Point::AfterProcess => "after-process",
             Point::BeforeCommit => "before-commit",
             Point::AfterCommit => "after-commit",
+            Point::InGroupCommit => "in-group-commit",
             Point::AfterPublish => "after-publish",
         }
     }
@@ -108,14 +115,38 @@ pub fn at(point: Point, txid: u64) {
         && fault.point == point
         && fault.txid == txid
     {
-        kill(fault);
+        kill(fault, "");
     }
 }
 
-fn kill(fault: &Fault) -> ! {
+/// Kills the process inside the commit of the group of txids
+/// `first..=last` if `WEIR_FAULT` names [`Point::InGroupCommit`] of a txid
+/// up to `last`; the line it writes names the group.
+pub fn in_group_commit(first: u64, last: u64) {
+    if let Ok(Some(fault)) = configured()
+        && fault.point == Point::InGroupCommit
+        && fault.txid <= last
+    {
+        kill(fault, &format!(", inside the commit of txids {first}..={last}"));
+    }
+}
+
+/// Whether batch `txid` must start a commit group: `WEIR_FAULT` names its
+/// [`Point::BeforeCommit`], which promises every earlier batch committed.
+pub fn starts_group(txid: u64) -> bool {
+    matches!(configured(), Ok(Some(Fault { point: Point::BeforeCommit, txid: at })) if *at == txid)
+}
+
+/// Whether batch `txid` must end a commit group: `WEIR_FAULT` names its
+/// [`Point::AfterCommit`], which promises nothing later committed.
+pub fn ends_group(txid: u64) -> bool {
+    matches!(configured(), Ok(Some(Fault { point: Point::AfterCommit, txid: at })) if *at == txid)
+}
+
+fn kill(fault: &Fault, detail: &str) -> ! {
     // Unbuffered, and ignored if stderr is closed: the line is out before
     // the signal, or there is nowhere to write it.
-    let _ = writeln!(std::io::stderr(), "{FAULT_ENV}: killing the host at {fault}");
+    let _ = writeln!(std::io::stderr(), "{FAULT_ENV}: killing the host at {fault}{detail}");
     // SAFETY: kill(2) on our own pid touches no memory of this process.
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     // SIGKILL cannot be caught: this is not reached.
@@ -141,7 +172,8 @@ mod tests {
             ("after-commit", "expected <point>:<txid>"),
             (
                 "mid-commit:3",
-                "unknown point \"mid-commit\", expected one of after-process, before-commit, after-commit, after-publish",
+                "unknown point \"mid-commit\", expected one of after-process, before-commit, after-commit, \
+                 in-group-commit, after-publish",
             ),
             ("after-commit:0", "the txid \"0\" is not a number from 1 up"),
             ("after-commit:-1", "the txid \"-1\" is not a number from 1 up"),

@@ -1,4 +1,5 @@
-//! Latency figures that cost the same memory however long a run goes.
+//! Figures that cost the same memory however long a run goes: latencies,
+//! and the sizes of commit groups.
 
 use std::time::Duration;
 
@@ -70,9 +71,46 @@ impl Latencies {
     }
 }
 
+/// How many batches the commit groups held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GroupSizes {
+    /// Groups committed.
+    pub groups: u64,
+    /// Batches in them.
+    pub batches: u64,
+    /// The most batches one held.
+    pub max: u64,
+}
+
+impl GroupSizes {
+    /// Records a group of `batches`.
+    pub fn record(&mut self, batches: usize) {
+        let batches = batches as u64;
+        self.groups += 1;
+        self.batches += batches;
+        self.max = self.max.max(batches);
+    }
+
+    /// Batches per group; `None` before the first.
+    pub fn mean(&self) -> Option<f64> {
+        (self.groups > 0).then(|| self.batches as f64 / self.groups as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_sizes_keep_count_mean_and_max() {
+        let mut sizes = GroupSizes::default();
+        assert_eq!(sizes.mean(), None);
+        for batches in [1, 4, 16, 3] {
+            sizes.record(batches);
+        }
+        assert_eq!(sizes, GroupSizes { groups: 4, batches: 24, max: 16 });
+        assert_eq!(sizes.mean(), Some(6.0));
+    }
 
     #[test]
     fn buckets_cover_every_value_in_order() {

@@ -27,6 +27,14 @@ impl Lcg {
     }
 }
 
+/// The first and last txid of the group a run's log says it was killed in.
+pub fn killed_in_group(log: &str) -> Option<(u64, u64)> {
+    let (_, group) = log.split_once("inside the commit of txids ")?;
+    let (first, rest) = group.split_once("..=")?;
+    let last: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((first.parse().ok()?, last.parse().ok()?))
+}
+
 /// One `weir run` of one topology into one data dir, killed and restarted.
 pub struct Restarts<'a> {
     args: Vec<&'a str>,
@@ -71,6 +79,13 @@ impl<'a> Restarts<'a> {
             }
             Point::BeforeCommit => assert_eq!(after, txid - 1, "{topology}: killed at {fault}"),
             Point::AfterCommit | Point::AfterPublish => assert_eq!(after, txid, "{topology}: killed at {fault}"),
+            // Nothing of the group it died in is committed.
+            Point::InGroupCommit => {
+                let (first, last) = killed_in_group(&text(&output))
+                    .unwrap_or_else(|| panic!("{topology}: killed at {fault}, no group named"));
+                assert!(first < last && last >= txid, "{topology}: killed at {fault} in txids {first}..={last}");
+                assert_eq!(after, first - 1, "{topology}: killed at {fault} in txids {first}..={last}");
+            }
         }
         self.kills.push(fault);
     }

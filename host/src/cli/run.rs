@@ -9,9 +9,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir::config::{
-    DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB,
-    DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_PENDING, DEFAULT_RETRY_BACKOFF_MS, RunConfig,
-    SandboxConfig,
+    DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_GROUP_MAX, DEFAULT_GROUP_TIME_MS, DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES,
+    DEFAULT_MAX_PENDING, DEFAULT_RETRY_BACKOFF_MS, RunConfig, SandboxConfig,
 };
 use weir::coordinator::{self, RunReport};
 use weir::instances::OperatorSource;
@@ -60,6 +60,15 @@ pub struct RunArgs {
     /// batch fails and is replayed.
     #[arg(long, default_value_t = DEFAULT_BATCH_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     batch_timeout_ms: u64,
+    /// Batches one commit may hold: those processed by the time the oldest
+    /// commits share its durable write. 1 commits each batch on its own, as
+    /// a topology with sinks always does.
+    #[arg(long, default_value_t = DEFAULT_GROUP_MAX as u64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    group_max: u64,
+    /// Time a commit may spend gathering processed batches into its group,
+    /// in milliseconds; it never waits for a batch still processing.
+    #[arg(long, default_value_t = DEFAULT_GROUP_TIME_MS, value_parser = clap::value_parser!(u64).range(..=60_000))]
+    group_time_ms: u64,
     /// Which topology to run, when the component defines several. Repeat it
     /// to run several at once, each over the whole input with its own
     /// coordinator: one failing does not stop the others.
@@ -138,6 +147,8 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         max_attempts: args.max_attempts,
         retry_backoff: Duration::from_millis(args.retry_backoff_ms),
         batch_timeout: Duration::from_millis(args.batch_timeout_ms),
+        group_max: args.group_max as usize,
+        group_time: Duration::from_millis(args.group_time_ms),
         follow: None,
     };
     let sandbox = SandboxConfig {
@@ -243,13 +254,18 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         match outcome {
             Ok(report) => {
                 figures.push(report.figures(&name, loaded_after));
+                let groups = &report.commit_groups;
                 println!(
-                    "{name}: committed {} batches ({} tuples) in {:.2}s, {:.0} tuples/s; last committed txid {}{}",
+                    "{name}: committed {} batches ({} tuples) in {:.2}s, {:.0} tuples/s; last committed txid {}; \
+                     commits: {} groups, mean {:.1} batches, max {}{}",
                     report.batches,
                     report.tuples,
                     report.elapsed.as_secs_f64(),
                     rate(report.tuples, report.elapsed),
                     report.last_committed,
+                    groups.groups,
+                    groups.mean().unwrap_or(0.0),
+                    groups.max,
                     if report.replays > 0 {
                         format!("; {} failed attempts replayed", report.replays)
                     } else {

@@ -254,3 +254,146 @@ fn a_report_keeps_the_recent_failures_and_cuts_long_errors() {
     let kept = &report.failures[0].error;
     assert!(kept.len() <= FAILURE_TEXT + " [cut]".len() && kept.ends_with(" [cut]"), "{} bytes", kept.len());
 }
+
+/// A [`MemoryStore`] whose durable writes take `delay`, as a flush does:
+/// batches processed meanwhile gather into the next commit group.
+struct SlowStore {
+    inner: MemoryStore,
+    delay: Duration,
+}
+
+impl CommitLog for SlowStore {
+    fn progress(&self, topology: &str) -> Result<crate::state::Progress> {
+        self.inner.progress(topology)
+    }
+
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+        self.inner.record_batch(topology, txid, record)
+    }
+}
+
+impl Store for SlowStore {
+    fn snapshot(&self) -> Result<Box<dyn crate::state::store::Snapshot + '_>> {
+        self.inner.snapshot()
+    }
+
+    fn commit_group(&self, group: &[crate::state::store::BatchCommit<'_>]) -> Result<usize> {
+        std::thread::sleep(self.delay);
+        self.inner.commit_group(group)
+    }
+
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
+        self.inner.remove_others(topology, table, keys)
+    }
+}
+
+/// Whether [`Tally`] has failed its batch holding the word `e` once.
+static FAILED_AT_E: AtomicBool = AtomicBool::new(false);
+
+/// Counts the words of its sentences by reading and writing its state, in
+/// the commit phase, so that a batch reads what the batches before it in
+/// its group wrote; with `fail_at_e`, the first batch holding the word `e`
+/// fails, for a replay.
+struct Tally {
+    fail_at_e: bool,
+}
+
+impl weir_sdk::operator::StateUpdater for Tally {
+    fn update_state(
+        &self,
+        state: &dyn weir_sdk::operator::MapState,
+        tuples: &[weir_sdk::Tuple<'_>],
+        _out: &mut weir_sdk::Emitter<'_>,
+    ) -> Result<(), weir_sdk::Error> {
+        let mut words = BTreeMap::<String, i64>::new();
+        for tuple in tuples {
+            for word in tuple.str("sentence")?.split_whitespace() {
+                *words.entry(word.to_owned()).or_default() += 1;
+            }
+        }
+        if self.fail_at_e && words.contains_key("e") && !FAILED_AT_E.swap(true, Ordering::SeqCst) {
+            return Err(weir_sdk::Error::retry("the batch holding e fails once"));
+        }
+        let keys: Vec<Vec<Value>> = words.keys().map(|w| vec![Value::from(w.as_str())]).collect();
+        let stored = state.multi_get(&keys)?;
+        let entries = keys
+            .into_iter()
+            .zip(words.values().zip(stored))
+            .map(|(key, (n, stored))| (key, Value::I64(n + if let Some(Value::I64(s)) = stored { s } else { 0 })))
+            .collect::<Vec<_>>();
+        state.multi_put(&entries)
+    }
+}
+
+fn tallies() -> Vec<weir_sdk::Topology> {
+    use weir_sdk::{State, Topology};
+    [("tally", false), ("tally-failing-at-e", true)]
+        .into_iter()
+        .map(|(name, fail_at_e)| {
+            Topology::new(name)
+                .new_stream(weir_sdk::FileLines::new("sentence"))
+                .partition_persist(State::transactional("counts"), ["sentence"], Tally { fail_at_e }, [])
+                .name("tally")
+                .build()
+        })
+        .collect()
+}
+
+/// Runs the native topology `name` over [`LINES`], a line a batch, all
+/// eight in flight, into a store whose commits take `delay`.
+fn run_tally(name: &str, delay: Duration, group_max: usize) -> (MemoryStore, RunReport) {
+    let topology = tallies().into_iter().find(|t| t.definition().name == name).unwrap();
+    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, LINES.join("\n") + "\n").unwrap();
+    let mut spout = FileLines::open(&input, 1).unwrap();
+    let store = SlowStore { inner: MemoryStore::new(), delay };
+    let config =
+        RunConfig { max_pending: 8, group_max, retry_backoff: Duration::from_millis(1), ..RunConfig::default() };
+    let source = OperatorSource::Native(tallies);
+    let report = run(&store, plan, source, &mut spout, None, &config, &AtomicBool::new(false), &mut |_| {}).unwrap();
+    (store.inner, report)
+}
+
+#[test]
+fn batches_processed_while_one_commits_commit_after_it_in_one_group() {
+    let (store, report) = run_tally("tally", Duration::from_millis(50), 3);
+    let groups = store.groups("tally");
+    // The groups follow each other in txid order, none larger than allowed.
+    let mut next = 1;
+    for &(first, last) in &groups {
+        assert!(first == next && last >= first && last - first < 3, "{groups:?}");
+        next = last + 1;
+    }
+    assert_eq!(next, 9, "{groups:?}");
+    assert!(groups.iter().any(|(first, last)| last - first == 2), "no group of 3 while commits took 50 ms: {groups:?}");
+    let sizes = report.commit_groups;
+    assert_eq!((sizes.groups, sizes.batches, sizes.max), (groups.len() as u64, 8, 3), "{groups:?}");
+    assert_eq!(report.commit_latency.count(), groups.len() as u64);
+    // Each batch read what the batches before it in its group wrote.
+    assert_eq!(stored_counts(&store, "tally"), counted(&LINES));
+    let txids: Vec<u64> = store.scan("tally", "counts").iter().map(|(_, stored)| stored.txid().unwrap()).collect();
+    assert!(txids.contains(&8) && txids.iter().all(|&t| (1..=8).contains(&t)), "{txids:?}");
+}
+
+#[test]
+fn a_batch_failing_its_commit_phase_lets_the_batches_before_it_in_its_group_commit() {
+    let (store, report) = run_tally("tally-failing-at-e", Duration::from_millis(100), 16);
+    let attempts: Vec<(u64, u32)> = store.commits("tally-failing-at-e").iter().map(|(t, r)| (*t, r.attempt)).collect();
+    // Txid 4 (`d e`) holds `e` first: it and the batches after it are
+    // replayed, those before it committed in the group it ended.
+    assert_eq!(attempts, [(1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]);
+    let groups = store.groups("tally-failing-at-e");
+    assert!(groups.iter().any(|&(first, last)| last == 3 && first < 3), "{groups:?}");
+    assert_eq!((report.replays, report.failures.len()), (1, 1));
+    assert_eq!(stored_counts(&store, "tally-failing-at-e"), counted(&LINES));
+}
+
+#[test]
+fn a_group_of_one_commits_each_batch_alone() {
+    let (store, report) = run_tally("tally", Duration::from_millis(5), 1);
+    assert_eq!(store.groups("tally"), (1..=8).map(|t| (t, t)).collect::<Vec<_>>());
+    assert_eq!((report.commit_groups.groups, report.commit_groups.max), (8, 1));
+    assert_eq!(stored_counts(&store, "tally"), counted(&LINES));
+}

@@ -1,7 +1,8 @@
 //! The commit phase: a batch's commit-phase nodes, strictly in txid order,
-//! reading and writing state through the batch's views; what they wrote is
-//! committed with the batch's progress, and the sinks' output into their
-//! outboxes, in one write transaction.
+//! reading and writing state through the batch's views; what they wrote
+//! waits in the commit group, and commits with the group's other batches,
+//! their progress and the sinks' output (into their outboxes) in one
+//! durable write.
 
 use super::error::{BatchError, Origin, state_failure};
 use super::process::Handover;
@@ -10,25 +11,47 @@ use crate::instances::{Instances, OperatorSource};
 use crate::plan::{Op, Phase, Plan};
 use crate::sink;
 use crate::state::BatchRecord;
+use crate::state::pending::Pending;
 use crate::state::store::{BatchCommit, OtherRecords, Store};
-use crate::state::view::{StateCache, Views, refresh_caches};
+use crate::state::view::{StateCache, StateWrites, Views, refresh_caches};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Runs the commit phase of a plan, and keeps its states' caches.
+/// Runs the commit phase of a plan, keeps its states' caches and the
+/// commit group: batches whose commit phase ran, waiting to commit.
 pub struct Committer {
     plan: Arc<Plan>,
     instances: Vec<Instances>,
     nodes: Vec<usize>,
     caches: HashMap<String, StateCache>,
+    group: Vec<Prepared>,
+}
+
+/// A batch whose commit phase ran: what it commits.
+struct Prepared {
+    txid: u64,
+    record: BatchRecord,
+    /// Shared with the views of the group's later batches while they run.
+    writes: Arc<Vec<StateWrites>>,
+    others: Vec<OtherRecords>,
+}
+
+/// A group's commit that failed at one of its batches.
+#[derive(Debug)]
+pub struct GroupFailure {
+    /// The group's batches before it, committed.
+    pub committed: usize,
+    /// Why it failed.
+    pub error: BatchError,
 }
 
 impl Committer {
     /// A committer with its own operator instances.
     pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Committer {
         let nodes = plan.data_nodes().into_iter().filter(|&i| plan.nodes[i].phase == Phase::Commit).collect();
-        Committer { instances: per_partition(&plan, &source), plan, nodes, caches: HashMap::new() }
+        let instances = per_partition(&plan, &source);
+        Committer { instances, plan, nodes, caches: HashMap::new(), group: Vec::new() }
     }
 
     /// Time spent in each operator since the last call, and resets it.
@@ -36,21 +59,29 @@ impl Committer {
         take_times(&mut self.instances)
     }
 
-    /// Runs the commit-phase nodes of batch `txid` and commits what they
-    /// wrote with the progress record, in one write transaction. Returns
-    /// the number of keys written.
-    pub fn commit(
+    /// Batches in the group.
+    pub fn grouped(&self) -> usize {
+        self.group.len()
+    }
+
+    /// Runs the commit-phase nodes of batch `txid`, the one after the
+    /// group's last (or after the last committed), over what is committed
+    /// and what the group's batches wrote, and adds it to the group. A
+    /// batch that fails leaves the group as it was.
+    pub fn prepare(
         &mut self,
         store: &dyn Store,
         txid: u64,
         record: &BatchRecord,
         handover: Handover,
-    ) -> Result<usize, BatchError> {
+    ) -> Result<(), BatchError> {
         let plan = Arc::clone(&self.plan);
         let storage = |e: anyhow::Error| state_failure("(state)", format!("{e:#}"), &e, Origin::State);
-        let read = store.snapshot().map_err(storage)?;
+        let committed = store.snapshot().map_err(storage)?;
+        let layers = self.group.iter().map(|b| Arc::clone(&b.writes)).collect();
+        let read = Pending::new(&*committed, &plan.stored_as, layers);
         let views =
-            Views::new(&*read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
+            Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
                 .map_err(storage)?;
         let views = Arc::new(Mutex::new(views));
         let result = self.run_nodes(&plan, BatchId { txid, attempt: record.attempt }, &views, handover);
@@ -60,29 +91,75 @@ impl Committer {
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
         let writes = views.finish(&mut self.caches);
-        let committed = result.and_then(|outputs| {
-            // The sinks' output commits with the batch, into their outboxes.
-            let others: Vec<OtherRecords> = self
-                .nodes
-                .iter()
-                .filter(|&&i| matches!(plan.nodes[i].op, Op::Sink { .. }))
-                .map(|&i| sink::outbox(&plan.nodes[i], txid, outputs[i].as_deref().expect("every node ran")))
-                .collect();
-            let batch = BatchCommit { topology: &plan.stored_as, txid, record, writes: &writes, others: &others };
-            store.commit_batch(&batch).map_err(|e| {
-                let states: Vec<&str> = plan.states.keys().map(String::as_str).collect();
-                state_failure(&states.join(","), format!("commit failed: {e:#}"), &e, Origin::Commit)
-            })
-        });
-        match committed {
-            Ok(written) => {
-                refresh_caches(&mut self.caches, writes);
-                Ok(written)
+        match result {
+            Ok(outputs) => {
+                // The sinks' output commits with the batch, into their outboxes.
+                let others = self
+                    .nodes
+                    .iter()
+                    .filter(|&&i| matches!(plan.nodes[i].op, Op::Sink { .. }))
+                    .map(|&i| sink::outbox(&plan.nodes[i], txid, outputs[i].as_deref().expect("every node ran")))
+                    .collect();
+                let writes = Arc::new(writes);
+                self.group.push(Prepared { txid, record: record.clone(), writes, others });
+                Ok(())
             }
             Err(e) => {
                 // The batch took the entries it wrote out of the caches.
                 self.caches.values_mut().for_each(StateCache::clear);
                 Err(e)
+            }
+        }
+    }
+
+    /// Commits the group in one durable write and empties it; returns the
+    /// number of keys written. Should that write fail, its batches commit
+    /// one by one, in order, up to the one that fails: the failure names
+    /// how many did.
+    pub fn commit_group(&mut self, store: &dyn Store) -> Result<usize, GroupFailure> {
+        let group = std::mem::take(&mut self.group);
+        let topology = self.plan.stored_as.as_str();
+        let commits: Vec<BatchCommit<'_>> = group
+            .iter()
+            .map(|b| BatchCommit {
+                topology,
+                txid: b.txid,
+                record: &b.record,
+                writes: b.writes.as_slice(),
+                others: &b.others,
+            })
+            .collect();
+        let mut outcome = store.commit_group(&commits).map_err(|e| (0, e));
+        if outcome.is_err() && group.len() > 1 {
+            let mut written = 0;
+            outcome = commits
+                .iter()
+                .enumerate()
+                .try_for_each(|(at, batch)| {
+                    written += store.commit_batch(batch).map_err(|e| (at, e))?;
+                    Ok(())
+                })
+                .map(|()| written);
+        }
+        drop(commits);
+        match outcome {
+            Ok(written) => {
+                for batch in group {
+                    // No views hold them now; were one to, the keys stay
+                    // out of the cache and are read from the store.
+                    if let Ok(writes) = Arc::try_unwrap(batch.writes) {
+                        refresh_caches(&mut self.caches, writes);
+                    }
+                }
+                Ok(written)
+            }
+            Err((committed, e)) => {
+                // The group's batches took the entries they wrote out of the
+                // caches.
+                self.caches.values_mut().for_each(StateCache::clear);
+                let states: Vec<&str> = self.plan.states.keys().map(String::as_str).collect();
+                let error = state_failure(&states.join(","), format!("commit failed: {e:#}"), &e, Origin::Commit);
+                Err(GroupFailure { committed, error })
             }
         }
     }

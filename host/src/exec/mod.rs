@@ -20,7 +20,7 @@ mod query;
 mod state_ops;
 mod stream;
 
-pub use commit::Committer;
+pub use commit::{Committer, GroupFailure};
 pub use error::{BatchError, Cause, Origin};
 pub use persistent_aggregate::Partials;
 pub use process::{Handover, Processor};

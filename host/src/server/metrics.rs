@@ -24,6 +24,8 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
     let tuples = Family::<Labels, Counter>::default();
     let replays = Family::<Labels, Counter>::default();
     let commit_p99 = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let commit_groups = Family::<Labels, Counter>::default();
+    let commit_group_max = Family::<Labels, Gauge<u64, AtomicU64>>::default();
     let operator_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
     let spout_lag = Family::<Labels, Gauge<u64, AtomicU64>>::default();
     let partition_lag = Family::<Labels, Gauge<u64, AtomicU64>>::default();
@@ -37,6 +39,8 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
         if let Some(ms) = status.commit_p99_ms {
             commit_p99.get_or_create(&topology).set(ms / 1000.0);
         }
+        commit_groups.get_or_create(&topology).inc_by(status.commit_groups.groups);
+        commit_group_max.get_or_create(&topology).set(status.commit_groups.max);
         if let Some(lag) = status.spout_lag {
             spout_lag.get_or_create(&topology).set(lag);
         }
@@ -57,6 +61,13 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
     registry.register("weir_tuples_committed", "Spout tuples committed since the topology started", tuples);
     registry.register("weir_replays", "Failed batch attempts replayed since the topology started", replays);
     registry.register("weir_commit_latency_p99_seconds", "Commit latency, 99th percentile", commit_p99);
+    registry.register(
+        "weir_commit_groups",
+        "Commits since the topology started, each of a group of batches: batches committed over this is the mean \
+         group size",
+        commit_groups,
+    );
+    registry.register("weir_commit_group_max_batches", "The most batches one commit group held", commit_group_max);
     registry.register(
         "weir_operator_seconds",
         "Time spent in each guest operator since the topology started",
@@ -89,6 +100,8 @@ mod tests {
             spout_lag: Some(5),
             spout_lag_partitions: [("clicks.0".to_owned(), 2), ("clicks.1".to_owned(), 3)].into(),
             operator_ms: [("split".to_owned(), 1500.0)].into(),
+            batches: 12,
+            commit_groups: crate::metrics::GroupSizes { groups: 4, batches: 12, max: 6 },
             ..Status::default()
         };
         let text = exposition(&[("a\"b\\c".to_owned(), status)]).unwrap();
@@ -104,6 +117,8 @@ mod tests {
             text.contains("weir_spout_partition_lag{topology=\"a\\\"b\\\\c\",partition=\"clicks.1\"} 3\n"),
             "{text}"
         );
+        assert!(text.contains("weir_commit_groups_total{topology=\"a\\\"b\\\\c\"} 4\n"), "{text}");
+        assert!(text.contains("weir_commit_group_max_batches{topology=\"a\\\"b\\\\c\"} 6\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -3,6 +3,7 @@
 
 use super::deployments::Host;
 use crate::coordinator::RunReport;
+use crate::metrics::GroupSizes;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -44,6 +45,10 @@ pub struct Status {
     pub commit_p50_ms: Option<f64>,
     /// Commit latency p99, in milliseconds.
     pub commit_p99_ms: Option<f64>,
+    /// How many batches the commit groups held since it was last started.
+    pub commit_groups: GroupSizes,
+    /// Batches per commit group since it was last started.
+    pub commit_group_mean: Option<f64>,
     /// Milliseconds spent in each guest operator since it was last started.
     pub operator_ms: BTreeMap<String, f64>,
     /// How far the committed batches are behind the input, where the spout
@@ -84,6 +89,8 @@ impl Status {
             tuples_per_s: report.tuples as f64 / seconds,
             commit_p50_ms: ms(0.5),
             commit_p99_ms: ms(0.99),
+            commit_groups: report.commit_groups,
+            commit_group_mean: report.commit_groups.mean(),
             operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
             spout_lag: report.spout_lag,
             spout_lag_partitions: report.partition_lag.clone(),
@@ -112,5 +119,34 @@ mod tests {
             .map(|s| serde_json::to_string(s).unwrap())
             .collect();
         assert_eq!(words, ["\"running\"", "\"stopped\"", "\"failed\""]);
+    }
+
+    fn host(dir: &std::path::Path) -> Host {
+        Host {
+            db: std::sync::Arc::new(crate::state::Db::open(&dir.join("data")).unwrap()),
+            bundles: dir.join("bundles"),
+            engine: crate::runtime::engine(false).unwrap(),
+            cache: crate::runtime::ComponentCache::new(dir.join("cache")),
+            sandbox: crate::config::SandboxConfig::default(),
+            run: crate::config::RunConfig::default(),
+            inputs: crate::spout::InputScope::default(),
+            nats: None,
+        }
+    }
+
+    #[test]
+    fn a_status_shows_the_commit_groups_of_its_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let mut report = RunReport::default();
+        for batches in [1, 5, 3] {
+            report.commit_groups.record(batches);
+        }
+        let status = Status::of(RunState::Running, "t", &report, &host);
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["commit_groups"], serde_json::json!({"groups": 3, "batches": 9, "max": 5}));
+        assert_eq!(json["commit_group_mean"], 3.0);
+        let idle = serde_json::to_value(Status::of(RunState::Stopped, "t", &RunReport::default(), &host));
+        assert_eq!(idle.unwrap()["commit_group_mean"], serde_json::Value::Null);
     }
 }

@@ -2,12 +2,13 @@
 //! coordinator): the commit log and states of [`Db`](super::Db), under the
 //! same rules ([`rules`]), without a file. A commit applies to a copy and
 //! replaces the whole only when every write succeeded, as a redb write
-//! transaction does; nothing survives the process.
+//! transaction does (a group's commit: every batch of it); nothing
+//! survives the process.
 
 use super::rules::{self, Stored};
 use super::store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
 use super::{BatchRecord, Progress, StateError, kind_to_record};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use weir_sdk::topology::StateKind;
@@ -24,6 +25,8 @@ struct Topology {
     others: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Each commit's batch, in the order they committed.
     commits: Vec<(u64, BatchRecord)>,
+    /// The first and last txid of each commit group, in order.
+    groups: Vec<(u64, u64)>,
 }
 
 /// A store in memory.
@@ -47,6 +50,12 @@ impl MemoryStore {
     /// The txid and record of each batch `topology` committed, in order.
     pub fn commits(&self, topology: &str) -> Vec<(u64, BatchRecord)> {
         self.lock().get(topology).map(|t| t.commits.clone()).unwrap_or_default()
+    }
+
+    /// The first and last txid of each group `topology` committed, in
+    /// order.
+    pub fn groups(&self, topology: &str) -> Vec<(u64, u64)> {
+        self.lock().get(topology).map(|t| t.groups.clone()).unwrap_or_default()
     }
 
     /// Every key of a state with its stored value, sorted by key.
@@ -112,46 +121,19 @@ impl Store for MemoryStore {
         Ok(Box::new(snapshot))
     }
 
-    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize> {
-        let BatchCommit { topology, txid, record, writes, others } = *batch;
+    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize> {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(0) };
+        let topology = first.topology;
+        if let Some(other) = group.iter().find(|b| b.topology != topology) {
+            bail!("a commit group holds batches of topologies {topology} and {}", other.topology);
+        }
         let mut topologies = self.lock();
         let mut t = topologies.get(topology).cloned().unwrap_or_default();
-        if txid != t.last_committed + 1 {
-            let not_next = StateError::NotNext { txid, last: t.last_committed };
-            return Err(anyhow::Error::new(not_next).context(format!("topology {topology}")));
-        }
         let mut written = 0;
-        for write in writes {
-            let in_state = || format!("state {}", write.state);
-            if let Some(kind) = write.kind()
-                && kind_to_record(topology, &write.state, t.kinds.get(&write.state).copied(), kind)?
-            {
-                t.kinds.insert(write.state.clone(), kind);
-            }
-            let records = Arc::make_mut(t.states.entry(write.state.clone()).or_default());
-            for (key, stored) in &write.records {
-                records.insert(key.clone(), stored.clone());
-            }
-            written += write.records.len();
-            let Some(combines) = &write.combines else { continue };
-            for (key, partial) in combines.partials.iter() {
-                let context = || format!("{}, key {}", in_state(), super::describe_key(key));
-                let value_for = |base| rules::with_partial(combines.builtin, base, partial);
-                if let Some(new) =
-                    rules::apply(combines.kind, records.get(key), txid, value_for).with_context(context)?
-                {
-                    records.insert(key.to_vec(), new);
-                    written += 1;
-                }
-            }
+        for batch in group {
+            written += apply(&mut t, batch)?;
         }
-        t.last_committed = txid;
-        t.batches.insert(txid, record.clone());
-        t.batches.retain(|&at, _| at >= txid);
-        for other in others {
-            t.others.entry(other.table.clone()).or_default().extend(other.entries.iter().cloned());
-        }
-        t.commits.push((txid, record.clone()));
+        t.groups.push((first.txid, last.txid));
         topologies.insert(topology.to_owned(), t);
         Ok(written)
     }
@@ -165,4 +147,44 @@ impl Store for MemoryStore {
         }
         Ok(())
     }
+}
+
+/// Applies `batch` to `t`, a copy of what is kept of its topology.
+fn apply(t: &mut Topology, batch: &BatchCommit<'_>) -> Result<usize> {
+    let BatchCommit { topology, txid, record, writes, others } = *batch;
+    if txid != t.last_committed + 1 {
+        let not_next = StateError::NotNext { txid, last: t.last_committed };
+        return Err(anyhow::Error::new(not_next).context(format!("topology {topology}")));
+    }
+    let mut written = 0;
+    for write in writes {
+        let in_state = || format!("state {}", write.state);
+        if let Some(kind) = write.kind()
+            && kind_to_record(topology, &write.state, t.kinds.get(&write.state).copied(), kind)?
+        {
+            t.kinds.insert(write.state.clone(), kind);
+        }
+        let records = Arc::make_mut(t.states.entry(write.state.clone()).or_default());
+        for (key, stored) in &write.records {
+            records.insert(key.clone(), stored.clone());
+        }
+        written += write.records.len();
+        let Some(combines) = &write.combines else { continue };
+        for (key, partial) in combines.partials.iter() {
+            let context = || format!("{}, key {}", in_state(), super::describe_key(key));
+            let value_for = |base| rules::with_partial(combines.builtin, base, partial);
+            if let Some(new) = rules::apply(combines.kind, records.get(key), txid, value_for).with_context(context)? {
+                records.insert(key.to_vec(), new);
+                written += 1;
+            }
+        }
+    }
+    t.last_committed = txid;
+    t.batches.insert(txid, record.clone());
+    t.batches.retain(|&at, _| at >= txid);
+    for other in others {
+        t.others.entry(other.table.clone()).or_default().extend(other.entries.iter().cloned());
+    }
+    t.commits.push((txid, record.clone()));
+    Ok(written)
 }

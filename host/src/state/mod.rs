@@ -13,14 +13,17 @@
 //!   stored records' kind stands in).
 //!
 //! A batch's state changes and its progress record commit in one durable
-//! write transaction.
+//! write transaction, with those of the batches in its commit group
+//! ([`commit`]).
 
 pub mod budget;
+mod commit;
 pub mod compact;
 pub mod handle;
 pub mod keyed;
 pub mod keys;
 pub mod memory;
+pub mod pending;
 pub mod rules;
 pub mod store;
 pub mod table;
@@ -33,7 +36,7 @@ use rules::{Stored, kind_name};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
-use table::{ReadTable, WriteTable};
+use table::ReadTable;
 use view::StateWrites;
 use weir_sdk::codec::Value;
 use weir_sdk::topology::StateKind;
@@ -294,57 +297,6 @@ impl Db {
         self.commit_batch(&BatchCommit { topology, txid, record, writes, others: &[] })
     }
 
-    /// The commit of [`Store::commit_batch`], in one durable write
-    /// transaction, keys in order.
-    fn commit_in_redb(&self, batch: &BatchCommit<'_>) -> Result<usize> {
-        let BatchCommit { topology, txid, record, writes, others } = *batch;
-        let txn = self.db.begin_write()?;
-        let meta_name = meta_table(topology);
-        let mut written = 0;
-        {
-            let mut meta = txn.open_table(meta_def(&meta_name))?;
-            let last = meta.get(LAST_COMMITTED)?.map_or(0, |v| v.value());
-            if txid != last + 1 {
-                return Err(
-                    anyhow::Error::new(StateError::NotNext { txid, last }).context(format!("topology {topology}"))
-                );
-            }
-            let mut encoded = Vec::with_capacity(32);
-            let kinds_name = kinds_table(topology);
-            let mut kinds = txn.open_table(kinds_def(&kinds_name))?;
-            for write in writes {
-                let in_state = || format!("state {}", write.state);
-                if let Some(kind) = write.kind() {
-                    record_kind(&mut kinds, topology, &write.state, kind)?;
-                }
-                let name = state_table(topology, &write.state);
-                let counts = table::holds_counts(write.combines.as_ref());
-                let mut table = WriteTable::open(&txn, &name, counts).with_context(in_state)?;
-                for (key, stored) in &write.records {
-                    table.insert(key, stored, &mut encoded).with_context(in_state)?;
-                }
-                written += write.records.len();
-                if let Some(combines) = &write.combines {
-                    written += table.combine_in_place(txid, combines, &mut encoded).with_context(in_state)?;
-                }
-            }
-            meta.insert(LAST_COMMITTED, txid)?;
-            let batches_name = batches_table(topology);
-            let mut batches = txn.open_table(batches_def(&batches_name))?;
-            batches.insert(txid, record.encode().as_slice())?;
-            batches.retain_in(..txid, |_, _| false)?;
-            for other in others {
-                let name = format!("{}{}", others_prefix(topology), other.table);
-                let mut table = txn.open_table(others_def(&name))?;
-                for (key, value) in &other.entries {
-                    table.insert(key.as_slice(), value.as_slice())?;
-                }
-            }
-        }
-        txn.commit().with_context(|| format!("committing txid {txid} of topology {topology}"))?;
-        Ok(written)
-    }
-
     /// Refuses `plan` when it declares a state of its topology with another
     /// kind than the state's stored values have: its commits would meet
     /// values they cannot build on. Checked when a topology loads, before
@@ -527,8 +479,8 @@ impl Store for Db {
         Ok(Box::new(self.begin_read()?))
     }
 
-    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize> {
-        self.commit_in_redb(batch)
+    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize> {
+        self.commit_group_in_redb(group)
     }
 
     fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {

@@ -76,6 +76,14 @@ impl Stored {
         }
     }
 
+    /// The txid of the batch that wrote it last; `None` for a plain value.
+    pub fn txid(&self) -> Option<u64> {
+        match self {
+            Stored::Transactional { txid, .. } | Stored::Opaque { txid, .. } => Some(*txid),
+            Stored::Plain(_) => None,
+        }
+    }
+
     /// Bytes as written to redb: a kind tag, the txid as a varint, then
     /// values in the compact encoding (see [`compact`]).
     pub fn encode(&self) -> Vec<u8> {

@@ -7,7 +7,9 @@
 //!
 //! A batch commits its state writes, its progress and whatever records
 //! other rooms keep per batch (a sink's outbox) at once: the commit log
-//! and the state store are separate traits, the commit spans both.
+//! and the state store are separate traits, the commit spans both. Several
+//! batches ready together commit as a group, in one durable write, so that
+//! they share its cost (its flush).
 
 use super::rules::Stored;
 use super::view::StateWrites;
@@ -73,7 +75,19 @@ pub trait Store: CommitLog + Sync {
     /// progress and its other records. Returns the number of keys written.
     /// A batch out of txid order is refused with
     /// [`StateError::NotNext`](super::StateError::NotNext).
-    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize>;
+    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize> {
+        self.commit_group(std::slice::from_ref(batch))
+    }
+
+    /// Commits `group`, batches of consecutive txids of one topology, in
+    /// one durable write, all or none: each batch's state writes applied
+    /// in txid order under Trident's rules (each value keeps the txid of
+    /// the batch that wrote it last), each batch's other records, and the
+    /// last batch's progress. Returns the number of keys written. A group
+    /// that does not follow the last committed txid, or whose txids are
+    /// not consecutive, is refused with
+    /// [`StateError::NotNext`](super::StateError::NotNext).
+    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize>;
 
     /// Removes the records `keys` of table `table` of `topology` that
     /// batches committed (a sink's published outbox entries), durably, all
@@ -150,6 +164,57 @@ mod tests {
             let left = store.snapshot().unwrap().others("t", "outbox").unwrap();
             assert_eq!(left, [(b"2".to_vec(), b"a=2".to_vec())]);
             assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 2, value: Value::I64(2) }));
+        });
+    }
+
+    /// Batch `txid` of topology `t`, its record `records[txid]`.
+    fn batch<'a>(
+        txid: u64,
+        records: &'a [BatchRecord],
+        writes: &'a [StateWrites],
+        others: &'a [OtherRecords],
+    ) -> BatchCommit<'a> {
+        BatchCommit { topology: "t", txid, record: &records[txid as usize], writes, others }
+    }
+
+    #[test]
+    fn a_group_commits_its_batches_in_txid_order_all_at_once_or_none() {
+        each_store(|store| {
+            let records: Vec<BatchRecord> =
+                (0..=6u64).map(|txid| BatchRecord { attempt: 0, spout: txid.to_le_bytes().to_vec() }).collect();
+            let transactional = |words: &[&str]| counts(StateKind::Transactional, words);
+            let writes = [transactional(&["a", "b"]), transactional(&["a"]), transactional(&["a", "c"])];
+            let others = [outbox(&[("1", "x")]), outbox(&[("2", "y")]), outbox(&[("3", "z")])];
+            let group: Vec<BatchCommit<'_>> = (1..=3)
+                .map(|txid| {
+                    let at = txid as usize - 1;
+                    batch(txid, &records, &writes[at], std::slice::from_ref(&others[at]))
+                })
+                .collect();
+            assert_eq!(store.commit_group(&group).unwrap(), 5);
+            // Each value carries the txid of the batch that wrote it last.
+            assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 3, value: Value::I64(3) }));
+            assert_eq!(stored(store, "b"), Some(Stored::Transactional { txid: 1, value: Value::I64(1) }));
+            assert_eq!(stored(store, "c"), Some(Stored::Transactional { txid: 3, value: Value::I64(1) }));
+            let progress = store.progress("t").unwrap();
+            assert_eq!((progress.last_committed, progress.batches), (3, vec![(3, records[3].clone())]));
+            let kept = |store: &dyn Store| store.snapshot().unwrap().others("t", "outbox").unwrap().len();
+            assert_eq!(kept(store), 3);
+            // A gap in the group's txids is refused, and nothing of it kept.
+            let lost = [outbox(&[("4", "lost")])];
+            let gap = [batch(4, &records, &[], &lost), batch(6, &records, &[], &[])];
+            let err = store.commit_group(&gap).unwrap_err();
+            let not_next = err.downcast_ref::<StateError>();
+            assert!(matches!(not_next, Some(StateError::NotNext { txid: 6, last: 4 })), "{err:#}");
+            // So is a group whose last batch fails: its first is not kept.
+            let opaque = counts(StateKind::Opaque, &["a"]);
+            let failing = [batch(4, &records, &writes[1], &lost), batch(5, &records, &opaque, &[])];
+            let err = store.commit_group(&failing).unwrap_err();
+            assert!(matches!(err.downcast_ref::<StateError>(), Some(StateError::KindChanged { .. })), "{err:#}");
+            assert_eq!(store.progress("t").unwrap().last_committed, 3);
+            assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 3, value: Value::I64(3) }));
+            assert_eq!(kept(store), 3);
+            assert_eq!(store.commit_group(&[]).unwrap(), 0);
         });
     }
 
