@@ -10,7 +10,6 @@ use common::nats::{LogReader, NatsServer, corpus_stream, shared_nats, wait_for_e
 use common::server::{Server, bundle};
 use common::*;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 /// `weir run` of `topology` of the test guest against `nats`, data in `data`.
@@ -135,10 +134,7 @@ fn a_message_deleted_while_a_failed_batch_waits_for_its_replay_halts_the_run_nam
     let data = dir.path().join("data");
     let url = nats.url();
     let extra = ["--batch-size", "100", "--retry-backoff-ms", "3000"];
-    let mut command = weir();
-    command.args(run_args("jetstream-retry-at-3", &data, &url, &extra)).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    let mut log = LogReader::follow(&mut child);
+    let (mut child, mut log) = LogReader::start(&run_args("jetstream-retry-at-3", &data, &url, &extra), "weir=info");
     // The replay waits out its back-off: delete a message of it meanwhile.
     log.until("txid 3 attempt 0 failed");
     nats.delete_message("purged-live", 805);
@@ -333,10 +329,7 @@ fn the_server_killed_and_restarted_mid_run_is_found_again_and_the_counts_are_exa
     let data = dir.path().join("data");
     let url = nats.url();
     let args = run_args("jetstream-word-count", &data, &url, &["--batch-size", "25"]);
-    let mut command = weir();
-    command.env("WEIR_LOG", "weir=debug").args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    let mut log = LogReader::follow(&mut child);
+    let (mut child, mut log) = LogReader::start(&args, "weir=debug");
     log.until("committed txid 10 ");
     nats.kill();
     log.until("lost the NATS server at");

@@ -11,7 +11,6 @@ use common::server::{Server, bundle};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 /// Pages clicked, drawn from a seeded generator over 25 pages.
@@ -163,10 +162,7 @@ fn the_server_killed_and_restarted_twice_mid_run_leaves_each_committed_batch_pub
     let data = dir.path().join("data");
     let url = nats.url();
     let args = run_args("jetstream-sink", &data, &url, &["--batch-size", "10"]);
-    let mut command = weir();
-    command.env("WEIR_LOG", "weir=debug").args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    let mut log = LogReader::follow(&mut child);
+    let (mut child, mut log) = LogReader::start(&args, "weir=debug");
     for at in [5, 30] {
         log.until(&format!("committed txid {at} "));
         nats.kill();

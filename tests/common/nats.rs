@@ -243,6 +243,16 @@ pub struct LogReader {
 }
 
 impl LogReader {
+    /// Starts `weir` with `args`, its log filtered by `filter` (a
+    /// `WEIR_LOG` value), and follows that log.
+    pub fn start(args: &[impl AsRef<std::ffi::OsStr>], filter: &str) -> (Child, LogReader) {
+        let mut command = weir();
+        command.env("WEIR_LOG", filter).args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let log = LogReader::follow(&mut child);
+        (child, log)
+    }
+
     /// Follows the stderr of `child`, which must be piped.
     pub fn follow(child: &mut Child) -> LogReader {
         let stderr = child.stderr.take().expect("stderr is piped");
