@@ -1,16 +1,31 @@
 //! The commit of a group of batches to redb: one durable write transaction
 //! holding each batch's state writes, in txid order, each batch's other
-//! records and the last batch's progress.
+//! records and the last batch's progress. A state's writes are gathered over
+//! the group first, a key's records to its last one and its partials merged
+//! ([`merge`](super::merge)): a hot key is updated once for the group, not
+//! once for each of its batches.
 
+use super::merge::BatchPartials;
+use super::rules::Stored;
 use super::store::BatchCommit;
 use super::table::{self, WriteTable};
+use super::view::StateWrites;
 use super::{
     Db, LAST_COMMITTED, StateError, batches_def, batches_table, kinds_def, kinds_table, meta_def, meta_table,
     others_def, others_prefix, record_kind, state_table,
 };
 use crate::fault;
 use anyhow::{Context, Result, bail};
-use redb::ReadableTable;
+use redb::{ReadableTable, WriteTransaction};
+use std::collections::BTreeMap;
+
+/// A state's writes gathered over the batches of a group, to write at once.
+enum Gathered<'a> {
+    /// The latest record of each key.
+    Records(BTreeMap<&'a [u8], &'a Stored>),
+    /// Each batch's partials, to combine in place, in txid order.
+    Partials(Vec<BatchPartials<'a>>),
+}
 
 impl Db {
     /// The commit of [`Store::commit_group`](super::store::Store::commit_group),
@@ -32,27 +47,20 @@ impl Db {
             let batches_name = batches_table(topology);
             let mut batches = txn.open_table(batches_def(&batches_name))?;
             let mut encoded = Vec::with_capacity(32);
+            // Each state's writes over the group, in runs of one way of
+            // writing: a state written both ways keeps its batches' order.
+            let mut gathered: BTreeMap<&str, Vec<Gathered<'_>>> = BTreeMap::new();
             for (at, batch) in group.iter().enumerate() {
                 let BatchCommit { txid, record, writes, others, .. } = *batch;
                 if txid != committed + 1 {
                     let not_next = StateError::NotNext { txid, last: committed };
                     return Err(anyhow::Error::new(not_next).context(format!("topology {topology}")));
                 }
-                for write in writes {
-                    let in_state = || format!("state {}", write.state);
-                    if let Some(kind) = write.kind() {
-                        record_kind(&mut kinds, topology, &write.state, kind)?;
+                for writes in writes {
+                    if let Some(kind) = writes.kind() {
+                        record_kind(&mut kinds, topology, &writes.state, kind)?;
                     }
-                    let name = state_table(topology, &write.state);
-                    let counts = table::holds_counts(write.combines.as_ref());
-                    let mut table = WriteTable::open(&txn, &name, counts).with_context(in_state)?;
-                    for (key, stored) in &write.records {
-                        table.insert(key, stored, &mut encoded).with_context(in_state)?;
-                    }
-                    written += write.records.len();
-                    if let Some(combines) = &write.combines {
-                        written += table.combine_in_place(txid, combines, &mut encoded).with_context(in_state)?;
-                    }
+                    gather(gathered.entry(&writes.state).or_default(), txid, writes);
                 }
                 batches.insert(txid, record.encode().as_slice())?;
                 for other in others {
@@ -67,6 +75,12 @@ impl Db {
                     fault::in_group_commit(txid, last.txid);
                 }
             }
+            for (state, runs) in gathered {
+                for run in runs {
+                    written += write_gathered(&txn, topology, state, run, &mut encoded)
+                        .with_context(|| format!("state {state}"))?;
+                }
+            }
             meta.insert(LAST_COMMITTED, last.txid)?;
             batches.retain_in(..last.txid, |_, _| false)?;
         }
@@ -77,5 +91,47 @@ impl Db {
         };
         txn.commit().with_context(|| format!("committing {txids} of topology {topology}"))?;
         Ok(written)
+    }
+}
+
+/// Adds batch `txid`'s `writes` to its state's `runs`.
+fn gather<'a>(runs: &mut Vec<Gathered<'a>>, txid: u64, writes: &'a StateWrites) {
+    if !writes.records.is_empty() {
+        let records = writes.records.iter().map(|(key, stored)| (key.as_slice(), stored));
+        match runs.last_mut() {
+            Some(Gathered::Records(latest)) => latest.extend(records),
+            _ => runs.push(Gathered::Records(records.collect())),
+        }
+    }
+    if let Some(combines) = &writes.combines {
+        match runs.last_mut() {
+            Some(Gathered::Partials(batches)) => batches.push((txid, combines)),
+            _ => runs.push(Gathered::Partials(vec![(txid, combines)])),
+        }
+    }
+}
+
+/// Writes what a group gathered for `state` into its table, keys in order.
+/// Returns the keys written.
+fn write_gathered(
+    txn: &WriteTransaction,
+    topology: &str,
+    state: &str,
+    gathered: Gathered<'_>,
+    encoded: &mut Vec<u8>,
+) -> Result<usize> {
+    let name = state_table(topology, state);
+    match gathered {
+        Gathered::Records(latest) => {
+            let mut table = WriteTable::open(txn, &name, false)?;
+            for (key, stored) in &latest {
+                table.insert(key, stored, encoded)?;
+            }
+            Ok(latest.len())
+        }
+        Gathered::Partials(batches) => {
+            let counts = table::holds_counts(batches.first().map(|(_, c)| *c));
+            WriteTable::open(txn, &name, counts)?.combine_in_place(&batches, encoded)
+        }
     }
 }

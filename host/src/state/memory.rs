@@ -9,7 +9,7 @@ use super::rules::{self, Stored};
 use super::store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
 use super::{BatchRecord, Progress, StateError, kind_to_record};
 use anyhow::{Context, Result, bail};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use weir_sdk::topology::StateKind;
 
@@ -129,13 +129,13 @@ impl Store for MemoryStore {
         }
         let mut topologies = self.lock();
         let mut t = topologies.get(topology).cloned().unwrap_or_default();
-        let mut written = 0;
+        let mut written = BTreeSet::new();
         for batch in group {
-            written += apply(&mut t, batch)?;
+            apply(&mut t, batch, &mut written)?;
         }
         t.groups.push((first.txid, last.txid));
         topologies.insert(topology.to_owned(), t);
-        Ok(written)
+        Ok(written.len())
     }
 
     fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
@@ -149,14 +149,14 @@ impl Store for MemoryStore {
     }
 }
 
-/// Applies `batch` to `t`, a copy of what is kept of its topology.
-fn apply(t: &mut Topology, batch: &BatchCommit<'_>) -> Result<usize> {
+/// Applies `batch` to `t`, a copy of what is kept of its topology, adding
+/// the state and key of each value it writes to `written`.
+fn apply(t: &mut Topology, batch: &BatchCommit<'_>, written: &mut BTreeSet<(String, Vec<u8>)>) -> Result<()> {
     let BatchCommit { topology, txid, record, writes, others } = *batch;
     if txid != t.last_committed + 1 {
         let not_next = StateError::NotNext { txid, last: t.last_committed };
         return Err(anyhow::Error::new(not_next).context(format!("topology {topology}")));
     }
-    let mut written = 0;
     for write in writes {
         let in_state = || format!("state {}", write.state);
         if let Some(kind) = write.kind()
@@ -167,15 +167,15 @@ fn apply(t: &mut Topology, batch: &BatchCommit<'_>) -> Result<usize> {
         let records = Arc::make_mut(t.states.entry(write.state.clone()).or_default());
         for (key, stored) in &write.records {
             records.insert(key.clone(), stored.clone());
+            written.insert((write.state.clone(), key.clone()));
         }
-        written += write.records.len();
         let Some(combines) = &write.combines else { continue };
         for (key, partial) in combines.partials.iter() {
             let context = || format!("{}, key {}", in_state(), super::describe_key(key));
             let value_for = |base| rules::with_partial(combines.builtin, base, partial);
             if let Some(new) = rules::apply(combines.kind, records.get(key), txid, value_for).with_context(context)? {
                 records.insert(key.to_vec(), new);
-                written += 1;
+                written.insert((write.state.clone(), key.to_vec()));
             }
         }
     }
@@ -186,5 +186,5 @@ fn apply(t: &mut Topology, batch: &BatchCommit<'_>) -> Result<usize> {
         t.others.entry(other.table.clone()).or_default().extend(other.entries.iter().cloned());
     }
     t.commits.push((txid, record.clone()));
-    Ok(written)
+    Ok(())
 }

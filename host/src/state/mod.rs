@@ -23,6 +23,7 @@ pub mod handle;
 pub mod keyed;
 pub mod keys;
 pub mod memory;
+pub mod merge;
 pub mod pending;
 pub mod rules;
 pub mod store;

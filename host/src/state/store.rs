@@ -83,7 +83,8 @@ pub trait Store: CommitLog + Sync {
     /// one durable write, all or none: each batch's state writes applied
     /// in txid order under Trident's rules (each value keeps the txid of
     /// the batch that wrote it last), each batch's other records, and the
-    /// last batch's progress. Returns the number of keys written. A group
+    /// last batch's progress. Returns the number of keys written, for the
+    /// log (a key several batches combine in place counts once). A group
     /// that does not follow the last committed txid, or whose txids are
     /// not consecutive, is refused with
     /// [`StateError::NotNext`](super::StateError::NotNext).
@@ -191,7 +192,7 @@ mod tests {
                     batch(txid, &records, &writes[at], std::slice::from_ref(&others[at]))
                 })
                 .collect();
-            assert_eq!(store.commit_group(&group).unwrap(), 5);
+            assert_eq!(store.commit_group(&group).unwrap(), 3);
             // Each value carries the txid of the batch that wrote it last.
             assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 3, value: Value::I64(3) }));
             assert_eq!(stored(store, "b"), Some(Stored::Transactional { txid: 1, value: Value::I64(1) }));
@@ -215,6 +216,31 @@ mod tests {
             assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 3, value: Value::I64(3) }));
             assert_eq!(kept(store), 3);
             assert_eq!(store.commit_group(&[]).unwrap(), 0);
+        });
+    }
+
+    #[test]
+    fn a_group_writing_a_state_both_ways_keeps_its_batches_order() {
+        each_store(|store| {
+            let records: Vec<BatchRecord> =
+                (0..=4u64).map(|txid| BatchRecord { attempt: 0, spout: txid.to_le_bytes().to_vec() }).collect();
+            let tx = |txid, n| Stored::Transactional { txid, value: Value::I64(n) };
+            let set = |pairs: &[(&str, Stored)]| {
+                let records = pairs.iter().map(|(w, stored)| (key(w), stored.clone())).collect();
+                vec![StateWrites { state: "counts".into(), records, combines: None }]
+            };
+            let writes = [
+                set(&[("a", tx(1, 10)), ("b", tx(1, 1))]),
+                set(&[("a", tx(2, 20))]),
+                counts(StateKind::Transactional, &["a", "b"]),
+                set(&[("b", tx(4, 7))]),
+            ];
+            let group: Vec<BatchCommit<'_>> =
+                (1..=4).map(|txid| batch(txid, &records, &writes[txid as usize - 1], &[])).collect();
+            // a and b set, both counted on, then b set again.
+            store.commit_group(&group).unwrap();
+            assert_eq!(stored(store, "a"), Some(tx(3, 21)));
+            assert_eq!(stored(store, "b"), Some(tx(4, 7)));
         });
     }
 

@@ -10,6 +10,7 @@
 //! counts layout also compares its keys a word at a time ([`StateKey`]).
 
 use super::StateError;
+use super::merge::{self, BatchPartials};
 use super::rules::{self, Stored};
 use super::view::Combines;
 use anyhow::{Context, Result, bail};
@@ -254,53 +255,76 @@ impl<'t> WriteTable<'t> {
         Ok(())
     }
 
-    /// Combines each partial with its key's stored value, by Trident's
-    /// rules: one tree lookup per key, the value replaced in place. Returns
-    /// the keys written.
-    pub fn combine_in_place(&mut self, txid: u64, combines: &Combines, encoded: &mut Vec<u8>) -> Result<usize> {
-        if matches!(self, WriteTable::Counts(_)) && combines.kind != StateKind::Transactional {
-            return Err(rules::kind_mismatch(StateKind::Transactional, combines.kind));
+    /// Combines each batch's partials with the stored values, by Trident's
+    /// rules applied batch by batch in txid order: one tree lookup and at
+    /// most one write per key for the whole group, the value replaced in
+    /// place. Returns the keys written.
+    pub fn combine_in_place(&mut self, batches: &[BatchPartials<'_>], encoded: &mut Vec<u8>) -> Result<usize> {
+        let Some((_, first)) = batches.first() else { return Ok(0) };
+        let (kind, builtin) = (first.kind, first.builtin);
+        if let Some((txid, _)) = batches.iter().find(|(_, c)| c.kind != kind || c.builtin != builtin) {
+            bail!(StateError::Malformed(format!("batch {txid} combines the state unlike the batch before it")));
+        }
+        if matches!(self, WriteTable::Counts(_)) && kind != StateKind::Transactional {
+            return Err(rules::kind_mismatch(StateKind::Transactional, kind));
         }
         let mut written = 0;
-        for (key, partial) in combines.partials.iter() {
+        merge::for_each_key(batches, |key, partials| {
             let context = || format!("key {}", super::describe_key(key));
-            let value_for = |base| rules::with_partial(combines.builtin, base, partial);
-            match self {
+            let changed = match self {
                 WriteTable::Records(table) => {
                     let guard = table.get_mut(key)?;
-                    let stored = guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
-                    let Some(new) =
-                        rules::apply(combines.kind, stored.as_ref(), txid, value_for).with_context(context)?
-                    else {
-                        continue;
-                    };
-                    encoded.clear();
-                    new.encode_into(encoded);
-                    // Replaced in place, or inserted when the key had no value.
-                    if guard.map(|mut g| g.insert(encoded.as_slice())).transpose()?.is_none() {
-                        table.insert(key, encoded.as_slice())?;
+                    let mut stored =
+                        guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
+                    let mut changed = false;
+                    for &(txid, partial) in partials {
+                        let value_for = |base| rules::with_partial(builtin, base, partial);
+                        if let Some(new) = rules::apply(kind, stored.as_ref(), txid, value_for).with_context(context)? {
+                            stored = Some(new);
+                            changed = true;
+                        }
                     }
+                    if let (true, Some(stored)) = (changed, stored) {
+                        encoded.clear();
+                        stored.encode_into(encoded);
+                        // Replaced in place, or inserted when the key had no value.
+                        if guard.map(|mut g| g.insert(encoded.as_slice())).transpose()?.is_none() {
+                            table.insert(key, encoded.as_slice())?;
+                        }
+                    }
+                    changed
                 }
                 WriteTable::Counts(table) => {
                     // Trident's transactional rule, on the record as stored.
                     let guard = table.get_mut(key)?;
-                    let base = match guard.as_ref().map(|g| g.value()) {
-                        Some((at, count)) if rules::moves_on(at, txid).with_context(context)? => {
-                            Some(Value::I64(count))
-                        }
-                        Some(_) => continue,
-                        None => None,
-                    };
-                    let Value::I64(count) = value_for(base).with_context(context)? else {
-                        bail!(StateError::Malformed(format!("{}: the new value is not a count", context())));
-                    };
-                    if guard.map(|mut g| g.insert((txid, count))).transpose()?.is_none() {
-                        table.insert(key, (txid, count))?;
+                    let mut record = guard.as_ref().map(|g| g.value());
+                    let mut changed = false;
+                    for &(txid, partial) in partials {
+                        let base = match record {
+                            Some((at, count)) if rules::moves_on(at, txid).with_context(context)? => {
+                                Some(Value::I64(count))
+                            }
+                            Some(_) => continue,
+                            None => None,
+                        };
+                        let Value::I64(count) = rules::with_partial(builtin, base, partial).with_context(context)?
+                        else {
+                            bail!(StateError::Malformed(format!("{}: the new value is not a count", context())));
+                        };
+                        record = Some((txid, count));
+                        changed = true;
                     }
+                    if let (true, Some(record)) = (changed, record) {
+                        if guard.map(|mut g| g.insert(record)).transpose()?.is_none() {
+                            table.insert(key, record)?;
+                        }
+                    }
+                    changed
                 }
-            }
-            written += 1;
-        }
+            };
+            written += usize::from(changed);
+            Ok(())
+        })?;
         Ok(written)
     }
 }
@@ -418,7 +442,8 @@ mod tests {
             let txn = db.db.begin_write().unwrap();
             let combine = |table: &mut WriteTable<'_>, txid: u64, n: i64| {
                 let partials = [(key("a"), Value::I64(n))].into_iter().collect();
-                table.combine_in_place(txid, &Combines { kind, builtin: Builtin::Count, partials }, &mut Vec::new())
+                table
+                    .combine_in_place(&[(txid, &Combines { kind, builtin: Builtin::Count, partials })], &mut Vec::new())
             };
             {
                 let mut table = WriteTable::open(&txn, "state/t/counts", false).unwrap();
@@ -453,5 +478,54 @@ mod tests {
         commit(&db, 2, &count_writes(StateKind::Transactional, &[("a", 1)])).unwrap();
         assert_eq!(layout(&db), "records");
         assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
+    }
+
+    #[test]
+    fn a_group_combined_at_once_stores_what_its_batches_would_one_by_one() {
+        let kinds = [StateKind::Transactional, StateKind::Opaque, StateKind::NonTransactional];
+        // Batch 1 is stored already: the group replays it, as after a crash
+        // between a state's write and its progress.
+        let batches: Vec<Vec<(&str, i64)>> =
+            vec![vec![("a", 5), ("c", 1)], vec![("a", 3), ("b", 2)], vec![], vec![("b", 4), ("c", 6), ("d", 1)]];
+        let each = |kind| {
+            batches.iter().map(move |partials| Combines {
+                kind,
+                builtin: Builtin::Count,
+                partials: partials.iter().map(|(word, n)| (key(word), Value::I64(*n))).collect(),
+            })
+        };
+        for kind in kinds {
+            let stored_after = |grouped: bool| {
+                let dir = tempfile::tempdir().unwrap();
+                let db = Db::open(dir.path()).unwrap();
+                commit(&db, 1, &count_writes(kind, &[("a", 2), ("c", 7)])).unwrap();
+                let txn = db.db.begin_write().unwrap();
+                let combines: Vec<Combines> = each(kind).collect();
+                let group: Vec<BatchPartials<'_>> = (1..).zip(&combines).collect();
+                let counts = kind == StateKind::Transactional;
+                let mut table = WriteTable::open(&txn, "state/t/counts", counts).unwrap();
+                let written = if grouped {
+                    table.combine_in_place(&group, &mut Vec::new()).unwrap()
+                } else {
+                    group.iter().map(|batch| table.combine_in_place(&[*batch], &mut Vec::new()).unwrap()).sum()
+                };
+                drop(table);
+                txn.commit().unwrap();
+                (written, db.scan("t", "counts").unwrap())
+            };
+            let (grouped, one_by_one) = (stored_after(true), stored_after(false));
+            assert_eq!(grouped.1, one_by_one.1, "{kind:?}");
+            assert_eq!(grouped.1.len(), 4, "{kind:?}");
+            // Each key is written once for the group.
+            assert_eq!(grouped.0, 4, "{kind:?}");
+        }
+        let a = Combines { kind: StateKind::Opaque, builtin: Builtin::Count, partials: Default::default() };
+        let b = Combines { kind: StateKind::Transactional, builtin: Builtin::Count, partials: Default::default() };
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let txn = db.db.begin_write().unwrap();
+        let mut table = WriteTable::open(&txn, "state/t/counts", false).unwrap();
+        let err = table.combine_in_place(&[(1, &a), (2, &b)], &mut Vec::new()).unwrap_err();
+        assert!(format!("{err:#}").contains("batch 2 combines the state unlike the batch before it"), "{err:#}");
     }
 }
