@@ -5,9 +5,23 @@
 /// operator) are spread thin; small enough to keep a batch's memory modest.
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
 
-/// Batches processing at once, unless `--max-pending` says otherwise: one
-/// committing while the next ones are processed.
+/// Batches processing at once, unless `--max-pending` says otherwise, for
+/// large batches: one committing while the next ones are processed.
 pub const DEFAULT_MAX_PENDING: usize = 4;
+
+/// Spout tuples in flight that the default max pending allows: smaller
+/// batches get more of them in flight, up to [`DEFAULT_GROUP_MAX`], so
+/// that while one commit group commits enough batches are processed to
+/// make the next group large.
+pub const DEFAULT_TUPLES_PENDING: usize = 16_000;
+
+/// The max pending of batches of `batch_size` tuples, unless
+/// `--max-pending` says otherwise: as many as hold
+/// [`DEFAULT_TUPLES_PENDING`] tuples, from [`DEFAULT_MAX_PENDING`] to
+/// [`DEFAULT_GROUP_MAX`].
+pub fn default_max_pending(batch_size: usize) -> usize {
+    (DEFAULT_TUPLES_PENDING / batch_size.max(1)).clamp(DEFAULT_MAX_PENDING, DEFAULT_GROUP_MAX)
+}
 
 /// Attempts a batch gets before the topology halts (Trident retries forever;
 /// a poison batch here stops the run with its error instead).
@@ -68,7 +82,7 @@ impl Default for RunConfig {
     fn default() -> RunConfig {
         RunConfig {
             batch_size: DEFAULT_BATCH_SIZE,
-            max_pending: DEFAULT_MAX_PENDING,
+            max_pending: default_max_pending(DEFAULT_BATCH_SIZE),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry_backoff: std::time::Duration::from_millis(DEFAULT_RETRY_BACKOFF_MS),
             batch_timeout: std::time::Duration::from_millis(DEFAULT_BATCH_TIMEOUT_MS),
@@ -394,3 +408,18 @@ impl Default for LogLimits {
 /// where the host kills itself with SIGKILL (see `crate::fault`). Unset in
 /// any real deployment.
 pub const FAULT_ENV: &str = "WEIR_FAULT";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_batches_get_more_of_them_in_flight() {
+        assert_eq!(default_max_pending(50), DEFAULT_GROUP_MAX);
+        assert_eq!(default_max_pending(1000), 16);
+        assert_eq!(default_max_pending(2000), 8);
+        assert_eq!(default_max_pending(10_000), DEFAULT_MAX_PENDING);
+        assert_eq!(default_max_pending(100_000), DEFAULT_MAX_PENDING);
+        assert_eq!(default_max_pending(0), DEFAULT_GROUP_MAX);
+    }
+}

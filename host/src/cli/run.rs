@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use weir::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_GROUP_MAX, DEFAULT_GROUP_TIME_MS, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES,
-    DEFAULT_MAX_PENDING, DEFAULT_RETRY_BACKOFF_MS, RunConfig, SandboxConfig,
+    DEFAULT_RETRY_BACKOFF_MS, RunConfig, SandboxConfig, default_max_pending,
 };
 use weir::coordinator::{self, RunReport};
 use weir::instances::OperatorSource;
@@ -41,9 +41,10 @@ pub struct RunArgs {
     /// Lines per batch.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE as u64, value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: u64,
-    /// Batches processing at once; commits stay in txid order.
-    #[arg(long, default_value_t = DEFAULT_MAX_PENDING as u64, value_parser = clap::value_parser!(u64).range(1..))]
-    max_pending: u64,
+    /// Batches processing at once; commits stay in txid order [default: as
+    /// many as hold 16,000 lines, from 4 to 16].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_pending: Option<u64>,
     /// Instances of each operator that run at once, each over its own
     /// partition of the batch, where the topology sets no parallelism_hint
     /// (at most --max-parallelism).
@@ -143,7 +144,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     let wasm = if args.path.is_dir() { guest_build::build(&args.path)? } else { args.path.clone() };
     let config = RunConfig {
         batch_size: args.batch_size as usize,
-        max_pending: args.max_pending as usize,
+        max_pending: args.max_pending.map_or(default_max_pending(args.batch_size as usize), |n| n as usize),
         max_attempts: args.max_attempts,
         retry_backoff: Duration::from_millis(args.retry_backoff_ms),
         batch_timeout: Duration::from_millis(args.batch_timeout_ms),

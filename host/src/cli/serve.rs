@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CALL_MS,
-    DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_PENDING,
-    DEFAULT_MAX_UPLOAD_MIB, DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig,
+    DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_UPLOAD_MIB,
+    DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig, default_max_pending,
 };
 use weir::runtime::{self, ComponentCache};
 use weir::server::deployments::Host;
@@ -55,9 +55,10 @@ pub struct ServeArgs {
     /// Lines (spout tuples) per batch.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     batch_size: usize,
-    /// Batches processing at once per topology.
-    #[arg(long, default_value_t = DEFAULT_MAX_PENDING)]
-    max_pending: usize,
+    /// Batches processing at once per topology [default: as many as hold
+    /// 16,000 spout tuples, from 4 to 16].
+    #[arg(long)]
+    max_pending: Option<usize>,
     /// How often a topology that has caught up asks its spout for more, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
@@ -120,7 +121,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         },
         run: RunConfig {
             batch_size: args.batch_size.max(1),
-            max_pending: args.max_pending.max(1),
+            max_pending: args.max_pending.unwrap_or(default_max_pending(args.batch_size)).max(1),
             follow: Some(Duration::from_millis(args.poll_ms.max(1))),
             ..RunConfig::default()
         },
