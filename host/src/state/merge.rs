@@ -5,48 +5,12 @@
 
 use super::view::Combines;
 use anyhow::Result;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use weir_sdk::codec::Value;
 
 /// One batch's partials for a state, with the batch's txid.
 pub type BatchPartials<'a> = (u64, &'a Combines);
-
-/// A batch's next key, ordered by key and then batch. Most keys differ in
-/// their first 16 bytes, compared as one number.
-#[derive(PartialEq, Eq)]
-struct Head<'a> {
-    prefix: u128,
-    key: &'a [u8],
-    batch: usize,
-    at: usize,
-}
-
-impl<'a> Head<'a> {
-    fn new(key: &'a [u8], batch: usize, at: usize) -> Head<'a> {
-        // Zero-padded, so that prefixes order as the keys do wherever they
-        // differ.
-        let mut first = [0; 16];
-        let len = key.len().min(16);
-        first[..len].copy_from_slice(&key[..len]);
-        Head { prefix: u128::from_be_bytes(first), key, batch, at }
-    }
-}
-
-impl Ord for Head<'_> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.prefix
-            .cmp(&other.prefix)
-            .then_with(|| self.key.cmp(other.key))
-            .then_with(|| (self.batch, self.at).cmp(&(other.batch, other.at)))
-    }
-}
-
-impl PartialOrd for Head<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
 
 /// Calls `each` with every key of `batches` (given in txid order), in key
 /// order, and its partials, in txid order.
@@ -60,37 +24,68 @@ pub fn for_each_key<'a>(
         }
         return Ok(());
     }
-    // The next key of each batch; equal keys come out in batch order.
-    let mut heads = BinaryHeap::with_capacity(batches.len());
-    let next = |heads: &mut BinaryHeap<Reverse<Head<'a>>>, batch: usize, at: usize| {
-        let partials = &batches[batch].1.partials;
-        if at < partials.len() {
-            heads.push(Reverse(Head::new(partials.key(at), batch, at)));
-        }
-    };
-    for batch in 0..batches.len() {
-        next(&mut heads, batch, 0);
-    }
-    let mut partials = Vec::with_capacity(batches.len());
-    while let Some(Reverse(head)) = heads.pop() {
-        partials.clear();
-        let mut take = |heads: &mut BinaryHeap<_>, head: Head<'a>| {
-            let (txid, combines) = batches[head.batch];
-            partials.push((txid, combines.partials.get(head.at).1));
-            next(heads, head.batch, head.at + 1);
-        };
-        let key = head.key;
-        take(&mut heads, head);
-        while let Some(Reverse(same)) = heads.peek() {
-            if same.key != key {
-                break;
+    // Each distinct key with the first and last of its partials, which are
+    // chained in the order they were gathered: batch by batch.
+    let entries: usize = batches.iter().map(|(_, c)| c.partials.len()).sum();
+    let mut index: HashMap<&[u8], usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(entries, Default::default());
+    let mut keys: Vec<Key<'a>> = Vec::with_capacity(entries);
+    let mut chain: Vec<Link<'a>> = Vec::with_capacity(entries);
+    for &(txid, combines) in batches {
+        for (key, partial) in combines.partials.iter() {
+            let at = chain.len();
+            chain.push(Link { txid, partial, next: None });
+            match index.entry(key) {
+                Entry::Occupied(known) => {
+                    let known = &mut keys[*known.get()];
+                    chain[known.last].next = Some(at);
+                    known.last = at;
+                }
+                Entry::Vacant(new) => {
+                    new.insert(keys.len());
+                    keys.push(Key { prefix: prefix(key), key, first: at, last: at });
+                }
             }
-            let Some(Reverse(same)) = heads.pop() else { break };
-            take(&mut heads, same);
         }
-        each(key, &partials)?;
+    }
+    drop(index);
+    keys.sort_unstable_by(|a, b| a.prefix.cmp(&b.prefix).then_with(|| a.key.cmp(b.key)));
+    let mut partials = Vec::with_capacity(batches.len());
+    for key in &keys {
+        partials.clear();
+        let mut link = Some(key.first);
+        while let Some(at) = link {
+            partials.push((chain[at].txid, chain[at].partial));
+            link = chain[at].next;
+        }
+        each(key.key, &partials)?;
     }
     Ok(())
+}
+
+/// A distinct key of a group, with its first 16 bytes as one number (most
+/// keys differ there) and the ends of its chain of partials.
+struct Key<'a> {
+    prefix: u128,
+    key: &'a [u8],
+    first: usize,
+    last: usize,
+}
+
+/// One batch's partial for a key, and the next batch's, if any.
+struct Link<'a> {
+    txid: u64,
+    partial: &'a Value,
+    next: Option<usize>,
+}
+
+/// The first 16 bytes of `key`, zero-padded, as a big-endian number: keys
+/// order as their prefixes do wherever those differ.
+fn prefix(key: &[u8]) -> u128 {
+    let mut first = [0; 16];
+    let len = key.len().min(16);
+    first[..len].copy_from_slice(&key[..len]);
+    u128::from_be_bytes(first)
 }
 
 #[cfg(test)]

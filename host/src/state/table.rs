@@ -301,23 +301,35 @@ impl<'t> WriteTable<'t> {
                     let mut changed = false;
                     for &(txid, partial) in partials {
                         let base = match record {
-                            Some((at, count)) if rules::moves_on(at, txid).with_context(context)? => {
-                                Some(Value::I64(count))
-                            }
+                            Some((at, count)) if rules::moves_on(at, txid).with_context(context)? => Some(count),
                             Some(_) => continue,
                             None => None,
                         };
-                        let Value::I64(count) = rules::with_partial(builtin, base, partial).with_context(context)?
-                        else {
-                            bail!(StateError::Malformed(format!("{}: the new value is not a count", context())));
+                        // A count's partial is an integer: added here, unless
+                        // it overflows or is not one, which the rule reports.
+                        let sum = match (base, partial) {
+                            (Some(base), Value::I64(n)) => base.checked_add(*n),
+                            (None, Value::I64(n)) => Some(*n),
+                            _ => None,
+                        };
+                        let count = match sum {
+                            Some(count) => count,
+                            None => match rules::with_partial(builtin, base.map(Value::I64), partial)
+                                .with_context(context)?
+                            {
+                                Value::I64(count) => count,
+                                _ => {
+                                    bail!(StateError::Malformed(format!("{}: the new value is not a count", context())))
+                                }
+                            },
                         };
                         record = Some((txid, count));
                         changed = true;
                     }
-                    if let (true, Some(record)) = (changed, record) {
-                        if guard.map(|mut g| g.insert(record)).transpose()?.is_none() {
-                            table.insert(key, record)?;
-                        }
+                    if let (true, Some(record)) = (changed, record)
+                        && guard.map(|mut g| g.insert(record)).transpose()?.is_none()
+                    {
+                        table.insert(key, record)?;
                     }
                     changed
                 }
