@@ -25,8 +25,11 @@ fn mib(m: &Measured) -> f64 {
 /// Measures the guest and the limit at [`OTHER_SIZES`], `runs` rounds each,
 /// and returns them with `at_10k` (from the main table) in batch-size order.
 pub fn measure(bench: &Bench, sentences: u64, runs: usize, at_10k: AtSize) -> Result<Vec<AtSize>> {
-    let config =
-        |engine, batch_size, sentences| Config { engine, sentences, batch_size, max_pending: 4, parallelism: 1 };
+    // Weir's default max pending at each size, for the limit's pipeline too.
+    let config = |engine, batch_size, sentences| {
+        let max_pending = weir::config::default_max_pending(batch_size as usize) as u64;
+        Config { engine, sentences, batch_size, max_pending, parallelism: 1 }
+    };
     let cells: Vec<(u64, Engine)> =
         OTHER_SIZES.iter().flat_map(|&size| [(size, Engine::Wasm), (size, Engine::Limit)]).collect();
     let mut measured: Vec<(Vec<Measured>, Vec<Measured>)> = cells.iter().map(|_| Default::default()).collect();
@@ -52,7 +55,13 @@ pub fn measure(bench: &Bench, sentences: u64, runs: usize, at_10k: AtSize) -> Re
 /// The table of [`measure`]'s figures.
 pub fn print(sizes: &[AtSize], runs: usize) {
     let at_10k = sizes.iter().find(|s| s.batch_size == 10_000).map_or(f64::NAN, |s| s.wasm);
-    println!("The guest and the limit program by batch size, max pending 4, steady words/s, median of {runs} runs");
+    let pending = sizes
+        .iter()
+        .map(|s| format!("{} at {}", weir::config::default_max_pending(s.batch_size as usize), s.batch_size));
+    let pending = pending.collect::<Vec<_>>().join(", ");
+    println!(
+        "The guest and the limit program by batch size, max pending {pending}, steady words/s, median of {runs} runs"
+    );
     println!("| batch size | wasm | limit | wasm/limit | wasm against itself at 10,000 | peak RSS MiB wasm / limit |");
     println!("|---|---|---|---|---|---|");
     for s in sizes {

@@ -13,7 +13,7 @@ pub const DEFAULT_MAX_PENDING: usize = 4;
 /// batches get more of them in flight, up to [`DEFAULT_GROUP_MAX`], so
 /// that while one commit group commits enough batches are processed to
 /// make the next group large.
-pub const DEFAULT_TUPLES_PENDING: usize = 16_000;
+pub const DEFAULT_TUPLES_PENDING: usize = 32_000;
 
 /// The max pending of batches of `batch_size` tuples, unless
 /// `--max-pending` says otherwise: as many as hold
@@ -41,7 +41,7 @@ pub const DEFAULT_BATCH_TIMEOUT_MS: u64 = 60_000;
 /// Batches one commit group may hold, unless `--group-max` says otherwise:
 /// processed batches waiting to commit share one durable write (one flush).
 /// 1 commits each batch on its own.
-pub const DEFAULT_GROUP_MAX: usize = 16;
+pub const DEFAULT_GROUP_MAX: usize = 32;
 
 /// Time a commit group may spend running its batches' commit phases before
 /// it commits, in milliseconds (`--group-time-ms`): a group takes what is
@@ -416,8 +416,8 @@ mod tests {
     #[test]
     fn small_batches_get_more_of_them_in_flight() {
         assert_eq!(default_max_pending(50), DEFAULT_GROUP_MAX);
-        assert_eq!(default_max_pending(1000), 16);
-        assert_eq!(default_max_pending(2000), 8);
+        assert_eq!(default_max_pending(1000), 32);
+        assert_eq!(default_max_pending(4000), 8);
         assert_eq!(default_max_pending(10_000), DEFAULT_MAX_PENDING);
         assert_eq!(default_max_pending(100_000), DEFAULT_MAX_PENDING);
         assert_eq!(default_max_pending(0), DEFAULT_GROUP_MAX);

@@ -56,7 +56,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     batch_size: usize,
     /// Batches processing at once per topology [default: as many as hold
-    /// 16,000 spout tuples, from 4 to 16].
+    /// 32,000 spout tuples, from 4 to 32].
     #[arg(long)]
     max_pending: Option<usize>,
     /// How often a topology that has caught up asks its spout for more, in milliseconds.
