@@ -15,10 +15,10 @@ pub const DEFAULT_MAX_PENDING: usize = 4;
 /// make the next group large.
 pub const DEFAULT_TUPLES_PENDING: usize = 32_000;
 
-/// The max pending of batches of `batch_size` tuples, unless
-/// `--max-pending` says otherwise: as many as hold
-/// [`DEFAULT_TUPLES_PENDING`] tuples, from [`DEFAULT_MAX_PENDING`] to
-/// [`DEFAULT_GROUP_MAX`].
+/// The max pending at `batch_size`, unless `--max-pending` says otherwise:
+/// [`DEFAULT_TUPLES_PENDING`] divided by it, from [`DEFAULT_MAX_PENDING`]
+/// to [`DEFAULT_GROUP_MAX`] (a batch size counts a partition's messages for
+/// a JetStream spout, lines for a file's).
 pub fn default_max_pending(batch_size: usize) -> usize {
     (DEFAULT_TUPLES_PENDING / batch_size.max(1)).clamp(DEFAULT_MAX_PENDING, DEFAULT_GROUP_MAX)
 }

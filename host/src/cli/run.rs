@@ -41,8 +41,8 @@ pub struct RunArgs {
     /// Lines per batch.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE as u64, value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: u64,
-    /// Batches processing at once; commits stay in txid order [default: as
-    /// many as hold 32,000 lines, from 4 to 32].
+    /// Batches processing at once; commits stay in txid order [default:
+    /// 32,000 divided by the batch size, from 4 to 32].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_pending: Option<u64>,
     /// Instances of each operator that run at once, each over its own
