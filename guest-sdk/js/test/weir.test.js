@@ -331,6 +331,26 @@ test("function output rows are tagged with their input row", () => {
     [0, ["b"]],
     [2, ["c"]],
   ]);
+  // Rows of two fields, and of none, each reach the function whole.
+  const ops = new weir.Operators("t");
+  ops.function("swap", (t) => [[t.get(1), t.str(0)]], ["n", "w"]);
+  ops.function("count", (t) => [[BigInt(t.values.length)]], ["k"]);
+  const two = encode(2, [
+    [0, ["a", 1n]],
+    [0, ["b", 2n]],
+  ]);
+  assert.deepEqual(rows(weir.runFunction([ops], info("swap", ["w", "n"], { topology: "t" }), two)), [
+    [0, [1n, "a"]],
+    [1, [2n, "b"]],
+  ]);
+  const none = encode(0, [
+    [0, []],
+    [0, []],
+  ]);
+  assert.deepEqual(rows(weir.runFunction([ops], info("count", [], { topology: "t" }), none)), [
+    [0, [0n]],
+    [1, [0n]],
+  ]);
 });
 
 test("map, flat-map, peek and filter", () => {
