@@ -112,7 +112,8 @@ export class Tuple {
 
   /** A string field. */
   str(field) {
-    const value = this.get(field);
+    // A string at a position is the common case: no call before it.
+    const value = typeof field === "number" ? this.values[field] : undefined;
     return typeof value === "string" ? value : this.typed(field, "string", "string");
   }
 
@@ -167,12 +168,8 @@ function bytesOf(buf) {
   throw new TypeError(`not bytes: ${typeName(buf)}`);
 }
 
-/**
- * Checks a whole buffer; returns `{ arity, rows }`, each row `[tag, values]`.
- */
-export function decode(input) {
-  const buf = bytesOf(input);
-  const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+/** The header of a buffer: `[count, arity]`, checked against its length. */
+function header(buf, view) {
   const len = buf.length;
   if (len < 8) throw new DecodeError(len < 4 ? 0 : 4, `needs 4 more bytes, ${len < 4 ? len : len - 4} left`);
   const count = view.getUint32(0, true);
@@ -181,13 +178,39 @@ export function decode(input) {
   if (count * (4 + arity) > len - 8) {
     throw new DecodeError(8, `header claims ${count} rows of ${arity} values, the buffer holds ${len} bytes`);
   }
-  let rows = null;
+  return [count, arity];
+}
+
+/**
+ * Checks a whole buffer; returns `{ arity, rows }`, each row `[tag, values]`.
+ */
+export function decode(input) {
+  const { arity, tags, values } = decodeFlat(input);
+  const rows = new Array(tags.length);
+  for (let r = 0, at = 0; r < rows.length; r++, at += arity) {
+    rows[r] = [tags[r], arity === 1 ? [values[at]] : values.slice(at, at + arity)];
+  }
+  return { arity, rows };
+}
+
+/**
+ * Checks a whole buffer; returns `{ arity, tags, values }`: every row's
+ * tag, and every row's values one after another (row `r`'s are
+ * `values[r * arity]` to `values[r * arity + arity - 1]`). No array per row.
+ */
+function decodeFlat(input) {
+  const buf = bytesOf(input);
+  const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  const [count, arity] = header(buf, view);
+  const tags = new Array(count);
+  let values = null;
   try {
-    rows = rowsFast(buf, view, count, arity);
+    values = valuesFast(buf, view, count, arity, tags);
   } catch {
     // A fault the fast reader does not name: the checked one does.
   }
-  return { arity, rows: rows ?? rowsChecked(buf, view, count, arity) };
+  if (values === null) values = valuesChecked(buf, view, count, arity, tags);
+  return { arity, tags, values };
 }
 
 // Where the fast reader's last value ended (a second result without an
@@ -226,80 +249,77 @@ function fastValue(buf, view, pos) {
 }
 
 /**
- * The rows of a sound buffer, with as few reads per value as the encoding
- * allows; null (or an exception) at any fault, which the checked reader
- * then names. A value running past the end comes back short, but leaves
- * the position past the end, which the last check sees.
+ * The values of a sound buffer into one array, its tags into `tags`, with
+ * as few reads per value as the encoding allows; null (or an exception) at
+ * any fault, which the checked reader then names. A value running past the
+ * end comes back short, but leaves the position past the end, which the
+ * last check sees.
  */
-function rowsFast(buf, view, count, arity) {
+function valuesFast(buf, view, count, arity, tags) {
   const len = buf.length;
-  const rows = new Array(count);
+  const values = new Array(count * arity);
   let pos = 8;
   if (arity === 1) {
     for (let r = 0; r < count; r++) {
-      const tag = view.getUint32(pos, true);
-      let value;
+      tags[r] = view.getUint32(pos, true);
       if (buf[pos + 4] === 5) {
         const start = pos + 9;
         pos = start + view.getUint32(pos + 5, true);
         if (pos > len) return null;
-        value = UTF8.decode(buf.subarray(start, pos));
+        values[r] = UTF8.decode(buf.subarray(start, pos));
       } else {
-        value = fastValue(buf, view, pos + 4);
+        values[r] = fastValue(buf, view, pos + 4);
         pos = fastEnd;
       }
-      rows[r] = [tag, [value]];
     }
   } else {
-    for (let r = 0; r < count; r++) {
-      const tag = view.getUint32(pos, true);
+    for (let r = 0, at = 0; r < count; r++) {
+      tags[r] = view.getUint32(pos, true);
       pos += 4;
-      const values = new Array(arity);
       for (let i = 0; i < arity; i++) {
-        values[i] = fastValue(buf, view, pos);
+        values[at++] = fastValue(buf, view, pos);
         pos = fastEnd;
       }
-      rows[r] = [tag, values];
     }
   }
-  return pos === len ? rows : null;
+  return pos === len ? values : null;
 }
 
-/** The rows, every read checked: throws a DecodeError naming the first fault. */
-function rowsChecked(buf, view, count, arity) {
+/** The values and tags, every read checked: throws a DecodeError naming the first fault. */
+function valuesChecked(buf, view, count, arity, tags) {
   const len = buf.length;
   let pos = 8;
   const need = (n) => {
     if (pos + n > len) throw new DecodeError(pos, `needs ${n} more bytes, ${len - pos} left`);
   };
-  const rows = new Array(count);
+  const values = new Array(count * arity);
+  let at = 0;
   for (let r = 0; r < count; r++) {
     need(4);
-    const tag = view.getUint32(pos, true);
+    tags[r] = view.getUint32(pos, true);
     pos += 4;
-    const values = new Array(arity);
-    for (let i = 0; i < arity; i++) {
+    for (let i = 0; i < arity; i++, at++) {
       need(1);
       const kind = buf[pos];
       pos += 1;
       switch (kind) {
         case 0:
-          values[i] = null;
+          values[at] = null;
           break;
         case 1:
-          values[i] = false;
+          values[at] = false;
           break;
         case 2:
-          values[i] = true;
+          values[at] = true;
           break;
         case 3:
           need(8);
-          values[i] = view.getBigInt64(pos, true);
+          values[at] = view.getBigInt64(pos, true);
           pos += 8;
           break;
         case 4:
           need(8);
-          values[i] = view.getFloat64(pos, true);
+          values[at] = view.getFloat64(pos, true);
           pos += 8;
           break;
         case 5:
@@ -310,10 +330,10 @@ function rowsChecked(buf, view, count, arity) {
           need(n);
           const raw = buf.subarray(pos, pos + n);
           if (kind === 6) {
-            values[i] = raw.slice();
+            values[at] = raw.slice();
           } else {
             try {
-              values[i] = UTF8.decode(raw);
+              values[at] = UTF8.decode(raw);
             } catch {
               throw new DecodeError(pos + validUtf8Prefix(raw), "string is not valid UTF-8");
             }
@@ -325,10 +345,9 @@ function rowsChecked(buf, view, count, arity) {
           throw new DecodeError(pos - 1, `unknown value kind ${kind}`);
       }
     }
-    rows[r] = [tag, values];
   }
   if (pos !== len) throw new DecodeError(pos, `${len - pos} bytes after the last row`);
-  return rows;
+  return values;
 }
 
 function validUtf8Prefix(raw) {
@@ -438,21 +457,29 @@ export class BatchWriter {
   }
 
   /**
-   * Appends one-field rows holding `strings`: the first `counts[0]` tagged
-   * 0, the next `counts[1]` tagged 1, and so on. All the strings are
-   * encoded in one call, each row's header then written in place; returns
-   * false, having appended nothing, unless every value is an ASCII string
-   * (push those rows one by one).
+   * Appends one-field rows holding the strings of `lists`: those of
+   * `lists[0]` tagged 0, those of `lists[1]` tagged 1, and so on (a null
+   * list holds none). All the strings are encoded in one call, each row's
+   * header then written in place; returns false, having appended nothing,
+   * unless every list is an array of ASCII strings (push those rows one by
+   * one).
    */
-  pushStrings(counts, strings) {
-    const n = strings.length;
+  pushStrings(lists) {
     if (this.arity !== 1) return false;
-    if (n === 0) return true;
+    const rows = lists.length;
     let joined;
     try {
       // Each value's header, 9 bytes, goes before it; only its tag and
       // length are left to write.
-      joined = ROW_HEAD + strings.join(ROW_HEAD);
+      const parts = [];
+      for (let row = 0; row < rows; row++) {
+        const list = lists[row];
+        if (list === null || list === undefined) continue;
+        if (!Array.isArray(list)) return false;
+        if (list.length > 0) parts.push(list.join(ROW_HEAD));
+      }
+      if (parts.length === 0) return true;
+      joined = ROW_HEAD + parts.join(ROW_HEAD);
     } catch {
       return false;
     }
@@ -460,21 +487,31 @@ export class BatchWriter {
     const start = this.len;
     const { read, written } = UTF8_ENCODER.encodeInto(joined, this.buf.subarray(start));
     if (read !== joined.length || written !== joined.length) return false;
+    // The header's bytes are zeros: a tag or length under 256 is one byte
+    // to write, which the interpreter does faster than a DataView call.
+    const buf = this.buf;
     const view = this.view;
     let pos = start;
-    let i = 0;
-    for (let row = 0; row < counts.length; row++) {
-      for (const end = i + counts[row]; i < end; i++) {
-        const s = strings[i];
+    let count = 0;
+    for (let row = 0; row < rows; row++) {
+      const list = lists[row];
+      if (list === null || list === undefined) continue;
+      const n = list.length;
+      for (let i = 0; i < n; i++) {
+        const s = list[i];
         if (typeof s !== "string") return false;
-        view.setUint32(pos, row, true);
-        view.setUint32(pos + 5, s.length, true);
-        pos += 9 + s.length;
+        const len = s.length;
+        if (row < 256) buf[pos] = row;
+        else view.setUint32(pos, row, true);
+        if (len < 256) buf[pos + 5] = len;
+        else view.setUint32(pos + 5, len, true);
+        pos += 9 + len;
       }
+      count += n;
     }
-    if (i !== n) return false;
+    if (pos !== start + written) return false;
     this.len = pos;
-    this.rows += n;
+    this.rows += count;
     return true;
   }
 
@@ -1465,22 +1502,36 @@ function code(topologies, info, kinds, what) {
   return [topology, found.code];
 }
 
-function decodeOr(buf, info, what = "input") {
+function decodeOr(buf, info, what = "input", read = decode) {
   try {
-    return decode(buf);
+    return read(buf);
   } catch (e) {
     if (e instanceof DecodeError) throw new Fatal(`operator ${info.operator}: ${what} ${e.message}`);
     throw e;
   }
 }
 
-function decodeInput(buf, info) {
-  const { arity, rows } = decodeOr(buf, info);
+function checkArity(arity, info) {
   if (arity !== info.fields.length) {
     throw new Fatal(`operator ${info.operator}: input rows hold ${arity} values for ${info.fields.length} fields`);
   }
+}
+
+function decodeInput(buf, info) {
+  const { arity, rows } = decodeOr(buf, info);
+  checkArity(arity, info);
   return rows;
 }
+
+/** The input's values, row after row, without an array per row; and how many rows. */
+function decodeInputValues(buf, info) {
+  const { arity, tags, values } = decodeOr(buf, info, "input", decodeFlat);
+  checkArity(arity, info);
+  return [values, tags.length];
+}
+
+/** Row `r`'s values of a flat array of rows of `arity` values. */
+const rowOf = (values, arity, r) => (arity === 1 ? [values[r]] : values.slice(r * arity, r * arity + arity));
 
 const valuesOf = (item) => (Array.isArray(item) ? item : item instanceof Tuple ? item.values : [item]);
 
@@ -1507,32 +1558,12 @@ const NOTHING = [];
 
 /**
  * Writes what each input row produced (`produced[row]`: an iterable of
- * tuples, or null) into `out`, tagged with the row. Arrays of strings for a
- * one-field output are written in one pass; anything else tuple by tuple.
+ * tuples, or null) into `out`, tagged with the row: arrays of strings for a
+ * one-field output in one pass, anything else tuple by tuple.
  */
 function emitGrouped(out, produced) {
-  const rows = produced.length;
-  const counts = new Array(rows);
-  let total = 0;
-  let arrays = true;
-  for (let row = 0; row < rows; row++) {
-    const p = produced[row];
-    if (Array.isArray(p)) {
-      counts[row] = p.length;
-      total += p.length;
-    } else if (p === undefined || p === null) {
-      produced[row] = NOTHING;
-      counts[row] = 0;
-    } else {
-      arrays = false;
-      break;
-    }
-  }
-  if (arrays && out.arity === 1) {
-    const strings = produced.flat();
-    if (strings.length === total && out.pushStrings(counts, strings)) return;
-  }
-  for (let row = 0; row < rows; row++) emitAll(out, row, produced[row]);
+  if (out.pushStrings(produced)) return;
+  for (let row = 0; row < produced.length; row++) emitAll(out, row, produced[row]);
 }
 
 /** Runs the function `info.operator` over every input row; output rows are
@@ -1540,14 +1571,14 @@ function emitGrouped(out, produced) {
 export function runFunction(topologies, info, input) {
   const [topology, fn] = code(topologies, info, ["function"], "function");
   const out = new BatchWriter(topology.outputArity(info.operator));
-  const rows = decodeInput(input, info);
-  const count = rows.length;
+  const [values, count] = decodeInputValues(input, info);
+  const arity = info.fields.length;
   let produced = new Array(count);
   if (fn && fn.batch) {
     const columns = [];
-    for (let k = 0; k < info.fields.length; k++) {
+    for (let k = 0; k < arity; k++) {
       const column = new Array(count);
-      for (let r = 0; r < count; r++) column[r] = rows[r][1][k];
+      for (let r = 0; r < count; r++) column[r] = values[r * arity + k];
       columns.push(column);
     }
     produced = fn.batch(...columns);
@@ -1560,11 +1591,13 @@ export function runFunction(topologies, info, input) {
   } else if (fn && fn.adapted) {
     const call = fn.fn;
     for (let r = 0; r < count; r++) {
-      const result = call(new Tuple(rows[r][1], info));
+      const result = call(new Tuple(rowOf(values, arity, r), info));
       produced[r] = fn.adapted === "map" ? [result] : fn.adapted === "flat-map" ? result : NOTHING;
     }
+  } else if (arity === 1) {
+    for (let r = 0; r < count; r++) produced[r] = fn(new Tuple([values[r]], info));
   } else {
-    for (let r = 0; r < count; r++) produced[r] = fn(new Tuple(rows[r][1], info));
+    for (let r = 0; r < count; r++) produced[r] = fn(new Tuple(rowOf(values, arity, r), info));
   }
   emitGrouped(out, produced);
   return out.finish();
@@ -1573,8 +1606,11 @@ export function runFunction(topologies, info, input) {
 /** Runs the filter `info.operator`: one byte per input row, 1 to keep it. */
 export function runFilter(topologies, info, input) {
   const [, keep] = code(topologies, info, ["filter"], "filter");
-  const rows = decodeInput(input, info);
-  return Uint8Array.from(rows, ([, values]) => (keep(new Tuple(values, info)) ? 1 : 0));
+  const [values, count] = decodeInputValues(input, info);
+  const arity = info.fields.length;
+  const kept = new Uint8Array(count);
+  for (let r = 0; r < kept.length; r++) kept[r] = keep(new Tuple(rowOf(values, arity, r), info)) ? 1 : 0;
+  return kept;
 }
 
 function groupOf(info, groups, tag) {

@@ -331,6 +331,26 @@ test("function output rows are tagged with their input row", () => {
     [0, ["b"]],
     [2, ["c"]],
   ]);
+  // Rows of two fields, and of none, each reach the function whole.
+  const ops = new weir.Operators("t");
+  ops.function("swap", (t) => [[t.get(1), t.str(0)]], ["n", "w"]);
+  ops.function("count", (t) => [[BigInt(t.values.length)]], ["k"]);
+  const two = encode(2, [
+    [0, ["a", 1n]],
+    [0, ["b", 2n]],
+  ]);
+  assert.deepEqual(rows(weir.runFunction([ops], info("swap", ["w", "n"], { topology: "t" }), two)), [
+    [0, [1n, "a"]],
+    [1, [2n, "b"]],
+  ]);
+  const none = encode(0, [
+    [0, []],
+    [0, []],
+  ]);
+  assert.deepEqual(rows(weir.runFunction([ops], info("count", [], { topology: "t" }), none)), [
+    [0, [0n]],
+    [1, [0n]],
+  ]);
 });
 
 test("map, flat-map, peek and filter", () => {
@@ -489,23 +509,30 @@ test("operators of another component's topology run by id and describe nothing",
 });
 
 test("strings pushed at once encode as rows pushed one by one do", () => {
-  const strings = ["a", "", "bc", "longer words here", "x"];
-  const counts = [2, 0, 3];
-  const tags = [0, 0, 2, 2, 2];
-  const whole = new BatchWriter(1);
-  whole.push(9, ["kept"]);
-  assert.equal(whole.pushStrings(counts, strings), true);
+  const long = "w".repeat(300); // a length above 255
+  const lists = [["a", ""], null, [], ["bc", "longer words here", "x"], [long]];
   const one = new BatchWriter(1);
   one.push(9, ["kept"]);
-  strings.forEach((s, i) => one.push(tags[i], [s]));
+  lists.forEach((list, tag) => (list ?? []).forEach((s) => one.push(tag, [s])));
+  const whole = new BatchWriter(1);
+  whole.push(9, ["kept"]);
+  assert.equal(whole.pushStrings(lists), true);
   assert.deepEqual(whole.finish(), one.finish());
-  // Anything but ASCII strings appends nothing and is left to push.
-  for (const bad of [["a", 1n], ["gr\u00fc\u00dfe"], ["a", null]]) {
+  // Tags above 255 take all four bytes.
+  const many = Array.from({ length: 300 }, (_, i) => (i % 7 ? [`w${i}`] : null));
+  const each = new BatchWriter(1);
+  many.forEach((list, tag) => (list ?? []).forEach((s) => each.push(tag, [s])));
+  const at = new BatchWriter(1);
+  assert.equal(at.pushStrings(many), true);
+  assert.deepEqual(at.finish(), each.finish());
+  // Anything but arrays of ASCII strings appends nothing and is left to push.
+  for (const bad of [[["a", 1n]], [["gr\u00fc\u00dfe"]], [["a", null]], [["a"], "b"], [[["a"]]], [[{ toString: () => "a" }]]]) {
     const writer = new BatchWriter(1);
     writer.push(3, ["kept"]);
-    assert.equal(writer.pushStrings([bad.length], bad), false);
+    assert.equal(writer.pushStrings(bad), false);
     assert.deepEqual(writer.finish(), encode(1, [[3, ["kept"]]]));
   }
+  assert.equal(new BatchWriter(2).pushStrings([["a"]]), false);
 });
 
 test("a batch function takes whole columns and emits as each does", () => {
