@@ -15,6 +15,12 @@ pub const DEFAULT_MAX_PENDING: usize = 4;
 /// make the next group large.
 pub const DEFAULT_TUPLES_PENDING: usize = 32_000;
 
+/// Bytes of spout batches in flight past which no further batch is emitted
+/// until one commits (one batch is always let through): max pending counts
+/// batches, and batches of long lines must not multiply the memory it
+/// allows.
+pub const DEFAULT_MAX_PENDING_BYTES: usize = 64 << 20;
+
 /// The max pending at `batch_size`, unless `--max-pending` says otherwise:
 /// [`DEFAULT_TUPLES_PENDING`] divided by it, from [`DEFAULT_MAX_PENDING`]
 /// to [`DEFAULT_GROUP_MAX`] (a batch size counts a partition's messages for
@@ -56,6 +62,9 @@ pub struct RunConfig {
     pub batch_size: usize,
     /// Batches processing at once.
     pub max_pending: usize,
+    /// Bytes of spout batches in flight past which no further batch is
+    /// emitted (one batch is always let through).
+    pub max_pending_bytes: usize,
     /// Attempts per batch before the topology halts.
     pub max_attempts: u32,
     /// Wait before the first replay; doubled for each later attempt.
@@ -83,6 +92,7 @@ impl Default for RunConfig {
         RunConfig {
             batch_size: DEFAULT_BATCH_SIZE,
             max_pending: default_max_pending(DEFAULT_BATCH_SIZE),
+            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry_backoff: std::time::Duration::from_millis(DEFAULT_RETRY_BACKOFF_MS),
             batch_timeout: std::time::Duration::from_millis(DEFAULT_BATCH_TIMEOUT_MS),

@@ -143,6 +143,7 @@ struct InFlight {
     id: BatchId,
     meta: Vec<u8>,
     tuples: u64,
+    bytes: usize,
     deadline: Instant,
 }
 
@@ -265,7 +266,7 @@ impl Coordinator<'_> {
         }
         loop {
             let stopping = self.stop.load(Ordering::Relaxed);
-            while !stopping && !self.exhausted && self.pending.len() < self.config.max_pending {
+            while !stopping && !self.exhausted && self.room_for_another() {
                 let txid = self.next_txid;
                 match self.emit(txid)? {
                     Some((attempt, emitted)) => self.dispatch(BatchId { txid, attempt }, emitted)?,
@@ -350,6 +351,14 @@ impl Coordinator<'_> {
         }
     }
 
+    /// Whether another batch may be emitted: fewer than max pending in
+    /// flight, and fewer bytes than max pending bytes unless none is.
+    fn room_for_another(&self) -> bool {
+        let bytes: usize = self.pending.iter().map(|p| p.bytes).sum();
+        self.pending.len() < self.config.max_pending
+            && (self.pending.is_empty() || bytes < self.config.max_pending_bytes)
+    }
+
     /// Hands a batch to the process phase; a transactional spout's batch is
     /// recorded first, so that a replay emits exactly the same tuples.
     fn dispatch(&mut self, id: BatchId, emitted: Emitted) -> Result<()> {
@@ -357,10 +366,10 @@ impl Coordinator<'_> {
             let record = BatchRecord { attempt: id.attempt, spout: emitted.meta.clone() };
             self.store.record_batch(self.topology(), id.txid, &record)?;
         }
-        let tuples = emitted.batch.len() as u64;
+        let (tuples, bytes) = (emitted.batch.len() as u64, emitted.batch.bytes().len());
         self.work.send(Work { id, batch: emitted.batch }).map_err(|_| anyhow!("the process phase stopped"))?;
         let deadline = Instant::now() + self.config.batch_timeout;
-        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), tuples, deadline });
+        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), tuples, bytes, deadline });
         self.last_meta = Some(emitted.meta);
         self.next_txid = id.txid + 1;
         Ok(())

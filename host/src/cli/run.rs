@@ -41,8 +41,9 @@ pub struct RunArgs {
     /// Lines per batch.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE as u64, value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: u64,
-    /// Batches processing at once; commits stay in txid order [default:
-    /// 32,000 divided by the batch size, from 4 to 32].
+    /// Batches processing at once, holding at most 64 MiB of input beyond
+    /// the first; commits stay in txid order [default: 32,000 divided by the
+    /// batch size, from 4 to 32].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_pending: Option<u64>,
     /// Instances of each operator that run at once, each over its own
@@ -151,6 +152,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         group_max: args.group_max as usize,
         group_time: Duration::from_millis(args.group_time_ms),
         follow: None,
+        ..RunConfig::default()
     };
     let sandbox = SandboxConfig {
         max_memory_mib: args.max_memory_mib,

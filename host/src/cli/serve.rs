@@ -55,8 +55,9 @@ pub struct ServeArgs {
     /// Lines (spout tuples) per batch.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     batch_size: usize,
-    /// Batches processing at once per topology [default: 32,000 divided by
-    /// the batch size, from 4 to 32].
+    /// Batches processing at once per topology, holding at most 64 MiB of
+    /// input beyond the first [default: 32,000 divided by the batch size,
+    /// from 4 to 32].
     #[arg(long)]
     max_pending: Option<usize>,
     /// How often a topology that has caught up asks its spout for more, in milliseconds.

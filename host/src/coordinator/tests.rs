@@ -391,6 +391,27 @@ fn a_batch_failing_its_commit_phase_lets_the_batches_before_it_in_its_group_comm
 }
 
 #[test]
+fn long_lines_hold_back_batches_past_max_pending_bytes() {
+    // Eight batches of a line of 1,000 bytes each, commits slow enough that
+    // all eight would be in flight: the bytes let three through at most.
+    let topology = tallies().into_iter().find(|t| t.definition().name == "tally").unwrap();
+    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let lines: Vec<String> = (0..8).map(|i| format!("{i:0>1000}")).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let mut spout = FileLines::open(&input, 1).unwrap();
+    let store = SlowStore { inner: MemoryStore::new(), delay: Duration::from_millis(50) };
+    let config = RunConfig { max_pending: 8, max_pending_bytes: 2500, group_max: 8, ..RunConfig::default() };
+    let source = OperatorSource::Native(tallies);
+    let report = run(&store, plan, source, &mut spout, None, &config, &AtomicBool::new(false), &mut |_| {}).unwrap();
+    let groups = store.inner.groups("tally");
+    assert!(groups.iter().all(|(first, last)| last - first < 3), "{groups:?}");
+    assert!(groups.iter().any(|(first, last)| last > first), "batches still commit together: {groups:?}");
+    assert_eq!((report.batches, report.tuples), (8, 8));
+}
+
+#[test]
 fn a_group_of_one_commits_each_batch_alone() {
     let (store, report) = run_tally("tally", Duration::from_millis(5), 1);
     assert_eq!(store.groups("tally"), (1..=8).map(|t| (t, t)).collect::<Vec<_>>());
