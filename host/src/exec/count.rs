@@ -57,7 +57,8 @@ pub(super) fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> KeyedValues {
     // Sorted by each key's first 16 bytes as an integer, then by the whole
     // key: most comparisons are one integer comparison, and what moves is
     // the integer and an index.
-    let mut order: Vec<(u128, u32)> = counted.iter().enumerate().map(|(i, (k, _))| (key_prefix(k), i as u32)).collect();
+    let mut order: Vec<(u128, u32)> =
+        counted.iter().enumerate().map(|(i, (k, _))| (keys::prefix(k), i as u32)).collect();
     sort_by_prefix(&mut order);
     // Keys longer than 16 bytes may share their prefix: order those runs by
     // the whole key.
@@ -132,14 +133,6 @@ fn sort_by_prefix(pairs: &mut Vec<(u128, u32)>) {
         }
         std::mem::swap(pairs, &mut sorted);
     }
-}
-
-/// The first 16 bytes of a store key as an integer that sorts as they do.
-fn key_prefix(key: &[u8]) -> u128 {
-    let mut bytes = [0u8; 16];
-    let n = key.len().min(16);
-    bytes[..n].copy_from_slice(&key[..n]);
-    u128::from_be_bytes(bytes)
 }
 
 /// Counts by key, seeded per map as [`super::aggregate::KeyMap`] is. foldhash rather than Fx:

@@ -57,6 +57,17 @@ pub fn encode<'v>(values: impl IntoIterator<Item = ValueRef<'v>>) -> Vec<u8> {
     out
 }
 
+/// The first 16 bytes of an encoded key, zero-padded, as a big-endian
+/// number: keys order as their prefixes do wherever those differ, so most
+/// comparisons of keys are one comparison of numbers.
+#[inline]
+pub fn prefix(key: &[u8]) -> u128 {
+    let mut first = [0; 16];
+    let len = key.len().min(16);
+    first[..len].copy_from_slice(&key[..len]);
+    u128::from_be_bytes(first)
+}
+
 /// Decodes a key written by [`encode`].
 pub fn decode(mut key: &[u8]) -> Result<Vec<Value>> {
     let mut values = Vec::new();

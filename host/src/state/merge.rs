@@ -43,7 +43,7 @@ pub fn for_each_key<'a>(
                 }
                 Entry::Vacant(new) => {
                     new.insert(keys.len());
-                    keys.push(Key { prefix: prefix(key), key, first: at, last: at });
+                    keys.push(Key { prefix: super::keys::prefix(key), key, first: at, last: at });
                 }
             }
         }
@@ -77,15 +77,6 @@ struct Link<'a> {
     txid: u64,
     partial: &'a Value,
     next: Option<usize>,
-}
-
-/// The first 16 bytes of `key`, zero-padded, as a big-endian number: keys
-/// order as their prefixes do wherever those differ.
-fn prefix(key: &[u8]) -> u128 {
-    let mut first = [0; 16];
-    let len = key.len().min(16);
-    first[..len].copy_from_slice(&key[..len]);
-    u128::from_be_bytes(first)
 }
 
 #[cfg(test)]
