@@ -312,16 +312,14 @@ impl<'t> WriteTable<'t> {
                             (None, Value::I64(n)) => Some(*n),
                             _ => None,
                         };
-                        let count = match sum {
-                            Some(count) => count,
-                            None => match rules::with_partial(builtin, base.map(Value::I64), partial)
-                                .with_context(context)?
-                            {
-                                Value::I64(count) => count,
-                                _ => {
-                                    bail!(StateError::Malformed(format!("{}: the new value is not a count", context())))
-                                }
-                            },
+                        let new = match sum {
+                            Some(count) => Value::I64(count),
+                            None => {
+                                rules::with_partial(builtin, base.map(Value::I64), partial).with_context(context)?
+                            }
+                        };
+                        let Value::I64(count) = new else {
+                            bail!(StateError::Malformed(format!("{}: the new value is not a count", context())));
                         };
                         record = Some((txid, count));
                         changed = true;
