@@ -40,12 +40,61 @@ use crate::operator::{
 use crate::topology::{
     AggregateScope, AggregatorDef, AggregatorKind, DirGrant, GuestSpoutKind, JetStreamDef, JetStreamKind, JoinKind,
     Limits, NodeDef, OperationDef, Partitioning, PayloadDef, QueryDef, SPOUT_ID, SandboxDef, SinkDef, SinkPayloadDef,
-    SpoutDef, StateDef, StateKind, TopologyDef,
+    SpoutDef, StateDef, StateKind, TopologyDef, WindowDef,
 };
 use crate::tuple::{Emitter, Tuple};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+
+/// How a window operation cuts its stream into windows: by a count of
+/// tuples per group (Trident's), or by a timestamp field (event time).
+#[derive(Clone, Debug)]
+pub struct Window(WindowDef);
+
+impl Window {
+    /// Trident's tumbling count window: every `size` tuples of a group.
+    pub fn tumbling_count(size: u64) -> Window {
+        Window(WindowDef::Count { size, slide: size })
+    }
+
+    /// Trident's sliding count window: every `slide` tuples of a group, the
+    /// last `size`.
+    pub fn sliding_count(size: u64, slide: u64) -> Window {
+        Window(WindowDef::Count { size, slide })
+    }
+
+    /// Tumbling event-time windows of `size_ms` by the timestamp (in
+    /// milliseconds) in `field`.
+    pub fn tumbling(field: &str, size_ms: u64) -> Window {
+        Window::sliding(field, size_ms, size_ms)
+    }
+
+    /// Sliding event-time windows of `size_ms`, one starting every
+    /// `slide_ms`, by the timestamp (in milliseconds) in `field`.
+    pub fn sliding(field: &str, size_ms: u64, slide_ms: u64) -> Window {
+        let field = field.to_owned();
+        Window(WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms: 0, lateness_ms: 0 })
+    }
+
+    /// Event time: timestamps may come up to `ms` out of order (the
+    /// watermark trails the greatest timestamp by this much).
+    pub fn max_delay_ms(mut self, ms: u64) -> Window {
+        if let WindowDef::EventTime { max_delay_ms, .. } = &mut self.0 {
+            *max_delay_ms = ms;
+        }
+        self
+    }
+
+    /// Event time: a window still takes tuples for `ms` after the
+    /// watermark passes its end, and closes then.
+    pub fn lateness_ms(mut self, ms: u64) -> Window {
+        if let WindowDef::EventTime { lateness_ms, .. } = &mut self.0 {
+            *lateness_ms = ms;
+        }
+        self
+    }
+}
 
 /// A state to persist into.
 #[derive(Clone, Debug)]
@@ -425,7 +474,9 @@ impl Topology {
             OperationDef::Aggregate { aggregators, .. } => {
                 aggregators.iter().find(|a| a.id == id).map(|a| a.output.len())
             }
-            OperationDef::PersistentAggregate { aggregator, .. } if aggregator.id == id => {
+            OperationDef::PersistentAggregate { aggregator, .. } | OperationDef::Window { aggregator, .. }
+                if aggregator.id == id =>
+            {
                 Some(aggregator.output.len())
             }
             _ => None,
@@ -908,6 +959,39 @@ impl Stream {
         self.persist(state, Vec::new(), names(input), aggregator, names(output))
     }
 
+    fn window_node(
+        &self,
+        window: Window,
+        state: &str,
+        group: Vec<String>,
+        input: Vec<String>,
+        aggregator: impl IntoAggregator,
+        output: Vec<String>,
+    ) -> Stream {
+        self.then("window", |t, id| {
+            let kind = aggregator.register(t, id);
+            let state = StateDef { name: state.to_owned(), kind: StateKind::Opaque, cache_size: None };
+            let aggregator = AggregatorDef { id: id.to_owned(), kind, input, output };
+            OperationDef::Window { window: window.0, state, group, aggregator }
+        })
+    }
+
+    /// Trident's `tumblingWindow` and `slidingWindow`, and event-time
+    /// windows: aggregates each window of the stream, keeping the open
+    /// windows in the state `state`, exactly once. Each window's result is
+    /// emitted once, when it closes: `window_start`, `window_end`, then
+    /// `output`.
+    pub fn window<const I: usize, const O: usize>(
+        &self,
+        window: Window,
+        state: &str,
+        input: [&str; I],
+        aggregator: impl IntoAggregator,
+        output: [&str; O],
+    ) -> Stream {
+        self.window_node(window, state, Vec::new(), names(input), aggregator, names(output))
+    }
+
     /// Trident's `partitionPersist`: `updater` writes each batch partition's
     /// `input` tuples into `state` in the commit phase; what it emits (tuples
     /// of `output`) forms the new-values stream.
@@ -1031,7 +1115,9 @@ impl Stream {
                     renamed.push((std::mem::replace(&mut aggregator.id, new.clone()), new));
                 }
             }
-            if let OperationDef::PersistentAggregate { aggregator, .. } = &mut node.op {
+            if let OperationDef::PersistentAggregate { aggregator, .. } | OperationDef::Window { aggregator, .. } =
+                &mut node.op
+            {
                 aggregator.id = label.to_owned();
             }
             renamed.dedup();
@@ -1102,6 +1188,19 @@ impl GroupedStream {
         output: [&str; O],
     ) -> TridentState {
         self.stream.persist(state, self.group.clone(), names(input), aggregator, names(output))
+    }
+
+    /// [`Stream::window`] per group: each group's windows, output after the
+    /// group fields.
+    pub fn window<const I: usize, const O: usize>(
+        &self,
+        window: Window,
+        state: &str,
+        input: [&str; I],
+        aggregator: impl IntoAggregator,
+        output: [&str; O],
+    ) -> Stream {
+        self.stream.window_node(window, state, self.group.clone(), names(input), aggregator, names(output))
     }
 
     /// `state_query` after partitioning by the group fields.

@@ -43,7 +43,7 @@ pub mod tuple;
 
 pub use builder::{
     DirectoryLines, FileLines, General, Generator, GroupedStream, GuestSpout, JetStream, JetStreamSink, Reducer,
-    SinkEnd, Spout, State, Stream, Topology, TridentState,
+    SinkEnd, Spout, State, Stream, Topology, TridentState, Window,
 };
 pub use codec::{Value, ValueRef};
 pub use operator::{
@@ -58,7 +58,7 @@ pub use tuple::{Emitter, SpoutEmitter, Tuple};
 pub mod prelude {
     pub use crate::builder::{
         DirectoryLines, FileLines, General, Generator, GuestSpout, JetStream, JetStreamSink, Reducer, State, Topology,
-        TridentState,
+        TridentState, Window,
     };
     pub use crate::codec::{Value, ValueRef};
     pub use crate::operator::{

@@ -426,12 +426,70 @@ pub enum OperationDef {
         /// The greatest instead of the least.
         max: bool,
     },
+    /// Aggregates each window of the stream (per group when `group` is
+    /// set), exactly once: the open windows live in `state`, and each
+    /// window's result is emitted once, in the commit of the batch that
+    /// closes it. Output fields: `group`, `window_start`, `window_end`, then
+    /// the aggregator's.
+    Window {
+        /// How tuples fall into windows, and when a window closes.
+        window: WindowDef,
+        /// The state the open windows are kept in (opaque).
+        state: StateDef,
+        /// Group-by fields; empty for none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        group: Vec<String>,
+        /// How a window's tuples are aggregated (combiner, reducer or
+        /// built-in: one partial per window, not its tuples).
+        aggregator: AggregatorDef,
+    },
     /// Ends a stream of the commit phase: the host publishes each tuple of
     /// every committed batch, exactly once. Nothing follows it.
     Sink {
         /// Where the tuples go.
         sink: SinkDef,
     },
+}
+
+/// How a window operation cuts its stream into windows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum WindowDef {
+    /// Trident's count windows, per group: every `slide` tuples, a window
+    /// of the last `size` (tumbling when `slide` is `size`). A window's
+    /// start and end are tuple numbers, from 0; the first windows of a
+    /// sliding one hold fewer than `size`.
+    Count {
+        /// Tuples in a window.
+        size: u64,
+        /// Tuples between the ends of two windows.
+        slide: u64,
+    },
+    /// Event-time windows `[start, start + size_ms)`, `start` a multiple of
+    /// `slide_ms`, by the tuple's timestamp in `field` (milliseconds, an
+    /// integer). The watermark is the greatest timestamp seen less
+    /// `max_delay_ms`; a window closes once the watermark reaches its end
+    /// plus `lateness_ms`, and a tuple whose windows have all closed is late.
+    EventTime {
+        /// The timestamp field.
+        field: String,
+        /// Window length, in milliseconds.
+        size_ms: u64,
+        /// Milliseconds between the starts of two windows (tumbling when
+        /// it is `size_ms`).
+        slide_ms: u64,
+        /// How far out of order timestamps may come.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        max_delay_ms: u64,
+        /// How long after the watermark passes its end a window still
+        /// takes tuples.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        lateness_ms: u64,
+    },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Where a sink publishes.
@@ -466,9 +524,9 @@ impl OperationDef {
     /// The state this operation writes.
     pub fn written_state(&self) -> Option<&StateDef> {
         match self {
-            OperationDef::PersistentAggregate { state, .. } | OperationDef::PartitionPersist { state, .. } => {
-                Some(state)
-            }
+            OperationDef::PersistentAggregate { state, .. }
+            | OperationDef::PartitionPersist { state, .. }
+            | OperationDef::Window { state, .. } => Some(state),
             _ => None,
         }
     }
@@ -494,6 +552,7 @@ impl OperationDef {
             OperationDef::Join { .. } => "join",
             OperationDef::Extreme { max: false, .. } => "min",
             OperationDef::Extreme { max: true, .. } => "max",
+            OperationDef::Window { .. } => "window",
             OperationDef::Sink { .. } => "sink",
         }
     }

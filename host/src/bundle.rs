@@ -73,7 +73,9 @@ pub fn operator_ids(definition: &TopologyDef) -> Vec<&str> {
         ids.push(node.id.as_str());
         match &node.op {
             OperationDef::Aggregate { aggregators, .. } => ids.extend(aggregators.iter().map(|a| a.id.as_str())),
-            OperationDef::PersistentAggregate { aggregator, .. } => ids.push(aggregator.id.as_str()),
+            OperationDef::PersistentAggregate { aggregator, .. } | OperationDef::Window { aggregator, .. } => {
+                ids.push(aggregator.id.as_str())
+            }
             _ => {}
         }
     }

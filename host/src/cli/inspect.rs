@@ -14,7 +14,7 @@ use weir::spout::SpoutKind;
 use weir::state::rules::kind_name;
 use weir_sdk::topology::{
     AggregatorDef, AggregatorKind, NodeDef, OperationDef, Partitioning, QueryDef, SandboxDef, SinkDef, SinkPayloadDef,
-    SpoutDef, TopologyDef,
+    SpoutDef, TopologyDef, WindowDef,
 };
 
 #[derive(Args, Debug)]
@@ -132,6 +132,19 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
         }
         OperationDef::PersistentAggregate { state, group, aggregator: a } => {
             format!("{}{}, into state {}", grouped(group), aggregator(a), state.name)
+        }
+        OperationDef::Window { window, state, group, aggregator: a } => {
+            let cut = match window {
+                WindowDef::Count { size, slide } if size == slide => format!("tumbling every {size} tuples"),
+                WindowDef::Count { size, slide } => format!("the last {size} tuples every {slide}"),
+                WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
+                    let every = if size_ms == slide_ms { String::new() } else { format!(" every {slide_ms} ms") };
+                    format!(
+                        "{size_ms} ms{every} by event time {field} (max delay {max_delay_ms} ms, lateness {lateness_ms} ms)"
+                    )
+                }
+            };
+            format!("{}windows of {cut}: {}, open windows in state {}", grouped(group), aggregator(a), state.name)
         }
         OperationDef::PartitionPersist { state, input, output } => {
             format!("guest state updater: {} -> {}, into state {}", fields(input), fields(output), state.name)

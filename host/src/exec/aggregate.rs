@@ -24,7 +24,7 @@ type KeyMap<V> = HashMap<Vec<u8>, V, foldhash::fast::RandomState>;
 pub(super) struct Groups {
     pub(super) keys: Vec<Vec<u8>>,
     first: Vec<usize>,
-    of_row: Vec<u32>,
+    pub(super) of_row: Vec<u32>,
 }
 
 pub(super) fn groups(batch: &Batch<'_>, group: &[usize]) -> Groups {

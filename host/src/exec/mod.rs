@@ -7,8 +7,8 @@
 //! The phases are files of their own: `process`, `commit` and `query`. A
 //! node's output is a batch per partition; the operations live by kind:
 //! `stream` (functions, filters, repartitioning, joins), `aggregate` and
-//! its counting path `count`, `persistent_aggregate`, and `state_ops`
-//! (state updaters and queries). `error` says why a batch failed.
+//! its counting path `count`, `persistent_aggregate`, `window`, and
+//! `state_ops` (state updaters and queries). `error` says why a batch failed.
 
 mod aggregate;
 mod commit;
@@ -19,6 +19,7 @@ mod process;
 mod query;
 mod state_ops;
 mod stream;
+mod window;
 
 pub use commit::{Committer, GroupFailure};
 pub use error::{BatchError, Cause, Origin};
@@ -230,6 +231,7 @@ impl<'a> Exec<'a> {
             Op::Aggregate { .. } => aggregate::aggregate(self, node, inputs[0]),
             Op::StateQuery { .. } => state_ops::state_query(self, node, inputs[0]),
             Op::PartitionPersist { .. } => state_ops::partition_persist(self, node, inputs[0]),
+            Op::Window { .. } => window::window(self, node, inputs[0]),
             Op::PersistentAggregate { .. } => {
                 let partials = persistent_aggregate::partials(self, node, inputs[0])?;
                 persistent_aggregate::persistent_aggregate(self, node, partials)

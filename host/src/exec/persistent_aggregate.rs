@@ -9,7 +9,7 @@ use super::count::count_by_key;
 use super::error::{BatchError, Origin, malformed, state_failure};
 use super::{Exec, Parts, gather};
 use crate::instances::Request;
-use crate::plan::{Node, Op};
+use crate::plan::{Aggregator, Node, Op};
 use crate::state::keyed::KeyedValues;
 use crate::state::keys;
 use crate::state::view::{Base, Views};
@@ -36,17 +36,26 @@ pub enum Partials {
 /// (built-ins and combiners), or the rows to fold (reducers).
 pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Partials, BatchError> {
     let Op::PersistentAggregate { group, aggregator, .. } = &node.op else { unreachable!("a persistent aggregate") };
-    let batch = gather(input);
+    partials_of(exec, &gather(input), group, aggregator)
+}
+
+/// The partials of `batch` by the fields at `group`, for `aggregator`.
+pub(super) fn partials_of(
+    exec: &mut Exec<'_>,
+    batch: &Batch<'_>,
+    group: &[usize],
+    aggregator: &Aggregator,
+) -> Result<Partials, BatchError> {
     let batch_id = exec.batch.partition(0);
     if aggregator.kind == AggregatorKind::Builtin(Builtin::Count) && !group.is_empty() {
-        return Ok(Partials::Values(count_by_key(&batch, group)));
+        return Ok(Partials::Values(count_by_key(batch, group)));
     }
-    let groups = groups(&batch, group);
+    let groups = groups(batch, group);
     if aggregator.kind == AggregatorKind::Reducer {
-        let rows = tagged_input(&batch, &groups, aggregator);
+        let rows = tagged_input(batch, &groups, aggregator);
         return Ok(Partials::Rows { keys: groups.keys, rows });
     }
-    let values = run_aggregator(&mut exec.instances[0], batch_id, &batch, &groups, aggregator)?;
+    let values = run_aggregator(&mut exec.instances[0], batch_id, batch, &groups, aggregator)?;
     let mut partials: Vec<(Vec<u8>, Value)> = groups
         .keys
         .into_iter()
@@ -72,10 +81,36 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
     let Op::PersistentAggregate { state, aggregator, in_place, .. } = &node.op else {
         unreachable!("a persistent aggregate")
     };
+    if let (true, Partials::Values(_), AggregatorKind::Builtin(builtin)) = (in_place, &partials, aggregator.kind) {
+        let Partials::Values(values) = partials else { unreachable!("matched") };
+        let mut views = lock(exec.views(node)?);
+        views.combine_at_commit(state, builtin, values).map_err(storage(state))?;
+        return Ok(vec![BatchWriter::new(node.fields.len()).finish_batch(); node.parallelism]);
+    }
+    let emit = !node.children.is_empty();
+    let new_values = store_partials(exec, node, state, aggregator, partials, emit)?;
+    let mut writer = BatchWriter::new(node.fields.len());
+    for (key, value) in new_values {
+        push_new_value(&mut writer, &key, value.as_ref()).map_err(storage(state))?;
+    }
+    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
+}
+
+/// Combines a batch's `partials` (or folds its rows) into `state` by
+/// Trident's rules. Returns each key with its new value when `values`
+/// asks for them.
+pub(super) fn store_partials(
+    exec: &mut Exec<'_>,
+    node: &Node,
+    state: &str,
+    aggregator: &Aggregator,
+    partials: Partials,
+    values: bool,
+) -> Result<Vec<(Vec<u8>, Value)>, BatchError> {
     let views = exec.views(node)?;
     let partials = match (partials, aggregator.kind) {
-        (Partials::Values(values), AggregatorKind::Builtin(builtin)) => {
-            return combine_in_host(*in_place, views, node, state, &aggregator.id, builtin, values);
+        (Partials::Values(partials), AggregatorKind::Builtin(builtin)) => {
+            return combine_in_host(views, state, &aggregator.id, builtin, partials, values);
         }
         (partials, _) => partials,
     };
@@ -121,13 +156,12 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
                     start.push_row(g as u32, [stored.as_ref()]).expect("one value");
                 }
             }
-            let fields = node_input_names(node);
-            let out = exec.call(0, id, &fields, Request::ReduceGroups(keys.len() as u32, &start.finish(), &rows))?;
+            let fields = &aggregator.input.names;
+            let out = exec.call(0, id, fields, Request::ReduceGroups(keys.len() as u32, &start.finish(), &rows))?;
             single_values(id, &out, keys.len())?
         }
     };
-    let mut writer = BatchWriter::new(node.fields.len());
-    let emit = !node.children.is_empty();
+    let mut new_values = Vec::new();
     let mut views = lock(views);
     for ((key, base), value) in keys.into_iter().zip(bases).zip(fresh) {
         let value = match base {
@@ -137,11 +171,11 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
                 value
             }
         };
-        if emit {
-            push_new_value(&mut writer, &key, value.as_ref()).map_err(storage(state))?;
+        if values {
+            new_values.push((key, value));
         }
     }
-    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
+    Ok(new_values)
 }
 
 /// A new-values row: the group fields (decoded from the key), then the value.
@@ -155,26 +189,21 @@ fn push_new_value(writer: &mut BatchWriter, key: &[u8], value: ValueRef<'_>) -> 
 }
 
 /// The commonest persistent aggregate: a built-in's partials combined
-/// with the stored values key by key, one lookup each.
+/// with the stored values key by key, one lookup each; each key's new
+/// value returned when `values` asks for them.
 fn combine_in_host(
-    in_place: bool,
     views: &Arc<Mutex<Views>>,
-    node: &Node,
     state: &str,
     id: &str,
     builtin: Builtin,
-    values: KeyedValues,
-) -> Result<Parts, BatchError> {
-    let emit = !node.children.is_empty();
+    partials: KeyedValues,
+    values: bool,
+) -> Result<Vec<(Vec<u8>, Value)>, BatchError> {
     let mut views = lock(views);
-    if in_place {
-        views.combine_at_commit(state, builtin, values).map_err(storage(state))?;
-        return Ok(vec![BatchWriter::new(node.fields.len()).finish_batch(); node.parallelism]);
-    }
     let mut emitted = Vec::new();
     let mut failed = None;
-    for (key, partial) in values.into_pairs() {
-        if emit {
+    for (key, partial) in partials.into_pairs() {
+        if values {
             emitted.push(key.clone());
         }
         let combined = views.update(state, key, |base| match base {
@@ -190,20 +219,13 @@ fn combine_in_host(
         }
         combined.map_err(storage(state))?;
     }
-    let mut writer = BatchWriter::new(node.fields.len());
-    for key in emitted {
-        let value = views.base(state, &key).map_err(storage(state))?;
-        push_new_value(&mut writer, &key, value.value().map_or(ValueRef::Null, Value::as_ref))
-            .map_err(storage(state))?;
-    }
-    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
-}
-
-fn node_input_names(node: &Node) -> Vec<String> {
-    match &node.op {
-        Op::PersistentAggregate { aggregator, .. } => aggregator.input.names.clone(),
-        _ => Vec::new(),
-    }
+    emitted
+        .into_iter()
+        .map(|key| {
+            let base = views.base(state, &key).map_err(storage(state))?;
+            Ok((key, base.value().cloned().unwrap_or(Value::Null)))
+        })
+        .collect()
 }
 
 /// A combiner's answer to `pairs`: one value per pair, tagged as the pair was.

@@ -128,7 +128,9 @@ fn sandboxes_of(
         .flat_map(|n| {
             let aggregators: Vec<&str> = match &n.op {
                 OperationDef::Aggregate { aggregators, .. } => aggregators.iter().map(|a| a.id.as_str()).collect(),
-                OperationDef::PersistentAggregate { aggregator, .. } => vec![aggregator.id.as_str()],
+                OperationDef::PersistentAggregate { aggregator, .. } | OperationDef::Window { aggregator, .. } => {
+                    vec![aggregator.id.as_str()]
+                }
                 _ => Vec::new(),
             };
             std::iter::once(n.id.as_str()).chain(aggregators)

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use std::collections::{BTreeMap, HashSet};
 use weir_sdk::topology::{
     AggregatorDef, AggregatorKind, OperationDef, Partitioning, PayloadDef, QueryDef, SinkDef, SinkPayloadDef, SpoutDef,
-    StateDef, StateKind, TopologyDef,
+    StateDef, StateKind, TopologyDef, WindowDef,
 };
 
 /// Whether `name` is a name this host takes: ASCII letters, digits, `-`,
@@ -100,6 +100,12 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
         OperationDef::PersistentAggregate { group, aggregator, .. } => {
             fields(&[group, &aggregator.input, &aggregator.output])
         }
+        OperationDef::Window { window, group, aggregator, .. } => {
+            fields(&[group, &aggregator.input, &aggregator.output]);
+            if let WindowDef::EventTime { field, .. } = window {
+                fields(&[std::slice::from_ref(field)]);
+            }
+        }
         OperationDef::Join { fields: keys, output, .. } => {
             for list in keys {
                 fields(&[list]);
@@ -119,7 +125,8 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
         OperationDef::Aggregate { aggregators, .. } => {
             names.extend(aggregators.iter().map(|a| ("operator", a.id.as_str())))
         }
-        OperationDef::PersistentAggregate { state, aggregator, .. } => {
+        OperationDef::PersistentAggregate { state, aggregator, .. }
+        | OperationDef::Window { state, aggregator, .. } => {
             names.push(("operator", &aggregator.id));
             names.push(("state", &state.name));
         }
@@ -323,6 +330,56 @@ pub(super) fn check_aggregator(
     Ok(())
 }
 
+/// The most windows one tuple may fall into: a sliding window's size over
+/// its slide, which a description chooses.
+pub const MAX_WINDOWS_PER_TUPLE: u64 = 1_000;
+
+/// Checks a window operation `node` of topology `name`: sizes a tuple can
+/// be assigned by, a timestamp field in `fields`, and an aggregator that
+/// keeps one partial per window.
+pub(super) fn check_window(
+    name: &str,
+    node: &str,
+    fields: &[String],
+    window: &WindowDef,
+    aggregator: &AggregatorDef,
+) -> Result<()> {
+    let (size, slide, unit) = match window {
+        WindowDef::Count { size, slide } => (*size, *slide, "tuples"),
+        WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
+            super::fields::resolve(name, node, fields, std::slice::from_ref(field))?;
+            for (what, ms) in
+                [("size", size_ms), ("slide", slide_ms), ("max delay", max_delay_ms), ("lateness", lateness_ms)]
+            {
+                if i64::try_from(*ms).is_err() {
+                    bail!("topology {name}: window {node}: its {what} of {ms} ms is more than a timestamp holds");
+                }
+            }
+            (*size_ms, *slide_ms, "ms")
+        }
+    };
+    if size == 0 || slide == 0 {
+        bail!(
+            "topology {name}: window {node}: a window's size and slide must be at least 1 (size {size}, slide {slide} {unit})"
+        );
+    }
+    if size.div_ceil(slide) > MAX_WINDOWS_PER_TUPLE {
+        bail!(
+            "topology {name}: window {node}: a size of {size} {unit} sliding by {slide} puts each tuple in {} windows; \
+             this host allows {MAX_WINDOWS_PER_TUPLE}",
+            size.div_ceil(slide)
+        );
+    }
+    if aggregator.kind == AggregatorKind::General {
+        bail!(
+            "topology {name}: window {node} uses the general aggregator {}: a window keeps one partial, made by a \
+             combiner, a reducer or a built-in",
+            aggregator.id
+        );
+    }
+    check_aggregator(name, node, fields, aggregator, true)
+}
+
 /// Each query stream by name, with its root and the node that answers it:
 /// a query ends in one stream and writes no state.
 pub(super) fn queries(name: &str, nodes: &[Node]) -> Result<BTreeMap<String, (usize, usize)>> {
@@ -337,10 +394,7 @@ pub(super) fn queries(name: &str, nodes: &[Node]) -> Result<BTreeMap<String, (us
         let [answer] = leaves[..] else {
             bail!("topology {name}: query {query} must end in one stream (it ends in {} places)", leaves.len());
         };
-        if reachable
-            .iter()
-            .any(|&n| matches!(nodes[n].op, Op::PersistentAggregate { .. } | Op::PartitionPersist { .. }))
-        {
+        if reachable.iter().any(|&n| nodes[n].op.writes_state()) {
             bail!("topology {name}: query {query} writes state: a query only reads it");
         }
         queries.insert(query.clone(), (root, answer));
@@ -415,7 +469,7 @@ fn guest_operators(op: &Op) -> usize {
         Op::Function { .. } | Op::Filter { .. } | Op::PartitionPersist { .. } => 1,
         Op::StateQuery { query, .. } => usize::from(*query == QueryDef::Guest),
         Op::Aggregate { aggregators, .. } => aggregators.iter().map(guest).sum(),
-        Op::PersistentAggregate { aggregator, .. } => guest(aggregator),
+        Op::PersistentAggregate { aggregator, .. } | Op::Window { aggregator, .. } => guest(aggregator),
         _ => 0,
     }
 }

@@ -8,7 +8,7 @@ use crate::config::TopologyLimits;
 use anyhow::{Result, bail};
 use std::collections::{BTreeMap, HashSet};
 use weir_sdk::topology::{
-    AggregatorDef, NodeDef, OperationDef, Partitioning, SinkDef, SinkPayloadDef, StateDef, TopologyDef,
+    AggregatorDef, NodeDef, OperationDef, Partitioning, SinkDef, SinkPayloadDef, StateDef, TopologyDef, WindowDef,
 };
 
 /// The input of `operator` reading `names` from tuples of `fields`, or the
@@ -167,6 +167,24 @@ pub(super) fn resolve_nodes(
                 },
                 logical[i].clone(),
             ),
+            OperationDef::Window { window, state, group, aggregator } => {
+                let time = match window {
+                    WindowDef::EventTime { field, .. } => Some(positions(input_fields, [field])[0]),
+                    WindowDef::Count { .. } => None,
+                };
+                let mut aggregator = aggregator_of(input_fields, aggregator);
+                // Assigned rows lead with the window's end and start.
+                aggregator.input.positions.iter_mut().for_each(|p| *p += 2);
+                aggregator.input.whole_tuple = false;
+                let op = Op::Window {
+                    state: state.name.clone(),
+                    window: window.clone(),
+                    time,
+                    group: positions(input_fields, group),
+                    aggregator,
+                };
+                (op, logical[i].clone())
+            }
             OperationDef::PartitionPersist { state, input, output } => (
                 Op::PartitionPersist {
                     state: state.name.clone(),
@@ -303,6 +321,14 @@ fn logical_fields(
             fields.extend(aggregator.output.iter().cloned());
             fresh(fields)?
         }
+        OperationDef::Window { window, group, aggregator, .. } => {
+            resolve_all(inputs[0], group)?;
+            super::checks::check_window(name, id, inputs[0], window, aggregator)?;
+            let mut fields = group.clone();
+            fields.extend(["window_start".to_owned(), "window_end".to_owned()]);
+            fields.extend(aggregator.output.iter().cloned());
+            fresh(fields)?
+        }
         OperationDef::PartitionPersist { input, output, .. } => {
             resolve_all(inputs[0], input)?;
             fresh(output.clone())?
@@ -398,6 +424,13 @@ fn reads(child: &NodeDef, parent_fields: &[String], needed: &HashSet<String>) ->
         OperationDef::PersistentAggregate { group, aggregator, .. } => {
             out.extend(group.iter().cloned());
             out.extend(aggregator.input.iter().cloned());
+        }
+        OperationDef::Window { window, group, aggregator, .. } => {
+            out.extend(group.iter().cloned());
+            out.extend(aggregator.input.iter().cloned());
+            if let WindowDef::EventTime { field, .. } = window {
+                out.insert(field.clone());
+            }
         }
         // Merged streams must line up, and a join names every field of its
         // inputs: both see their inputs whole.

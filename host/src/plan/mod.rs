@@ -24,7 +24,7 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{
-    AggregateScope, AggregatorKind, JoinKind, Partitioning, QueryDef, SinkDef, StateDef, TopologyDef,
+    AggregateScope, AggregatorKind, JoinKind, Partitioning, QueryDef, SinkDef, StateDef, TopologyDef, WindowDef,
 };
 
 /// A validated topology, ready to run.
@@ -167,6 +167,21 @@ pub enum Op {
         /// a built-in's partials may be combined in the commit itself.
         in_place: bool,
     },
+    /// Windows aggregated into a state, each emitted once it closes (see
+    /// `crate::exec::window`). Its rows are worked on as they are assigned
+    /// to windows: the window's end and start, then the input tuple.
+    Window {
+        /// The state holding the open windows.
+        state: String,
+        /// How tuples fall into windows.
+        window: WindowDef,
+        /// Position of the timestamp field, for event time.
+        time: Option<usize>,
+        /// Positions of the group fields in the input tuple.
+        group: Vec<usize>,
+        /// The aggregator, its input positions in the assigned rows.
+        aggregator: Aggregator,
+    },
     /// A guest state updater.
     PartitionPersist {
         /// The state.
@@ -216,6 +231,13 @@ pub enum Op {
         /// Input fields passed on.
         kept: Vec<usize>,
     },
+}
+
+impl Op {
+    /// Whether the operation writes a state.
+    pub fn writes_state(&self) -> bool {
+        matches!(self, Op::PersistentAggregate { .. } | Op::PartitionPersist { .. } | Op::Window { .. })
+    }
 }
 
 /// `value` as JSON, for messages: a name or a list of names, quoted and

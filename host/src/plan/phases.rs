@@ -15,6 +15,7 @@ pub(super) fn assign(def: &TopologyDef, order: &[usize]) -> Vec<Phase> {
             node.op,
             OperationDef::PersistentAggregate { .. }
                 | OperationDef::PartitionPersist { .. }
+                | OperationDef::Window { .. }
                 | OperationDef::StateQuery { .. }
         );
         if touches_state || node.inputs.iter().any(|&p| phase[p] == Phase::Commit) {

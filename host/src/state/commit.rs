@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 
 /// A state's writes gathered over the batches of a group, to write at once.
 enum Gathered<'a> {
-    /// The latest record of each key.
-    Records(BTreeMap<&'a [u8], &'a Stored>),
+    /// The latest record of each key; `None`, removed.
+    Records(BTreeMap<&'a [u8], Option<&'a Stored>>),
     /// Each batch's partials, to combine in place, in txid order.
     Partials(Vec<BatchPartials<'a>>),
 }
@@ -96,8 +96,9 @@ impl Db {
 
 /// Adds batch `txid`'s `writes` to its state's `runs`.
 fn gather<'a>(runs: &mut Vec<Gathered<'a>>, txid: u64, writes: &'a StateWrites) {
-    if !writes.records.is_empty() {
-        let records = writes.records.iter().map(|(key, stored)| (key.as_slice(), stored));
+    if !writes.records.is_empty() || !writes.removed.is_empty() {
+        let written = writes.records.iter().map(|(key, stored)| (key.as_slice(), Some(stored)));
+        let records = written.chain(writes.removed.iter().map(|key| (key.as_slice(), None)));
         match runs.last_mut() {
             Some(Gathered::Records(latest)) => latest.extend(records),
             _ => runs.push(Gathered::Records(records.collect())),
@@ -125,7 +126,10 @@ fn write_gathered(
         Gathered::Records(latest) => {
             let mut table = WriteTable::open(txn, &name, false)?;
             for (key, stored) in &latest {
-                table.insert(key, stored, encoded)?;
+                match stored {
+                    Some(stored) => table.insert(key, stored, encoded)?,
+                    None => table.remove(key)?,
+                }
             }
             Ok(latest.len())
         }

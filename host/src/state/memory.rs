@@ -92,6 +92,13 @@ impl StateReader for MemoryState {
     fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
         Ok(self.0.get(key).cloned())
     }
+
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        Ok(self.0.range(from.to_vec()..to.to_vec()).map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
 }
 
 impl Snapshot for MemorySnapshot {
@@ -167,6 +174,10 @@ fn apply(t: &mut Topology, batch: &BatchCommit<'_>, written: &mut BTreeSet<(Stri
         let records = Arc::make_mut(t.states.entry(write.state.clone()).or_default());
         for (key, stored) in &write.records {
             records.insert(key.clone(), stored.clone());
+            written.insert((write.state.clone(), key.clone()));
+        }
+        for key in &write.removed {
+            records.remove(key);
             written.insert((write.state.clone(), key.clone()));
         }
         let Some(combines) = &write.combines else { continue };

@@ -502,6 +502,10 @@ impl StateReader for ReadTable {
     fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
         ReadTable::get(self, key)
     }
+
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
+        ReadTable::range(self, from, to)
+    }
 }
 
 impl Snapshot for redb::ReadTransaction {

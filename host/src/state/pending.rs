@@ -6,6 +6,7 @@ use super::rules::Stored;
 use super::store::{Snapshot, StateReader};
 use super::view::StateWrites;
 use anyhow::{Result, bail};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A snapshot of `topology` with `layers` (each batch's writes, in txid
@@ -58,10 +59,34 @@ impl StateReader for PendingState {
             if let Ok(at) = writes.records.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
                 return Ok(Some(writes.records[at].1.clone()));
             }
+            if writes.removed.binary_search_by(|k| k.as_slice().cmp(key)).is_ok() {
+                return Ok(None);
+            }
         }
         match &self.base {
             Some(base) => base.get(key),
             None => Ok(None),
         }
+    }
+
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
+        let mut found: BTreeMap<Vec<u8>, Stored> = match &self.base {
+            Some(base) => base.range(from, to)?.into_iter().collect(),
+            None => BTreeMap::new(),
+        };
+        let within = |key: &[u8]| from <= key && key < to;
+        for layer in &self.layers {
+            let Some(writes) = layer.iter().find(|w| w.state == self.state) else { continue };
+            if writes.combines.is_some() {
+                bail!("state {} is combined in place by an earlier batch of the group: it cannot be read", self.state);
+            }
+            for (key, stored) in writes.records.iter().filter(|(k, _)| within(k)) {
+                found.insert(key.clone(), stored.clone());
+            }
+            for key in writes.removed.iter().filter(|k| within(k)) {
+                found.remove(key);
+            }
+        }
+        Ok(found.into_iter().collect())
     }
 }

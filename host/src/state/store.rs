@@ -30,6 +30,10 @@ pub trait CommitLog {
 pub trait StateReader: Send {
     /// The record of `key` (encoded, see [`keys`](super::keys)).
     fn get(&self, key: &[u8]) -> Result<Option<Stored>>;
+
+    /// The keys from `from` up to (not including) `to`, with their
+    /// records, sorted by key.
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>>;
 }
 
 /// What is committed, as of one moment, for a batch's or a query's reads.
@@ -122,6 +126,7 @@ mod tests {
         vec![StateWrites {
             state: "counts".into(),
             records: Vec::new(),
+            removed: Vec::new(),
             combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
         }]
     }
@@ -227,7 +232,7 @@ mod tests {
             let tx = |txid, n| Stored::Transactional { txid, value: Value::I64(n) };
             let set = |pairs: &[(&str, Stored)]| {
                 let records = pairs.iter().map(|(w, stored)| (key(w), stored.clone())).collect();
-                vec![StateWrites { state: "counts".into(), records, combines: None }]
+                vec![StateWrites { state: "counts".into(), records, removed: Vec::new(), combines: None }]
             };
             let writes = [
                 set(&[("a", tx(1, 10)), ("b", tx(1, 1))]),

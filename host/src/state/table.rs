@@ -166,16 +166,26 @@ impl ReadTable {
     /// than it returns.
     pub fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Stored)>> {
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.range_of((from, Bound::Unbounded), limit)
+    }
+
+    /// The keys from `from` up to (not including) `to` with their
+    /// records, sorted by key.
+    pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
+        self.range_of((Bound::Included(from), Bound::Excluded(to)), usize::MAX)
+    }
+
+    fn range_of(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>), limit: usize) -> Result<Vec<(Vec<u8>, Stored)>> {
         let mut out = Vec::with_capacity(limit.min(1024));
         match self {
             ReadTable::Records(table) => {
-                for entry in table.range::<&[u8]>((from, Bound::Unbounded))?.take(limit) {
+                for entry in table.range::<&[u8]>(bounds)?.take(limit) {
                     let (key, value) = entry?;
                     out.push((key.value().to_vec(), Stored::decode(value.value())?));
                 }
             }
             ReadTable::Counts(table) => {
-                for entry in table.range::<&[u8]>((from, Bound::Unbounded))?.take(limit) {
+                for entry in table.range::<&[u8]>(bounds)?.take(limit) {
                     let (key, value) = entry?;
                     out.push((key.value().to_vec(), stored_count(value.value())));
                 }
@@ -251,6 +261,15 @@ impl<'t> WriteTable<'t> {
                 };
                 table.insert(key, count)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Removes the record of `key`, if there is one.
+    pub fn remove(&mut self, key: &[u8]) -> Result<()> {
+        match self {
+            WriteTable::Records(table) => drop(table.remove(key)?),
+            WriteTable::Counts(table) => drop(table.remove(key)?),
         }
         Ok(())
     }
@@ -358,7 +377,7 @@ mod tests {
     fn count_writes(kind: StateKind, partials: &[(&str, i64)]) -> Vec<StateWrites> {
         let partials = partials.iter().map(|(word, n)| (key(word), Value::I64(*n))).collect();
         let combines = Combines { kind, builtin: Builtin::Count, partials };
-        vec![StateWrites { state: "counts".into(), records: Vec::new(), combines: Some(combines) }]
+        vec![StateWrites { state: "counts".into(), records: Vec::new(), removed: Vec::new(), combines: Some(combines) }]
     }
 
     fn commit(db: &Db, txid: u64, writes: &[StateWrites]) -> Result<usize> {
@@ -417,6 +436,7 @@ mod tests {
         let stray = StateWrites {
             state: "counts".into(),
             records: vec![(key("a"), Stored::Transactional { txid: 3, value: Value::from("x") })],
+            removed: Vec::new(),
             combines: None,
         };
         let err = commit(&db, 3, &[stray]).unwrap_err();
@@ -482,7 +502,12 @@ mod tests {
     fn a_count_state_first_stored_as_records_stays_records() {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path()).unwrap();
-        let records = StateWrites { state: "counts".into(), records: vec![(key("a"), tx(1, 4))], combines: None };
+        let records = StateWrites {
+            state: "counts".into(),
+            records: vec![(key("a"), tx(1, 4))],
+            removed: Vec::new(),
+            combines: None,
+        };
         commit(&db, 1, &[records]).unwrap();
         assert_eq!(layout(&db), "records");
         commit(&db, 2, &count_writes(StateKind::Transactional, &[("a", 1)])).unwrap();

@@ -27,6 +27,7 @@ fn counts(kind: StateKind) -> Vec<StateWrites> {
     vec![StateWrites {
         state: "counts".into(),
         records: Vec::new(),
+        removed: Vec::new(),
         combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
     }]
 }
@@ -50,6 +51,7 @@ fn a_state_is_paged_through_in_key_order_in_either_layout() {
         let writes = vec![StateWrites {
             state: "counts".into(),
             records: Vec::new(),
+            removed: Vec::new(),
             combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
         }];
         db.commit("t", 1, &record(), &writes).unwrap();

@@ -121,10 +121,11 @@ impl StateCache {
     }
 }
 
-/// A state's committed record and the batch's write of one key.
+/// A state's committed record and the batch's write of one key (`None`:
+/// the batch removes the key).
 struct Write {
     before: Option<Stored>,
-    after: Stored,
+    after: Option<Stored>,
 }
 
 struct View {
@@ -163,6 +164,8 @@ pub struct StateWrites {
     pub state: String,
     /// Encoded key to the record to store, sorted by key.
     pub records: Vec<(Vec<u8>, Stored)>,
+    /// Encoded keys to remove, sorted.
+    pub removed: Vec<Vec<u8>>,
     /// Partials to combine in place at commit.
     pub combines: Option<Combines>,
 }
@@ -267,16 +270,60 @@ impl Views {
         let txid = self.txid;
         let view = self.view(state)?;
         if let Some(write) = view.writes.get(key) {
-            return Ok(Base::Value(write.after.value().clone()));
+            return Ok(write.after.as_ref().map_or(Base::None, |after| Base::Value(after.value().clone())));
         }
         let stored = Self::committed(view, key)?;
-        let step = rules::step(view.def.kind, stored.as_ref(), txid)
+        Self::base_of(view, key, stored.as_ref(), txid)
+    }
+
+    fn base_of(view: &View, key: &[u8], stored: Option<&Stored>, txid: u64) -> Result<Base> {
+        let step = rules::step(view.def.kind, stored, txid)
             .with_context(|| format!("state {}, key {}", view.def.name, super::describe_key(key)))?;
         Ok(match step {
             Step::Skip => Base::Applied(stored.expect("skip has a stored value").value().clone()),
             Step::Fresh => Base::None,
             Step::Combine(value) => Base::Value(value),
         })
+    }
+
+    /// The keys of `state` from `from` up to (not including) `to` that
+    /// hold a value for the batch, with their bases (see [`Views::base`]),
+    /// sorted by key: what is committed, under the batch's own writes.
+    pub fn range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>> {
+        let txid = self.txid;
+        let view = self.view(state)?;
+        let committed = match &view.table {
+            Some(table) => table.range(from, to).with_context(|| format!("state {} is unreadable", view.def.name))?,
+            None => Vec::new(),
+        };
+        let mut found = BTreeMap::new();
+        for (key, stored) in committed {
+            let base = Self::base_of(view, &key, Some(&stored), txid)?;
+            found.insert(key, base);
+        }
+        let written = view.writes.range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Excluded(to)));
+        for (key, write) in written {
+            match &write.after {
+                Some(after) => found.insert(key.clone(), Base::Value(after.value().clone())),
+                None => found.remove(key),
+            };
+        }
+        Ok(found.into_iter().filter(|(_, base)| *base != Base::None).collect())
+    }
+
+    /// Removes `key` from `state` when the batch commits.
+    pub fn remove(&mut self, state: &str, key: &[u8]) -> Result<()> {
+        if !self.writable {
+            bail!("topology {}: a query cannot write state {state}", self.topology);
+        }
+        let view = self.view(state)?;
+        if let Some(write) = view.writes.get_mut(key) {
+            write.after = None;
+            return Ok(());
+        }
+        let before = Self::committed_for_write(view, key)?;
+        view.writes.insert(key.to_vec(), Write { before, after: None });
+        Ok(())
     }
 
     /// Writes `value` for `key`, to commit with the batch. A transactional
@@ -296,8 +343,8 @@ impl Views {
         let view = self.view(state)?;
         let kind = view.def.kind;
         if let Some(write) = view.writes.get_mut(&key) {
-            let value = new(Base::Value(write.after.value().clone()))?;
-            write.after = rules::updated(kind, write.before.as_ref(), txid, value);
+            let base = write.after.as_ref().map_or(Base::None, |after| Base::Value(after.value().clone()));
+            write.after = Some(rules::updated(kind, write.before.as_ref(), txid, new(base)?));
             return Ok(());
         }
         let before = Self::committed_for_write(view, &key)?;
@@ -305,7 +352,7 @@ impl Views {
             .with_context(|| format!("state {}, key {}", view.def.name, super::describe_key(&key)))?;
         match after {
             Some(after) => {
-                view.writes.insert(key, Write { before, after });
+                view.writes.insert(key, Write { before, after: Some(after) });
             }
             // Applied already: the committed record stays, cached again.
             None => view.cache.put(key, before),
@@ -332,10 +379,16 @@ impl Views {
     pub fn finish(self, caches: &mut HashMap<String, StateCache>) -> Vec<StateWrites> {
         let mut out = Vec::new();
         for (name, view) in self.states {
-            let records: Vec<(Vec<u8>, Stored)> = view.writes.into_iter().map(|(k, w)| (k, w.after)).collect();
+            let (mut records, mut removed) = (Vec::new(), Vec::new());
+            for (key, write) in view.writes {
+                match write.after {
+                    Some(after) => records.push((key, after)),
+                    None => removed.push(key),
+                }
+            }
             caches.insert(name.clone(), view.cache);
-            if !records.is_empty() || view.combines.is_some() {
-                out.push(StateWrites { state: name, records, combines: view.combines });
+            if !records.is_empty() || !removed.is_empty() || view.combines.is_some() {
+                out.push(StateWrites { state: name, records, removed, combines: view.combines });
             }
         }
         out.sort_by(|a, b| a.state.cmp(&b.state));
@@ -376,6 +429,9 @@ pub fn refresh_caches(caches: &mut HashMap<String, StateCache>, writes: Vec<Stat
         if let Some(cache) = caches.get_mut(&write.state) {
             for (key, stored) in write.records {
                 cache.put(key, Some(stored));
+            }
+            for key in write.removed {
+                cache.put(key, None);
             }
         }
     }

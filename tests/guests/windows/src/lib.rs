@@ -1,0 +1,121 @@
+//! One topology per kind of window, each over the lines of the run's input
+//! (`sensor,timestamp,value`, as `tests/windows_reference.py` generates
+//! them), each keeping every window it emits in two states: `results`, the
+//! window's value by `[sensor, window_start, window_end]`, and `emitted`,
+//! how many times it was emitted. The parse function fails the first
+//! attempt of txid 3, so every run replays a batch.
+
+use weir_sdk::prelude::*;
+use weir_sdk::{Stream, Window};
+
+/// The txid whose first attempt fails, and is replayed.
+pub const REPLAYED_TXID: u64 = 3;
+
+/// Parses `sensor,timestamp,value`.
+pub struct Parse;
+
+impl Function for Parse {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        let batch = tuple.batch();
+        if batch.txid == REPLAYED_TXID && batch.attempt == 0 {
+            return Err(Error::retry(format!("txid {} fails on its first attempt", batch.txid)));
+        }
+        let line = tuple.str(0)?;
+        let fields: Vec<&str> = line.split(',').collect();
+        let [sensor, ts, value] = fields[..] else { return Err(Error::fatal(format!("not a reading: {line:?}"))) };
+        let number = |s: &str| s.parse::<i64>().map_err(|e| Error::fatal(format!("{s:?} in {line:?}: {e}")));
+        out.emit([ValueRef::Str(sensor), ValueRef::I64(number(ts)?), ValueRef::I64(number(value)?)])
+    }
+}
+
+/// A guest combiner: the greatest integer (null for none).
+pub struct Greatest;
+
+impl CombinerAggregator for Greatest {
+    fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error> {
+        Ok(Value::I64(tuple.i64(0)?))
+    }
+    fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
+        match (a, b) {
+            (Value::I64(a), Value::I64(b)) => Ok(Value::I64(a.max(b))),
+            (Value::Null, v) | (v, Value::Null) => Ok(v),
+            (a, b) => Err(Error::fatal(format!("greatest of {a:?} and {b:?}"))),
+        }
+    }
+    fn zero(&self) -> Value {
+        Value::Null
+    }
+}
+
+/// A reducer: the integers, space-joined in the order they came.
+pub struct JoinValues;
+
+impl ReducerAggregator for JoinValues {
+    fn init(&self) -> Value {
+        Value::from("")
+    }
+    fn reduce(&self, acc: Value, tuple: &Tuple<'_>) -> Result<Value, Error> {
+        let Value::Str(acc) = acc else { return Err(Error::fatal(format!("joining onto {acc:?}"))) };
+        let n = tuple.i64(0)?;
+        Ok(Value::Str(if acc.is_empty() { n.to_string() } else { format!("{acc} {n}") }))
+    }
+}
+
+/// The readings of the run's input: `sensor`, `ts`, `value`.
+fn readings(name: &str) -> (weir_sdk::builder::TopologyBuilder, Stream) {
+    let topology = Topology::new(name);
+    let stream =
+        topology.new_stream(FileLines::new("line")).each(["line"], Parse, ["sensor", "ts", "value"]).name("parse");
+    (topology, stream)
+}
+
+/// Keeps each window `windows` emits: its value (field `value_field`) in
+/// `results` and its emissions in `emitted`, by `key`.
+fn keep<const K: usize>(windows: &Stream, key: [&str; K], value_field: &str) {
+    windows.group_by(key).persistent_aggregate_over(State::transactional("results"), [value_field], First, ["kept"]);
+    windows.group_by(key).persistent_aggregate(State::transactional("emitted"), Count, ["times"]);
+}
+
+const WINDOW_KEY: [&str; 3] = ["sensor", "window_start", "window_end"];
+
+/// The topologies, one per kind of window.
+pub fn topologies() -> Vec<Topology> {
+    let mut out = Vec::new();
+
+    let (topology, stream) = readings("count-tumbling");
+    let windows =
+        stream.group_by(["sensor"]).window(Window::tumbling_count(3), "open", ["value"], Sum, ["sum"]).name("windows");
+    keep(&windows, WINDOW_KEY, "sum");
+    out.push(topology.build());
+
+    let (topology, stream) = readings("count-sliding");
+    let windows = stream
+        .group_by(["sensor"])
+        .window(Window::sliding_count(4, 2), "open", ["value"], Reducer(JoinValues), ["values"])
+        .name("windows");
+    keep(&windows, WINDOW_KEY, "values");
+    out.push(topology.build());
+
+    let (topology, stream) = readings("time-tumbling");
+    let window = Window::tumbling("ts", 1_000).max_delay_ms(300).lateness_ms(200);
+    let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Greatest, ["max"]).name("windows");
+    keep(&windows, WINDOW_KEY, "max");
+    out.push(topology.build());
+
+    let (topology, stream) = readings("time-sliding");
+    let window = Window::sliding("ts", 1_000, 250).max_delay_ms(150);
+    let windows =
+        stream.group_by(["sensor"]).window(window, "open", ["value"], Reducer(JoinValues), ["values"]).name("windows");
+    keep(&windows, WINDOW_KEY, "values");
+    out.push(topology.build());
+
+    let (topology, stream) = readings("time-all");
+    let windows =
+        stream.window(Window::tumbling("ts", 500).max_delay_ms(100), "open", [], Count, ["n"]).name("windows");
+    keep(&windows, ["window_start", "window_end"], "n");
+    out.push(topology.build());
+
+    out
+}
+
+weir_sdk::export!(topologies);

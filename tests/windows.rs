@@ -1,0 +1,133 @@
+//! Every kind of window through a real guest (`tests/guests/windows`), the
+//! real binary and a real redb file: each run's windows are compared with
+//! an independent computation in Python (`tests/windows_reference.py`),
+//! over generated readings with out-of-order and late ones and a gap of
+//! empty windows; each window is emitted once (the guest counts emissions
+//! in a state), late readings are counted, a replayed batch (the guest
+//! fails txid 3's first attempt) emits what its first attempt would have,
+//! and kill -9 at seeded moments leaves the same windows.
+
+mod common;
+
+use common::kill::Restarts;
+use common::*;
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// The guest's topologies, one per kind of window.
+const KINDS: [&str; 5] = ["count-tumbling", "count-sliding", "time-tumbling", "time-sliding", "time-all"];
+
+fn reference_script() -> std::path::PathBuf {
+    Path::new(REPO_ROOT).join("tests/windows_reference.py")
+}
+
+/// Writes `n` readings drawn from `seed` into `out`.
+fn generate(seed: u64, n: usize, out: &Path) {
+    let status = Command::new("python3")
+        .arg(reference_script())
+        .args(["generate", "--seed", &seed.to_string(), "-n", &n.to_string(), "-o"])
+        .arg(out)
+        .status()
+        .expect("run python3");
+    assert!(status.success(), "generating readings failed");
+}
+
+/// What a topology's run left: each window's value by its key, how many
+/// times each was emitted, and the late readings counted.
+#[derive(Debug, PartialEq)]
+struct Windows {
+    values: BTreeMap<String, Json>,
+    late: i64,
+}
+
+/// The windows `kind` must emit over `input` in batches of `batch` lines.
+fn expected(kind: &str, input: &Path, batch: usize) -> Windows {
+    let output = Command::new("python3")
+        .arg(reference_script())
+        .args(["expect", "--kind", kind, "--batch", &batch.to_string()])
+        .arg(input)
+        .output()
+        .expect("run python3");
+    assert!(output.status.success(), "reference: {}", String::from_utf8_lossy(&output.stderr));
+    let json: Json = serde_json::from_slice(&output.stdout).unwrap();
+    let values = json["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            let w = w.as_array().unwrap();
+            let (value, key) = w.split_last().unwrap();
+            (Json::from(key.to_vec()).to_string(), value.clone())
+        })
+        .collect();
+    Windows { values, late: json["late"].as_i64().unwrap() }
+}
+
+/// The windows `kind` stored in `data`, asserting each was emitted once.
+fn stored(data: &Path, kind: &str) -> Windows {
+    let values: BTreeMap<String, Json> =
+        scan(data, kind, "results").into_iter().map(|e| (e["key"].to_string(), e["value"].clone())).collect();
+    for entry in scan(data, kind, "emitted") {
+        assert_eq!(entry["value"], 1, "{kind}: window {} was emitted more than once", entry["key"]);
+    }
+    let late = scan(data, kind, "open")
+        .into_iter()
+        .find(|e| e["key"] == serde_json::json!([false]))
+        .map_or(0, |e| e["value"].as_i64().unwrap());
+    Windows { values, late }
+}
+
+#[track_caller]
+fn assert_windows_eq(kind: &str, got: &Windows, want: &Windows) {
+    let differ: Vec<String> = want
+        .values
+        .iter()
+        .filter(|(k, v)| got.values.get(*k) != Some(v))
+        .map(|(k, v)| format!("{k}: got {:?}, want {v}", got.values.get(k)))
+        .chain(got.values.keys().filter(|k| !want.values.contains_key(*k)).map(|k| format!("{k} emitted, none due")))
+        .take(5)
+        .collect();
+    assert!(differ.is_empty(), "{kind}: {} windows, want {}: {differ:#?}", got.values.len(), want.values.len());
+    assert_eq!(got.late, want.late, "{kind}: late readings");
+}
+
+fn run_args_for<'a>(kind: &'a str, data: &'a Path, input: &'a Path, batch: &'a str) -> Vec<&'a str> {
+    run_args(WINDOWS, data, input, &["--topology", kind, "--batch-size", batch])
+}
+
+#[test]
+fn each_kind_of_window_emits_what_an_independent_computation_does_once_each() {
+    let dir = tempfile::tempdir().unwrap();
+    for (seed, readings, batch) in [(1, 2_000, 50), (2, 600, 7)] {
+        let input = dir.path().join(format!("readings-{seed}.txt"));
+        generate(seed, readings, &input);
+        for kind in KINDS {
+            let data = dir.path().join(format!("data-{seed}-{kind}"));
+            let batch_size = batch.to_string();
+            let log = text(&weir_ok(&run_args_for(kind, &data, &input, &batch_size)));
+            assert!(log.contains("txid 3 attempt 0 failed"), "{kind}: no batch was replayed: {log}");
+            let want = expected(kind, &input, batch);
+            assert!(want.values.len() > 20, "{kind}: the reference closes only {} windows", want.values.len());
+            assert_windows_eq(kind, &stored(&data, kind), &want);
+            if kind.starts_with("time") {
+                assert!(want.late > 0, "{kind}: the readings hold no late one");
+            }
+        }
+    }
+}
+
+#[test]
+fn windows_survive_kills_at_seeded_moments() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("readings.txt");
+    generate(3, 3_000, &input);
+    for (seed, kind) in [(11, "time-sliding"), (12, "count-sliding")] {
+        let data = dir.path().join(format!("data-{kind}"));
+        let mut restarts = Restarts::new(run_args_for(kind, &data, &input, "20"), &data, kind);
+        restarts.kill_seeded(seed, 10, 20);
+        restarts.finish();
+        assert_windows_eq(kind, &stored(&data, kind), &expected(kind, &input, 20));
+    }
+}
