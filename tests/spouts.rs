@@ -243,7 +243,7 @@ fn a_data_dir_of_the_previous_release_resumes_after_its_last_line_range() {
     let meta: Vec<u8> = [0, end, 100].iter().flat_map(|n: &u64| n.to_le_bytes()).collect();
     weir::state::Db::open(&data)
         .unwrap()
-        .commit("word-count", 1, &weir::state::BatchRecord { attempt: 0, spout: meta }, &[])
+        .commit("word-count", 1, &weir::state::BatchRecord { attempt: 0, time_ms: 0, spout: meta }, &[])
         .unwrap();
     let output = weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100"]));
     assert!(text(&output).contains("committed 2 batches (200 tuples)"), "{}", text(&output));

@@ -44,9 +44,16 @@ struct Windows {
 
 /// The windows `kind` must emit over `input` in batches of `batch` lines.
 fn expected(kind: &str, input: &Path, batch: usize) -> Windows {
+    expected_by(kind, input, batch, &[])
+}
+
+/// [`expected`] for processing-time windows, each batch emitted at the
+/// time `clocks` give it (see the script's `--clock`).
+fn expected_by(kind: &str, input: &Path, batch: usize, clocks: &[&str]) -> Windows {
     let output = Command::new("python3")
         .arg(reference_script())
         .args(["expect", "--kind", kind, "--batch", &batch.to_string()])
+        .args(clocks.iter().flat_map(|clock| ["--clock", clock]))
         .arg(input)
         .output()
         .expect("run python3");
@@ -130,4 +137,36 @@ fn windows_survive_kills_at_seeded_moments() {
         restarts.finish();
         assert_windows_eq(kind, &stored(&data, kind), &expected(kind, &input, 20));
     }
+}
+
+#[test]
+fn processing_time_windows_go_by_the_time_recorded_with_each_batch() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("readings.txt");
+    generate(4, 600, &input);
+    // The n-th batch emitted afresh is emitted at 1,000,000 + 130 n ms:
+    // txid t at 1,000,000 + 130 t, if the replays of txid 3 and the
+    // batches in flight with it keep the times they were first emitted at.
+    let clock = "1000000:130";
+    for kind in ["duration-tumbling", "duration-sliding"] {
+        let data = dir.path().join(format!("data-{kind}"));
+        let output = weir().env("WEIR_CLOCK", clock).args(run_args_for(kind, &data, &input, "20")).output().unwrap();
+        assert!(output.status.success(), "{kind}: {}", text(&output));
+        assert_windows_eq(kind, &stored(&data, kind), &expected_by(kind, &input, 20, &[clock]));
+    }
+    // Killed before txid 12 commits, one batch in flight (its record not
+    // made durable by an earlier commit), and restarted: the batch was
+    // never committed, so the restarted run emits it afresh, at its clock's
+    // first reading (1,002,000 + 130 (t - 11) ms for txid t from there on).
+    let kind = "duration-tumbling";
+    let data = dir.path().join("data-restarted");
+    let mut args = run_args_for(kind, &data, &input, "20");
+    args.extend(["--max-pending", "1"]);
+    let killed = weir().env("WEIR_CLOCK", clock).env("WEIR_FAULT", "before-commit:12").args(&args).output().unwrap();
+    assert_eq!(killed.status.signal(), Some(9), "{}", text(&killed));
+    assert_eq!(last_committed(&data, kind), 11);
+    let output = weir().env("WEIR_CLOCK", "1002000:130").args(&args).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert_windows_eq(kind, &stored(&data, kind), &expected_by(kind, &input, 20, &["1000000:130:11", "1000570:130"]));
 }

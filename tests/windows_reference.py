@@ -6,10 +6,14 @@
       mostly rising, some out of order, some late, and a gap that leaves
       windows empty.
 
-  windows_reference.py expect --kind KIND --batch B FILE
+  windows_reference.py expect --kind KIND --batch B [--clock C]... FILE
       prints, as JSON, every window the topology KIND of the `windows` test
       guest emits over FILE cut into batches of B lines, and the number of
-      late readings: {"windows": [[key..., value], ...], "late": n}.
+      late readings: {"windows": [[key..., value], ...], "late": n}. For
+      processing-time windows, each --clock START:STEP[:THROUGH] says that
+      batch txid was emitted at START + STEP * txid, up to txid THROUGH
+      (the next clock from there on): the n-th batch a run emits afresh
+      is emitted at the n-th reading of the clock WEIR_CLOCK pins.
 
 The windows are computed here on their own, from the rules the README
 states, not from Weir's code.
@@ -71,10 +75,11 @@ def by_count(path, batch, size, slide, aggregate):
     return out, 0
 
 
-def by_time(path, batch, size, slide, delay, lateness, aggregate, grouped=True):
+def by_time(path, batch, size, slide, delay, lateness, aggregate, grouped=True, clock=None):
     """Windows [start, start + size), start a multiple of slide; a window
     closes once the greatest timestamp less delay reaches its end plus
-    lateness; a reading whose windows all closed is late."""
+    lateness; a reading whose windows all closed is late. With `clock`
+    (processing time), every reading of batch txid is at clock(txid)."""
     greatest = None
     open_windows = {}
     late = 0
@@ -83,9 +88,11 @@ def by_time(path, batch, size, slide, delay, lateness, aggregate, grouped=True):
     def closed_through():
         return float("-inf") if greatest is None else greatest - delay - lateness
 
-    for readings in batches(path, batch):
+    for txid, readings in enumerate(batches(path, batch), start=1):
         closed_before = closed_through()
         for sensor, ts, value in readings:
+            if clock:
+                ts = clock(txid)
             greatest = ts if greatest is None else max(greatest, ts)
             taken = False
             start = (ts // slide) * slide
@@ -114,6 +121,27 @@ KINDS = {
     "time-all": lambda p, b: by_time(p, b, 500, 500, 100, 0, len, grouped=False),
 }
 
+PROCESSING_TIME = {
+    "duration-tumbling": lambda p, b, c: by_time(p, b, 1_000, 1_000, 0, 0, sum, clock=c),
+    "duration-sliding": lambda p, b, c: by_time(p, b, 1_000, 400, 0, 0, joined, clock=c),
+}
+
+
+def pinned(clocks):
+    """The time of batch txid by the clocks given as START:STEP[:THROUGH]."""
+    parsed = []
+    for text in clocks:
+        parts = [int(p) for p in text.split(":")]
+        parsed.append((parts[0], parts[1], parts[2] if len(parts) > 2 else None))
+
+    def at(txid):
+        for start, step, through in parsed:
+            if through is None or txid <= through:
+                return start + step * txid
+        raise SystemExit(f"no clock for txid {txid}")
+
+    return at
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,14 +151,18 @@ def main():
     gen.add_argument("-n", type=int, required=True)
     gen.add_argument("-o", required=True)
     expect = commands.add_parser("expect")
-    expect.add_argument("--kind", choices=sorted(KINDS), required=True)
+    expect.add_argument("--kind", choices=sorted(KINDS) + sorted(PROCESSING_TIME), required=True)
     expect.add_argument("--batch", type=int, required=True)
+    expect.add_argument("--clock", action="append", default=[])
     expect.add_argument("file")
     args = parser.parse_args()
     if args.command == "generate":
         generate(args.seed, args.n, args.o)
     else:
-        windows, late = KINDS[args.kind](args.file, args.batch)
+        if args.kind in PROCESSING_TIME:
+            windows, late = PROCESSING_TIME[args.kind](args.file, args.batch, pinned(args.clock))
+        else:
+            windows, late = KINDS[args.kind](args.file, args.batch)
         print(json.dumps({"windows": windows, "late": late}))
 
 

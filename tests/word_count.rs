@@ -374,7 +374,7 @@ fn a_state_error_no_replay_can_cure_halts_at_once_with_state_intact() {
         combines: None,
     };
     let nothing_read = weir::spout::LineRange { start: 0, end: 0, lines: 0, tail: None }.encode();
-    let record = weir::state::BatchRecord { attempt: 0, spout: nothing_read };
+    let record = weir::state::BatchRecord { attempt: 0, time_ms: 0, spout: nothing_read };
     weir::state::Db::open(&data).unwrap().commit("word-count", 1, &record, &[ahead]).unwrap();
     let before = raw_state(&data, "word-count");
 

@@ -64,6 +64,18 @@ impl Window {
         Window(WindowDef::Count { size, slide })
     }
 
+    /// Trident's tumbling duration window: `size_ms` of processing time, by
+    /// when the host emitted each batch.
+    pub fn tumbling_duration(size_ms: u64) -> Window {
+        Window(WindowDef::Duration { size_ms, slide_ms: size_ms })
+    }
+
+    /// Trident's sliding duration window: `size_ms` of processing time,
+    /// one starting every `slide_ms`.
+    pub fn sliding_duration(size_ms: u64, slide_ms: u64) -> Window {
+        Window(WindowDef::Duration { size_ms, slide_ms })
+    }
+
     /// Tumbling event-time windows of `size_ms` by the timestamp (in
     /// milliseconds) in `field`.
     pub fn tumbling(field: &str, size_ms: u64) -> Window {

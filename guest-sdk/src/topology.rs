@@ -465,6 +465,18 @@ pub enum WindowDef {
         /// Tuples between the ends of two windows.
         slide: u64,
     },
+    /// Trident's duration windows: `[start, start + size_ms)`, `start` a
+    /// multiple of `slide_ms`, by the time the host emitted each batch
+    /// (recorded with the batch, so that a replay falls into the same
+    /// windows). A window closes with the first batch emitted at or after
+    /// its end.
+    Duration {
+        /// Window length, in milliseconds.
+        size_ms: u64,
+        /// Milliseconds between the starts of two windows (tumbling when
+        /// it is `size_ms`).
+        slide_ms: u64,
+    },
     /// Event-time windows `[start, start + size_ms)`, `start` a multiple of
     /// `slide_ms`, by the tuple's timestamp in `field` (milliseconds, an
     /// integer). The watermark is the greatest timestamp seen less

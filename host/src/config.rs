@@ -419,6 +419,11 @@ impl Default for LogLimits {
 /// any real deployment.
 pub const FAULT_ENV: &str = "WEIR_FAULT";
 
+/// For tests only: the environment variable that pins the clock batches
+/// are emitted by to `<start>:<step>`: its n-th reading is `start + step ×
+/// n` milliseconds (see `crate::clock`). Unset in any real deployment.
+pub const CLOCK_ENV: &str = "WEIR_CLOCK";
+
 #[cfg(test)]
 mod tests {
     use super::*;

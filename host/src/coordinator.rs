@@ -142,6 +142,8 @@ struct Ready {
 struct InFlight {
     id: BatchId,
     meta: Vec<u8>,
+    /// When it was first emitted (see [`BatchRecord::time_ms`]).
+    time_ms: u64,
     tuples: u64,
     bytes: usize,
     deadline: Instant,
@@ -165,6 +167,7 @@ pub fn run(
     on_report: &mut dyn FnMut(&RunReport),
 ) -> Result<RunReport> {
     fault::check()?;
+    crate::clock::check()?;
     let (work_tx, work_rx) = mpsc::channel::<Work>();
     let (done_tx, done_rx) = mpsc::channel::<Done>();
     std::thread::scope(|scope| {
@@ -261,7 +264,7 @@ impl Coordinator<'_> {
                 tracing::info!("topology {}: replaying uncommitted txid {txid}", self.topology());
                 let id = BatchId { txid: *txid, attempt: record.attempt }.next_attempt();
                 let batch = self.spout.replay(id.txid, id.attempt, &record.spout)?;
-                self.dispatch(id, Emitted { meta: record.spout.clone(), batch })?;
+                self.dispatch(id, Emitted { meta: record.spout.clone(), batch }, Some(record.time_ms))?;
             }
         }
         loop {
@@ -269,7 +272,7 @@ impl Coordinator<'_> {
             while !stopping && !self.exhausted && self.room_for_another() {
                 let txid = self.next_txid;
                 match self.emit(txid)? {
-                    Some((attempt, emitted)) => self.dispatch(BatchId { txid, attempt }, emitted)?,
+                    Some((attempt, emitted)) => self.dispatch(BatchId { txid, attempt }, emitted, None)?,
                     None => self.exhausted = true,
                 }
             }
@@ -359,17 +362,19 @@ impl Coordinator<'_> {
             && (self.pending.is_empty() || bytes < self.config.max_pending_bytes)
     }
 
-    /// Hands a batch to the process phase; a transactional spout's batch is
-    /// recorded first, so that a replay emits exactly the same tuples.
-    fn dispatch(&mut self, id: BatchId, emitted: Emitted) -> Result<()> {
+    /// Hands a batch to the process phase, with the time it was first
+    /// emitted (`None`: now); a transactional spout's batch is recorded
+    /// first, so that a replay emits exactly the same tuples at the same time.
+    fn dispatch(&mut self, id: BatchId, emitted: Emitted, time_ms: Option<u64>) -> Result<()> {
+        let time_ms = time_ms.unwrap_or_else(crate::clock::now_ms);
         if self.kind == SpoutKind::Transactional {
-            let record = BatchRecord { attempt: id.attempt, spout: emitted.meta.clone() };
+            let record = BatchRecord { attempt: id.attempt, time_ms, spout: emitted.meta.clone() };
             self.store.record_batch(self.topology(), id.txid, &record)?;
         }
         let (tuples, bytes) = (emitted.batch.len() as u64, emitted.batch.bytes().len());
         self.work.send(Work { id, batch: emitted.batch }).map_err(|_| anyhow!("the process phase stopped"))?;
         let deadline = Instant::now() + self.config.batch_timeout;
-        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), tuples, bytes, deadline });
+        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), time_ms, tuples, bytes, deadline });
         self.last_meta = Some(emitted.meta);
         self.next_txid = id.txid + 1;
         Ok(())
@@ -467,7 +472,7 @@ impl Coordinator<'_> {
                 let id = batch.id.next_attempt();
                 let replayed = self.spout.replay(id.txid, id.attempt, &batch.meta);
                 let batch_data = replayed.with_context(|| format!("replaying txid {}", id.txid))?;
-                self.dispatch(id, Emitted { meta: batch.meta, batch: batch_data })?;
+                self.dispatch(id, Emitted { meta: batch.meta, batch: batch_data }, Some(batch.time_ms))?;
             }
         } else {
             // An opaque replay starts again from what was committed; its
@@ -478,7 +483,7 @@ impl Coordinator<'_> {
             for batch in in_flight {
                 let id = batch.id.next_attempt();
                 match self.spout.emit(id.txid, id.attempt, self.last_meta.as_deref())? {
-                    Some(emitted) => self.dispatch(id, emitted)?,
+                    Some(emitted) => self.dispatch(id, emitted, None)?,
                     None => break,
                 }
             }

@@ -3,6 +3,7 @@
 
 pub mod bindings;
 pub mod bundle;
+pub mod clock;
 pub mod config;
 pub mod coordinator;
 pub mod exec;

@@ -137,6 +137,12 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
             let cut = match window {
                 WindowDef::Count { size, slide } if size == slide => format!("tumbling every {size} tuples"),
                 WindowDef::Count { size, slide } => format!("the last {size} tuples every {slide}"),
+                WindowDef::Duration { size_ms, slide_ms } if size_ms == slide_ms => {
+                    format!("{size_ms} ms by the time each batch was emitted")
+                }
+                WindowDef::Duration { size_ms, slide_ms } => {
+                    format!("{size_ms} ms every {slide_ms} ms by the time each batch was emitted")
+                }
                 WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
                     let every = if size_ms == slide_ms { String::new() } else { format!(" every {slide_ms} ms") };
                     format!(

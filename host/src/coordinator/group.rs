@@ -31,8 +31,8 @@ impl Coordinator<'_> {
         let mut failed = None;
         let mut next = Some(first);
         while let Some(Ready { id, handover, times }) = next.take() {
-            let meta = self.pending[process_times.len()].meta.clone();
-            let record = BatchRecord { attempt: id.attempt, spout: meta };
+            let in_flight = &self.pending[process_times.len()];
+            let record = BatchRecord { attempt: id.attempt, time_ms: in_flight.time_ms, spout: in_flight.meta.clone() };
             fault::at(Point::BeforeCommit, id.txid);
             if let Err(error) = self.committer.prepare(self.store, id.txid, &record, handover) {
                 failed = Some((id, error));

@@ -84,7 +84,8 @@ impl Committer {
             Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)
                 .map_err(storage)?;
         let views = Arc::new(Mutex::new(views));
-        let result = self.run_nodes(&plan, BatchId { txid, attempt: record.attempt }, &views, handover);
+        let batch = BatchId { txid, attempt: record.attempt };
+        let result = self.run_nodes(&plan, batch, record.time_ms, &views, handover);
         let views = Arc::try_unwrap(views)
             .ok()
             .expect("no call keeps the views")
@@ -168,10 +169,11 @@ impl Committer {
         &mut self,
         plan: &Plan,
         batch: BatchId,
+        time_ms: u64,
         views: &Arc<Mutex<Views>>,
         mut handover: Handover,
     ) -> Result<Vec<Option<Arc<Parts>>>, BatchError> {
-        let mut exec = Exec { plan, instances: &mut self.instances, batch, views: Some(views) };
+        let mut exec = Exec { plan, instances: &mut self.instances, batch, time_ms, views: Some(views) };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         for &i in &self.nodes {
             let node = &plan.nodes[i];

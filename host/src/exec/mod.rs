@@ -145,6 +145,9 @@ struct Exec<'a> {
     plan: &'a Plan,
     instances: &'a mut [Instances],
     batch: BatchId,
+    /// When the batch was emitted, as recorded with it: what its
+    /// processing-time windows go by. Only the commit phase runs windows.
+    time_ms: u64,
     views: Option<&'a Arc<Mutex<Views>>>,
 }
 

@@ -30,8 +30,13 @@ pub fn query(
     let views = Arc::new(Mutex::new(views));
     let mut instances = per_partition(plan, source);
     let last = db.progress(&plan.stored_as)?.last_committed;
-    let mut exec =
-        Exec { plan, instances: &mut instances, batch: BatchId { txid: last, attempt: 0 }, views: Some(&views) };
+    let mut exec = Exec {
+        plan,
+        instances: &mut instances,
+        batch: BatchId { txid: last, attempt: 0 },
+        time_ms: 0,
+        views: Some(&views),
+    };
     let mut outputs: Vec<Option<Parts>> = vec![None; plan.nodes.len()];
     for &i in &nodes {
         let node = &plan.nodes[i];

@@ -16,7 +16,7 @@ use super::{Exec, Parts, gather};
 use crate::plan::{Node, Op};
 use crate::state::keys;
 use crate::state::view::Base;
-use weir_sdk::codec::{Batch, BatchWriter, Value, ValueKind, ValueRef};
+use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueKind, ValueRef};
 use weir_sdk::topology::WindowDef;
 
 /// Key of the greatest timestamp seen (event time).
@@ -42,15 +42,20 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
     let batch = gather(input);
     let (assigned, closing) = match window {
         WindowDef::Count { size, slide } => by_count(exec, node, &batch, group, *size as i64, *slide as i64)?,
+        WindowDef::Duration { size_ms, slide_ms } => {
+            let spec = TimeSpec { size: *size_ms as i64, slide: *slide_ms as i64, delay: 0, lateness: 0 };
+            let emitted = i64::try_from(exec.time_ms).unwrap_or(i64::MAX);
+            by_time(exec, node, &batch, Stamp::Batch(emitted), &spec)?
+        }
         WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
-            let time = time.expect("an event-time window has its timestamp's position");
+            let position = time.expect("an event-time window has its timestamp's position");
             let spec = TimeSpec {
                 size: *size_ms as i64,
                 slide: *slide_ms as i64,
                 delay: *max_delay_ms as i64,
                 lateness: *lateness_ms as i64,
             };
-            by_time(exec, node, &batch, field, time, &spec)?
+            by_time(exec, node, &batch, Stamp::Field { field, position }, &spec)?
         }
     };
     if !assigned.is_empty() {
@@ -97,7 +102,36 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
     Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
 
-/// An event-time window's sizes, in milliseconds.
+/// Where a tuple's time comes from.
+enum Stamp<'a> {
+    /// Its timestamp field (event time).
+    Field { field: &'a str, position: usize },
+    /// The time its batch was emitted (processing time).
+    Batch(i64),
+}
+
+impl Stamp<'_> {
+    /// The time of `row`.
+    fn of(&self, node: &Node, row: Row<'_>) -> Result<i64, BatchError> {
+        match *self {
+            Stamp::Batch(emitted) => Ok(emitted),
+            Stamp::Field { field, position } => match row.get(position).expect("position within arity") {
+                ValueRef::I64(ts) => Ok(ts),
+                other => Err(BatchError::fatal(
+                    &node.id,
+                    format!(
+                        "window {}: field {} holds {}, not a timestamp in milliseconds",
+                        node.id,
+                        serde_json::to_string(field).unwrap_or_default(),
+                        crate::json::to_json(&other.to_owned())
+                    ),
+                )),
+            },
+        }
+    }
+}
+
+/// A time window's sizes, in milliseconds.
 struct TimeSpec {
     size: i64,
     slide: i64,
@@ -127,7 +161,7 @@ fn put_i64(exec: &Exec<'_>, node: &Node, state: &str, key: Vec<u8>, n: i64) -> R
 
 /// Starts a row of the assigned batch: the window's end and start, then
 /// the tuple.
-fn push_assigned(writer: &mut BatchWriter, row: weir_sdk::codec::Row<'_>, end: i64, start: i64) {
+fn push_assigned(writer: &mut BatchWriter, row: Row<'_>, end: i64, start: i64) {
     writer.begin_row(0);
     writer.push(ValueRef::I64(end));
     writer.push(ValueRef::I64(start));
@@ -186,17 +220,16 @@ fn by_count(
     Ok((writer.finish_batch(), Closing::Keys(closing)))
 }
 
-/// Event time: each tuple falls into the windows `[start, start + size)`
-/// holding its timestamp, `start` a multiple of `slide`, but for those
-/// closed already (a tuple in none is late); the watermark moves to the
-/// greatest timestamp seen less the delay, and every window whose end plus
-/// the lateness it reaches closes.
+/// Time windows: each tuple falls into the windows `[start, start + size)`
+/// holding its time, `start` a multiple of `slide`, but for those closed
+/// already (a tuple in none is late); the watermark moves to the greatest
+/// time seen less the delay, and every window whose end plus the lateness
+/// it reaches closes.
 fn by_time(
     exec: &mut Exec<'_>,
     node: &Node,
     batch: &Batch<'_>,
-    field: &str,
-    time: usize,
+    stamp: Stamp<'_>,
     spec: &TimeSpec,
 ) -> Result<(Batch<'static>, Closing), BatchError> {
     let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
@@ -210,21 +243,12 @@ fn by_time(
     let mut greatest = greatest_before;
     let mut late = 0;
     let mut writer = BatchWriter::new(batch.arity() + 2);
+    if let Stamp::Batch(emitted) = stamp {
+        // A batch's time moves its windows on even when it holds nothing.
+        greatest = Some(greatest.map_or(emitted, |g| g.max(emitted)));
+    }
     for row in batch.rows() {
-        let ts = match row.get(time).expect("position within arity") {
-            ValueRef::I64(ts) => ts,
-            other => {
-                return Err(BatchError::fatal(
-                    &node.id,
-                    format!(
-                        "window {}: field {} holds {}, not a timestamp in milliseconds",
-                        node.id,
-                        serde_json::to_string(field).unwrap_or_default(),
-                        crate::json::to_json(&other.to_owned())
-                    ),
-                ));
-            }
-        };
+        let ts = stamp.of(node, row)?;
         greatest = Some(greatest.map_or(ts, |g| g.max(ts)));
         let mut assigned = false;
         let mut start = ts.div_euclid(spec.slide).saturating_mul(spec.slide);

@@ -346,6 +346,14 @@ pub(super) fn check_window(
 ) -> Result<()> {
     let (size, slide, unit) = match window {
         WindowDef::Count { size, slide } => (*size, *slide, "tuples"),
+        WindowDef::Duration { size_ms, slide_ms } => {
+            for (what, ms) in [("size", size_ms), ("slide", slide_ms)] {
+                if i64::try_from(*ms).is_err() {
+                    bail!("topology {name}: window {node}: its {what} of {ms} ms is more than a timestamp holds");
+                }
+            }
+            (*size_ms, *slide_ms, "ms")
+        }
         WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
             super::fields::resolve(name, node, fields, std::slice::from_ref(field))?;
             for (what, ms) in

@@ -170,7 +170,7 @@ pub(super) fn resolve_nodes(
             OperationDef::Window { window, state, group, aggregator } => {
                 let time = match window {
                     WindowDef::EventTime { field, .. } => Some(positions(input_fields, [field])[0]),
-                    WindowDef::Count { .. } => None,
+                    WindowDef::Count { .. } | WindowDef::Duration { .. } => None,
                 };
                 let mut aggregator = aggregator_of(input_fields, aggregator);
                 // Assigned rows lead with the window's end and start.

@@ -346,3 +346,55 @@ fn a_sink_on_the_process_phase_after_a_sink_or_to_a_wildcard_is_refused_naming_i
     let err = refused(vec![spout(), split(), count(1, &["word"]), sink("out", 2, "o", Raw { field: "nope".into() })]);
     assert!(err.contains("operator out reads field \"nope\""), "{err}");
 }
+
+fn window(input: usize, window: weir_sdk::topology::WindowDef, kind: AggregatorKind) -> NodeDef {
+    node(
+        "win",
+        &[input],
+        OperationDef::Window {
+            window,
+            state: StateDef { name: "open".into(), kind: StateKind::Opaque, cache_size: None },
+            group: names(&["word"]),
+            aggregator: AggregatorDef { id: "win".into(), kind, input: names(&["n"]), output: names(&["sum"]) },
+        },
+    )
+}
+
+#[test]
+fn a_window_commits_and_outputs_its_bounds_after_its_group() {
+    use weir_sdk::topology::WindowDef;
+    let event_time = |size_ms, slide_ms| WindowDef::EventTime {
+        field: "ts".into(),
+        size_ms,
+        slide_ms,
+        max_delay_ms: 0,
+        lateness_ms: 0,
+    };
+    let sum = AggregatorKind::Builtin(Builtin::Sum);
+    let topology =
+        |w, kind| def(vec![spout(), each("parse", 0, &["sentence"], &["word", "ts", "n"]), window(1, w, kind)]);
+    let plan = plan_of(&topology(event_time(1000, 250), sum)).unwrap();
+    assert_eq!(plan.nodes[2].phase, Phase::Commit);
+    assert_eq!(plan.nodes[2].fields, ["word", "window_start", "window_end", "sum"]);
+    let Op::Window { time, group, aggregator, .. } = &plan.nodes[2].op else { panic!() };
+    assert_eq!((*time, group.as_slice()), (Some(1), &[0][..]));
+    assert_eq!(aggregator.input.positions, [4], "after the window's end and start");
+    assert_eq!(plan.states["open"].kind, StateKind::Opaque);
+    // What a description may not ask of a window, each refused naming it.
+    let refusals = [
+        (event_time(0, 0), sum, "size and slide must be at least 1"),
+        (WindowDef::Count { size: 5, slide: 0 }, sum, "size and slide must be at least 1"),
+        (event_time(1_000_000, 1), sum, "puts each tuple in 1000000 windows; this host allows 1000"),
+        (event_time(u64::MAX, 1), sum, "more than a timestamp holds"),
+        (WindowDef::Count { size: 3, slide: 3 }, AggregatorKind::General, "uses the general aggregator win"),
+        (
+            WindowDef::EventTime { field: "when".into(), size_ms: 10, slide_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            sum,
+            "\"when\"",
+        ),
+    ];
+    for (w, kind, want) in refusals {
+        let err = format!("{:#}", plan_of(&topology(w.clone(), kind)).unwrap_err());
+        assert!(err.contains("topology t") && err.contains(want), "{w:?}: {err}");
+    }
+}

@@ -163,6 +163,9 @@ pub struct Db {
 pub struct BatchRecord {
     /// The attempt being processed.
     pub attempt: u32,
+    /// When the batch was emitted, in milliseconds since the Unix epoch: the
+    /// time its processing-time windows go by, the same on a replay.
+    pub time_ms: u64,
     /// The spout's metadata for the batch (opaque to the store).
     pub spout: Vec<u8>,
 }
@@ -170,13 +173,16 @@ pub struct BatchRecord {
 impl BatchRecord {
     fn encode(&self) -> Vec<u8> {
         let mut out = self.attempt.to_le_bytes().to_vec();
+        out.extend_from_slice(&self.time_ms.to_le_bytes());
         out.extend_from_slice(&self.spout);
         out
     }
 
     fn decode(bytes: &[u8]) -> Result<BatchRecord> {
-        let Some((attempt, spout)) = bytes.split_first_chunk::<4>() else { bail!("truncated batch record") };
-        Ok(BatchRecord { attempt: u32::from_le_bytes(*attempt), spout: spout.to_vec() })
+        let Some((attempt, rest)) = bytes.split_first_chunk::<4>() else { bail!("truncated batch record") };
+        let Some((time_ms, spout)) = rest.split_first_chunk::<8>() else { bail!("truncated batch record") };
+        let (attempt, time_ms) = (u32::from_le_bytes(*attempt), u64::from_le_bytes(*time_ms));
+        Ok(BatchRecord { attempt, time_ms, spout: spout.to_vec() })
     }
 }
 

@@ -132,7 +132,7 @@ mod tests {
     }
 
     fn commit(store: &dyn Store, txid: u64, writes: &[StateWrites], others: &[OtherRecords]) -> Result<usize> {
-        let record = BatchRecord { attempt: 0, spout: txid.to_le_bytes().to_vec() };
+        let record = BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() };
         store.commit_batch(&BatchCommit { topology: "t", txid, record: &record, writes, others })
     }
 
@@ -186,8 +186,9 @@ mod tests {
     #[test]
     fn a_group_commits_its_batches_in_txid_order_all_at_once_or_none() {
         each_store(|store| {
-            let records: Vec<BatchRecord> =
-                (0..=6u64).map(|txid| BatchRecord { attempt: 0, spout: txid.to_le_bytes().to_vec() }).collect();
+            let records: Vec<BatchRecord> = (0..=6u64)
+                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
+                .collect();
             let transactional = |words: &[&str]| counts(StateKind::Transactional, words);
             let writes = [transactional(&["a", "b"]), transactional(&["a"]), transactional(&["a", "c"])];
             let others = [outbox(&[("1", "x")]), outbox(&[("2", "y")]), outbox(&[("3", "z")])];
@@ -227,8 +228,9 @@ mod tests {
     #[test]
     fn a_group_writing_a_state_both_ways_keeps_its_batches_order() {
         each_store(|store| {
-            let records: Vec<BatchRecord> =
-                (0..=4u64).map(|txid| BatchRecord { attempt: 0, spout: txid.to_le_bytes().to_vec() }).collect();
+            let records: Vec<BatchRecord> = (0..=4u64)
+                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
+                .collect();
             let tx = |txid, n| Stored::Transactional { txid, value: Value::I64(n) };
             let set = |pairs: &[(&str, Stored)]| {
                 let records = pairs.iter().map(|(w, stored)| (key(w), stored.clone())).collect();
@@ -250,11 +252,77 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_reads_ranges_and_removes_keys_over_its_groups_earlier_batches() {
+        use crate::config::StateLimits;
+        use crate::state::pending::Pending;
+        use crate::state::view::{Base, Views};
+        use std::collections::{BTreeMap, HashMap};
+        use std::sync::Arc;
+        use weir_sdk::topology::StateDef;
+        each_store(|store| {
+            let def = StateDef { name: "counts".into(), kind: StateKind::Opaque, cache_size: None };
+            let states: BTreeMap<String, StateDef> = [("counts".to_owned(), def)].into();
+            let records: Vec<BatchRecord> = (0..=3u64)
+                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
+                .collect();
+            let mut caches = HashMap::new();
+            let limits = StateLimits::default();
+            // Runs batch `txid` over what is committed and `layers`.
+            let batch = |txid, layers: Vec<Arc<Vec<StateWrites>>>, caches: &mut _, run: &dyn Fn(&mut Views)| {
+                let snapshot = store.snapshot().unwrap();
+                let read = Pending::new(&*snapshot, "t", layers);
+                let mut views = Views::new(&read, "t", &states, caches, txid, true, &limits).unwrap();
+                run(&mut views);
+                views.finish(caches)
+            };
+            let range = |views: &mut Views, from: &str, to: &str| -> Vec<(Vec<u8>, Base)> {
+                views.range("counts", &key(from), &key(to)).unwrap()
+            };
+            let n = |v| Base::Value(Value::I64(v));
+            let first = batch(1, Vec::new(), &mut caches, &|views| {
+                for (word, v) in [("a", 1), ("b", 2), ("c", 3), ("x", 9)] {
+                    views.put("counts", key(word), Value::I64(v)).unwrap();
+                }
+            });
+            commit(store, 1, &first, &[]).unwrap();
+            let second = Arc::new(batch(2, Vec::new(), &mut caches, &|views| {
+                views.remove("counts", &key("b")).unwrap();
+                views.put("counts", key("d"), Value::I64(4)).unwrap();
+                assert_eq!(range(views, "a", "x"), [(key("a"), n(1)), (key("c"), n(3)), (key("d"), n(4))]);
+            }));
+            // Batch 3 runs before batch 2 commits: it reads through it.
+            let third = batch(3, vec![Arc::clone(&second)], &mut caches, &|views| {
+                assert_eq!(range(views, "a", "x"), [(key("a"), n(1)), (key("c"), n(3)), (key("d"), n(4))]);
+                assert_eq!(views.base("counts", &key("b")).unwrap(), Base::None, "removed by the batch before");
+                views.remove("counts", &key("c")).unwrap();
+                views.put("counts", key("b"), Value::I64(5)).unwrap();
+                assert_eq!(range(views, "b", "d"), [(key("b"), n(5))], "to is not included");
+            });
+            let group = [batch_of(2, &records, &second), batch_of(3, &records, &third)];
+            store.commit_group(&group).unwrap();
+            let snapshot = store.snapshot().unwrap();
+            let reader = snapshot.state("t", "counts").unwrap().unwrap();
+            let kept: Vec<Vec<u8>> = reader.range(&key("a"), &key("z")).unwrap().into_iter().map(|(k, _)| k).collect();
+            assert_eq!(kept, [key("a"), key("b"), key("d"), key("x")]);
+            assert_eq!(stored(store, "c"), None);
+        });
+    }
+
+    fn batch_of<'a>(txid: u64, records: &'a [BatchRecord], writes: &'a [StateWrites]) -> BatchCommit<'a> {
+        batch(txid, records, writes, &[])
+    }
+
+    #[test]
     fn both_stores_keep_the_commit_log_and_apply_tridents_rules_alike() {
         each_store(|store| {
             assert_eq!(store.progress("t").unwrap(), Progress::default());
-            store.record_batch("t", 1, &BatchRecord { attempt: 2, spout: b"m".to_vec() }).unwrap();
-            assert_eq!(store.progress("t").unwrap().batches, [(1, BatchRecord { attempt: 2, spout: b"m".to_vec() })]);
+            store
+                .record_batch("t", 1, &BatchRecord { attempt: 2, time_ms: 1_764_000_000_123, spout: b"m".to_vec() })
+                .unwrap();
+            assert_eq!(
+                store.progress("t").unwrap().batches,
+                [(1, BatchRecord { attempt: 2, time_ms: 1_764_000_000_123, spout: b"m".to_vec() })]
+            );
             assert_eq!(commit(store, 1, &counts(StateKind::Transactional, &["a", "b"]), &[]).unwrap(), 2);
             assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 1, value: Value::I64(1) }));
             assert_eq!(commit(store, 2, &counts(StateKind::Transactional, &["a"]), &[]).unwrap(), 1);
@@ -263,7 +331,10 @@ mod tests {
             assert_eq!(stored(store, "c"), None);
             let progress = store.progress("t").unwrap();
             assert_eq!(progress.last_committed, 2);
-            assert_eq!(progress.batches, [(2, BatchRecord { attempt: 0, spout: 2u64.to_le_bytes().to_vec() })]);
+            assert_eq!(
+                progress.batches,
+                [(2, BatchRecord { attempt: 0, time_ms: 0, spout: 2u64.to_le_bytes().to_vec() })]
+            );
         });
     }
 }

@@ -381,7 +381,7 @@ mod tests {
     }
 
     fn commit(db: &Db, txid: u64, writes: &[StateWrites]) -> Result<usize> {
-        db.commit("t", txid, &BatchRecord { attempt: 0, spout: vec![] }, writes)
+        db.commit("t", txid, &BatchRecord { attempt: 0, time_ms: 0, spout: vec![] }, writes)
     }
 
     fn layout(db: &Db) -> &'static str {

@@ -33,7 +33,7 @@ fn counts(kind: StateKind) -> Vec<StateWrites> {
 }
 
 fn record() -> BatchRecord {
-    BatchRecord { attempt: 0, spout: Vec::new() }
+    BatchRecord { attempt: 0, time_ms: 0, spout: Vec::new() }
 }
 
 fn kind_changed(stored: StateKind, declared: StateKind) -> StateError {

@@ -507,7 +507,7 @@ mod tests {
         assert_eq!(views.base("s", &key).unwrap(), Base::Value(Value::I64(3)), "reads see the batch's writes");
         assert!(db.states("t").unwrap().is_empty(), "nothing reaches redb before the commit");
         let writes = views.finish(&mut caches);
-        db.commit("t", 1, &BatchRecord { attempt: 0, spout: vec![] }, &writes).unwrap();
+        db.commit("t", 1, &BatchRecord { attempt: 0, time_ms: 0, spout: vec![] }, &writes).unwrap();
         refresh_caches(&mut caches, writes);
         assert_eq!(
             db.get("t", "s", &[Value::from("w")]).unwrap(),

@@ -109,6 +109,21 @@ pub fn topologies() -> Vec<Topology> {
     keep(&windows, WINDOW_KEY, "values");
     out.push(topology.build());
 
+    let (topology, stream) = readings("duration-tumbling");
+    let windows = stream
+        .group_by(["sensor"])
+        .window(Window::tumbling_duration(1_000), "open", ["value"], Sum, ["sum"])
+        .name("windows");
+    keep(&windows, WINDOW_KEY, "sum");
+    out.push(topology.build());
+
+    let (topology, stream) = readings("duration-sliding");
+    let window = Window::sliding_duration(1_000, 400);
+    let windows =
+        stream.group_by(["sensor"]).window(window, "open", ["value"], Reducer(JoinValues), ["values"]).name("windows");
+    keep(&windows, WINDOW_KEY, "values");
+    out.push(topology.build());
+
     let (topology, stream) = readings("time-all");
     let windows =
         stream.window(Window::tumbling("ts", 500).max_delay_ms(100), "open", [], Count, ["n"]).name("windows");
