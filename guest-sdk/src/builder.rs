@@ -89,10 +89,16 @@ impl Window {
         Window(WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms: 0, lateness_ms: 0 })
     }
 
+    /// Event-time session windows by the timestamp (in milliseconds) in
+    /// `field`: a group's session ends after `gap_ms` without a tuple.
+    pub fn session(field: &str, gap_ms: u64) -> Window {
+        Window(WindowDef::Session { field: field.to_owned(), gap_ms, max_delay_ms: 0, lateness_ms: 0 })
+    }
+
     /// Event time: timestamps may come up to `ms` out of order (the
     /// watermark trails the greatest timestamp by this much).
     pub fn max_delay_ms(mut self, ms: u64) -> Window {
-        if let WindowDef::EventTime { max_delay_ms, .. } = &mut self.0 {
+        if let WindowDef::EventTime { max_delay_ms, .. } | WindowDef::Session { max_delay_ms, .. } = &mut self.0 {
             *max_delay_ms = ms;
         }
         self
@@ -101,7 +107,7 @@ impl Window {
     /// Event time: a window still takes tuples for `ms` after the
     /// watermark passes its end, and closes then.
     pub fn lateness_ms(mut self, ms: u64) -> Window {
-        if let WindowDef::EventTime { lateness_ms, .. } = &mut self.0 {
+        if let WindowDef::EventTime { lateness_ms, .. } | WindowDef::Session { lateness_ms, .. } = &mut self.0 {
             *lateness_ms = ms;
         }
         self

@@ -498,6 +498,33 @@ pub enum WindowDef {
         #[serde(default, skip_serializing_if = "is_zero")]
         lateness_ms: u64,
     },
+    /// Event-time session windows, per group: a tuple at `t` opens
+    /// `[t, t + gap_ms)`, and sessions that meet merge into one. Watermark
+    /// and lateness as for [`WindowDef::EventTime`]; a tuple is late when
+    /// the session it would open has closed already.
+    Session {
+        /// The timestamp field.
+        field: String,
+        /// The gap of inactivity that ends a session, in milliseconds.
+        gap_ms: u64,
+        /// How far out of order timestamps may come.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        max_delay_ms: u64,
+        /// How long after the watermark passes its end a session still
+        /// takes tuples.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        lateness_ms: u64,
+    },
+}
+
+impl WindowDef {
+    /// The event-time field windows go by, if they go by one.
+    pub fn time_field(&self) -> Option<&str> {
+        match self {
+            WindowDef::EventTime { field, .. } | WindowDef::Session { field, .. } => Some(field),
+            WindowDef::Count { .. } | WindowDef::Duration { .. } => None,
+        }
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
