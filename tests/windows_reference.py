@@ -113,12 +113,51 @@ def by_time(path, batch, size, slide, delay, lateness, aggregate, grouped=True, 
     return out, late
 
 
+def by_session(path, batch, gap, delay, lateness, aggregate):
+    """Per sensor: a reading at t opens [t, t + gap), and sessions that meet
+    (one's start at or before the other's end) merge; sessions close as
+    time windows do, and a reading whose own session would have closed is
+    late."""
+    greatest = None
+    sessions = {}
+    late = 0
+    out = []
+
+    def closed_through():
+        return float("-inf") if greatest is None else greatest - delay - lateness
+
+    for readings in batches(path, batch):
+        closed_before = closed_through()
+        for sensor, ts, value in readings:
+            greatest = ts if greatest is None else max(greatest, ts)
+            if ts + gap <= closed_before:
+                late += 1
+                continue
+            start, end, values = ts, ts + gap, [value]
+            apart = []
+            for s in sessions.get(sensor, []):
+                if s[0] <= end and start <= s[1]:
+                    start, end, values = min(start, s[0]), max(end, s[1]), values + s[2]
+                else:
+                    apart.append(s)
+            sessions[sensor] = apart + [(start, end, values)]
+        closed = closed_through()
+        for sensor in sorted(sessions):
+            for start, end, values in sessions[sensor]:
+                if end <= closed:
+                    out.append([sensor, start, end, aggregate(values)])
+            sessions[sensor] = [s for s in sessions[sensor] if s[1] > closed]
+    return out, late
+
+
 KINDS = {
     "count-tumbling": lambda p, b: by_count(p, b, 3, 3, sum),
     "count-sliding": lambda p, b: by_count(p, b, 4, 2, joined),
     "time-tumbling": lambda p, b: by_time(p, b, 1_000, 1_000, 300, 200, max),
     "time-sliding": lambda p, b: by_time(p, b, 1_000, 250, 150, 0, joined),
     "time-all": lambda p, b: by_time(p, b, 500, 500, 100, 0, len, grouped=False),
+    "session-greatest": lambda p, b: by_session(p, b, 150, 300, 100, max),
+    "session-sum": lambda p, b: by_session(p, b, 120, 200, 0, sum),
 }
 
 PROCESSING_TIME = {

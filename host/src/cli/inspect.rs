@@ -143,6 +143,10 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
                 WindowDef::Duration { size_ms, slide_ms } => {
                     format!("{size_ms} ms every {slide_ms} ms by the time each batch was emitted")
                 }
+                WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms } => format!(
+                    "sessions ended by {gap_ms} ms without a tuple, by event time {field} (max delay {max_delay_ms} \
+                     ms, lateness {lateness_ms} ms)"
+                ),
                 WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
                     let every = if size_ms == slide_ms { String::new() } else { format!(" every {slide_ms} ms") };
                     format!(

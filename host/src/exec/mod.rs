@@ -17,6 +17,7 @@ mod error;
 mod persistent_aggregate;
 mod process;
 mod query;
+mod session;
 mod state_ops;
 mod stream;
 mod window;

@@ -229,7 +229,7 @@ fn combine_in_host(
 }
 
 /// A combiner's answer to `pairs`: one value per pair, tagged as the pair was.
-fn single_values_tagged(id: &str, out: &[u8], pairs: &Batch<'_>) -> Result<Vec<(usize, Value)>, BatchError> {
+pub(super) fn single_values_tagged(id: &str, out: &[u8], pairs: &Batch<'_>) -> Result<Vec<(usize, Value)>, BatchError> {
     let values = Batch::decode(out).map_err(|e| malformed(id, e))?;
     if values.arity() != 1 || values.len() != pairs.len() {
         return Err(malformed(id, format!("{} values for {} pairs", values.len(), pairs.len())));

@@ -12,7 +12,7 @@
 use super::aggregate::groups;
 use super::error::BatchError;
 use super::persistent_aggregate::{lock, partials_of, storage, store_partials};
-use super::{Exec, Parts, gather};
+use super::{Exec, Parts, gather, session};
 use crate::plan::{Node, Op};
 use crate::state::keys;
 use crate::state::view::Base;
@@ -40,22 +40,32 @@ enum Closing {
 pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Parts, BatchError> {
     let Op::Window { state, window, time, group, aggregator } = &node.op else { unreachable!("a window") };
     let batch = gather(input);
-    let (assigned, closing) = match window {
-        WindowDef::Count { size, slide } => by_count(exec, node, &batch, group, *size as i64, *slide as i64)?,
+    let time_spec = |size: &u64, slide: &u64, delay: &u64, lateness: &u64| TimeSpec {
+        size: *size as i64,
+        slide: *slide as i64,
+        delay: *delay as i64,
+        lateness: *lateness as i64,
+    };
+    let event_time = |field| Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
+    let (assigned, watermark) = match window {
+        WindowDef::Count { size, slide } => {
+            let (assigned, closing) = by_count(exec, node, &batch, group, *size as i64, *slide as i64)?;
+            (assigned, Err(closing))
+        }
         WindowDef::Duration { size_ms, slide_ms } => {
-            let spec = TimeSpec { size: *size_ms as i64, slide: *slide_ms as i64, delay: 0, lateness: 0 };
-            let emitted = i64::try_from(exec.time_ms).unwrap_or(i64::MAX);
-            by_time(exec, node, &batch, Stamp::Batch(emitted), &spec)?
+            let emitted = Stamp::Batch(i64::try_from(exec.time_ms).unwrap_or(i64::MAX));
+            let (assigned, watermark) = by_time(exec, node, &batch, &emitted, &time_spec(size_ms, slide_ms, &0, &0))?;
+            (assigned, Ok(watermark))
         }
         WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
-            let position = time.expect("an event-time window has its timestamp's position");
-            let spec = TimeSpec {
-                size: *size_ms as i64,
-                slide: *slide_ms as i64,
-                delay: *max_delay_ms as i64,
-                lateness: *lateness_ms as i64,
-            };
-            by_time(exec, node, &batch, Stamp::Field { field, position }, &spec)?
+            let spec = time_spec(size_ms, slide_ms, max_delay_ms, lateness_ms);
+            let (assigned, watermark) = by_time(exec, node, &batch, &event_time(field), &spec)?;
+            (assigned, Ok(watermark))
+        }
+        WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms } => {
+            let spec = time_spec(gap_ms, gap_ms, max_delay_ms, lateness_ms);
+            let (assigned, watermark) = session::assign(exec, node, &batch, &event_time(field), *gap_ms as i64, &spec)?;
+            (assigned, Ok(watermark))
         }
     };
     if !assigned.is_empty() {
@@ -63,13 +73,17 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
         let partials = partials_of(exec, &assigned, &keyed, aggregator)?;
         store_partials(exec, node, state, aggregator, partials, false)?;
     }
+    let closing = match watermark {
+        Ok(watermark) => Closing::Through(watermark.write(exec, node)?),
+        Err(keys) => keys,
+    };
     let mut views = lock(exec.views(node)?);
-    let closed: Vec<(Vec<u8>, Value)> = match closing {
+    let closed: Vec<(Vec<u8>, Value)> = match &closing {
         Closing::Keys(keys) => {
             let mut closed = Vec::with_capacity(keys.len());
             for key in keys {
-                if let Some(value) = views.base(state, &key).map_err(storage(state))?.value() {
-                    closed.push((key, value.clone()));
+                if let Some(value) = views.base(state, key).map_err(storage(state))?.value() {
+                    closed.push((key.clone(), value.clone()));
                 }
             }
             closed
@@ -85,6 +99,7 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
         }
     };
     let mut writer = BatchWriter::new(node.fields.len());
+    let mut closed_keys = Vec::with_capacity(closed.len());
     for (key, value) in closed {
         let bounds = keys::decode(&key).map_err(storage(state))?;
         let [end, start, group_values @ ..] = &bounds[..] else {
@@ -98,12 +113,17 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
         writer.push(end.as_ref());
         writer.push(value.as_ref());
         views.remove(state, &key).map_err(storage(state))?;
+        closed_keys.push(key);
+    }
+    drop(views);
+    if let (WindowDef::Session { .. }, Closing::Through(end)) = (window, closing) {
+        session::forget_closed(exec, node, &closed_keys, end)?;
     }
     Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
 
 /// Where a tuple's time comes from.
-enum Stamp<'a> {
+pub(super) enum Stamp<'a> {
     /// Its timestamp field (event time).
     Field { field: &'a str, position: usize },
     /// The time its batch was emitted (processing time).
@@ -112,7 +132,7 @@ enum Stamp<'a> {
 
 impl Stamp<'_> {
     /// The time of `row`.
-    fn of(&self, node: &Node, row: Row<'_>) -> Result<i64, BatchError> {
+    pub(super) fn of(&self, node: &Node, row: Row<'_>) -> Result<i64, BatchError> {
         match *self {
             Stamp::Batch(emitted) => Ok(emitted),
             Stamp::Field { field, position } => match row.get(position).expect("position within arity") {
@@ -132,11 +152,18 @@ impl Stamp<'_> {
 }
 
 /// A time window's sizes, in milliseconds.
-struct TimeSpec {
+pub(super) struct TimeSpec {
     size: i64,
     slide: i64,
     delay: i64,
     lateness: i64,
+}
+
+/// The key of a window's partial: its end, its start, then the group's.
+pub(super) fn window_key(end: i64, start: i64, group_key: &[u8]) -> Vec<u8> {
+    let mut key = keys::encode([ValueRef::I64(end), ValueRef::I64(start)]);
+    key.extend_from_slice(group_key);
+    key
 }
 
 /// The integer stored under `key` of the operation's state.
@@ -161,7 +188,7 @@ fn put_i64(exec: &Exec<'_>, node: &Node, state: &str, key: Vec<u8>, n: i64) -> R
 
 /// Starts a row of the assigned batch: the window's end and start, then
 /// the tuple.
-fn push_assigned(writer: &mut BatchWriter, row: Row<'_>, end: i64, start: i64) {
+pub(super) fn push_assigned(writer: &mut BatchWriter, row: Row<'_>, end: i64, start: i64) {
     writer.begin_row(0);
     writer.push(ValueRef::I64(end));
     writer.push(ValueRef::I64(start));
@@ -208,9 +235,7 @@ fn by_count(
     for ((group_key, &from), &to) in groups.keys.iter().zip(&before).zip(&counts) {
         let mut end = (from / slide + 1) * slide;
         while end <= to {
-            let mut key = keys::encode([ValueRef::I64(end), ValueRef::I64((end - size).max(0))]);
-            key.extend_from_slice(group_key);
-            closing.push(key);
+            closing.push(window_key(end, (end - size).max(0), group_key));
             end += slide;
         }
         if to != from {
@@ -220,36 +245,69 @@ fn by_count(
     Ok((writer.finish_batch(), Closing::Keys(closing)))
 }
 
+/// Where a time window's watermark stands, over one batch: the greatest
+/// time seen before it and since, and the late tuples it found.
+pub(super) struct Watermark {
+    greatest_before: Option<i64>,
+    greatest: Option<i64>,
+    /// Windows ending at or before this closed in earlier batches.
+    pub(super) closed_before: i64,
+    /// Tuples of the batch whose windows had all closed.
+    pub(super) late: i64,
+    /// How far the closing trails the greatest time seen.
+    behind: i64,
+}
+
+impl Watermark {
+    /// The watermark `node`'s state holds.
+    pub(super) fn read(exec: &Exec<'_>, node: &Node, spec: &TimeSpec) -> Result<Watermark, BatchError> {
+        let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
+        let greatest = stored_i64(exec, node, state, &keys::encode([GREATEST_SEEN]))?;
+        let behind = spec.delay.saturating_add(spec.lateness);
+        let closed_before = greatest.map_or(i64::MIN, |g| g.saturating_sub(behind));
+        Ok(Watermark { greatest_before: greatest, greatest, closed_before, late: 0, behind })
+    }
+
+    /// Takes in a tuple's time.
+    pub(super) fn see(&mut self, ts: i64) {
+        self.greatest = Some(self.greatest.map_or(ts, |g| g.max(ts)));
+    }
+
+    /// Stores where the watermark moved and the late tuples; returns the
+    /// end through which windows close now.
+    fn write(self, exec: &Exec<'_>, node: &Node) -> Result<i64, BatchError> {
+        let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
+        if let Some(g) = self.greatest.filter(|&g| Some(g) != self.greatest_before) {
+            put_i64(exec, node, state, keys::encode([GREATEST_SEEN]), g)?;
+        }
+        if self.late > 0 {
+            let late_key = keys::encode([LATE]);
+            let before = stored_i64(exec, node, state, &late_key)?.unwrap_or(0);
+            put_i64(exec, node, state, late_key, before.saturating_add(self.late))?;
+        }
+        Ok(self.greatest.map_or(i64::MIN, |g| g.saturating_sub(self.behind)))
+    }
+}
+
 /// Time windows: each tuple falls into the windows `[start, start + size)`
 /// holding its time, `start` a multiple of `slide`, but for those closed
-/// already (a tuple in none is late); the watermark moves to the greatest
-/// time seen less the delay, and every window whose end plus the lateness
-/// it reaches closes.
+/// already (a tuple in none is late).
 fn by_time(
     exec: &mut Exec<'_>,
     node: &Node,
     batch: &Batch<'_>,
-    stamp: Stamp<'_>,
+    stamp: &Stamp<'_>,
     spec: &TimeSpec,
-) -> Result<(Batch<'static>, Closing), BatchError> {
-    let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
-    let greatest_key = keys::encode([GREATEST_SEEN]);
-    let greatest_before = stored_i64(exec, node, state, &greatest_key)?;
-    // Windows ending at or before this closed in earlier batches.
-    let closed_through = |greatest: Option<i64>| {
-        greatest.map_or(i64::MIN, |g| g.saturating_sub(spec.delay).saturating_sub(spec.lateness))
-    };
-    let closed_before = closed_through(greatest_before);
-    let mut greatest = greatest_before;
-    let mut late = 0;
+) -> Result<(Batch<'static>, Watermark), BatchError> {
+    let mut watermark = Watermark::read(exec, node, spec)?;
     let mut writer = BatchWriter::new(batch.arity() + 2);
     if let Stamp::Batch(emitted) = stamp {
         // A batch's time moves its windows on even when it holds nothing.
-        greatest = Some(greatest.map_or(emitted, |g| g.max(emitted)));
+        watermark.see(*emitted);
     }
     for row in batch.rows() {
         let ts = stamp.of(node, row)?;
-        greatest = Some(greatest.map_or(ts, |g| g.max(ts)));
+        watermark.see(ts);
         let mut assigned = false;
         let mut start = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
         loop {
@@ -257,23 +315,15 @@ fn by_time(
             if end <= ts || start == i64::MIN {
                 break;
             }
-            if end > closed_before {
+            if end > watermark.closed_before {
                 push_assigned(&mut writer, row, end, start);
                 assigned = true;
             }
             start = start.saturating_sub(spec.slide);
         }
         if !assigned {
-            late += 1;
+            watermark.late += 1;
         }
     }
-    if let Some(g) = greatest.filter(|&g| Some(g) != greatest_before) {
-        put_i64(exec, node, state, greatest_key, g)?;
-    }
-    if late > 0 {
-        let late_key = keys::encode([LATE]);
-        let before = stored_i64(exec, node, state, &late_key)?.unwrap_or(0);
-        put_i64(exec, node, state, late_key, before.saturating_add(late))?;
-    }
-    Ok((writer.finish_batch(), Closing::Through(closed_through(greatest))))
+    Ok((writer.finish_batch(), watermark))
 }

@@ -102,7 +102,7 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
         }
         OperationDef::Window { window, group, aggregator, .. } => {
             fields(&[group, &aggregator.input, &aggregator.output]);
-            if let WindowDef::EventTime { field, .. } = window {
+            if let WindowDef::EventTime { field, .. } | WindowDef::Session { field, .. } = window {
                 fields(&[std::slice::from_ref(field)]);
             }
         }
@@ -334,9 +334,13 @@ pub(super) fn check_aggregator(
 /// its slide, which a description chooses.
 pub const MAX_WINDOWS_PER_TUPLE: u64 = 1_000;
 
+/// The most sessions a group may hold open at once: how many gaps fit in
+/// the watermark's delay and lateness, which a description chooses.
+pub const MAX_OPEN_SESSIONS: u64 = 10_000;
+
 /// Checks a window operation `node` of topology `name`: sizes a tuple can
 /// be assigned by, a timestamp field in `fields`, and an aggregator that
-/// keeps one partial per window.
+/// keeps one partial per window (and merges them, for sessions).
 pub(super) fn check_window(
     name: &str,
     node: &str,
@@ -344,44 +348,56 @@ pub(super) fn check_window(
     window: &WindowDef,
     aggregator: &AggregatorDef,
 ) -> Result<()> {
-    let (size, slide, unit) = match window {
-        WindowDef::Count { size, slide } => (*size, *slide, "tuples"),
+    let at = format!("topology {name}: window {node}");
+    let (size, slide, unit, times) = match window {
+        WindowDef::Count { size, slide } => (*size, *slide, "tuples", vec![]),
         WindowDef::Duration { size_ms, slide_ms } => {
-            for (what, ms) in [("size", size_ms), ("slide", slide_ms)] {
-                if i64::try_from(*ms).is_err() {
-                    bail!("topology {name}: window {node}: its {what} of {ms} ms is more than a timestamp holds");
-                }
-            }
-            (*size_ms, *slide_ms, "ms")
+            (*size_ms, *slide_ms, "ms", vec![("size", *size_ms), ("slide", *slide_ms)])
         }
-        WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
-            super::fields::resolve(name, node, fields, std::slice::from_ref(field))?;
-            for (what, ms) in
-                [("size", size_ms), ("slide", slide_ms), ("max delay", max_delay_ms), ("lateness", lateness_ms)]
-            {
-                if i64::try_from(*ms).is_err() {
-                    bail!("topology {name}: window {node}: its {what} of {ms} ms is more than a timestamp holds");
-                }
-            }
-            (*size_ms, *slide_ms, "ms")
+        WindowDef::EventTime { size_ms, slide_ms, max_delay_ms, lateness_ms, .. } => {
+            let times =
+                [("size", *size_ms), ("slide", *slide_ms), ("max delay", *max_delay_ms), ("lateness", *lateness_ms)];
+            (*size_ms, *slide_ms, "ms", times.to_vec())
+        }
+        WindowDef::Session { gap_ms, max_delay_ms, lateness_ms, .. } => {
+            let times = [("gap", *gap_ms), ("max delay", *max_delay_ms), ("lateness", *lateness_ms)];
+            (*gap_ms, *gap_ms, "ms", times.to_vec())
         }
     };
-    if size == 0 || slide == 0 {
-        bail!(
-            "topology {name}: window {node}: a window's size and slide must be at least 1 (size {size}, slide {slide} {unit})"
-        );
+    if let Some(field) = window.time_field() {
+        super::fields::resolve(name, node, fields, &[field.to_owned()])?;
     }
-    if size.div_ceil(slide) > MAX_WINDOWS_PER_TUPLE {
+    if let Some((what, ms)) = times.iter().find(|(_, ms)| i64::try_from(*ms).is_err()) {
+        bail!("{at}: its {what} of {ms} ms is more than a timestamp holds");
+    }
+    if size == 0 || slide == 0 {
+        bail!("{at}: a window's size, slide and gap must be at least 1 (size {size}, slide {slide} {unit})");
+    }
+    if let WindowDef::Session { gap_ms, max_delay_ms, lateness_ms, .. } = window {
+        let open = (max_delay_ms + lateness_ms) / gap_ms + 2;
+        if open > MAX_OPEN_SESSIONS {
+            bail!(
+                "{at}: a gap of {gap_ms} ms under {max_delay_ms} ms of delay and {lateness_ms} ms of lateness lets \
+                 a group hold {open} sessions open; this host allows {MAX_OPEN_SESSIONS}"
+            );
+        }
+        if aggregator.kind == AggregatorKind::Reducer {
+            bail!(
+                "{at} uses the reducer {}: sessions that meet merge their partials, which takes a combiner or a built-in",
+                aggregator.id
+            );
+        }
+    } else if size.div_ceil(slide) > MAX_WINDOWS_PER_TUPLE {
         bail!(
-            "topology {name}: window {node}: a size of {size} {unit} sliding by {slide} puts each tuple in {} windows; \
-             this host allows {MAX_WINDOWS_PER_TUPLE}",
+            "{at}: a size of {size} {unit} sliding by {slide} puts each tuple in {} windows; this host allows \
+             {MAX_WINDOWS_PER_TUPLE}",
             size.div_ceil(slide)
         );
     }
     if aggregator.kind == AggregatorKind::General {
         bail!(
-            "topology {name}: window {node} uses the general aggregator {}: a window keeps one partial, made by a \
-             combiner, a reducer or a built-in",
+            "{at} uses the general aggregator {}: a window keeps one partial, made by a combiner, a reducer or a \
+             built-in",
             aggregator.id
         );
     }

@@ -8,7 +8,7 @@ use crate::config::TopologyLimits;
 use anyhow::{Result, bail};
 use std::collections::{BTreeMap, HashSet};
 use weir_sdk::topology::{
-    AggregatorDef, NodeDef, OperationDef, Partitioning, SinkDef, SinkPayloadDef, StateDef, TopologyDef, WindowDef,
+    AggregatorDef, NodeDef, OperationDef, Partitioning, SinkDef, SinkPayloadDef, StateDef, TopologyDef,
 };
 
 /// The input of `operator` reading `names` from tuples of `fields`, or the
@@ -168,10 +168,7 @@ pub(super) fn resolve_nodes(
                 logical[i].clone(),
             ),
             OperationDef::Window { window, state, group, aggregator } => {
-                let time = match window {
-                    WindowDef::EventTime { field, .. } => Some(positions(input_fields, [field])[0]),
-                    WindowDef::Count { .. } | WindowDef::Duration { .. } => None,
-                };
+                let time = window.time_field().map(|field| positions(input_fields, [field])[0]);
                 let mut aggregator = aggregator_of(input_fields, aggregator);
                 // Assigned rows lead with the window's end and start.
                 aggregator.input.positions.iter_mut().for_each(|p| *p += 2);
@@ -428,9 +425,7 @@ fn reads(child: &NodeDef, parent_fields: &[String], needed: &HashSet<String>) ->
         OperationDef::Window { window, group, aggregator, .. } => {
             out.extend(group.iter().cloned());
             out.extend(aggregator.input.iter().cloned());
-            if let WindowDef::EventTime { field, .. } = window {
-                out.insert(field.clone());
-            }
+            out.extend(window.time_field().map(str::to_owned));
         }
         // Merged streams must line up, and a join names every field of its
         // inputs: both see their inputs whole.

@@ -124,6 +124,18 @@ pub fn topologies() -> Vec<Topology> {
     keep(&windows, WINDOW_KEY, "values");
     out.push(topology.build());
 
+    let (topology, stream) = readings("session-greatest");
+    let window = Window::session("ts", 150).max_delay_ms(300).lateness_ms(100);
+    let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Greatest, ["max"]).name("windows");
+    keep(&windows, WINDOW_KEY, "max");
+    out.push(topology.build());
+
+    let (topology, stream) = readings("session-sum");
+    let window = Window::session("ts", 120).max_delay_ms(200);
+    let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Sum, ["sum"]).name("windows");
+    keep(&windows, WINDOW_KEY, "sum");
+    out.push(topology.build());
+
     let (topology, stream) = readings("time-all");
     let windows =
         stream.window(Window::tumbling("ts", 500).max_delay_ms(100), "open", [], Count, ["n"]).name("windows");
