@@ -623,6 +623,88 @@ export class State {
   }
 }
 
+// A window's sizes as the host reads them: whole numbers, bigints taken.
+function whole(value, what) {
+  const n = typeof value === "bigint" ? Number(value) : value;
+  if (!Number.isSafeInteger(n) || n < 0) {
+    throw new RangeError(`window ${what}: ${String(value)} is not a whole number from 0 to 2^53 - 1`);
+  }
+  return n;
+}
+
+/** How a window operation cuts its stream into windows: by a count of
+ *  tuples per group or by when the host emitted each batch (Trident's), or
+ *  by a timestamp field (event time). */
+export class Window {
+  constructor(definition) {
+    this.definition = definition;
+    // Event time only: the watermark's delay and the lateness allowed.
+    this.delays = { max_delay_ms: 0, lateness_ms: 0 };
+  }
+
+  /** Trident's tumbling count window: every `size` tuples of a group. */
+  static tumblingCount(size) {
+    return Window.slidingCount(size, size);
+  }
+
+  /** Trident's sliding count window: every `slide` tuples of a group, the last `size`. */
+  static slidingCount(size, slide) {
+    return new Window({ kind: "count", size: whole(size, "size"), slide: whole(slide, "slide") });
+  }
+
+  /** Trident's tumbling duration window: `sizeMs` of processing time, by
+   *  when the host emitted each batch. */
+  static tumblingDuration(sizeMs) {
+    return Window.slidingDuration(sizeMs, sizeMs);
+  }
+
+  /** Trident's sliding duration window: `sizeMs` of processing time, one
+   *  starting every `slideMs`. */
+  static slidingDuration(sizeMs, slideMs) {
+    return new Window({ kind: "duration", size_ms: whole(sizeMs, "size"), slide_ms: whole(slideMs, "slide") });
+  }
+
+  /** Tumbling event-time windows of `sizeMs` by the timestamp (in
+   *  milliseconds) in `field`. */
+  static tumbling(field, sizeMs) {
+    return Window.sliding(field, sizeMs, sizeMs);
+  }
+
+  /** Sliding event-time windows of `sizeMs`, one starting every `slideMs`,
+   *  by the timestamp (in milliseconds) in `field`. */
+  static sliding(field, sizeMs, slideMs) {
+    return new Window({ kind: "event-time", field, size_ms: whole(sizeMs, "size"), slide_ms: whole(slideMs, "slide") });
+  }
+
+  /** Event-time session windows by the timestamp (in milliseconds) in
+   *  `field`: a group's session ends after `gapMs` without a tuple. */
+  static session(field, gapMs) {
+    return new Window({ kind: "session", field, gap_ms: whole(gapMs, "gap") });
+  }
+
+  /** Event time: timestamps may come up to `ms` out of order (the
+   *  watermark trails the greatest timestamp by this much). */
+  maxDelayMs(ms) {
+    this.delays.max_delay_ms = whole(ms, "max delay");
+    return this;
+  }
+
+  /** Event time: a window still takes tuples for `ms` after the watermark
+   *  passes its end, and closes then. */
+  latenessMs(ms) {
+    this.delays.lateness_ms = whole(ms, "lateness");
+    return this;
+  }
+
+  def() {
+    const out = { ...this.definition };
+    if (out.kind === "event-time" || out.kind === "session") {
+      for (const [key, ms] of Object.entries(this.delays)) if (ms) out[key] = ms;
+    }
+    return out;
+  }
+}
+
 /** Limits an operator asks for, lower than the host's where it likes. */
 export class Limits {
   constructor() {
@@ -882,7 +964,7 @@ export class Topology {
       if (op.op === "aggregate") {
         const found = op.aggregators.find((a) => a.id === id);
         if (found) return found.output.length;
-      } else if (op.op === "persistent-aggregate" && op.aggregator.id === id) {
+      } else if ((op.op === "persistent-aggregate" || op.op === "window") && op.aggregator.id === id) {
         return op.aggregator.output.length;
       }
     }
@@ -1125,6 +1207,25 @@ export class Stream {
     return this.persist(state, [], input, aggregator, output);
   }
 
+  windowNode(window, state, group, input, aggregator, output) {
+    return this.then("window", (t, id) => {
+      const kind = registerAggregator(t, id, aggregator);
+      const op = { op: "window", window: window.def(), state: { name: state, kind: "opaque" } };
+      if (group.length) op.group = group;
+      op.aggregator = { id, kind, input: names(input), output: names(output) };
+      return op;
+    });
+  }
+
+  /** Trident's `tumblingWindow` and `slidingWindow`, and event-time
+   *  windows: aggregates each `window` of the stream (a combiner, reducer
+   *  or built-in over `input`), keeping the open windows in the opaque
+   *  state named `state`, exactly once. Each window's result is emitted
+   *  once, when it closes: `window_start`, `window_end`, then `output`. */
+  window(window, state, input, aggregator, output) {
+    return this.windowNode(window, state, [], input, aggregator, output);
+  }
+
   /** `updater.updateState(state, tuples)` writes each batch partition's
    *  `input` tuples into `state` in the commit phase; what it returns
    *  (tuples of `output`) forms the new-values stream. */
@@ -1229,7 +1330,7 @@ export class Stream {
         aggregator.id = id;
       });
     }
-    if (node.op.op === "persistent-aggregate") node.op.aggregator.id = label;
+    if (node.op.op === "persistent-aggregate" || node.op.op === "window") node.op.aggregator.id = label;
     const deduped = renamed.filter((p, i) => i === 0 || p[0] !== renamed[i - 1][0] || p[1] !== renamed[i - 1][1]);
     for (const [old, id] of deduped) t.rename(old, id);
     return this;
@@ -1276,6 +1377,11 @@ export class GroupedStream {
   /** Grouped `persistentAggregate` whose aggregator reads `input`. */
   persistentAggregateOver(state, input, aggregator, output) {
     return this.stream.persist(state, [...this.group], input, aggregator, output);
+  }
+
+  /** `Stream.window` per group: each group's windows, output after the group fields. */
+  window(window, state, input, aggregator, output) {
+    return this.stream.windowNode(window, state, [...this.group], input, aggregator, output);
   }
 
   /** `stateQuery` after partitioning by the group fields. */

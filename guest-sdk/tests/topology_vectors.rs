@@ -215,7 +215,29 @@ fn topologies() -> Vec<Topology> {
     counts.new_values_stream().sink(JetStreamSink::subject("page-counts")).name("to-nats");
     counts.new_values_stream().sink(JetStreamSink::subject("pages.raw").raw("page"));
     let pages = pages.build();
-    vec![t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages]
+    vec![t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages, windows()]
+}
+
+/// Every kind of window, grouped and not, over built-in and guest
+/// aggregators, named and not.
+fn windows() -> Topology {
+    let t = Topology::new("windows");
+    let readings = t.new_stream(GuestSpout::batch(Numbers, ["sensor", "value", "at"]));
+    let sensors = readings.group_by(["sensor"]);
+    readings.window(Window::tumbling_count(3), "threes", ["value"], Sum, ["sum"]);
+    sensors.window(Window::sliding_count(10, 5), "tens", ["value"], Longest, ["longest"]).name("longest");
+    readings.window(Window::tumbling_duration(60_000), "minutes", [], Count, ["count"]);
+    sensors.window(Window::sliding_duration(60_000, 10_000), "moving", ["value"], Reducer(Total), ["total"]);
+    readings
+        .window(Window::tumbling("at", 1_000).lateness_ms(500).max_delay_ms(200), "seconds", ["value"], Max, ["max"])
+        .name("per-second")
+        .project(["window_end", "max"]);
+    sensors.window(Window::sliding("at", 10_000, 2_500).lateness_ms(1_000), "sliding", ["value"], Min, ["min"]);
+    sensors
+        .window(Window::session("at", 30_000).max_delay_ms(5_000), "sessions", ["value"], Reducer(Total), ["total"])
+        .name("sessions");
+    readings.window(Window::session("at", 1), "bursts", ["value"], Longest, ["longest"]);
+    t.build()
 }
 
 #[test]

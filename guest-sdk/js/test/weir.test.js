@@ -31,6 +31,7 @@ import {
   State,
   Sum,
   Topology,
+  Window,
   decode,
   encode,
   BatchWriter,
@@ -218,7 +219,29 @@ function kitchenSink() {
     .persistentAggregate(State.transactional("counts"), Count, ["count"]);
   perPage.newValuesStream().sink(JetStreamSink.subject("page-counts")).name("to-nats");
   perPage.newValuesStream().sink(JetStreamSink.subject("pages.raw").raw("page"));
-  return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages.build()];
+  return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages.build(), windows()];
+}
+
+/** Every kind of window, grouped and not, over built-in and guest
+ *  aggregators, named and not. */
+function windows() {
+  const t = new Topology("windows");
+  const readings = t.newStream(GuestSpout.batch(numbers, ["sensor", "value", "at"]));
+  const sensors = readings.groupBy("sensor");
+  readings.window(Window.tumblingCount(3), "threes", ["value"], Sum, ["sum"]);
+  sensors.window(Window.slidingCount(10, 5), "tens", ["value"], longest, ["longest"]).name("longest");
+  readings.window(Window.tumblingDuration(60_000), "minutes", [], Count, ["count"]);
+  sensors.window(Window.slidingDuration(60_000n, 10_000n), "moving", ["value"], Reducer(total), ["total"]);
+  readings
+    .window(Window.tumbling("at", 1_000).latenessMs(500).maxDelayMs(200), "seconds", "value", Max, "max")
+    .name("per-second")
+    .project(["window_end", "max"]);
+  sensors.window(Window.sliding("at", 10_000, 2_500).latenessMs(1_000), "sliding", ["value"], Min, ["min"]);
+  sensors
+    .window(Window.session("at", 30_000).maxDelayMs(5_000), "sessions", ["value"], total, ["total"])
+    .name("sessions");
+  readings.window(Window.session("at", 1), "bursts", ["value"], longest, ["longest"]);
+  return t.build();
 }
 
 test("the builder writes the Rust builder's definitions byte for byte", () => {
@@ -243,6 +266,36 @@ test("operators are registered under their final ids", () => {
   assert.equal(t.code.get("count"), undefined);
   assert.equal(t.outputArity("peek-3"), 0);
   assert.equal(t.aggregatorArity("stats.2"), 1);
+});
+
+test("window aggregators are registered under their final ids", () => {
+  const t = kitchenSink()[10];
+  assert.equal(t.code.get("longest").kind, "combiner");
+  assert.equal(t.code.get("window-2"), undefined);
+  assert.equal(t.code.get("window-4").kind, "reducer");
+  assert.equal(t.code.get("sessions").kind, "reducer");
+  assert.equal(t.code.get("window-9").kind, "combiner");
+  assert.equal(t.code.get("per-second"), undefined);
+  assert.equal(t.aggregatorArity("sessions"), 1);
+});
+
+test("a window size that is no whole number is refused, naming it", () => {
+  for (const [make, message] of [
+    [() => Window.tumblingCount(-1), "window size: -1 is not a whole number"],
+    [() => Window.slidingDuration(1_000, 2.5), "window slide: 2.5 is not a whole number"],
+    [() => Window.session("at", "10"), "window gap: 10 is not a whole number"],
+    [() => Window.tumbling("at", 10).latenessMs(2n ** 53n), "window lateness: 9007199254740992 is not"],
+  ]) {
+    assert.throws(make, (e) => e instanceof RangeError && e.message.includes(message));
+  }
+});
+
+test("a window keeps the definition it was given", () => {
+  const t = new Topology("t");
+  const window = Window.tumbling("at", 1_000);
+  t.newStream(new FileLines("line")).window(window, "open", [], Count, ["n"]);
+  window.maxDelayMs(5);
+  assert.equal(t.nodes[1].op.window.max_delay_ms, undefined);
 });
 
 // -- dispatch ------------------------------------------------------------------

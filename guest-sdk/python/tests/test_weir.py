@@ -40,6 +40,7 @@ from weir import (  # noqa: E402
     State,
     Sum,
     Topology,
+    Window,
     codec,
     dispatch,
 )
@@ -300,7 +301,31 @@ def kitchen_sink():
     )
     counts.new_values_stream().sink(JetStreamSink.subject("page-counts")).name("to-nats")
     counts.new_values_stream().sink(JetStreamSink.subject("pages.raw").raw("page"))
-    return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages.build()]
+    return [t.build(), batch, partitioned, opaque, generated, files, clicks, lines, raw, pages.build(), windows()]
+
+
+def windows():
+    """Every kind of window, grouped and not, over built-in and guest
+    aggregators, named and not."""
+    t = Topology("windows")
+    readings = t.new_stream(GuestSpout.batch(Numbers(), ["sensor", "value", "at"]))
+    sensors = readings.group_by("sensor")
+    readings.window(Window.tumbling_count(3), "threes", ["value"], Sum, ["sum"])
+    sensors.window(Window.sliding_count(10, 5), "tens", ["value"], Longest(), ["longest"]).name("longest")
+    readings.window(Window.tumbling_duration(60_000), "minutes", [], Count, ["count"])
+    sensors.window(Window.sliding_duration(60_000, 10_000), "moving", ["value"], Reducer(Total()), ["total"])
+    (
+        readings.window(Window.tumbling("at", 1_000).lateness_ms(500).max_delay_ms(200), "seconds", "value", Max, "max")
+        .name("per-second")
+        .project(["window_end", "max"])
+    )
+    sensors.window(Window.sliding("at", 10_000, 2_500).lateness_ms(1_000), "sliding", ["value"], Min, ["min"])
+    (
+        sensors.window(Window.session("at", 30_000).max_delay_ms(5_000), "sessions", ["value"], Total(), ["total"])
+        .name("sessions")
+    )
+    readings.window(Window.session("at", 1), "bursts", ["value"], Longest(), ["longest"])
+    return t.build()
 
 
 class Builder(unittest.TestCase):
@@ -326,6 +351,34 @@ class Builder(unittest.TestCase):
         self.assertIsNone(t.code("count"))
         self.assertEqual(t.output_arity("peek-3"), 0)
         self.assertEqual(t.aggregator_arity("stats.2"), 1)
+
+    def test_window_aggregators_are_registered_under_their_final_ids(self):
+        t = kitchen_sink()[10]
+        self.assertEqual(t.code("longest")[0], "combiner")
+        self.assertIsNone(t.code("window-2"))
+        self.assertEqual(t.code("window-4")[0], "reducer")
+        self.assertEqual(t.code("sessions")[0], "reducer")
+        self.assertEqual(t.code("window-9")[0], "combiner")
+        self.assertIsNone(t.code("per-second"))
+        self.assertEqual(t.aggregator_arity("sessions"), 1)
+
+    def test_a_window_size_that_is_no_whole_number_is_refused_naming_it(self):
+        for make, message in [
+            (lambda: Window.tumbling_count(-1), "window size: -1 is not a whole number"),
+            (lambda: Window.sliding_duration(1_000, 2.5), "window slide: 2.5 is not a whole number"),
+            (lambda: Window.session("at", True), "window gap: True is not a whole number"),
+            (lambda: Window.tumbling("at", 10).lateness_ms(2**64), "window lateness: 18446744073709551616 is not"),
+        ]:
+            with self.assertRaises(ValueError) as caught:
+                make()
+            self.assertIn(message, str(caught.exception))
+
+    def test_a_window_keeps_the_definition_it_was_given(self):
+        t = Topology("t")
+        window = Window.tumbling("at", 1_000)
+        t.new_stream(FileLines("line")).window(window, "open", [], Count, ["n"])
+        window.max_delay_ms(5)
+        self.assertNotIn("max_delay_ms", t.nodes[1]["op"]["window"])
 
 
 # -- dispatch ----------------------------------------------------------------

@@ -69,6 +69,7 @@ from .topology import (
     Stream,
     Topology,
     TridentState,
+    Window,
     describe,
 )
 
@@ -124,6 +125,7 @@ __all__ = [
     "Stream",
     "Topology",
     "TridentState",
+    "Window",
     "describe",
     "topologies_of",
     "WIT_PACKAGE",

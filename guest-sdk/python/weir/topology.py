@@ -34,6 +34,7 @@ __all__ = [
     "TridentState",
     "ChainedAggregate",
     "State",
+    "Window",
     "Limits",
     "FileLines",
     "DirectoryLines",
@@ -91,6 +92,84 @@ class State:
         out = {"name": self.name, "kind": self.kind}
         if self._cache_size is not None:
             out["cache_size"] = self._cache_size
+        return out
+
+
+def _whole(value, what):
+    """``value`` if it is a whole number a window's ``what`` can hold."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise ValueError(f"window {what}: {value!r} is not a whole number from 0 to 2**64 - 1")
+    return value
+
+
+class Window:
+    """How a window operation cuts its stream into windows: by a count of
+    tuples per group or by when the host emitted each batch (Trident's), or
+    by a timestamp field (event time)."""
+
+    def __init__(self, definition):
+        self._definition = definition
+        # Event time only: the watermark's delay and the lateness allowed.
+        self._delays = {"max_delay_ms": 0, "lateness_ms": 0}
+
+    @staticmethod
+    def tumbling_count(size):
+        """Trident's tumbling count window: every ``size`` tuples of a group."""
+        return Window.sliding_count(size, size)
+
+    @staticmethod
+    def sliding_count(size, slide):
+        """Trident's sliding count window: every ``slide`` tuples of a
+        group, the last ``size``."""
+        return Window({"kind": "count", "size": _whole(size, "size"), "slide": _whole(slide, "slide")})
+
+    @staticmethod
+    def tumbling_duration(size_ms):
+        """Trident's tumbling duration window: ``size_ms`` of processing
+        time, by when the host emitted each batch."""
+        return Window.sliding_duration(size_ms, size_ms)
+
+    @staticmethod
+    def sliding_duration(size_ms, slide_ms):
+        """Trident's sliding duration window: ``size_ms`` of processing
+        time, one starting every ``slide_ms``."""
+        return Window({"kind": "duration", "size_ms": _whole(size_ms, "size"), "slide_ms": _whole(slide_ms, "slide")})
+
+    @staticmethod
+    def tumbling(field, size_ms):
+        """Tumbling event-time windows of ``size_ms`` by the timestamp (in
+        milliseconds) in ``field``."""
+        return Window.sliding(field, size_ms, size_ms)
+
+    @staticmethod
+    def sliding(field, size_ms, slide_ms):
+        """Sliding event-time windows of ``size_ms``, one starting every
+        ``slide_ms``, by the timestamp (in milliseconds) in ``field``."""
+        size_ms, slide_ms = _whole(size_ms, "size"), _whole(slide_ms, "slide")
+        return Window({"kind": "event-time", "field": field, "size_ms": size_ms, "slide_ms": slide_ms})
+
+    @staticmethod
+    def session(field, gap_ms):
+        """Event-time session windows by the timestamp (in milliseconds) in
+        ``field``: a group's session ends after ``gap_ms`` without a tuple."""
+        return Window({"kind": "session", "field": field, "gap_ms": _whole(gap_ms, "gap")})
+
+    def max_delay_ms(self, ms):
+        """Event time: timestamps may come up to ``ms`` out of order (the
+        watermark trails the greatest timestamp by this much)."""
+        self._delays["max_delay_ms"] = _whole(ms, "max delay")
+        return self
+
+    def lateness_ms(self, ms):
+        """Event time: a window still takes tuples for ``ms`` after the
+        watermark passes its end, and closes then."""
+        self._delays["lateness_ms"] = _whole(ms, "lateness")
+        return self
+
+    def _def(self):
+        out = dict(self._definition)
+        if out["kind"] in ("event-time", "session"):
+            out.update((key, ms) for key, ms in self._delays.items() if ms)
         return out
 
 
@@ -432,7 +511,7 @@ class Topology:
                 for aggregator in op["aggregators"]:
                     if aggregator["id"] == operator:
                         return len(aggregator["output"])
-            elif op["op"] == "persistent-aggregate" and op["aggregator"]["id"] == operator:
+            elif op["op"] in ("persistent-aggregate", "window") and op["aggregator"]["id"] == operator:
                 return len(op["aggregator"]["output"])
         return None
 
@@ -697,6 +776,26 @@ class Stream:
         """``persistent_aggregate`` whose aggregator reads ``input``."""
         return self._persist(state, [], input, aggregator, output)
 
+    def _window(self, window, state, group, input, aggregator, output):
+        def make(t, id):
+            kind = _register_aggregator(t, id, aggregator)
+            op = {"op": "window", "window": window._def(), "state": {"name": state, "kind": "opaque"}}
+            if group:
+                op["group"] = group
+            op["aggregator"] = {"id": id, "kind": kind, "input": _names(input), "output": _names(output)}
+            return op
+
+        return self._then("window", make)
+
+    def window(self, window, state, input, aggregator, output):
+        """Trident's ``tumblingWindow`` and ``slidingWindow``, and event-time
+        windows: aggregates each ``window`` of the stream (a combiner,
+        reducer or built-in over ``input``), keeping the open windows in the
+        opaque state named ``state``, exactly once. Each window's result is
+        emitted once, when it closes: ``window_start``, ``window_end``, then
+        ``output``."""
+        return self._window(window, state, [], input, aggregator, output)
+
     def partition_persist(self, state, input, updater, output=()):
         """``updater.update_state(state, tuples)`` writes each batch
         partition's ``input`` tuples into ``state`` in the commit phase; what
@@ -801,7 +900,7 @@ class Stream:
                 new = label if k == 0 else f"{label}.{k}"
                 renamed.append((aggregator["id"], new))
                 aggregator["id"] = new
-        if op["op"] == "persistent-aggregate":
+        if op["op"] in ("persistent-aggregate", "window"):
             op["aggregator"]["id"] = label
         deduped = []
         for pair in renamed:
@@ -856,6 +955,11 @@ class GroupedStream:
     def persistent_aggregate_over(self, state, input, aggregator, output):
         """Grouped ``persistent_aggregate`` whose aggregator reads ``input``."""
         return self.stream._persist(state, list(self.group), input, aggregator, output)
+
+    def window(self, window, state, input, aggregator, output):
+        """``Stream.window`` per group: each group's windows, output after
+        the group fields."""
+        return self.stream._window(window, state, list(self.group), input, aggregator, output)
 
     def state_query(self, state, input, query, output):
         """``state_query`` after partitioning by the group fields."""
