@@ -309,3 +309,55 @@ fn clickstream_counts_pages_and_users_exactly_and_publishes_each_batchs_page_cou
     assert_eq!(txids, (1..=last).collect());
     assert_counts_eq(&latest.into_iter().map(|(page, (_, count))| (page, count)).collect(), &pages);
 }
+
+/// Every state the sensor-windows example keeps its results and emission
+/// counts in.
+const SENSOR_STATES: [&str; 6] = [
+    "minute-averages",
+    "minute-averages-emitted",
+    "five-minute-maxima",
+    "five-minute-maxima-emitted",
+    "sessions",
+    "sessions-emitted",
+];
+
+/// The sensor-windows example's results in `data`, state by state.
+fn sensor_results(data: &Path) -> BTreeMap<&'static str, Vec<Json>> {
+    SENSOR_STATES.iter().map(|&state| (state, scan(data, "sensor-windows", state))).collect()
+}
+
+#[test]
+fn sensor_windows_give_the_same_windows_once_each_however_often_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_to_end = |data: &Path| {
+        weir_ok(&["run", SENSOR_WINDOWS, "--data", data.to_str().unwrap(), "--batch-size", "100"]);
+    };
+    let straight = dir.path().join("straight");
+    run_to_end(&straight);
+    let want = sensor_results(&straight);
+    for state in SENSOR_STATES {
+        assert!(want[state].len() > 20, "{state} holds only {} windows", want[state].len());
+        if state.ends_with("-emitted") {
+            let twice: Vec<&Json> = want[state].iter().filter(|e| e["value"] != 1).collect();
+            assert!(twice.is_empty(), "{state}: windows emitted more than once: {twice:?}");
+        }
+    }
+    // Late readings were counted, and queries answer from the windows.
+    let open = scan(&straight, "sensor-windows", "open-minutes");
+    let late = open.iter().find(|e| e["key"] == json!([false])).map(|e| e["value"].as_i64().unwrap());
+    assert!(late.is_some_and(|n| n > 0), "no late readings counted: {open:?}");
+    let average = &want["minute-averages"][0];
+    let args = format!("{} {}", average["key"][0].as_str().unwrap(), average["key"][1]);
+    assert_eq!(query(&straight, "sensor-windows", "average", &args), json!([[average["value"]]]));
+
+    let killed = dir.path().join("killed");
+    let data = killed.to_str().unwrap();
+    let args = vec!["run", SENSOR_WINDOWS, "--data", data, "--batch-size", "100", "--max-pending", "8"];
+    let mut restarts = Restarts::new(args, &killed, "sensor-windows");
+    restarts.kill_seeded(19, 12, 15);
+    run_to_end(&killed);
+    let got = sensor_results(&killed);
+    for state in SENSOR_STATES {
+        assert_eq!(got[state], want[state], "{state} after {} kills", restarts.kills.len());
+    }
+}

@@ -171,3 +171,18 @@ fn processing_time_windows_go_by_the_time_recorded_with_each_batch() {
     assert!(output.status.success(), "{}", text(&output));
     assert_windows_eq(kind, &stored(&data, kind), &expected_by(kind, &input, 20, &["1000000:130:11", "1000570:130"]));
 }
+
+#[test]
+fn inspect_shows_each_window_and_the_state_its_open_windows_are_in() {
+    let shown = text(&weir_ok(&["inspect", WINDOWS]));
+    for line in [
+        "window windows <- parse: group by [sensor], tumbling windows of 3 tuples: built-in sum (in the host) windows: \
+         [value] -> [sum], open windows in state open",
+        "window windows <- parse: group by [sensor], windows of 4 tuples every 2: guest reducer windows",
+        "windows of 1000 ms every 250 by event time ts (max delay 150 ms, lateness 0 ms): guest reducer",
+        "tumbling windows of 1000 ms by the time each batch was emitted: built-in sum",
+        "sessions ended by 150 ms without a tuple, by event time ts (max delay 300 ms, lateness 100 ms): guest combiner",
+    ] {
+        assert!(shown.contains(line), "no line with {line:?} in:\n{shown}");
+    }
+}

@@ -134,27 +134,28 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
             format!("{}{}, into state {}", grouped(group), aggregator(a), state.name)
         }
         OperationDef::Window { window, state, group, aggregator: a } => {
-            let cut = match window {
-                WindowDef::Count { size, slide } if size == slide => format!("tumbling every {size} tuples"),
-                WindowDef::Count { size, slide } => format!("the last {size} tuples every {slide}"),
-                WindowDef::Duration { size_ms, slide_ms } if size_ms == slide_ms => {
-                    format!("{size_ms} ms by the time each batch was emitted")
-                }
-                WindowDef::Duration { size_ms, slide_ms } => {
-                    format!("{size_ms} ms every {slide_ms} ms by the time each batch was emitted")
-                }
-                WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms } => format!(
-                    "sessions ended by {gap_ms} ms without a tuple, by event time {field} (max delay {max_delay_ms} \
-                     ms, lateness {lateness_ms} ms)"
-                ),
-                WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
-                    let every = if size_ms == slide_ms { String::new() } else { format!(" every {slide_ms} ms") };
-                    format!(
-                        "{size_ms} ms{every} by event time {field} (max delay {max_delay_ms} ms, lateness {lateness_ms} ms)"
-                    )
-                }
+            let span = |size: &u64, slide: &u64, unit: &str| match size == slide {
+                true => format!("tumbling windows of {size} {unit}"),
+                false => format!("windows of {size} {unit} every {slide}"),
             };
-            format!("{}windows of {cut}: {}, open windows in state {}", grouped(group), aggregator(a), state.name)
+            let watermark =
+                |max_delay_ms, lateness_ms| format!("(max delay {max_delay_ms} ms, lateness {lateness_ms} ms)");
+            let cut = match window {
+                WindowDef::Count { size, slide } => span(size, slide, "tuples"),
+                WindowDef::Duration { size_ms, slide_ms } => {
+                    format!("{} by the time each batch was emitted", span(size_ms, slide_ms, "ms"))
+                }
+                WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => format!(
+                    "{} by event time {field} {}",
+                    span(size_ms, slide_ms, "ms"),
+                    watermark(max_delay_ms, lateness_ms)
+                ),
+                WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms } => format!(
+                    "sessions ended by {gap_ms} ms without a tuple, by event time {field} {}",
+                    watermark(max_delay_ms, lateness_ms)
+                ),
+            };
+            format!("{}{cut}: {}, open windows in state {}", grouped(group), aggregator(a), state.name)
         }
         OperationDef::PartitionPersist { state, input, output } => {
             format!("guest state updater: {} -> {}, into state {}", fields(input), fields(output), state.name)
