@@ -42,7 +42,7 @@ impl Function for Reading {
         }
         let h = mix(n);
         let mut ts = START_MS + n * 250;
-        if h % 10 == 0 {
+        if h.is_multiple_of(10) {
             ts -= ((h / 10) % 20_000) as i64;
         }
         if h % 100 == 1 {
