@@ -12,6 +12,7 @@ mod jetstream;
 mod latency;
 mod limit;
 mod targets;
+mod windows;
 
 use anyhow::{Context, Result, bail};
 use batch_sizes::AtSize;
@@ -113,7 +114,11 @@ impl Bench {
 
     /// One run of `config` into a fresh data dir; returns the data dir too.
     fn run_once(&self, config: &Config, index: usize) -> Result<(Measured, PathBuf)> {
-        let input = self.corpus(config.sentences)?;
+        self.run_guest(&self.wasm, &self.corpus(config.sentences)?, config, index)
+    }
+
+    /// [`Bench::run_once`] of component `wasm` over `input`.
+    fn run_guest(&self, wasm: &Path, input: &Path, config: &Config, index: usize) -> Result<(Measured, PathBuf)> {
         let data = self.work.join(format!("data-{index}"));
         let _ = std::fs::remove_dir_all(&data);
         let report = self.work.join("report.json");
@@ -128,14 +133,14 @@ impl Bench {
             }
             Engine::Wasm | Engine::WasmNoCpuLimit => {
                 let mut command = Command::new(&self.weir);
-                command.arg("run").arg(&self.wasm).arg("--cache-dir").arg(self.work.join("cache"));
+                command.arg("run").arg(wasm).arg("--cache-dir").arg(self.work.join("cache"));
                 if config.engine == Engine::WasmNoCpuLimit {
                     command.args(["--max-call-ms", "0"]);
                 }
                 command
             }
         };
-        command.arg("--data").arg(&data).arg("--input").arg(&input);
+        command.arg("--data").arg(&data).arg("--input").arg(input);
         command.args(["--batch-size", &batch, "--max-pending", &pending, "--parallelism", &parallelism]);
         command.arg("--report-json").arg(&report);
         command.stdout(std::process::Stdio::null()).env("WEIR_LOG", "warn");
@@ -207,6 +212,7 @@ enum Only {
     Everything,
     Languages,
     JetStream,
+    Windows,
 }
 
 fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
@@ -224,6 +230,13 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
         }
     }
     let main = |engine, sentences| Config { engine, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
+    let windows_wasm = windows::wasm(&root);
+    let windows_rows = |runs| {
+        if !windows_wasm.exists() {
+            bail!("{} is missing: run scripts/bench, which builds it", windows_wasm.display());
+        }
+        windows::measure(&bench, &windows_wasm, sentences, runs)
+    };
     let jetstream_wasm = jetstream::wasm(&root);
     let jetstream_rows = |runs| {
         if !jetstream_wasm.exists() {
@@ -242,6 +255,10 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
             let (rows, figures) = languages(&bench, sentences)?;
             print_languages(sentences, &rows);
             results["languages"] = json!({ "sentences": sentences, "guests": figures });
+        } else if only == Only::Windows {
+            let windowed = windows_rows(runs)?;
+            windows::print(&windowed, runs);
+            results["windows"] = windows::json(&windowed);
         } else {
             let (rows, figures) = jetstream_rows(runs)?;
             jetstream::print(sentences, runs, &rows, &figures);
@@ -354,7 +371,12 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     println!();
     jetstream::print(sentences, runs, &jetstream_rows, &jetstream_figures);
 
-    let targets = targets::Figures { sizes: &sizes, latency: &latency, languages: &language_figures };
+    let windowed = windows_rows(runs)?;
+    println!();
+    windows::print(&windowed, runs);
+
+    let targets =
+        targets::Figures { sizes: &sizes, latency: &latency, languages: &language_figures, windowed: &windowed };
     println!();
     targets::print(&targets);
 
@@ -379,6 +401,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
         "targets": targets::json(&targets),
         "languages": { "sentences": sentences, "guests": language_figures },
         "jetstream": { "sentences": sentences, "runs": runs, "figures": jetstream_figures },
+        "windows": windows::json(&windowed),
     });
     std::fs::write(out, serde_json::to_string_pretty(&results)? + "\n")?;
     eprintln!("wrote {}", out.display());
@@ -516,9 +539,10 @@ fn main() -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
             "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages] \
-             [--jetstream]\n\
+             [--jetstream] [--windows]\n\
              --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results\n\
-             --jetstream: only word count from a file and from a local JetStream stream, into FILE's results"
+             --jetstream: only word count from a file and from a local JetStream stream, into FILE's results\n\
+             --windows: only the plain word count and the word count per minute of event time, into FILE's results"
         );
         return Ok(());
     }
@@ -532,6 +556,8 @@ fn main() -> Result<()> {
         Only::Languages
     } else if args.iter().any(|a| a == "--jetstream") {
         Only::JetStream
+    } else if args.iter().any(|a| a == "--windows") {
+        Only::Windows
     } else {
         Only::Everything
     };

@@ -10,6 +10,8 @@ pub struct Figures<'a> {
     pub latency: &'a Measured,
     /// `languages`' figures: one object per guest language.
     pub languages: &'a Json,
+    /// The plain and the windowed word count.
+    pub windowed: &'a crate::windows::Windowed,
 }
 
 /// One target: what is measured, its figure, how it is printed, and whether
@@ -66,6 +68,12 @@ fn rows(f: &Figures) -> Vec<Row> {
             met: rate >= at_least,
         });
     }
+    rows.push(ratio(
+        "Event-time tumbling count per key, against the plain word count".into(),
+        f.windowed.windowed / f.windowed.plain,
+        0.5,
+        "≥ 0.5",
+    ));
     let languages = f.languages.as_array().into_iter().flatten();
     let peak = f
         .sizes
