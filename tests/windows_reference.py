@@ -150,6 +150,20 @@ def by_session(path, batch, gap, delay, lateness, aggregate):
     return out, late
 
 
+def extremes(values):
+    """The general aggregator Extremes: a low and a high tuple."""
+    return [["low", min(values)], ["high", max(values)]]
+
+
+def spread(kind):
+    """The windows of a general aggregator emitting several tuples a
+    window: one entry per tuple, its leading values part of the key."""
+    def run(path, batch):
+        windows, late = kind(path, batch)
+        return [w[:-1] + t for w in windows for t in w[-1]], late
+    return run
+
+
 KINDS = {
     "count-tumbling": lambda p, b: by_count(p, b, 3, 3, sum),
     "count-sliding": lambda p, b: by_count(p, b, 4, 2, joined),
@@ -158,6 +172,8 @@ KINDS = {
     "time-all": lambda p, b: by_time(p, b, 500, 500, 100, 0, len, grouped=False),
     "session-greatest": lambda p, b: by_session(p, b, 150, 300, 100, max),
     "session-sum": lambda p, b: by_session(p, b, 120, 200, 0, sum),
+    "count-general": lambda p, b: by_count(p, b, 4, 2, joined),
+    "time-general": spread(lambda p, b: by_time(p, b, 1_000, 500, 300, 0, extremes)),
 }
 
 PROCESSING_TIME = {

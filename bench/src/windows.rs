@@ -47,7 +47,8 @@ pub struct Windowed {
 /// Measures both, `runs` rounds each, and checks the windowed counts: each
 /// word's closed minutes and open windows together hold its whole count.
 pub fn measure(bench: &Bench, wasm: &Path, sentences: u64, runs: usize) -> Result<Windowed> {
-    let config = |sentences| Config { engine: Engine::Wasm, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
+    let config =
+        |sentences| Config { engine: Engine::Wasm, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
     let (inputs, small_inputs) = (timestamped(bench, sentences)?, timestamped(bench, SMALL)?);
     let mut plain: (Vec<Measured>, Vec<Measured>) = Default::default();
     let mut windowed: (Vec<Measured>, Vec<Measured>) = Default::default();
@@ -105,7 +106,10 @@ pub fn print(w: &Windowed, runs: usize) {
     println!("|---|---|---|");
     println!("| word count | {:.2} M | {:.0} |", w.plain / 1e6, w.plain_rss_mib);
     println!("| windowed word count | {:.2} M | {:.0} |", w.windowed / 1e6, w.windowed_rss_mib);
-    println!("windowed/plain ratio: {:.2}; counts check: the minutes and open windows add up to the ground truth", w.windowed / w.plain);
+    println!(
+        "windowed/plain ratio: {:.2}; counts check: the minutes and open windows add up to the ground truth",
+        w.windowed / w.plain
+    );
 }
 
 pub fn json(w: &Windowed) -> Json {

@@ -4,8 +4,8 @@
 //! start, exactly once. The benchmark runs it over the canonical corpus
 //! with a timestamp added to each sentence.
 
-use weir_sdk::prelude::*;
 use weir_sdk::Window;
+use weir_sdk::prelude::*;
 
 /// Splits `TIMESTAMP_MS SENTENCE` into the timestamp and each word.
 pub struct SplitTimed;

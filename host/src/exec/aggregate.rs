@@ -27,6 +27,13 @@ pub(super) struct Groups {
     pub(super) of_row: Vec<u32>,
 }
 
+impl Groups {
+    /// `count` groups, known by index only, row `r` in group `of_row[r]`.
+    pub(super) fn tagged(count: usize, of_row: Vec<u32>) -> Groups {
+        Groups { keys: vec![Vec::new(); count], first: Vec::new(), of_row }
+    }
+}
+
 pub(super) fn groups(batch: &Batch<'_>, group: &[usize]) -> Groups {
     if group.is_empty() {
         return Groups { keys: vec![Vec::new()], first: vec![0], of_row: vec![0; batch.len()] };

@@ -21,6 +21,7 @@ mod session;
 mod state_ops;
 mod stream;
 mod window;
+mod window_tuples;
 
 pub use commit::{Committer, GroupFailure};
 pub use error::{BatchError, Cause, Origin};

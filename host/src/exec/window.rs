@@ -12,12 +12,12 @@
 use super::aggregate::groups;
 use super::error::BatchError;
 use super::persistent_aggregate::{lock, partials_of, storage, store_partials};
-use super::{Exec, Parts, gather, session};
+use super::{Exec, Parts, gather, session, window_tuples};
 use crate::plan::{Node, Op};
 use crate::state::keys;
 use crate::state::view::Base;
 use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueKind, ValueRef};
-use weir_sdk::topology::WindowDef;
+use weir_sdk::topology::{AggregatorKind, WindowDef};
 
 /// Key of the greatest timestamp seen (event time).
 const GREATEST_SEEN: ValueRef<'static> = ValueRef::Null;
@@ -27,7 +27,7 @@ const LATE: ValueRef<'static> = ValueRef::Bool(false);
 const COUNT: ValueRef<'static> = ValueRef::Bool(true);
 
 /// The windows a batch closes.
-enum Closing {
+pub(super) enum Closing {
     /// These keys (count windows: each group's own).
     Keys(Vec<Vec<u8>>),
     /// Every window ending at or before this (event time).
@@ -68,15 +68,23 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
             (assigned, Ok(watermark))
         }
     };
+    let general = aggregator.kind == AggregatorKind::General;
     if !assigned.is_empty() {
         let keyed: Vec<usize> = [0, 1].into_iter().chain(group.iter().map(|p| p + 2)).collect();
-        let partials = partials_of(exec, &assigned, &keyed, aggregator)?;
-        store_partials(exec, node, state, aggregator, partials, false)?;
+        if general {
+            window_tuples::keep(exec, node, &assigned, &keyed)?;
+        } else {
+            let partials = partials_of(exec, &assigned, &keyed, aggregator)?;
+            store_partials(exec, node, state, aggregator, partials, false)?;
+        }
     }
     let closing = match watermark {
         Ok(watermark) => Closing::Through(watermark.write(exec, node)?),
         Err(keys) => keys,
     };
+    if general {
+        return window_tuples::close(exec, node, &closing);
+    }
     let mut views = lock(exec.views(node)?);
     let closed: Vec<(Vec<u8>, Value)> = match &closing {
         Closing::Keys(keys) => {
@@ -89,11 +97,7 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
             closed
         }
         Closing::Through(end) => {
-            let from = [ValueKind::I64.byte()];
-            let to = match end.checked_add(1) {
-                Some(next) => keys::encode([ValueRef::I64(next)]),
-                None => vec![ValueKind::F64.byte()],
-            };
+            let (from, to) = closed_range(*end);
             let open = views.range(state, &from, &to).map_err(storage(state))?;
             open.into_iter().filter_map(|(key, base)| base.value().cloned().map(|v| (key, v))).collect()
         }
@@ -120,6 +124,16 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
         session::forget_closed(exec, node, &closed_keys, end)?;
     }
     Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
+}
+
+/// The keys of the windows ending at or before `end`: from the first
+/// window key (the integers' kind) up to the first past `end`.
+pub(super) fn closed_range(end: i64) -> (Vec<u8>, Vec<u8>) {
+    let to = match end.checked_add(1) {
+        Some(next) => keys::encode([ValueRef::I64(next)]),
+        None => vec![ValueKind::F64.byte()],
+    };
+    (vec![ValueKind::I64.byte()], to)
 }
 
 /// Where a tuple's time comes from.

@@ -381,9 +381,10 @@ pub(super) fn check_window(
                  a group hold {open} sessions open; this host allows {MAX_OPEN_SESSIONS}"
             );
         }
-        if aggregator.kind == AggregatorKind::Reducer {
+        if matches!(aggregator.kind, AggregatorKind::Reducer | AggregatorKind::General) {
             bail!(
-                "{at} uses the reducer {}: sessions that meet merge their partials, which takes a combiner or a built-in",
+                "{at} uses the {} {}: sessions that meet merge their partials, which takes a combiner or a built-in",
+                if aggregator.kind == AggregatorKind::Reducer { "reducer" } else { "general aggregator" },
                 aggregator.id
             );
         }
@@ -394,14 +395,8 @@ pub(super) fn check_window(
             size.div_ceil(slide)
         );
     }
-    if aggregator.kind == AggregatorKind::General {
-        bail!(
-            "{at} uses the general aggregator {}: a window keeps one partial, made by a combiner, a reducer or a \
-             built-in",
-            aggregator.id
-        );
-    }
-    check_aggregator(name, node, fields, aggregator, true)
+    // A general aggregator sees a window's tuples, kept until it closes.
+    check_aggregator(name, node, fields, aggregator, aggregator.kind != AggregatorKind::General)
 }
 
 /// Each query stream by name, with its root and the node that answers it:

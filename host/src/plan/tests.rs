@@ -382,11 +382,25 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
     assert_eq!(plan.states["open"].kind, StateKind::Opaque);
     // What a description may not ask of a window, each refused naming it.
     let refusals = [
-        (event_time(0, 0), sum, "size and slide must be at least 1"),
-        (WindowDef::Count { size: 5, slide: 0 }, sum, "size and slide must be at least 1"),
+        (event_time(0, 0), sum, "size, slide and gap must be at least 1"),
+        (WindowDef::Count { size: 5, slide: 0 }, sum, "size, slide and gap must be at least 1"),
         (event_time(1_000_000, 1), sum, "puts each tuple in 1000000 windows; this host allows 1000"),
         (event_time(u64::MAX, 1), sum, "more than a timestamp holds"),
-        (WindowDef::Count { size: 3, slide: 3 }, AggregatorKind::General, "uses the general aggregator win"),
+        (
+            WindowDef::Session { field: "ts".into(), gap_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            AggregatorKind::General,
+            "uses the general aggregator win: sessions that meet merge their partials",
+        ),
+        (
+            WindowDef::Session { field: "ts".into(), gap_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            AggregatorKind::Reducer,
+            "uses the reducer win",
+        ),
+        (
+            WindowDef::Session { field: "ts".into(), gap_ms: 1, max_delay_ms: 100_000, lateness_ms: 0 },
+            sum,
+            "lets a group hold 100002 sessions open; this host allows 10000",
+        ),
         (
             WindowDef::EventTime { field: "when".into(), size_ms: 10, slide_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
             sum,

@@ -61,6 +61,54 @@ impl ReducerAggregator for JoinValues {
     }
 }
 
+/// A general aggregator: a window's lowest and highest values, as the
+/// tuples `("low", n)` and `("high", n)`.
+pub struct Extremes;
+
+impl Aggregator for Extremes {
+    type State = Option<(i64, i64)>;
+
+    fn init(&self, _: &BatchInfo, _: &mut Emitter<'_>) -> Result<Self::State, Error> {
+        Ok(None)
+    }
+
+    fn aggregate(&self, state: &mut Self::State, tuple: &Tuple<'_>, _: &mut Emitter<'_>) -> Result<(), Error> {
+        let n = tuple.i64(0)?;
+        *state = Some(state.map_or((n, n), |(low, high)| (low.min(n), high.max(n))));
+        Ok(())
+    }
+
+    fn complete(&self, state: Self::State, out: &mut Emitter<'_>) -> Result<(), Error> {
+        if let Some((low, high)) = state {
+            out.emit([ValueRef::Str("low"), ValueRef::I64(low)])?;
+            out.emit([ValueRef::Str("high"), ValueRef::I64(high)])?;
+        }
+        Ok(())
+    }
+}
+
+/// A general aggregator: a window's values, space-joined in the order they
+/// came, emitted once the window has them all.
+pub struct JoinAll;
+
+impl Aggregator for JoinAll {
+    type State = Vec<i64>;
+
+    fn init(&self, _: &BatchInfo, _: &mut Emitter<'_>) -> Result<Self::State, Error> {
+        Ok(Vec::new())
+    }
+
+    fn aggregate(&self, state: &mut Self::State, tuple: &Tuple<'_>, _: &mut Emitter<'_>) -> Result<(), Error> {
+        state.push(tuple.i64(0)?);
+        Ok(())
+    }
+
+    fn complete(&self, state: Self::State, out: &mut Emitter<'_>) -> Result<(), Error> {
+        let joined: Vec<String> = state.iter().map(i64::to_string).collect();
+        out.emit([ValueRef::Str(&joined.join(" "))])
+    }
+}
+
 /// The readings of the run's input: `sensor`, `ts`, `value`.
 fn readings(name: &str) -> (weir_sdk::builder::TopologyBuilder, Stream) {
     let topology = Topology::new(name);
@@ -134,6 +182,23 @@ pub fn topologies() -> Vec<Topology> {
     let window = Window::session("ts", 120).max_delay_ms(200);
     let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Sum, ["sum"]).name("windows");
     keep(&windows, WINDOW_KEY, "sum");
+    out.push(topology.build());
+
+    let (topology, stream) = readings("count-general");
+    let windows = stream
+        .group_by(["sensor"])
+        .window(Window::sliding_count(4, 2), "open", ["value"], General(JoinAll), ["values"])
+        .name("windows");
+    keep(&windows, WINDOW_KEY, "values");
+    out.push(topology.build());
+
+    let (topology, stream) = readings("time-general");
+    let window = Window::sliding("ts", 1_000, 500).max_delay_ms(300);
+    let windows = stream
+        .group_by(["sensor"])
+        .window(window, "open", ["value"], General(Extremes), ["which", "extreme"])
+        .name("windows");
+    keep(&windows, ["sensor", "window_start", "window_end", "which"], "extreme");
     out.push(topology.build());
 
     let (topology, stream) = readings("time-all");
