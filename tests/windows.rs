@@ -50,7 +50,13 @@ fn generate(seed: u64, n: usize, out: &Path) {
 struct Windows {
     values: BTreeMap<String, Json>,
     late: i64,
+    /// How many times each late reading was seen, for a topology whose
+    /// window has a late stream.
+    late_readings: Option<BTreeMap<String, i64>>,
 }
+
+/// The guest's topologies whose window has a late stream.
+const LATE_STREAMS: [&str; 2] = ["time-tumbling", "session-greatest"];
 
 /// The windows `kind` must emit over `input` in batches of `batch` lines.
 fn expected(kind: &str, input: &Path, batch: usize) -> Windows {
@@ -79,7 +85,12 @@ fn expected_by(kind: &str, input: &Path, batch: usize, clocks: &[&str]) -> Windo
             (Json::from(key.to_vec()).to_string(), value.clone())
         })
         .collect();
-    Windows { values, late: json["late"].as_i64().unwrap() }
+    let mut late_readings = BTreeMap::new();
+    for reading in json["late_readings"].as_array().unwrap() {
+        *late_readings.entry(reading.to_string()).or_insert(0) += 1;
+    }
+    let late_readings = LATE_STREAMS.contains(&kind).then_some(late_readings);
+    Windows { values, late: json["late"].as_i64().unwrap(), late_readings }
 }
 
 /// The windows `kind` stored in `data`, asserting each was emitted once.
@@ -93,7 +104,10 @@ fn stored(data: &Path, kind: &str) -> Windows {
         .into_iter()
         .find(|e| e["key"] == serde_json::json!([false]))
         .map_or(0, |e| e["value"].as_i64().unwrap());
-    Windows { values, late }
+    let late_readings = LATE_STREAMS.contains(&kind).then(|| {
+        scan(data, kind, "late").into_iter().map(|e| (e["key"].to_string(), e["value"].as_i64().unwrap())).collect()
+    });
+    Windows { values, late, late_readings }
 }
 
 #[track_caller]
@@ -108,6 +122,7 @@ fn assert_windows_eq(kind: &str, got: &Windows, want: &Windows) {
         .collect();
     assert!(differ.is_empty(), "{kind}: {} windows, want {}: {differ:#?}", got.values.len(), want.values.len());
     assert_eq!(got.late, want.late, "{kind}: late readings");
+    assert_eq!(got.late_readings, want.late_readings, "{kind}: the late stream's readings");
 }
 
 fn run_args_for<'a>(kind: &'a str, data: &'a Path, input: &'a Path, batch: &'a str) -> Vec<&'a str> {

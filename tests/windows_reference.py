@@ -9,7 +9,8 @@
   windows_reference.py expect --kind KIND --batch B [--clock C]... FILE
       prints, as JSON, every window the topology KIND of the `windows` test
       guest emits over FILE cut into batches of B lines, and the number of
-      late readings: {"windows": [[key..., value], ...], "late": n}. For
+      late readings: {"windows": [[key..., value], ...], "late": n,
+      "late_readings": [[sensor, timestamp, value], ...]}. For
       processing-time windows, each --clock START:STEP[:THROUGH] says that
       batch txid was emitted at START + STEP * txid, up to txid THROUGH
       (the next clock from there on): the n-th batch a run emits afresh
@@ -72,7 +73,7 @@ def by_count(path, batch, size, slide, aggregate):
                 start = max(end - size, 0)
                 out.append([sensor, start, end, aggregate(values[start:end])])
                 end += slide
-    return out, 0
+    return out, []
 
 
 def by_time(path, batch, size, slide, delay, lateness, aggregate, grouped=True, clock=None):
@@ -82,7 +83,7 @@ def by_time(path, batch, size, slide, delay, lateness, aggregate, grouped=True, 
     (processing time), every reading of batch txid is at clock(txid)."""
     greatest = None
     open_windows = {}
-    late = 0
+    late = []
     out = []
 
     def closed_through():
@@ -103,7 +104,7 @@ def by_time(path, batch, size, slide, delay, lateness, aggregate, grouped=True, 
                     taken = True
                 start -= slide
             if not taken:
-                late += 1
+                late.append([sensor, ts, value])
         closed = closed_through()
         for key in sorted(k for k in open_windows if k[2] <= closed):
             sensor, start, end = key
@@ -120,7 +121,7 @@ def by_session(path, batch, gap, delay, lateness, aggregate):
     late."""
     greatest = None
     sessions = {}
-    late = 0
+    late = []
     out = []
 
     def closed_through():
@@ -131,7 +132,7 @@ def by_session(path, batch, gap, delay, lateness, aggregate):
         for sensor, ts, value in readings:
             greatest = ts if greatest is None else max(greatest, ts)
             if ts + gap <= closed_before:
-                late += 1
+                late.append([sensor, ts, value])
                 continue
             start, end, values = ts, ts + gap, [value]
             apart = []
@@ -218,7 +219,7 @@ def main():
             windows, late = PROCESSING_TIME[args.kind](args.file, args.batch, pinned(args.clock))
         else:
             windows, late = KINDS[args.kind](args.file, args.batch)
-        print(json.dumps({"windows": windows, "late": late}))
+        print(json.dumps({"windows": windows, "late": len(late), "late_readings": late}))
 
 
 if __name__ == "__main__":

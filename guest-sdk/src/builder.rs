@@ -1010,6 +1010,24 @@ impl Stream {
         self.window_node(window, state, Vec::new(), names(input), aggregator, names(output))
     }
 
+    /// On a window's stream: the tuples the window found late (every window
+    /// they fall into had closed), as they came, with the fields of the
+    /// window's input. A late tuple is dropped from the windows either way.
+    pub fn late_stream(&self) -> Stream {
+        let mut topology = self.topology.borrow_mut();
+        let index = topology.def.nodes.len();
+        let window = &topology.def.nodes[self.node];
+        let inputs = vec![window.inputs.first().copied().unwrap_or(self.node), self.node];
+        let parallelism = window.parallelism;
+        topology.def.nodes.push(NodeDef {
+            id: format!("late-tuples-{index}"),
+            inputs,
+            parallelism,
+            op: OperationDef::LateTuples,
+        });
+        Stream { topology: Rc::clone(&self.topology), node: index }
+    }
+
     /// Trident's `partitionPersist`: `updater` writes each batch partition's
     /// `input` tuples into `state` in the commit phase; what it emits (tuples
     /// of `output`) forms the new-values stream.

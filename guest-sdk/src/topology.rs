@@ -443,6 +443,9 @@ pub enum OperationDef {
         /// built-in: one partial per window, not its tuples).
         aggregator: AggregatorDef,
     },
+    /// The tuples a window found late, as they came: inputs are the
+    /// window's input, then the window. Output fields: the window's input's.
+    LateTuples,
     /// Ends a stream of the commit phase: the host publishes each tuple of
     /// every committed batch, exactly once. Nothing follows it.
     Sink {
@@ -592,6 +595,7 @@ impl OperationDef {
             OperationDef::Extreme { max: false, .. } => "min",
             OperationDef::Extreme { max: true, .. } => "max",
             OperationDef::Window { .. } => "window",
+            OperationDef::LateTuples => "late-tuples",
             OperationDef::Sink { .. } => "sink",
         }
     }

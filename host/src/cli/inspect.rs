@@ -168,6 +168,7 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
             format!("{} -> {} with {query} on state {state}", fields(input), fields(output))
         }
         OperationDef::Merge => String::new(),
+        OperationDef::LateTuples => "the tuples the window found late".to_owned(),
         OperationDef::Join { fields: on, kinds, output } => {
             let on: Vec<String> =
                 on.iter().zip(kinds).map(|(f, k)| format!("{} ({})", fields(f), name_of(k))).collect();

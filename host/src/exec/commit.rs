@@ -173,7 +173,8 @@ impl Committer {
         views: &Arc<Mutex<Views>>,
         mut handover: Handover,
     ) -> Result<Vec<Option<Arc<Parts>>>, BatchError> {
-        let mut exec = Exec { plan, instances: &mut self.instances, batch, time_ms, views: Some(views) };
+        let mut exec =
+            Exec { plan, instances: &mut self.instances, batch, time_ms, late: HashMap::new(), views: Some(views) };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         for &i in &self.nodes {
             let node = &plan.nodes[i];

@@ -35,7 +35,7 @@ use crate::state::handle::StateHandle;
 use crate::state::view::Views;
 use error::malformed;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weir_sdk::codec::{Batch, BatchWriter, Row};
@@ -150,6 +150,9 @@ struct Exec<'a> {
     /// When the batch was emitted, as recorded with it: what its
     /// processing-time windows go by. Only the commit phase runs windows.
     time_ms: u64,
+    /// Per window node with a late stream: the tuples it found late, for
+    /// that stream's node.
+    late: HashMap<usize, Batch<'static>>,
     views: Option<&'a Arc<Mutex<Views>>>,
 }
 
@@ -236,7 +239,13 @@ impl<'a> Exec<'a> {
             Op::Aggregate { .. } => aggregate::aggregate(self, node, inputs[0]),
             Op::StateQuery { .. } => state_ops::state_query(self, node, inputs[0]),
             Op::PartitionPersist { .. } => state_ops::partition_persist(self, node, inputs[0]),
-            Op::Window { .. } => window::window(self, node, inputs[0]),
+            Op::Window { .. } => window::window(self, index, inputs[0]),
+            Op::LateTuples(kept) => {
+                let late = self.late.remove(&node.inputs[1]);
+                let late =
+                    late.unwrap_or_else(|| BatchWriter::new(inputs[0].first().map_or(0, Batch::arity)).finish_batch());
+                Ok(fit_owned(vec![project(&late, kept)], n))
+            }
             Op::PersistentAggregate { .. } => {
                 let partials = persistent_aggregate::partials(self, node, inputs[0])?;
                 persistent_aggregate::persistent_aggregate(self, node, partials)

@@ -45,7 +45,14 @@ impl Processor {
     /// Runs `batch` (the spout's tuples) through the process-phase nodes.
     pub fn process(&mut self, id: BatchId, batch: Batch<'static>) -> Result<Handover, BatchError> {
         let plan = Arc::clone(&self.plan);
-        let mut exec = Exec { plan: &plan, instances: &mut self.instances, batch: id, time_ms: 0, views: None };
+        let mut exec = Exec {
+            plan: &plan,
+            instances: &mut self.instances,
+            batch: id,
+            time_ms: 0,
+            late: HashMap::new(),
+            views: None,
+        };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         let mut handover = Handover::default();
         let mut spout_batch = Some(batch);

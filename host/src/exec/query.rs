@@ -35,6 +35,7 @@ pub fn query(
         instances: &mut instances,
         batch: BatchId { txid: last, attempt: 0 },
         time_ms: 0,
+        late: Default::default(),
         views: Some(&views),
     };
     let mut outputs: Vec<Option<Parts>> = vec![None; plan.nodes.len()];

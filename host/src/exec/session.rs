@@ -92,7 +92,7 @@ pub(super) fn assign(
             watermark.see(ts);
             let end = ts.saturating_add(gap);
             if end <= watermark.closed_before {
-                watermark.late += 1;
+                watermark.late_rows.push(r);
                 continue;
             }
             let mut joined = Session { start: ts, end, stored: Vec::new(), rows: vec![r] };

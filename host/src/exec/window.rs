@@ -37,7 +37,8 @@ pub(super) enum Closing {
 /// Runs window operation `node` over one batch: its rows go into their
 /// windows, and the windows it closes are emitted: the group fields, the
 /// window's start and end, its value.
-pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Parts, BatchError> {
+pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result<Parts, BatchError> {
+    let node = &exec.plan.nodes[index];
     let Op::Window { state, window, time, group, aggregator } = &node.op else { unreachable!("a window") };
     let batch = gather(input);
     let time_spec = |size: &u64, slide: &u64, delay: &u64, lateness: &u64| TimeSpec {
@@ -79,7 +80,17 @@ pub(super) fn window(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<
         }
     }
     let closing = match watermark {
-        Ok(watermark) => Closing::Through(watermark.write(exec, node)?),
+        Ok(watermark) => {
+            let has_late_stream = node.children.iter().any(|&c| matches!(exec.plan.nodes[c].op, Op::LateTuples(_)));
+            if has_late_stream {
+                let mut late = BatchWriter::new(batch.arity());
+                for &r in &watermark.late_rows {
+                    super::copy_row(&mut late, batch.row(r));
+                }
+                exec.late.insert(index, late.finish_batch());
+            }
+            Closing::Through(watermark.write(exec, node)?)
+        }
         Err(keys) => keys,
     };
     if general {
@@ -266,8 +277,8 @@ pub(super) struct Watermark {
     greatest: Option<i64>,
     /// Windows ending at or before this closed in earlier batches.
     pub(super) closed_before: i64,
-    /// Tuples of the batch whose windows had all closed.
-    pub(super) late: i64,
+    /// The rows of the batch whose windows had all closed.
+    pub(super) late_rows: Vec<usize>,
     /// How far the closing trails the greatest time seen.
     behind: i64,
 }
@@ -279,7 +290,7 @@ impl Watermark {
         let greatest = stored_i64(exec, node, state, &keys::encode([GREATEST_SEEN]))?;
         let behind = spec.delay.saturating_add(spec.lateness);
         let closed_before = greatest.map_or(i64::MIN, |g| g.saturating_sub(behind));
-        Ok(Watermark { greatest_before: greatest, greatest, closed_before, late: 0, behind })
+        Ok(Watermark { greatest_before: greatest, greatest, closed_before, late_rows: Vec::new(), behind })
     }
 
     /// Takes in a tuple's time.
@@ -294,10 +305,10 @@ impl Watermark {
         if let Some(g) = self.greatest.filter(|&g| Some(g) != self.greatest_before) {
             put_i64(exec, node, state, keys::encode([GREATEST_SEEN]), g)?;
         }
-        if self.late > 0 {
+        if !self.late_rows.is_empty() {
             let late_key = keys::encode([LATE]);
             let before = stored_i64(exec, node, state, &late_key)?.unwrap_or(0);
-            put_i64(exec, node, state, late_key, before.saturating_add(self.late))?;
+            put_i64(exec, node, state, late_key, before.saturating_add(self.late_rows.len() as i64))?;
         }
         Ok(self.greatest.map_or(i64::MIN, |g| g.saturating_sub(self.behind)))
     }
@@ -319,7 +330,7 @@ fn by_time(
         // A batch's time moves its windows on even when it holds nothing.
         watermark.see(*emitted);
     }
-    for row in batch.rows() {
+    for (r, row) in batch.rows().enumerate() {
         let ts = stamp.of(node, row)?;
         watermark.see(ts);
         let mut assigned = false;
@@ -336,7 +347,7 @@ fn by_time(
             start = start.saturating_sub(spec.slide);
         }
         if !assigned {
-            watermark.late += 1;
+            watermark.late_rows.push(r);
         }
     }
     Ok((writer.finish_batch(), watermark))

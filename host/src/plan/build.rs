@@ -27,6 +27,7 @@ pub(super) fn build(def: &TopologyDef, limits: &TopologyLimits, config: Option<&
     let queries = checks::queries(name, &nodes)?;
     checks::runs_something(name, spout.as_ref(), states.len(), queries.len())?;
     checks::one_stream_each(name, &nodes)?;
+    checks::late_tuples(name, &nodes)?;
     let data_stream = nodes.iter().position(|n| n.op == super::Op::Spout).map(|r| phases::reachable_from(&nodes, r));
     checks::sinks(name, &nodes, &data_stream.unwrap_or_default())?;
     let sandboxes = sandboxes_of(def, spout.as_ref(), config)?;

@@ -118,6 +118,7 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
         OperationDef::QueryStream { .. }
         | OperationDef::Partition { .. }
         | OperationDef::Merge
+        | OperationDef::LateTuples
         | OperationDef::Sink { .. } => {}
     }
     match op {
@@ -397,6 +398,29 @@ pub(super) fn check_window(
     }
     // A general aggregator sees a window's tuples, kept until it closes.
     check_aggregator(name, node, fields, aggregator, aggregator.kind != AggregatorKind::General)
+}
+
+/// Each late stream reads a window and that window's input, and a window
+/// has one late stream at most.
+pub(super) fn late_tuples(name: &str, nodes: &[Node]) -> Result<()> {
+    let mut windows = HashSet::new();
+    for node in nodes.iter().filter(|n| matches!(n.op, Op::LateTuples(_))) {
+        let (input, window) = (node.inputs[0], node.inputs[1]);
+        let window_node = &nodes[window];
+        if !matches!(window_node.op, Op::Window { .. }) || window_node.inputs.first() != Some(&input) {
+            bail!(
+                "topology {name}: late stream {} must read a window and that window's input ({} is not a window \
+                 of {})",
+                node.id,
+                window_node.id,
+                nodes[input].id
+            );
+        }
+        if !windows.insert(window) {
+            bail!("topology {name}: window {} has two late streams", window_node.id);
+        }
+    }
+    Ok(())
 }
 
 /// Each query stream by name, with its root and the node that answers it:

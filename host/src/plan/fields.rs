@@ -190,6 +190,10 @@ pub(super) fn resolve_nodes(
                 },
                 output.clone(),
             ),
+            OperationDef::LateTuples => {
+                let kept = keep(input_fields);
+                (Op::LateTuples(kept.clone()), named(&kept))
+            }
             OperationDef::Merge => {
                 let out = logical[i].iter().filter(|f| needed[i].contains(*f)).cloned().collect::<Vec<_>>();
                 let per_input = node.inputs.iter().map(|&p| positions(&fields[p], &out)).collect();
@@ -244,7 +248,7 @@ fn logical_fields(
     let expected_inputs = match node.op {
         OperationDef::Spout { .. } | OperationDef::QueryStream { .. } => 0..=0,
         OperationDef::Merge => 2..=usize::MAX,
-        OperationDef::Join { .. } => 2..=2,
+        OperationDef::Join { .. } | OperationDef::LateTuples => 2..=2,
         _ => 1..=1,
     };
     if !expected_inputs.contains(&inputs.len()) {
@@ -341,6 +345,7 @@ fn logical_fields(
             resolve_all(inputs[0], input)?;
             appended(inputs[0], output)?
         }
+        OperationDef::LateTuples => inputs[0].to_vec(),
         OperationDef::Merge => {
             for other in &inputs[1..] {
                 if other != &inputs[0] {
@@ -436,6 +441,7 @@ fn reads(child: &NodeDef, parent_fields: &[String], needed: &HashSet<String>) ->
                 out.insert(field.clone());
             }
         },
+        OperationDef::LateTuples => out.extend(passthrough()),
         OperationDef::Spout { .. } | OperationDef::QueryStream { .. } => {}
     }
     out

@@ -182,6 +182,10 @@ pub enum Op {
         /// The aggregator, its input positions in the assigned rows.
         aggregator: Aggregator,
     },
+    /// The tuples the window node (the second input) found late in the
+    /// batch, from its input (the first); the fields at these positions
+    /// passed on.
+    LateTuples(Vec<usize>),
     /// A guest state updater.
     PartitionPersist {
         /// The state.

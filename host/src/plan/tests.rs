@@ -407,6 +407,25 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
             "\"when\"",
         ),
     ];
+    // A late stream reads a window and its input, once per window.
+    let late = |id: &str, inputs: &[usize]| node(id, inputs, OperationDef::LateTuples);
+    let with_late = |lates: Vec<NodeDef>| {
+        let mut nodes =
+            vec![spout(), each("parse", 0, &["sentence"], &["word", "ts", "n"]), window(1, event_time(10, 10), sum)];
+        nodes.extend(lates);
+        def(nodes)
+    };
+    let plan = plan_of(&with_late(vec![late("late", &[1, 2])])).unwrap();
+    assert_eq!(plan.nodes[3].phase, Phase::Commit);
+    assert_eq!(plan.nodes[3].fields, ["sentence", "word", "ts", "n"], "the window's input, whole");
+    for (lates, want) in [
+        (vec![late("late", &[0, 1])], "late stream late must read a window and that window's input"),
+        (vec![late("late", &[0, 2])], "late stream late must read a window and that window's input"),
+        (vec![late("late", &[1, 2]), late("again", &[1, 2])], "window win has two late streams"),
+    ] {
+        let err = format!("{:#}", plan_of(&with_late(lates)).unwrap_err());
+        assert!(err.contains(want), "{err}");
+    }
     for (w, kind, want) in refusals {
         let err = format!("{:#}", plan_of(&topology(w.clone(), kind)).unwrap_err());
         assert!(err.contains("topology t") && err.contains(want), "{w:?}: {err}");

@@ -126,6 +126,12 @@ fn keep<const K: usize>(windows: &Stream, key: [&str; K], value_field: &str) {
 
 const WINDOW_KEY: [&str; 3] = ["sensor", "window_start", "window_end"];
 
+/// Counts each late reading `windows` found in the state `late`.
+fn keep_late(windows: &Stream) {
+    let late = windows.late_stream().group_by(["sensor", "ts", "value"]);
+    late.persistent_aggregate(State::transactional("late"), Count, ["times"]);
+}
+
 /// The topologies, one per kind of window.
 pub fn topologies() -> Vec<Topology> {
     let mut out = Vec::new();
@@ -148,6 +154,7 @@ pub fn topologies() -> Vec<Topology> {
     let window = Window::tumbling("ts", 1_000).max_delay_ms(300).lateness_ms(200);
     let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Greatest, ["max"]).name("windows");
     keep(&windows, WINDOW_KEY, "max");
+    keep_late(&windows);
     out.push(topology.build());
 
     let (topology, stream) = readings("time-sliding");
@@ -176,6 +183,7 @@ pub fn topologies() -> Vec<Topology> {
     let window = Window::session("ts", 150).max_delay_ms(300).lateness_ms(100);
     let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Greatest, ["max"]).name("windows");
     keep(&windows, WINDOW_KEY, "max");
+    keep_late(&windows);
     out.push(topology.build());
 
     let (topology, stream) = readings("session-sum");
