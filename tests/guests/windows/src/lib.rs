@@ -215,6 +215,15 @@ pub fn topologies() -> Vec<Topology> {
     keep(&windows, ["window_start", "window_end"], "n");
     out.push(topology.build());
 
+    // A million groups, one tuple each: a million windows open at the end.
+    let topology = Topology::new("many-open");
+    topology
+        .new_stream(Generator::new("n", 1_000_000))
+        .group_by(["n"])
+        .window(Window::tumbling_count(2), "open", [], Count, ["count"])
+        .name("windows");
+    out.push(topology.build());
+
     out
 }
 
