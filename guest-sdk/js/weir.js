@@ -1226,6 +1226,18 @@ export class Stream {
     return this.windowNode(window, state, [], input, aggregator, output);
   }
 
+  /** On a window's stream: the tuples the window found late (every window
+   *  they fall into had closed), as they came, with the fields of the
+   *  window's input. A late tuple is dropped from the windows either way. */
+  lateStream() {
+    const t = this.topology;
+    const index = t.nodes.length;
+    const window = t.nodes[this.node];
+    const inputs = [window.inputs?.[0] ?? this.node, this.node];
+    t.nodes.push(nodeWith(`late-tuples-${index}`, inputs, window.parallelism ?? 1, { op: "late-tuples" }));
+    return new Stream(t, index);
+  }
+
   /** `updater.updateState(state, tuples)` writes each batch partition's
    *  `input` tuples into `state` in the commit phase; what it returns
    *  (tuples of `output`) forms the new-values stream. */

@@ -219,7 +219,7 @@ fn topologies() -> Vec<Topology> {
 }
 
 /// Every kind of window, grouped and not, over built-in and guest
-/// aggregators, named and not.
+/// aggregators, named and not, and a window's late stream.
 fn windows() -> Topology {
     let t = Topology::new("windows");
     let readings = t.new_stream(GuestSpout::batch(Numbers, ["sensor", "value", "at"]));
@@ -233,10 +233,11 @@ fn windows() -> Topology {
         .name("per-second")
         .project(["window_end", "max"]);
     sensors.window(Window::sliding("at", 10_000, 2_500).lateness_ms(1_000), "sliding", ["value"], Min, ["min"]);
-    sensors
+    let sessions = sensors
         .window(Window::session("at", 30_000).max_delay_ms(5_000), "sessions", ["value"], Reducer(Total), ["total"])
         .name("sessions");
     readings.window(Window::session("at", 1), "bursts", ["value"], Longest, ["longest"]);
+    sessions.late_stream().group_by(["sensor"]).persistent_aggregate(State::transactional("late"), Count, ["count"]);
     t.build()
 }
 

@@ -223,7 +223,7 @@ function kitchenSink() {
 }
 
 /** Every kind of window, grouped and not, over built-in and guest
- *  aggregators, named and not. */
+ *  aggregators, named and not, and a window's late stream. */
 function windows() {
   const t = new Topology("windows");
   const readings = t.newStream(GuestSpout.batch(numbers, ["sensor", "value", "at"]));
@@ -237,10 +237,11 @@ function windows() {
     .name("per-second")
     .project(["window_end", "max"]);
   sensors.window(Window.sliding("at", 10_000, 2_500).latenessMs(1_000), "sliding", ["value"], Min, ["min"]);
-  sensors
+  const sessions = sensors
     .window(Window.session("at", 30_000).maxDelayMs(5_000), "sessions", ["value"], total, ["total"])
     .name("sessions");
   readings.window(Window.session("at", 1), "bursts", ["value"], longest, ["longest"]);
+  sessions.lateStream().groupBy("sensor").persistentAggregate(State.transactional("late"), Count, ["count"]);
   return t.build();
 }
 

@@ -306,7 +306,7 @@ def kitchen_sink():
 
 def windows():
     """Every kind of window, grouped and not, over built-in and guest
-    aggregators, named and not."""
+    aggregators, named and not, and a window's late stream."""
     t = Topology("windows")
     readings = t.new_stream(GuestSpout.batch(Numbers(), ["sensor", "value", "at"]))
     sensors = readings.group_by("sensor")
@@ -320,11 +320,12 @@ def windows():
         .project(["window_end", "max"])
     )
     sensors.window(Window.sliding("at", 10_000, 2_500).lateness_ms(1_000), "sliding", ["value"], Min, ["min"])
-    (
+    sessions = (
         sensors.window(Window.session("at", 30_000).max_delay_ms(5_000), "sessions", ["value"], Total(), ["total"])
         .name("sessions")
     )
     readings.window(Window.session("at", 1), "bursts", ["value"], Longest(), ["longest"])
+    sessions.late_stream().group_by("sensor").persistent_aggregate(State.transactional("late"), Count, ["count"])
     return t.build()
 
 

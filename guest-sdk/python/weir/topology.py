@@ -796,6 +796,19 @@ class Stream:
         ``output``."""
         return self._window(window, state, [], input, aggregator, output)
 
+    def late_stream(self):
+        """On a window's stream: the tuples the window found late (every
+        window they fall into had closed), as they came, with the fields of
+        the window's input. A late tuple is dropped from the windows either
+        way."""
+        t = self.topology
+        index = len(t.nodes)
+        window = t.nodes[self.node]
+        inputs = [(window.get("inputs") or [self.node])[0], self.node]
+        node = {"id": f"late-tuples-{index}", "inputs": inputs, "op": {"op": "late-tuples"}}
+        t.nodes.append(_with_parallelism(node, _parallelism(window)))
+        return Stream(t, index)
+
     def partition_persist(self, state, input, updater, output=()):
         """``updater.update_state(state, tuples)`` writes each batch
         partition's ``input`` tuples into ``state`` in the commit phase; what
