@@ -210,3 +210,30 @@ fn inspect_shows_each_window_and_the_state_its_open_windows_are_in() {
         assert!(shown.contains(line), "no line with {line:?} in:\n{shown}");
     }
 }
+
+#[test]
+fn a_million_open_windows_run_in_a_small_state_cache_and_stay_in_redb() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let args = [
+        "run",
+        WINDOWS,
+        "--topology",
+        "many-open",
+        "--data",
+        data.to_str().unwrap(),
+        "--batch-size",
+        "20000",
+        "--max-state-cache-mib",
+        "8",
+    ];
+    let run = weir_bounded(&args, std::time::Duration::from_secs(600));
+    assert!(run.output.status.success(), "{}", text(&run.output));
+    // Each group's count and its one open window (its end: tuple 2), nothing emitted.
+    let db = weir::state::Db::open(&data).unwrap();
+    let open = db.scan("many-open", "open").unwrap();
+    let windows = open.iter().filter(|(key, _)| matches!(key.first(), Some(weir_sdk::Value::I64(2)))).count();
+    assert_eq!((open.len(), windows), (2_000_000, 1_000_000));
+    // What the host holds stays far below a million windows' worth.
+    assert!(run.peak_rss_kib < 512 * 1024, "peak RSS {} KiB", run.peak_rss_kib);
+}
