@@ -6,7 +6,7 @@
 
 use super::error::{BatchError, Origin, state_failure};
 use super::process::Handover;
-use super::{BatchId, Exec, Parts, per_partition, persistent_aggregate, take_times};
+use super::{BatchId, Exec, Parts, per_partition, persistent_aggregate, take_times, window};
 use crate::instances::{Instances, OperatorSource};
 use crate::plan::{Op, Phase, Plan};
 use crate::sink;
@@ -178,9 +178,11 @@ impl Committer {
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         for &i in &self.nodes {
             let node = &plan.nodes[i];
-            let out = match handover.partials.remove(&i) {
-                Some(partials) => persistent_aggregate::persistent_aggregate(&mut exec, node, partials)?,
-                None => {
+            let preassigned = handover.windows.remove(&i);
+            let out = match (handover.partials.remove(&i), preassigned) {
+                (Some(partials), _) => persistent_aggregate::persistent_aggregate(&mut exec, node, partials)?,
+                (None, Some(preassigned)) => window::window_preassigned(&mut exec, i, preassigned)?,
+                (None, None) => {
                     let inputs: Vec<Arc<Parts>> = (0..node.inputs.len())
                         .map(|slot| match handover.inputs.get(&(i, slot)) {
                             Some(parts) => Arc::clone(parts),

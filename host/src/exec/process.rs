@@ -5,6 +5,7 @@
 
 use super::error::BatchError;
 use super::persistent_aggregate::{self, Partials};
+use super::window::{self, Preassigned};
 use super::{BatchId, Exec, Parts, fit_owned, per_partition, take_times};
 use crate::instances::{Instances, OperatorSource};
 use crate::plan::{Op, Phase, Plan};
@@ -21,6 +22,8 @@ pub struct Handover {
     /// Per persistent aggregate: the batch's partial per key, made in the
     /// process phase.
     pub(super) partials: HashMap<usize, Partials>,
+    /// Per event-time window: the batch assigned to its windows.
+    pub(super) windows: HashMap<usize, Preassigned>,
 }
 
 /// Runs the process phase of a plan.
@@ -68,6 +71,11 @@ impl Processor {
                 if matches!(node.op, Op::PersistentAggregate { .. }) && from_process(&node.inputs[0]) {
                     let input = outputs[node.inputs[0]].as_ref().expect("inputs run first");
                     handover.partials.insert(i, persistent_aggregate::partials(&mut exec, node, input)?);
+                    continue;
+                }
+                if window::preassigns(node) && from_process(&node.inputs[0]) {
+                    let input = outputs[node.inputs[0]].as_ref().expect("inputs run first");
+                    handover.windows.insert(i, window::preassign(&mut exec, node, input)?);
                     continue;
                 }
                 for (slot, p) in node.inputs.iter().enumerate().filter(|(_, p)| from_process(p)) {

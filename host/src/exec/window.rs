@@ -11,9 +11,10 @@
 
 use super::aggregate::groups;
 use super::error::BatchError;
-use super::persistent_aggregate::{lock, partials_of, storage, store_partials};
+use super::persistent_aggregate::{Partials, lock, partials_of, storage, store_partials};
 use super::{Exec, Parts, gather, session, window_tuples};
 use crate::plan::{Node, Op};
+use crate::state::keyed::KeyedValues;
 use crate::state::keys;
 use crate::state::view::Base;
 use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueKind, ValueRef};
@@ -69,16 +70,142 @@ pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result
             (assigned, Ok(watermark))
         }
     };
-    let general = aggregator.kind == AggregatorKind::General;
     if !assigned.is_empty() {
-        let keyed: Vec<usize> = [0, 1].into_iter().chain(group.iter().map(|p| p + 2)).collect();
-        if general {
+        let keyed = window_keyed(group);
+        if aggregator.kind == AggregatorKind::General {
             window_tuples::keep(exec, node, &assigned, &keyed)?;
         } else {
             let partials = partials_of(exec, &assigned, &keyed, aggregator)?;
             store_partials(exec, node, state, aggregator, partials, false)?;
         }
     }
+    finish(exec, index, &batch, watermark)
+}
+
+/// Positions of an assigned row's window key: its end, its start, then the
+/// group fields after them.
+fn window_keyed(group: &[usize]) -> Vec<usize> {
+    [0, 1].into_iter().chain(group.iter().map(|p| p + 2)).collect()
+}
+
+/// An event-time window's sizes, for a window that goes by a timestamp
+/// field and cuts fixed windows.
+fn event_time_spec(window: &WindowDef) -> Option<(&str, TimeSpec)> {
+    let WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } = window else { return None };
+    let spec = TimeSpec {
+        size: *size_ms as i64,
+        slide: *slide_ms as i64,
+        delay: *max_delay_ms as i64,
+        lateness: *lateness_ms as i64,
+    };
+    Some((field, spec))
+}
+
+/// An event-time window's batch, assigned in the process phase before its
+/// watermark is known: the partials of every window its tuples fall into,
+/// closed or not, and what tells the commit phase which tuples are late.
+pub struct Preassigned {
+    /// The batch's partial of each window, by window key.
+    partials: KeyedValues,
+    /// Each row's newest window's end: the row is late if it closed.
+    newest_ends: Vec<i64>,
+    /// The batch's greatest timestamp.
+    greatest: Option<i64>,
+    /// The batch, for the late stream.
+    batch: Batch<'static>,
+}
+
+/// Whether `node`'s batches are assigned in the process phase: event-time
+/// windows whose aggregator makes one partial per window (a built-in or a
+/// combiner), which the commit phase only filters by the watermark.
+pub(super) fn preassigns(node: &Node) -> bool {
+    let Op::Window { window, aggregator, .. } = &node.op else { return false };
+    event_time_spec(window).is_some()
+        && matches!(aggregator.kind, AggregatorKind::Builtin(_) | AggregatorKind::Combiner)
+}
+
+/// Assigns `node`'s batch (see [`preassigns`]) to every window it falls
+/// into, in the process phase.
+pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Preassigned, BatchError> {
+    let Op::Window { window, time, group, aggregator, .. } = &node.op else { unreachable!("a window") };
+    let (field, spec) = event_time_spec(window).expect("an event-time window");
+    let stamp = Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
+    let batch = gather(input).into_owned();
+    let mut writer = BatchWriter::new(batch.arity() + 2);
+    let mut newest_ends = Vec::with_capacity(batch.len());
+    let mut greatest: Option<i64> = None;
+    for row in batch.rows() {
+        let ts = stamp.of(node, row)?;
+        greatest = Some(greatest.map_or(ts, |g| g.max(ts)));
+        let newest = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
+        newest_ends.push(newest.saturating_add(spec.size));
+        for (end, start) in windows_of(ts, newest, &spec) {
+            push_assigned(&mut writer, row, end, start);
+        }
+    }
+    let assigned = writer.finish_batch();
+    let Partials::Values(partials) = partials_of(exec, &assigned, &window_keyed(group), aggregator)? else {
+        unreachable!("a built-in or a combiner makes values")
+    };
+    Ok(Preassigned { partials, newest_ends, greatest, batch })
+}
+
+/// The windows `[start, start + size)` holding `ts`, as `(end, start)`,
+/// newest (starting at `newest`) first.
+fn windows_of(ts: i64, newest: i64, spec: &TimeSpec) -> impl Iterator<Item = (i64, i64)> + '_ {
+    let starts =
+        std::iter::successors(Some(newest), |start| (*start != i64::MIN).then(|| start.saturating_sub(spec.slide)));
+    starts.map(|start| (start.saturating_add(spec.size), start)).take_while(move |&(end, _)| end > ts)
+}
+
+/// Runs window operation `index` over a batch [`preassign`]ed in the
+/// process phase: the partials of windows closed already are dropped, and
+/// the tuples whose windows all had are late.
+pub(super) fn window_preassigned(exec: &mut Exec<'_>, index: usize, pre: Preassigned) -> Result<Parts, BatchError> {
+    let node = &exec.plan.nodes[index];
+    let Op::Window { state, window, aggregator, .. } = &node.op else { unreachable!("a window") };
+    let (_, spec) = event_time_spec(window).expect("an event-time window");
+    let mut watermark = Watermark::read(exec, node, &spec)?;
+    let closed_before = watermark.closed_before;
+    watermark.late_rows = (0..pre.newest_ends.len()).filter(|&r| pre.newest_ends[r] <= closed_before).collect();
+    if let Some(greatest) = pre.greatest {
+        watermark.see(greatest);
+    }
+    let open: KeyedValues = pre
+        .partials
+        .iter()
+        .filter(|(key, _)| window_end(key) > Some(closed_before))
+        .map(|(key, value)| (key, value.clone()))
+        .collect();
+    if !open.is_empty() {
+        store_partials(exec, node, state, aggregator, Partials::Values(open), false)?;
+    }
+    finish(exec, index, &pre.batch, Ok(watermark))
+}
+
+/// The end of the window a window key is of.
+fn window_end(key: &[u8]) -> Option<i64> {
+    match key.split_first() {
+        Some((&kind, rest)) if kind == ValueKind::I64.byte() => {
+            let bits = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+            Some((bits ^ (1 << 63)) as i64)
+        }
+        _ => None,
+    }
+}
+
+/// After a batch's tuples went into their windows: hands the late tuples
+/// to the late stream, moves the watermark on, and emits and removes the
+/// windows the batch closes.
+fn finish(
+    exec: &mut Exec<'_>,
+    index: usize,
+    batch: &Batch<'_>,
+    watermark: Result<Watermark, Closing>,
+) -> Result<Parts, BatchError> {
+    let node = &exec.plan.nodes[index];
+    let Op::Window { state, window, aggregator, .. } = &node.op else { unreachable!("a window") };
+    let general = aggregator.kind == AggregatorKind::General;
     let closing = match watermark {
         Ok(watermark) => {
             let has_late_stream = node.children.iter().any(|&c| matches!(exec.plan.nodes[c].op, Op::LateTuples(_)));
@@ -334,17 +461,10 @@ fn by_time(
         let ts = stamp.of(node, row)?;
         watermark.see(ts);
         let mut assigned = false;
-        let mut start = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
-        loop {
-            let end = start.saturating_add(spec.size);
-            if end <= ts || start == i64::MIN {
-                break;
-            }
-            if end > watermark.closed_before {
-                push_assigned(&mut writer, row, end, start);
-                assigned = true;
-            }
-            start = start.saturating_sub(spec.slide);
+        let newest = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
+        for (end, start) in windows_of(ts, newest, spec).filter(|&(end, _)| end > watermark.closed_before) {
+            push_assigned(&mut writer, row, end, start);
+            assigned = true;
         }
         if !assigned {
             watermark.late_rows.push(r);

@@ -104,6 +104,9 @@ impl StateCache {
             self.recent_bytes = 0;
         }
         self.recent_bytes += size;
+        // A key lives in one generation: an older entry of it is stale, and
+        // taking the new one out must not leave the stale one behind.
+        self.older.remove(&key);
         let key_len = key.len();
         if let Some(replaced) = self.recent.insert(key, stored) {
             self.recent_bytes -= entry_size(key_len, &replaced);
@@ -445,6 +448,21 @@ mod tests {
 
     fn stored(n: i64) -> Option<Stored> {
         Some(Stored::Plain(Value::I64(n)))
+    }
+
+    #[test]
+    fn an_entry_put_again_after_its_generation_aged_leaves_no_stale_copy() {
+        let mut cache = StateCache::new(4, 1 << 20);
+        cache.put(b"k".to_vec(), stored(1));
+        cache.put(b"a".to_vec(), stored(2));
+        // The generation of k = 1 ages; k is put again, newer.
+        cache.put(b"b".to_vec(), stored(3));
+        cache.put(b"k".to_vec(), stored(4));
+        // A batch takes k out to write it: nothing of k may be left for the
+        // next batch, which must read the write instead.
+        assert_eq!(cache.take(b"k"), Some(stored(4)));
+        assert_eq!(cache.take(b"k"), None, "the aged k = 1 came back");
+        assert_eq!(cache.get(b"k"), None);
     }
 
     #[test]
