@@ -137,10 +137,17 @@ fn each_kind_of_window_emits_what_an_independent_computation_does_once_each() {
         generate(seed, readings, &input);
         for kind in KINDS {
             let data = dir.path().join(format!("data-{seed}-{kind}"));
+            let report = dir.path().join(format!("report-{seed}-{kind}.json"));
             let batch_size = batch.to_string();
-            let log = text(&weir_ok(&run_args_for(kind, &data, &input, &batch_size)));
+            let mut args = run_args_for(kind, &data, &input, &batch_size);
+            args.extend(["--report-json", report.to_str().unwrap()]);
+            let log = text(&weir_ok(&args));
             assert!(log.contains("txid 3 attempt 0 failed"), "{kind}: no batch was replayed: {log}");
             let want = expected(kind, &input, batch);
+            // The run's report counts the late tuples of committed batches.
+            let report: Json = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+            let reported = report[0]["late_tuples"]["windows"].as_i64().unwrap_or(0);
+            assert_eq!(reported, want.late, "{kind}: late tuples in the run's report: {report}");
             assert!(want.values.len() > 20, "{kind}: the reference closes only {} windows", want.values.len());
             assert_windows_eq(kind, &stored(&data, kind), &want);
             if !kind.starts_with("count") {

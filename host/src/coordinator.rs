@@ -77,6 +77,8 @@ pub struct RunReport {
     /// The same per partition, where the spout names its partitions (a
     /// JetStream spout's subjects).
     pub partition_lag: BTreeMap<String, u64>,
+    /// Late tuples each window operator found, in committed batches.
+    pub late_tuples: BTreeMap<String, u64>,
     /// The last [`RECENT_FAILURES`] failed attempts, oldest first: of the
     /// process or commit phase, and of the spout's emission.
     pub failures: VecDeque<Failure>,
@@ -116,6 +118,7 @@ impl RunReport {
             "commit_groups": self.commit_groups.groups,
             "commit_group_mean": self.commit_groups.mean(),
             "commit_group_max": self.commit_groups.max,
+            "late_tuples": self.late_tuples,
         })
     }
 }

@@ -61,6 +61,9 @@ impl Coordinator<'_> {
             }
         };
         let commit_times = self.committer.take_times();
+        for (window, late) in self.committer.take_late() {
+            *self.report.late_tuples.entry(window).or_default() += late;
+        }
         if committed == 0 {
             return Ok(failed);
         }

@@ -26,6 +26,9 @@ pub struct Committer {
     nodes: Vec<usize>,
     caches: HashMap<String, StateCache>,
     group: Vec<Prepared>,
+    /// Late tuples each window found in the batches committed since the
+    /// last [`Committer::take_late`].
+    late: BTreeMap<String, u64>,
 }
 
 /// A batch whose commit phase ran: what it commits.
@@ -35,6 +38,15 @@ struct Prepared {
     /// Shared with the views of the group's later batches while they run.
     writes: Arc<Vec<StateWrites>>,
     others: Vec<OtherRecords>,
+    /// Late tuples per window operator.
+    late: BTreeMap<String, u64>,
+}
+
+/// What a batch's commit-phase nodes made: each node's output, and the
+/// late tuples each window operator found.
+struct Ran {
+    outputs: Vec<Option<Arc<Parts>>>,
+    late: BTreeMap<String, u64>,
 }
 
 /// A group's commit that failed at one of its batches.
@@ -51,12 +63,18 @@ impl Committer {
     pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Committer {
         let nodes = plan.data_nodes().into_iter().filter(|&i| plan.nodes[i].phase == Phase::Commit).collect();
         let instances = per_partition(&plan, &source);
-        Committer { instances, plan, nodes, caches: HashMap::new(), group: Vec::new() }
+        Committer { instances, plan, nodes, caches: HashMap::new(), group: Vec::new(), late: BTreeMap::new() }
     }
 
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
         take_times(&mut self.instances)
+    }
+
+    /// Late tuples each window found in the batches committed since the
+    /// last call, and resets them.
+    pub fn take_late(&mut self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut self.late)
     }
 
     /// Batches in the group.
@@ -93,7 +111,7 @@ impl Committer {
             .unwrap_or_else(|e| e.into_inner());
         let writes = views.finish(&mut self.caches);
         match result {
-            Ok(outputs) => {
+            Ok(Ran { outputs, late }) => {
                 // The sinks' output commits with the batch, into their outboxes.
                 let others = self
                     .nodes
@@ -102,7 +120,7 @@ impl Committer {
                     .map(|&i| sink::outbox(&plan.nodes[i], txid, outputs[i].as_deref().expect("every node ran")))
                     .collect();
                 let writes = Arc::new(writes);
-                self.group.push(Prepared { txid, record: record.clone(), writes, others });
+                self.group.push(Prepared { txid, record: record.clone(), writes, others, late });
                 Ok(())
             }
             Err(e) => {
@@ -143,6 +161,12 @@ impl Committer {
                 .map(|()| written);
         }
         drop(commits);
+        let committed = outcome.as_ref().map_or_else(|(at, _)| *at, |_| group.len());
+        for batch in &group[..committed] {
+            for (window, n) in &batch.late {
+                *self.late.entry(window.clone()).or_default() += n;
+            }
+        }
         match outcome {
             Ok(written) => {
                 for batch in group {
@@ -172,7 +196,7 @@ impl Committer {
         time_ms: u64,
         views: &Arc<Mutex<Views>>,
         mut handover: Handover,
-    ) -> Result<Vec<Option<Arc<Parts>>>, BatchError> {
+    ) -> Result<Ran, BatchError> {
         let mut exec =
             Exec { plan, instances: &mut self.instances, batch, time_ms, late: HashMap::new(), views: Some(views) };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
@@ -195,6 +219,7 @@ impl Committer {
             };
             outputs[i] = Some(Arc::new(out));
         }
-        Ok(outputs)
+        let late = exec.late.iter().map(|(&window, tuples)| (plan.nodes[window].id.clone(), tuples.len() as u64));
+        Ok(Ran { outputs, late: late.collect() })
     }
 }

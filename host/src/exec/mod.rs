@@ -150,8 +150,8 @@ struct Exec<'a> {
     /// When the batch was emitted, as recorded with it: what its
     /// processing-time windows go by. Only the commit phase runs windows.
     time_ms: u64,
-    /// Per window node with a late stream: the tuples it found late, for
-    /// that stream's node.
+    /// Per window node that found late tuples (or has a late stream): the
+    /// tuples, for its late stream and the count of late tuples.
     late: HashMap<usize, Batch<'static>>,
     views: Option<&'a Arc<Mutex<Views>>>,
 }
@@ -241,7 +241,7 @@ impl<'a> Exec<'a> {
             Op::PartitionPersist { .. } => state_ops::partition_persist(self, node, inputs[0]),
             Op::Window { .. } => window::window(self, index, inputs[0]),
             Op::LateTuples(kept) => {
-                let late = self.late.remove(&node.inputs[1]);
+                let late = self.late.get(&node.inputs[1]).cloned();
                 let late =
                     late.unwrap_or_else(|| BatchWriter::new(inputs[0].first().map_or(0, Batch::arity)).finish_batch());
                 Ok(fit_owned(vec![project(&late, kept)], n))

@@ -209,7 +209,7 @@ fn finish(
     let closing = match watermark {
         Ok(watermark) => {
             let has_late_stream = node.children.iter().any(|&c| matches!(exec.plan.nodes[c].op, Op::LateTuples(_)));
-            if has_late_stream {
+            if has_late_stream || !watermark.late_rows.is_empty() {
                 let mut late = BatchWriter::new(batch.arity());
                 for &r in &watermark.late_rows {
                     super::copy_row(&mut late, batch.row(r));

@@ -29,6 +29,7 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
     let operator_seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
     let spout_lag = Family::<Labels, Gauge<u64, AtomicU64>>::default();
     let partition_lag = Family::<Labels, Gauge<u64, AtomicU64>>::default();
+    let late_tuples = Family::<Labels, Counter>::default();
     for (name, status) in all {
         let topology = vec![("topology", name.clone())];
         up.get_or_create(&topology).set(i64::from(status.state == RunState::Running));
@@ -47,6 +48,10 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
         for (partition, lag) in &status.spout_lag_partitions {
             let labels = vec![("topology", name.clone()), ("partition", partition.clone())];
             partition_lag.get_or_create(&labels).set(*lag);
+        }
+        for (window, late) in &status.late_tuples {
+            let labels = vec![("topology", name.clone()), ("operator", window.clone())];
+            late_tuples.get_or_create(&labels).inc_by(*late);
         }
         for (operator, ms) in &status.operator_ms {
             let labels = vec![("topology", name.clone()), ("operator", operator.clone())];
@@ -83,6 +88,11 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
         "Messages not yet committed in each partition of a JetStream spout",
         partition_lag,
     );
+    registry.register(
+        "weir_late_tuples",
+        "Tuples each window operator found late (every window they fall into had closed) since the topology started",
+        late_tuples,
+    );
     let mut out = String::new();
     encode(&mut out, &registry)?;
     Ok(out)
@@ -100,6 +110,7 @@ mod tests {
             spout_lag: Some(5),
             spout_lag_partitions: [("clicks.0".to_owned(), 2), ("clicks.1".to_owned(), 3)].into(),
             operator_ms: [("split".to_owned(), 1500.0)].into(),
+            late_tuples: [("minutes".to_owned(), 9)].into(),
             batches: 12,
             commit_groups: crate::metrics::GroupSizes { groups: 4, batches: 12, max: 6 },
             ..Status::default()
@@ -119,6 +130,7 @@ mod tests {
         );
         assert!(text.contains("weir_commit_groups_total{topology=\"a\\\"b\\\\c\"} 4\n"), "{text}");
         assert!(text.contains("weir_commit_group_max_batches{topology=\"a\\\"b\\\\c\"} 6\n"), "{text}");
+        assert!(text.contains("weir_late_tuples_total{topology=\"a\\\"b\\\\c\",operator=\"minutes\"} 9\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -57,6 +57,8 @@ pub struct Status {
     /// The same per partition, where the spout names its partitions: a
     /// JetStream spout's subjects, in messages.
     pub spout_lag_partitions: BTreeMap<String, u64>,
+    /// Late tuples each window operator found since it was last started.
+    pub late_tuples: BTreeMap<String, u64>,
     /// The last failed attempts since it was last started, most recent first.
     pub failures: Vec<FailedAttempt>,
 }
@@ -94,6 +96,7 @@ impl Status {
             operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
             spout_lag: report.spout_lag,
             spout_lag_partitions: report.partition_lag.clone(),
+            late_tuples: report.late_tuples.clone(),
             failures: report
                 .failures
                 .iter()
