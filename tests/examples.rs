@@ -361,3 +361,29 @@ fn sensor_windows_give_the_same_windows_once_each_however_often_killed() {
         assert_eq!(got[state], want[state], "{state} after {} kills", restarts.kills.len());
     }
 }
+
+#[test]
+fn the_windowed_word_count_stores_each_closed_minute_once_and_keeps_the_open_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("timed.txt");
+    // The watermark trails the greatest timestamp by a second: a minute
+    // closes once a line a second past its end has come; the last line is
+    // late for the first minute, closed by then.
+    append(&input, &["0 a b", "59000 a", "60500 b", "61000 a c", "125000 c", "1000 a"]);
+    let data = dir.path().join("data");
+    weir_ok(&run_args(WORD_COUNT_WINDOWED, &data, &input, &["--batch-size", "2"]));
+    let topology = "word-count-windowed";
+    assert_eq!(
+        entries(&data, topology, "minute-counts"),
+        [
+            json!([["a", 0], 2]),
+            json!([["a", 60000], 1]),
+            json!([["b", 0], 1]),
+            json!([["b", 60000], 1]),
+            json!([["c", 60000], 1]),
+        ]
+    );
+    // The third minute is still open; the late line was counted, not kept.
+    let open = entries(&data, topology, "open-minutes");
+    assert_eq!(open, [json!([[180000, 120000, "c"], 1]), json!([[false], 1]), json!([[null], 125000])]);
+}
