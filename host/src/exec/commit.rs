@@ -96,7 +96,7 @@ impl Committer {
         let plan = Arc::clone(&self.plan);
         let storage = |e: anyhow::Error| state_failure("(state)", format!("{e:#}"), &e, Origin::State);
         let committed = store.snapshot().map_err(storage)?;
-        let layers = self.group.iter().map(|b| Arc::clone(&b.writes)).collect();
+        let layers = self.group.iter().map(|b| (b.txid, Arc::clone(&b.writes))).collect();
         let read = Pending::new(&*committed, &plan.stored_as, layers);
         let views =
             Views::new(&read, &plan.stored_as, &plan.states, &mut self.caches, txid, true, &plan.sandboxes.state)

@@ -13,6 +13,15 @@ use weir_sdk::codec::{Batch, Value, read_value};
 /// so that hashing and comparing it costs a few instructions. Each distinct
 /// key becomes the store's key once.
 pub(super) fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> KeyedValues {
+    count_rows_by_key(batch, 0..batch.len(), group)
+}
+
+/// [`count_by_key`] over the rows of `batch` at `rows`.
+pub(super) fn count_rows_by_key(
+    batch: &Batch<'_>,
+    rows: impl ExactSizeIterator<Item = usize>,
+    group: &[usize],
+) -> KeyedValues {
     #[inline(always)]
     fn field(row: weir_sdk::codec::Row<'_>, p: usize) -> &[u8] {
         row.encoded_values().nth(p).expect("position within arity").bytes()
@@ -22,10 +31,11 @@ pub(super) fn count_by_key(batch: &Batch<'_>, group: &[usize]) -> KeyedValues {
     // cache. Room for a key per eight rows up front: growing the map moves
     // every key counted so far.
     let mut short: KeyMapOf<ShortKey, (u32, u32)> =
-        KeyMapOf::with_capacity_and_hasher(batch.len() / 8, Default::default());
+        KeyMapOf::with_capacity_and_hasher(rows.len() / 8, Default::default());
     let mut long: KeyMapOf<Vec<u8>, i64> = KeyMapOf::default();
     let mut packed = Vec::new();
-    for (r, row) in batch.rows().enumerate() {
+    for r in rows {
+        let row = batch.row(r);
         if let [p] = group
             && let Some(key) = ShortKey::of(field(row, *p))
         {

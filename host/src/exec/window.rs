@@ -10,6 +10,7 @@
 //! what it started from the first time and emits the same windows.
 
 use super::aggregate::groups;
+use super::count::count_rows_by_key;
 use super::error::BatchError;
 use super::persistent_aggregate::{Partials, lock, partials_of, storage, store_partials};
 use super::{Exec, Parts, gather, session, window_tuples};
@@ -17,7 +18,10 @@ use crate::plan::{Node, Op};
 use crate::state::keyed::KeyedValues;
 use crate::state::keys;
 use crate::state::view::Base;
+use std::collections::HashMap;
+use std::sync::Arc;
 use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueKind, ValueRef};
+use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregatorKind, WindowDef};
 
 /// Key of the greatest timestamp seen (event time).
@@ -31,8 +35,9 @@ const COUNT: ValueRef<'static> = ValueRef::Bool(true);
 pub(super) enum Closing {
     /// These keys (count windows: each group's own).
     Keys(Vec<Vec<u8>>),
-    /// Every window ending at or before this (event time).
-    Through(i64),
+    /// Every window ending after `after` (which closed in earlier
+    /// batches) and at or before `end` (time windows).
+    Through { after: i64, end: i64 },
 }
 
 /// Runs window operation `node` over one batch: its rows go into their
@@ -79,7 +84,7 @@ pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result
             store_partials(exec, node, state, aggregator, partials, false)?;
         }
     }
-    finish(exec, index, &batch, watermark)
+    finish(exec, index, &batch, watermark, None)
 }
 
 /// Positions of an assigned row's window key: its end, its start, then the
@@ -111,8 +116,8 @@ pub struct Preassigned {
     newest_ends: Vec<i64>,
     /// The batch's greatest timestamp.
     greatest: Option<i64>,
-    /// The batch, for the late stream.
-    batch: Batch<'static>,
+    /// The batch's parts, for the late stream.
+    input: Arc<Parts>,
 }
 
 /// Whether `node`'s batches are assigned in the process phase: event-time
@@ -126,28 +131,87 @@ pub(super) fn preassigns(node: &Node) -> bool {
 
 /// Assigns `node`'s batch (see [`preassigns`]) to every window it falls
 /// into, in the process phase.
-pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Preassigned, BatchError> {
+pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) -> Result<Preassigned, BatchError> {
     let Op::Window { window, time, group, aggregator, .. } = &node.op else { unreachable!("a window") };
     let (field, spec) = event_time_spec(window).expect("an event-time window");
     let stamp = Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
-    let batch = gather(input).into_owned();
-    let mut writer = BatchWriter::new(batch.arity() + 2);
+    let batch = gather(input);
     let mut newest_ends = Vec::with_capacity(batch.len());
     let mut greatest: Option<i64> = None;
-    for row in batch.rows() {
+    // A count goes by each window's rows, counted by the group's fields
+    // read in place; other aggregators by a batch of the rows with their
+    // window's bounds in front.
+    let counts = aggregator.kind == AggregatorKind::Builtin(Builtin::Count);
+    let mut rows_of = RowsOf::default();
+    let mut writer = BatchWriter::new(batch.arity() + 2);
+    for (r, row) in batch.rows().enumerate() {
         let ts = stamp.of(node, row)?;
         greatest = Some(greatest.map_or(ts, |g| g.max(ts)));
         let newest = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
         newest_ends.push(newest.saturating_add(spec.size));
         for (end, start) in windows_of(ts, newest, &spec) {
-            push_assigned(&mut writer, row, end, start);
+            if counts {
+                rows_of.push((end, start), r);
+            } else {
+                push_assigned(&mut writer, row, end, start);
+            }
         }
     }
-    let assigned = writer.finish_batch();
-    let Partials::Values(partials) = partials_of(exec, &assigned, &window_keyed(group), aggregator)? else {
-        unreachable!("a built-in or a combiner makes values")
+    let partials = if counts {
+        count_windows(&batch, rows_of, group)
+    } else {
+        let assigned = writer.finish_batch();
+        let Partials::Values(partials) = partials_of(exec, &assigned, &window_keyed(group), aggregator)? else {
+            unreachable!("a built-in or a combiner makes values")
+        };
+        partials
     };
-    Ok(Preassigned { partials, newest_ends, greatest, batch })
+    Ok(Preassigned { partials, newest_ends, greatest, input: Arc::clone(input) })
+}
+
+/// Each window's rows, by its end and start.
+#[derive(Default)]
+struct RowsOf {
+    windows: Vec<((i64, i64), Vec<usize>)>,
+    index: HashMap<(i64, i64), usize, foldhash::fast::RandomState>,
+    /// The window the last row went to: the next row's, mostly.
+    last: usize,
+}
+
+impl RowsOf {
+    fn push(&mut self, bounds: (i64, i64), row: usize) {
+        if self.windows.get(self.last).is_none_or(|(b, _)| *b != bounds) {
+            let next = self.windows.len();
+            self.last = *self.index.entry(bounds).or_insert(next);
+            if self.last == next {
+                self.windows.push((bounds, Vec::new()));
+            }
+        }
+        self.windows[self.last].1.push(row);
+    }
+}
+
+/// Each window's count by the fields at `group`, keyed by window key, in
+/// key order: windows in the order of their keys, each window's groups in
+/// theirs.
+fn count_windows(batch: &Batch<'_>, rows_of: RowsOf, group: &[usize]) -> KeyedValues {
+    let mut windows = rows_of.windows;
+    windows.sort_unstable_by_key(|(bounds, _)| *bounds);
+    let mut partials = KeyedValues::default();
+    for ((end, start), rows) in windows {
+        let bounds = window_key(end, start, &[]);
+        if group.is_empty() {
+            partials.push(&bounds, Value::I64(rows.len() as i64));
+            continue;
+        }
+        let mut key = bounds.clone();
+        for (group_key, count) in count_rows_by_key(batch, rows.into_iter(), group).iter() {
+            key.truncate(bounds.len());
+            key.extend_from_slice(group_key);
+            partials.push(&key, count.clone());
+        }
+    }
+    partials
 }
 
 /// The windows `[start, start + size)` holding `ts`, as `(end, start)`,
@@ -171,16 +235,29 @@ pub(super) fn window_preassigned(exec: &mut Exec<'_>, index: usize, pre: Preassi
     if let Some(greatest) = pre.greatest {
         watermark.see(greatest);
     }
-    let open: KeyedValues = pre
-        .partials
-        .iter()
-        .filter(|(key, _)| window_end(key) > Some(closed_before))
-        .map(|(key, value)| (key, value.clone()))
-        .collect();
-    if !open.is_empty() {
-        store_partials(exec, node, state, aggregator, Partials::Values(open), false)?;
+    // The windows the batch closes are read back and emitted in this
+    // batch; the others stay open, and a built-in's partials for them are
+    // combined in the commit itself, one lookup each.
+    let through = watermark.through();
+    let (mut closing, mut open) = (KeyedValues::default(), KeyedValues::default());
+    for (key, value) in pre.partials.iter() {
+        match window_end(key) {
+            Some(end) if end <= closed_before => {}
+            Some(end) if end <= through => closing.push(key, value.clone()),
+            Some(_) => open.push(key, value.clone()),
+            None => {}
+        }
     }
-    finish(exec, index, &pre.batch, Ok(watermark))
+    let AggregatorKind::Builtin(builtin) = aggregator.kind else {
+        for partials in [closing, open].into_iter().filter(|p| !p.is_empty()) {
+            store_partials(exec, node, state, aggregator, Partials::Values(partials), false)?;
+        }
+        return finish(exec, index, &gather(&pre.input), Ok(watermark), None);
+    };
+    if !open.is_empty() {
+        lock(exec.views(node)?).combine_at_commit(state, builtin, open).map_err(storage(state))?;
+    }
+    finish(exec, index, &gather(&pre.input), Ok(watermark), Some((builtin, closing)))
 }
 
 /// The end of the window a window key is of.
@@ -196,17 +273,19 @@ fn window_end(key: &[u8]) -> Option<i64> {
 
 /// After a batch's tuples went into their windows: hands the late tuples
 /// to the late stream, moves the watermark on, and emits and removes the
-/// windows the batch closes.
+/// windows the batch closes, a built-in's partials of the batch for them
+/// (`closing`) combined with what they hold.
 fn finish(
     exec: &mut Exec<'_>,
     index: usize,
     batch: &Batch<'_>,
     watermark: Result<Watermark, Closing>,
+    closing: Option<(Builtin, KeyedValues)>,
 ) -> Result<Parts, BatchError> {
     let node = &exec.plan.nodes[index];
     let Op::Window { state, window, aggregator, .. } = &node.op else { unreachable!("a window") };
     let general = aggregator.kind == AggregatorKind::General;
-    let closing = match watermark {
+    let closes = match watermark {
         Ok(watermark) => {
             let has_late_stream = node.children.iter().any(|&c| matches!(exec.plan.nodes[c].op, Op::LateTuples(_)));
             if has_late_stream || !watermark.late_rows.is_empty() {
@@ -216,15 +295,17 @@ fn finish(
                 }
                 exec.late.insert(index, late.finish_batch());
             }
-            Closing::Through(watermark.write(exec, node)?)
+            // A merged session can end before what closed already.
+            let after = if matches!(window, WindowDef::Session { .. }) { i64::MIN } else { watermark.closed_before };
+            Closing::Through { after, end: watermark.write(exec, node)? }
         }
         Err(keys) => keys,
     };
     if general {
-        return window_tuples::close(exec, node, &closing);
+        return window_tuples::close(exec, node, &closes);
     }
     let mut views = lock(exec.views(node)?);
-    let closed: Vec<(Vec<u8>, Value)> = match &closing {
+    let mut closed: Vec<(Vec<u8>, Value)> = match &closes {
         Closing::Keys(keys) => {
             let mut closed = Vec::with_capacity(keys.len());
             for key in keys {
@@ -234,12 +315,16 @@ fn finish(
             }
             closed
         }
-        Closing::Through(end) => {
-            let (from, to) = closed_range(*end);
-            let open = views.range(state, &from, &to).map_err(storage(state))?;
-            open.into_iter().filter_map(|(key, base)| base.value().cloned().map(|v| (key, v))).collect()
+        Closing::Through { after, end } => {
+            let (from, to) = closed_range(*after, *end);
+            let closed = views.take_range(state, &from, &to).map_err(storage(state))?;
+            closed.into_iter().filter_map(|(key, base)| base.value().cloned().map(|v| (key, v))).collect()
         }
     };
+    if let Some((builtin, partials)) = closing {
+        closed =
+            with_partials(closed, builtin, partials).map_err(|e| BatchError::fatal(&aggregator.id, e.to_string()))?;
+    }
     let mut writer = BatchWriter::new(node.fields.len());
     let mut closed_keys = Vec::with_capacity(closed.len());
     for (key, value) in closed {
@@ -254,24 +339,51 @@ fn finish(
         writer.push(start.as_ref());
         writer.push(end.as_ref());
         writer.push(value.as_ref());
-        views.remove(state, &key).map_err(storage(state))?;
+        if matches!(closes, Closing::Keys(_)) {
+            views.remove(state, &key).map_err(storage(state))?;
+        }
         closed_keys.push(key);
     }
     drop(views);
-    if let (WindowDef::Session { .. }, Closing::Through(end)) = (window, closing) {
+    if let (WindowDef::Session { .. }, Closing::Through { end, .. }) = (window, closes) {
         session::forget_closed(exec, node, &closed_keys, end)?;
     }
     Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
 
-/// The keys of the windows ending at or before `end`: from the first
-/// window key (the integers' kind) up to the first past `end`.
-pub(super) fn closed_range(end: i64) -> (Vec<u8>, Vec<u8>) {
-    let to = match end.checked_add(1) {
+/// Closed windows' values (sorted by key) with a batch's partials for
+/// them (sorted by key) combined in.
+fn with_partials(
+    stored: Vec<(Vec<u8>, Value)>,
+    builtin: Builtin,
+    partials: KeyedValues,
+) -> Result<Vec<(Vec<u8>, Value)>, weir_sdk::Error> {
+    let mut out = Vec::with_capacity(stored.len() + partials.len());
+    let mut stored = stored.into_iter().peekable();
+    for (key, partial) in partials.into_pairs() {
+        while let Some(earlier) = stored.next_if(|(k, _)| *k < key) {
+            out.push(earlier);
+        }
+        let value = match stored.next_if(|(k, _)| *k == key) {
+            Some((_, value)) => builtin.combine(value, partial)?,
+            None => partial,
+        };
+        out.push((key, value));
+    }
+    out.extend(stored);
+    Ok(out)
+}
+
+/// The keys of the windows ending after `after` and at or before `end`:
+/// from the first past `after` (or the first window key, the integers'
+/// kind) up to the first past `end`.
+pub(super) fn closed_range(after: i64, end: i64) -> (Vec<u8>, Vec<u8>) {
+    let past = |at: i64| match at.checked_add(1) {
         Some(next) => keys::encode([ValueRef::I64(next)]),
         None => vec![ValueKind::F64.byte()],
     };
-    (vec![ValueKind::I64.byte()], to)
+    let from = if after == i64::MIN { vec![ValueKind::I64.byte()] } else { past(after) };
+    (from, past(end))
 }
 
 /// Where a tuple's time comes from.
@@ -425,6 +537,11 @@ impl Watermark {
         self.greatest = Some(self.greatest.map_or(ts, |g| g.max(ts)));
     }
 
+    /// The end through which windows close after the batch.
+    fn through(&self) -> i64 {
+        self.greatest.map_or(i64::MIN, |g| g.saturating_sub(self.behind))
+    }
+
     /// Stores where the watermark moved and the late tuples; returns the
     /// end through which windows close now.
     fn write(self, exec: &Exec<'_>, node: &Node) -> Result<i64, BatchError> {
@@ -437,7 +554,7 @@ impl Watermark {
             let before = stored_i64(exec, node, state, &late_key)?.unwrap_or(0);
             put_i64(exec, node, state, late_key, before.saturating_add(self.late_rows.len() as i64))?;
         }
-        Ok(self.greatest.map_or(i64::MIN, |g| g.saturating_sub(self.behind)))
+        Ok(self.through())
     }
 }
 

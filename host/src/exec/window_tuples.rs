@@ -48,7 +48,7 @@ pub(super) fn close(exec: &mut Exec<'_>, node: &Node, closing: &Closing) -> Resu
             Closing::Keys(windows) => {
                 windows.iter().map(|key| (key.clone(), [key.as_slice(), &[u8::MAX]].concat())).collect()
             }
-            Closing::Through(end) => vec![closed_range(*end)],
+            Closing::Through { after, end } => vec![closed_range(*after, *end)],
         };
         let mut chunks = Vec::new();
         for (from, to) in ranges {

@@ -76,8 +76,10 @@ impl Db {
                 }
             }
             for (state, runs) in gathered {
+                // Counts get a layout of their own only where nothing else is written.
+                let only_partials = runs.iter().all(|run| matches!(run, Gathered::Partials(_)));
                 for run in runs {
-                    written += write_gathered(&txn, topology, state, run, &mut encoded)
+                    written += write_gathered(&txn, topology, state, run, only_partials, &mut encoded)
                         .with_context(|| format!("state {state}"))?;
                 }
             }
@@ -119,6 +121,7 @@ fn write_gathered(
     topology: &str,
     state: &str,
     gathered: Gathered<'_>,
+    only_partials: bool,
     encoded: &mut Vec<u8>,
 ) -> Result<usize> {
     let name = state_table(topology, state);
@@ -134,7 +137,7 @@ fn write_gathered(
             Ok(latest.len())
         }
         Gathered::Partials(batches) => {
-            let counts = table::holds_counts(batches.first().map(|(_, c)| *c));
+            let counts = only_partials && table::holds_counts(batches.first().map(|(_, c)| *c));
             WriteTable::open(txn, &name, counts)?.combine_in_place(&batches, encoded)
         }
     }

@@ -56,6 +56,26 @@ impl KeyedValues {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    /// Where `key` is, in keys pushed in order.
+    pub fn find(&self, key: &[u8]) -> Option<usize> {
+        let at = self.first_at_or_after(key);
+        (at < self.len() && self.key(at) == key).then_some(at)
+    }
+
+    /// The index of the first key at or after `key`, in keys pushed in order.
+    pub fn first_at_or_after(&self, key: &[u8]) -> usize {
+        let (mut low, mut high) = (0, self.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if self.key(mid) < key {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        low
+    }
+
     /// The values, in key order.
     pub fn into_values(self) -> Vec<Value> {
         self.values

@@ -1,25 +1,30 @@
 //! What the earlier batches of a commit group wrote, seen over a snapshot
 //! of what is committed: a later batch of the group reads through it, as
-//! it would read their writes once committed.
+//! it would read their writes once committed, partials left to the commit
+//! combined with what they meet by Trident's rules.
 
-use super::rules::Stored;
+use super::rules::{self, Stored};
 use super::store::{Snapshot, StateReader};
-use super::view::StateWrites;
-use anyhow::{Result, bail};
+use super::view::{Combines, StateWrites};
+use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use weir_sdk::codec::Value;
+
+/// One batch's writes, with its txid.
+pub type Layer = (u64, Arc<Vec<StateWrites>>);
 
 /// A snapshot of `topology` with `layers` (each batch's writes, in txid
 /// order) over it.
 pub struct Pending<'a> {
     base: &'a dyn Snapshot,
     topology: &'a str,
-    layers: Vec<Arc<Vec<StateWrites>>>,
+    layers: Vec<Layer>,
 }
 
 impl<'a> Pending<'a> {
     /// `layers` of `topology` over `base`.
-    pub fn new(base: &'a dyn Snapshot, topology: &'a str, layers: Vec<Arc<Vec<StateWrites>>>) -> Pending<'a> {
+    pub fn new(base: &'a dyn Snapshot, topology: &'a str, layers: Vec<Layer>) -> Pending<'a> {
         Pending { base, topology, layers }
     }
 }
@@ -27,7 +32,7 @@ impl<'a> Pending<'a> {
 impl Snapshot for Pending<'_> {
     fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>> {
         let base = self.base.state(topology, state)?;
-        let written = |layer: &Arc<Vec<StateWrites>>| layer.iter().any(|w| w.state == state);
+        let written = |(_, layer): &Layer| layer.iter().any(|w| w.state == state);
         if topology != self.topology || !self.layers.iter().any(written) {
             return Ok(base);
         }
@@ -41,32 +46,67 @@ impl Snapshot for Pending<'_> {
 }
 
 /// One state's records: the group's latest write of a key, else the
-/// committed one.
+/// committed one, with the partials combined in place since.
 struct PendingState {
     state: String,
-    layers: Vec<Arc<Vec<StateWrites>>>,
+    layers: Vec<Layer>,
     base: Option<Box<dyn StateReader>>,
+}
+
+impl PendingState {
+    /// Each layer's writes to the state, with its txid, oldest first.
+    fn writes(&self) -> impl DoubleEndedIterator<Item = (u64, &StateWrites)> {
+        self.layers.iter().filter_map(|(txid, layer)| Some((*txid, layer.iter().find(|w| w.state == self.state)?)))
+    }
+}
+
+/// `stored` after batch `txid` combined `partial` into it in place.
+fn combined(
+    combines: &Combines,
+    txid: u64,
+    key: &[u8],
+    partial: &Value,
+    stored: Option<Stored>,
+) -> Result<Option<Stored>> {
+    let value_for = |base| rules::with_partial(combines.builtin, base, partial);
+    let new = rules::apply(combines.kind, stored.as_ref(), txid, value_for)
+        .with_context(|| format!("key {}", super::describe_key(key)))?;
+    Ok(new.or(stored))
 }
 
 impl StateReader for PendingState {
     fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
-        for layer in self.layers.iter().rev() {
-            let Some(writes) = layer.iter().find(|w| w.state == self.state) else { continue };
-            if writes.combines.is_some() {
-                // The plan combines in place only states no batch reads.
-                bail!("state {} is combined in place by an earlier batch of the group: it cannot be read", self.state);
-            }
+        // The newest layer that wrote or removed the key, and the partials
+        // combined in place after it.
+        let mut after = Vec::new();
+        let mut found = None;
+        for (txid, writes) in self.writes().rev() {
             if let Ok(at) = writes.records.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
-                return Ok(Some(writes.records[at].1.clone()));
+                found = Some(Some(writes.records[at].1.clone()));
+            } else if writes.removed.binary_search_by(|k| k.as_slice().cmp(key)).is_ok() {
+                found = Some(None);
             }
-            if writes.removed.binary_search_by(|k| k.as_slice().cmp(key)).is_ok() {
-                return Ok(None);
+            // A batch's records and partials are of different keys.
+            if let Some(combines) = &writes.combines {
+                after.push((txid, combines));
+            }
+            if found.is_some() {
+                break;
             }
         }
-        match &self.base {
-            Some(base) => base.get(key),
-            None => Ok(None),
+        let mut stored = match (found, &self.base) {
+            (Some(stored), _) => stored,
+            (None, Some(base)) => base.get(key)?,
+            (None, None) => None,
+        };
+        for (txid, combines) in after.into_iter().rev() {
+            if let Some(at) = combines.partials.find(key) {
+                let partial = combines.partials.get(at).1;
+                stored =
+                    combined(combines, txid, key, partial, stored).with_context(|| format!("state {}", self.state))?;
+            }
         }
+        Ok(stored)
     }
 
     fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
@@ -75,16 +115,23 @@ impl StateReader for PendingState {
             None => BTreeMap::new(),
         };
         let within = |key: &[u8]| from <= key && key < to;
-        for layer in &self.layers {
-            let Some(writes) = layer.iter().find(|w| w.state == self.state) else { continue };
-            if writes.combines.is_some() {
-                bail!("state {} is combined in place by an earlier batch of the group: it cannot be read", self.state);
-            }
+        for (txid, writes) in self.writes() {
             for (key, stored) in writes.records.iter().filter(|(k, _)| within(k)) {
                 found.insert(key.clone(), stored.clone());
             }
             for key in writes.removed.iter().filter(|k| within(k)) {
                 found.remove(key);
+            }
+            let Some(combines) = &writes.combines else { continue };
+            for (key, partial) in combines.partials.iter().skip(combines.partials.first_at_or_after(from)) {
+                if key >= to {
+                    break;
+                }
+                let stored = combined(combines, txid, key, partial, found.remove(key))
+                    .with_context(|| format!("state {}", self.state))?;
+                if let Some(stored) = stored {
+                    found.insert(key.to_vec(), stored);
+                }
             }
         }
         Ok(found.into_iter().collect())

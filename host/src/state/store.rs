@@ -268,7 +268,7 @@ mod tests {
             let mut caches = HashMap::new();
             let limits = StateLimits::default();
             // Runs batch `txid` over what is committed and `layers`.
-            let batch = |txid, layers: Vec<Arc<Vec<StateWrites>>>, caches: &mut _, run: &dyn Fn(&mut Views)| {
+            let batch = |txid, layers: Vec<crate::state::pending::Layer>, caches: &mut _, run: &dyn Fn(&mut Views)| {
                 let snapshot = store.snapshot().unwrap();
                 let read = Pending::new(&*snapshot, "t", layers);
                 let mut views = Views::new(&read, "t", &states, caches, txid, true, &limits).unwrap();
@@ -291,7 +291,7 @@ mod tests {
                 assert_eq!(range(views, "a", "x"), [(key("a"), n(1)), (key("c"), n(3)), (key("d"), n(4))]);
             }));
             // Batch 3 runs before batch 2 commits: it reads through it.
-            let third = batch(3, vec![Arc::clone(&second)], &mut caches, &|views| {
+            let third = batch(3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
                 assert_eq!(range(views, "a", "x"), [(key("a"), n(1)), (key("c"), n(3)), (key("d"), n(4))]);
                 assert_eq!(views.base("counts", &key("b")).unwrap(), Base::None, "removed by the batch before");
                 views.remove("counts", &key("c")).unwrap();
@@ -305,6 +305,82 @@ mod tests {
             let kept: Vec<Vec<u8>> = reader.range(&key("a"), &key("z")).unwrap().into_iter().map(|(k, _)| k).collect();
             assert_eq!(kept, [key("a"), key("b"), key("d"), key("x")]);
             assert_eq!(stored(store, "c"), None);
+        });
+    }
+
+    #[test]
+    fn a_batch_reads_through_the_partials_its_groups_earlier_batches_left_to_the_commit() {
+        use crate::config::StateLimits;
+        use crate::state::pending::Pending;
+        use crate::state::view::{Base, Views};
+        use std::collections::{BTreeMap, HashMap};
+        use std::sync::Arc;
+        use weir_sdk::topology::StateDef;
+        each_store(|store| {
+            let def = StateDef { name: "counts".into(), kind: StateKind::Opaque, cache_size: None };
+            let states: BTreeMap<String, StateDef> = [("counts".to_owned(), def)].into();
+            let records: Vec<BatchRecord> = (0..=3u64)
+                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
+                .collect();
+            let mut caches = HashMap::new();
+            let limits = StateLimits::default();
+            let batch = |txid, layers: Vec<crate::state::pending::Layer>, caches: &mut _, run: &dyn Fn(&mut Views)| {
+                let snapshot = store.snapshot().unwrap();
+                let read = Pending::new(&*snapshot, "t", layers);
+                let mut views = Views::new(&read, "t", &states, caches, txid, true, &limits).unwrap();
+                run(&mut views);
+                views.finish(caches)
+            };
+            // Once committed, the written records are what the caches hold.
+            let committed = |caches: &mut HashMap<_, _>, writes: Vec<StateWrites>| {
+                crate::state::view::refresh_caches(caches, writes);
+            };
+            let partials = |pairs: &[(&str, i64)]| pairs.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
+            let n = |v| Base::Value(Value::I64(v));
+            let first = batch(1, Vec::new(), &mut caches, &|views| {
+                views.put("counts", key("a"), Value::I64(1)).unwrap();
+                assert_eq!(views.base("counts", &key("a")).unwrap(), n(1), "read into the cache");
+            });
+            commit(store, 1, &first, &[]).unwrap();
+            committed(&mut caches, first);
+            // Batch 2 leaves its partials to the commit, beside a record:
+            // a, cached from batch 1, is read again through them.
+            let second = Arc::new(batch(2, Vec::new(), &mut caches, &|views| {
+                views.put("counts", key("w"), Value::I64(7)).unwrap();
+                views.combine_at_commit("counts", Builtin::Count, partials(&[("a", 2), ("b", 5)])).unwrap();
+                let err = views.base("counts", &key("a")).unwrap_err();
+                assert!(format!("{err:#}").contains("left to the commit"), "{err:#}");
+                let err = views.range("counts", &key("a"), &key("c")).unwrap_err();
+                assert!(format!("{err:#}").contains("left to the commit"), "{err:#}");
+                let twice = views.combine_at_commit("counts", Builtin::Count, partials(&[("c", 1)]));
+                assert!(twice.is_err(), "one set of partials a batch");
+            }));
+            // Batch 3 runs before batch 2 commits: it reads the combined values.
+            let third = batch(3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
+                assert_eq!(views.base("counts", &key("a")).unwrap(), n(3));
+                assert_eq!(views.base("counts", &key("b")).unwrap(), n(5));
+                let all = views.range("counts", &key("a"), &key("z")).unwrap();
+                assert_eq!(all, [(key("a"), n(3)), (key("b"), n(5)), (key("w"), n(7))]);
+                let taken = views.take_range("counts", &key("a"), &key("c")).unwrap();
+                assert_eq!(taken, [(key("a"), n(3)), (key("b"), n(5))]);
+                assert_eq!(views.range("counts", &key("a"), &key("z")).unwrap(), [(key("w"), n(7))]);
+                views.combine_at_commit("counts", Builtin::Count, partials(&[("c", 1), ("w", 1)])).unwrap();
+            });
+            store.commit_group(&[batch_of(2, &records, &second), batch_of(3, &records, &third)]).unwrap();
+            committed(&mut caches, Arc::try_unwrap(second).ok().unwrap());
+            committed(&mut caches, third);
+            let opaque = |txid, curr, prev: Option<i64>| {
+                Some(Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) })
+            };
+            assert_eq!(stored(store, "a"), None);
+            assert_eq!(stored(store, "b"), None);
+            assert_eq!(stored(store, "c"), opaque(3, 1, None));
+            assert_eq!(stored(store, "w"), opaque(3, 8, Some(7)));
+            let fourth = batch(4, Vec::new(), &mut caches, &|views| {
+                assert_eq!(views.base("counts", &key("a")).unwrap(), Base::None);
+                assert_eq!(views.base("counts", &key("w")).unwrap(), n(8));
+            });
+            assert!(fourth.is_empty());
         });
     }
 

@@ -139,6 +139,27 @@ struct View {
     combines: Option<Combines>,
 }
 
+impl View {
+    /// Fails if the batch left a partial of a key from `from` to `to`
+    /// (both included when equal, else `to` excluded) to the commit: the
+    /// batch cannot read or write it any more.
+    fn not_combined(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        let Some(combines) = &self.combines else { return Ok(()) };
+        let at = combines.partials.first_at_or_after(from);
+        if at < combines.partials.len() {
+            let key = combines.partials.key(at);
+            if key == from || key < to {
+                bail!(
+                    "state {}, key {}: its partial was left to the commit; the batch cannot read or write it",
+                    self.def.name,
+                    super::describe_key(key)
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Partials for keys no operator reads during the batch, to combine with
 /// the stored values in the commit itself: one lookup per key.
 pub struct Combines {
@@ -272,6 +293,7 @@ impl Views {
     pub fn base(&mut self, state: &str, key: &[u8]) -> Result<Base> {
         let txid = self.txid;
         let view = self.view(state)?;
+        view.not_combined(key, key)?;
         if let Some(write) = view.writes.get(key) {
             return Ok(write.after.as_ref().map_or(Base::None, |after| Base::Value(after.value().clone())));
         }
@@ -293,25 +315,57 @@ impl Views {
     /// hold a value for the batch, with their bases (see [`Views::base`]),
     /// sorted by key: what is committed, under the batch's own writes.
     pub fn range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>> {
+        self.range_of(state, from, to, false)
+    }
+
+    /// [`Views::range`], each key it returns removed when the batch
+    /// commits: one read for both.
+    pub fn take_range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>> {
+        if !self.writable {
+            bail!("topology {}: a query cannot write state {state}", self.topology);
+        }
+        self.range_of(state, from, to, true)
+    }
+
+    fn range_of(&mut self, state: &str, from: &[u8], to: &[u8], take: bool) -> Result<Vec<(Vec<u8>, Base)>> {
         let txid = self.txid;
         let view = self.view(state)?;
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        view.not_combined(from, to)?;
         let committed = match &view.table {
             Some(table) => table.range(from, to).with_context(|| format!("state {} is unreadable", view.def.name))?,
             None => Vec::new(),
         };
+        // Each key's base, and its committed record where the batch has
+        // not written it.
         let mut found = BTreeMap::new();
         for (key, stored) in committed {
             let base = Self::base_of(view, &key, Some(&stored), txid)?;
-            found.insert(key, base);
+            found.insert(key, (base, Some(stored)));
         }
         let written = view.writes.range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Excluded(to)));
         for (key, write) in written {
             match &write.after {
-                Some(after) => found.insert(key.clone(), Base::Value(after.value().clone())),
+                Some(after) => found.insert(key.clone(), (Base::Value(after.value().clone()), None)),
                 None => found.remove(key),
             };
         }
-        Ok(found.into_iter().filter(|(_, base)| *base != Base::None).collect())
+        found.retain(|_, (base, _)| *base != Base::None);
+        if take {
+            for (key, (_, committed)) in &mut found {
+                match view.writes.get_mut(key.as_slice()) {
+                    Some(write) => write.after = None,
+                    None => {
+                        // Out of the cache, as a key written is.
+                        view.cache.take(key);
+                        view.writes.insert(key.clone(), Write { before: committed.take(), after: None });
+                    }
+                }
+            }
+        }
+        Ok(found.into_iter().map(|(key, (base, _))| (key, base)).collect())
     }
 
     /// Removes `key` from `state` when the batch commits.
@@ -320,6 +374,7 @@ impl Views {
             bail!("topology {}: a query cannot write state {state}", self.topology);
         }
         let view = self.view(state)?;
+        view.not_combined(key, key)?;
         if let Some(write) = view.writes.get_mut(key) {
             write.after = None;
             return Ok(());
@@ -344,6 +399,7 @@ impl Views {
             bail!("topology {}: a query cannot write state {state}", self.topology);
         }
         let view = self.view(state)?;
+        view.not_combined(&key, &key)?;
         let kind = view.def.kind;
         if let Some(write) = view.writes.get_mut(&key) {
             let base = write.after.as_ref().map_or(Base::None, |after| Base::Value(after.value().clone()));
@@ -363,15 +419,25 @@ impl Views {
         Ok(())
     }
 
-    /// Leaves `partials` of a state nothing reads during the batch to the
-    /// commit, which combines each with its stored value in place.
+    /// Leaves `partials` (sorted by key) to the commit, which combines each
+    /// with its stored value in place: for keys the batch reads and writes
+    /// no further, once for each batch. Later batches of the commit group
+    /// read through them.
     pub fn combine_at_commit(&mut self, state: &str, builtin: Builtin, partials: KeyedValues) -> Result<()> {
         if !self.writable {
             bail!("topology {}: a query cannot write state {state}", self.topology);
         }
         let view = self.view(state)?;
-        if !view.writes.is_empty() || view.combines.is_some() {
+        let written = view.writes.keys().any(|key| partials.find(key).is_some());
+        if view.combines.is_some() || written {
             bail!("state {state} is written twice in one batch");
+        }
+        // Their cached records go stale here: the group's later batches
+        // read them through this batch's partials.
+        if !view.cache.is_empty() {
+            for (key, _) in partials.iter() {
+                view.cache.take(key);
+            }
         }
         view.combines = Some(Combines { kind: view.def.kind, builtin, partials });
         Ok(())
@@ -435,6 +501,13 @@ pub fn refresh_caches(caches: &mut HashMap<String, StateCache>, writes: Vec<Stat
             }
             for key in write.removed {
                 cache.put(key, None);
+            }
+            // What the commit combined in place, over what an earlier
+            // batch of the group wrote, is not known here.
+            if let Some(combines) = write.combines.filter(|_| !cache.is_empty()) {
+                for (key, _) in combines.partials.iter() {
+                    cache.take(key);
+                }
             }
         }
     }
