@@ -107,8 +107,16 @@ fn gather<'a>(runs: &mut Vec<Gathered<'a>>, txid: u64, writes: &'a StateWrites) 
         }
     }
     if let Some(combines) = &writes.combines {
-        match runs.last_mut() {
-            Some(Gathered::Partials(batches)) => batches.push((txid, combines)),
+        match runs.as_mut_slice() {
+            [.., Gathered::Partials(batches)] => batches.push((txid, combines)),
+            // Partials of keys that no record since the last partials
+            // holds meet none of those records: they join the partials,
+            // so that the group combines each key once.
+            [.., Gathered::Partials(batches), Gathered::Records(latest)]
+                if !latest.keys().any(|key| combines.partials.find(key).is_some()) =>
+            {
+                batches.push((txid, combines))
+            }
             _ => runs.push(Gathered::Partials(vec![(txid, combines)])),
         }
     }

@@ -384,6 +384,45 @@ mod tests {
         });
     }
 
+    #[test]
+    fn a_group_combines_partials_once_a_key_and_keeps_them_in_order_with_its_records() {
+        let opaque =
+            |txid, curr, prev: Option<i64>| Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) };
+        let writes = |records: &[(&str, Stored)], removed: &[&str], partials: &[(&str, i64)]| {
+            let partials = partials.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
+            vec![StateWrites {
+                state: "counts".into(),
+                records: records.iter().map(|(w, s)| (key(w), s.clone())).collect(),
+                removed: removed.iter().map(|w| key(w)).collect(),
+                combines: Some(Combines { kind: StateKind::Opaque, builtin: Builtin::Count, partials }),
+            }]
+        };
+        each_store(|store| {
+            let records: Vec<BatchRecord> = (0..=5u64)
+                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
+                .collect();
+            // Batch 2 removes a key batch 1 combined; batch 3 combines
+            // keys both combined; batch 5 combines a key batch 4 wrote.
+            let batches = [
+                writes(&[("w", opaque(1, 7, None))], &[], &[("a", 1), ("b", 1)]),
+                writes(&[], &["a"], &[("c", 1)]),
+                writes(&[("x", opaque(3, 1, None))], &[], &[("b", 1), ("c", 1)]),
+                writes(&[("d", opaque(4, 5, None))], &[], &[("e", 1)]),
+                writes(&[], &[], &[("d", 1), ("e", 1)]),
+            ];
+            let group: Vec<BatchCommit<'_>> =
+                (1..=5).map(|txid| batch_of(txid, &records, &batches[txid as usize - 1])).collect();
+            store.commit_group(&group).unwrap();
+            assert_eq!(stored(store, "a"), None, "combined, then removed");
+            assert_eq!(stored(store, "b"), Some(opaque(3, 2, Some(1))));
+            assert_eq!(stored(store, "c"), Some(opaque(3, 2, Some(1))));
+            assert_eq!(stored(store, "d"), Some(opaque(5, 6, Some(5))), "written, then combined");
+            assert_eq!(stored(store, "e"), Some(opaque(5, 2, Some(1))));
+            assert_eq!(stored(store, "w"), Some(opaque(1, 7, None)));
+            assert_eq!(stored(store, "x"), Some(opaque(3, 1, None)));
+        });
+    }
+
     fn batch_of<'a>(txid: u64, records: &'a [BatchRecord], writes: &'a [StateWrites]) -> BatchCommit<'a> {
         batch(txid, records, writes, &[])
     }
