@@ -253,28 +253,14 @@ mod tests {
 
     #[test]
     fn a_batch_reads_ranges_and_removes_keys_over_its_groups_earlier_batches() {
-        use crate::config::StateLimits;
-        use crate::state::pending::Pending;
         use crate::state::view::{Base, Views};
-        use std::collections::{BTreeMap, HashMap};
+        use std::collections::HashMap;
         use std::sync::Arc;
-        use weir_sdk::topology::StateDef;
         each_store(|store| {
-            let def = StateDef { name: "counts".into(), kind: StateKind::Opaque, cache_size: None };
-            let states: BTreeMap<String, StateDef> = [("counts".to_owned(), def)].into();
-            let records: Vec<BatchRecord> = (0..=3u64)
-                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
-                .collect();
+            let records = batch_records(3);
             let mut caches = HashMap::new();
-            let limits = StateLimits::default();
-            // Runs batch `txid` over what is committed and `layers`.
-            let batch = |txid, layers: Vec<crate::state::pending::Layer>, caches: &mut _, run: &dyn Fn(&mut Views)| {
-                let snapshot = store.snapshot().unwrap();
-                let read = Pending::new(&*snapshot, "t", layers);
-                let mut views = Views::new(&read, "t", &states, caches, txid, true, &limits).unwrap();
-                run(&mut views);
-                views.finish(caches)
-            };
+            let batch =
+                |txid, layers, caches: &mut _, run: &dyn Fn(&mut Views)| run_batch(store, txid, layers, caches, run);
             let range = |views: &mut Views, from: &str, to: &str| -> Vec<(Vec<u8>, Base)> {
                 views.range("counts", &key(from), &key(to)).unwrap()
             };
@@ -310,27 +296,14 @@ mod tests {
 
     #[test]
     fn a_batch_reads_through_the_partials_its_groups_earlier_batches_left_to_the_commit() {
-        use crate::config::StateLimits;
-        use crate::state::pending::Pending;
         use crate::state::view::{Base, Views};
-        use std::collections::{BTreeMap, HashMap};
+        use std::collections::HashMap;
         use std::sync::Arc;
-        use weir_sdk::topology::StateDef;
         each_store(|store| {
-            let def = StateDef { name: "counts".into(), kind: StateKind::Opaque, cache_size: None };
-            let states: BTreeMap<String, StateDef> = [("counts".to_owned(), def)].into();
-            let records: Vec<BatchRecord> = (0..=3u64)
-                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
-                .collect();
+            let records = batch_records(3);
             let mut caches = HashMap::new();
-            let limits = StateLimits::default();
-            let batch = |txid, layers: Vec<crate::state::pending::Layer>, caches: &mut _, run: &dyn Fn(&mut Views)| {
-                let snapshot = store.snapshot().unwrap();
-                let read = Pending::new(&*snapshot, "t", layers);
-                let mut views = Views::new(&read, "t", &states, caches, txid, true, &limits).unwrap();
-                run(&mut views);
-                views.finish(caches)
-            };
+            let batch =
+                |txid, layers, caches: &mut _, run: &dyn Fn(&mut Views)| run_batch(store, txid, layers, caches, run);
             // Once committed, the written records are what the caches hold.
             let committed = |caches: &mut HashMap<_, _>, writes: Vec<StateWrites>| {
                 crate::state::view::refresh_caches(caches, writes);
@@ -398,9 +371,7 @@ mod tests {
             }]
         };
         each_store(|store| {
-            let records: Vec<BatchRecord> = (0..=5u64)
-                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
-                .collect();
+            let records = batch_records(5);
             // Batch 2 removes a key batch 1 combined; batch 3 combines
             // keys both combined; batch 5 combines a key batch 4 wrote.
             let batches = [
@@ -421,6 +392,31 @@ mod tests {
             assert_eq!(stored(store, "w"), Some(opaque(1, 7, None)));
             assert_eq!(stored(store, "x"), Some(opaque(3, 1, None)));
         });
+    }
+
+    /// The records of batches 0 to `last`, each its txid as its metadata.
+    fn batch_records(last: u64) -> Vec<BatchRecord> {
+        (0..=last).map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() }).collect()
+    }
+
+    /// Runs batch `txid` of topology `t`, whose one state `counts` is
+    /// opaque, over what `store` holds and `layers`; returns its writes.
+    fn run_batch(
+        store: &dyn Store,
+        txid: u64,
+        layers: Vec<crate::state::pending::Layer>,
+        caches: &mut std::collections::HashMap<String, crate::state::view::StateCache>,
+        run: &dyn Fn(&mut crate::state::view::Views),
+    ) -> Vec<StateWrites> {
+        use weir_sdk::topology::StateDef;
+        let def = StateDef { name: "counts".into(), kind: StateKind::Opaque, cache_size: None };
+        let states = [("counts".to_owned(), def)].into();
+        let limits = crate::config::StateLimits::default();
+        let snapshot = store.snapshot().unwrap();
+        let read = crate::state::pending::Pending::new(&*snapshot, "t", layers);
+        let mut views = crate::state::view::Views::new(&read, "t", &states, caches, txid, true, &limits).unwrap();
+        run(&mut views);
+        views.finish(caches)
     }
 
     fn batch_of<'a>(txid: u64, records: &'a [BatchRecord], writes: &'a [StateWrites]) -> BatchCommit<'a> {
