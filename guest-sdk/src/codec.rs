@@ -472,6 +472,60 @@ impl BatchWriter {
     }
 }
 
+/// Rows of a batch, from its row `first`, encoded as a batch of their own.
+pub struct Run<'a> {
+    /// The index of its first row in the batch.
+    pub first: usize,
+    /// How many rows it holds.
+    pub rows: usize,
+    /// The rows, encoded as a batch.
+    pub bytes: Cow<'a, [u8]>,
+}
+
+/// The rows of several batches in order, in one, each batch's tags raised
+/// by the offset it comes with: the rows several calls emitted, each for a
+/// run of the input (see [`Batch::runs`]).
+pub struct Concat {
+    buf: Vec<u8>,
+    arity: usize,
+    row_starts: Vec<u32>,
+}
+
+impl Concat {
+    /// An empty batch of rows of `arity` values.
+    pub fn new(arity: usize) -> Concat {
+        let mut buf = Vec::with_capacity(HEADER_LEN);
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&(arity as u32).to_le_bytes());
+        Concat { buf, arity, row_starts: Vec::new() }
+    }
+
+    /// Appends `part`'s rows, their tags raised by `offset`. Room is made
+    /// for `parts_left` more parts of its size, so that the buffer grows
+    /// about once.
+    pub fn push(&mut self, part: &Batch<'_>, offset: u32, parts_left: usize) {
+        assert_eq!(part.arity, self.arity, "a part of another arity");
+        let bytes = part.buf.len() - HEADER_LEN;
+        self.buf.reserve(bytes * (1 + parts_left));
+        self.row_starts.reserve(part.len() * (1 + parts_left));
+        let base = self.buf.len() - HEADER_LEN;
+        self.buf.extend_from_slice(&part.buf[HEADER_LEN..]);
+        for &start in &part.row_starts {
+            let at = base + start as usize;
+            let tag = u32::from_le_bytes(self.buf[at..at + 4].try_into().expect("a row's tag")) + offset;
+            self.buf[at..at + 4].copy_from_slice(&tag.to_le_bytes());
+            self.row_starts.push(at as u32);
+        }
+    }
+
+    /// The batch of every part's rows.
+    pub fn finish(mut self) -> Batch<'static> {
+        let rows = self.row_starts.len() as u32;
+        self.buf[..4].copy_from_slice(&rows.to_le_bytes());
+        Batch { buf: Cow::Owned(self.buf), arity: self.arity, row_starts: self.row_starts }
+    }
+}
+
 /// A valid packed batch, read in place. Every way to get one checks the
 /// encoding (or writes it), so reading rows never fails.
 #[derive(Clone, Debug)]
@@ -564,6 +618,33 @@ impl<'a> Batch<'a> {
     /// Number of values in each row.
     pub fn arity(&self) -> usize {
         self.arity
+    }
+
+    /// The rows cut into runs of whole rows, each encoded as a batch of at
+    /// most `max_bytes` (a larger row alone): a batch that fits is one run,
+    /// borrowed.
+    pub fn runs(&self, max_bytes: usize) -> Vec<Run<'_>> {
+        if self.buf.len() <= max_bytes || self.len() <= 1 {
+            return vec![Run { first: 0, rows: self.len(), bytes: Cow::Borrowed(&self.buf[..]) }];
+        }
+        let end_of = |row: usize| self.row_starts.get(row + 1).map_or(self.buf.len(), |&e| e as usize);
+        let room = max_bytes.saturating_sub(HEADER_LEN);
+        let mut runs = Vec::new();
+        let mut first = 0;
+        while first < self.len() {
+            let start = self.row_starts[first] as usize;
+            let mut end = first + 1;
+            while end < self.len() && end_of(end) - start <= room {
+                end += 1;
+            }
+            let mut run = Vec::with_capacity(HEADER_LEN + end_of(end - 1) - start);
+            run.extend_from_slice(&((end - first) as u32).to_le_bytes());
+            run.extend_from_slice(&(self.arity as u32).to_le_bytes());
+            run.extend_from_slice(&self.buf[start..end_of(end - 1)]);
+            runs.push(Run { first, rows: end - first, bytes: Cow::Owned(run) });
+            first = end;
+        }
+        runs
     }
 
     /// The row at `index`.
@@ -861,5 +942,43 @@ mod tests {
             }
             assert_eq!(writer.finish(), bytes, "{name} re-encodes byte for byte");
         }
+    }
+    #[test]
+    fn runs_of_a_batch_concatenated_give_back_its_rows_and_tags() {
+        let mut writer = BatchWriter::new(2);
+        for i in 0..50u32 {
+            writer.push_row(i % 7, [ValueRef::I64(i64::from(i)), ValueRef::Str(&"w".repeat(i as usize))]).unwrap();
+        }
+        let batch = writer.finish_batch();
+        let whole = batch.runs(batch.bytes().len());
+        assert!(matches!(whole.as_slice(), [Run { first: 0, rows: 50, bytes: Cow::Borrowed(_) }]));
+        let runs = batch.runs(200);
+        assert!(runs.len() > 5, "{} runs", runs.len());
+        let mut parts = Vec::new();
+        for Run { first, rows, bytes } in &runs {
+            // A long row alone may pass the bound; two rows never do.
+            let run = Batch::decode(bytes).unwrap();
+            assert_eq!(run.len(), *rows);
+            assert!(bytes.len() <= 200 || run.len() == 1, "a run of {} bytes", bytes.len());
+            parts.push((*first as u32, run));
+        }
+        assert_eq!(parts.iter().map(|(_, p)| p.len()).sum::<usize>(), 50);
+        // The tags each run's rows would carry as a call's output: their
+        // index in the run; raised by the run's first row, the batch's.
+        let mut joined = Concat::new(2);
+        for (left, (first, run)) in parts.iter().enumerate().rev() {
+            let mut out = BatchWriter::new(2);
+            for (i, row) in run.rows().enumerate() {
+                out.push_row(i as u32, row.values()).unwrap();
+            }
+            joined.push(&out.finish_batch(), *first, left);
+        }
+        let joined = joined.finish();
+        assert_eq!(joined.len(), 50);
+        for (i, (row, original)) in joined.rows().zip(batch.rows()).enumerate() {
+            assert_eq!(row.tag() as usize, i);
+            assert_eq!(row.values().collect::<Vec<_>>(), original.values().collect::<Vec<_>>());
+        }
+        assert_eq!(Batch::decode(joined.bytes()).unwrap().len(), 50);
     }
 }

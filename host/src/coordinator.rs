@@ -4,9 +4,12 @@
 //! the time the oldest one commits commit with it, as a group ([`group`]).
 //!
 //! The process phase runs on a thread of its own, so that batch n+1 is
-//! processed while batch n commits. A failed batch is replayed with the same
-//! txid and the next attempt, together with every later batch in flight;
-//! results of a superseded attempt are dropped when they arrive. How a batch
+//! processed while batch n commits; and when the coordinator has mostly
+//! waited for it lately, it takes the newest batch not yet started and
+//! processes it itself, with its own operator instances. A failed batch is
+//! replayed with the same txid and the next attempt, together with every
+//! later batch in flight; results of a superseded attempt are dropped when
+//! they arrive. How a batch
 //! is replayed follows its spout's kind: a transactional spout's metadata is
 //! recorded before the batch is processed and the replay re-reads it; an
 //! opaque spout's metadata is stored at commit and a replay is emitted
@@ -22,7 +25,8 @@ use crate::sink::Publisher;
 use crate::spout::{Emitted, Spout, SpoutKind};
 use crate::state::BatchRecord;
 use crate::state::store::Store;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
+use queue::{Closing, WorkQueue};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,11 +132,81 @@ struct Work {
     batch: Batch<'static>,
 }
 
+impl Work {
+    fn process(self, processor: &mut Processor) -> Done {
+        let result = processor.process(self.id, self.batch);
+        fault::at(Point::AfterProcess, self.id.txid);
+        Done { id: self.id, result, times: processor.take_times(), memory: processor.memory_bytes() }
+    }
+}
+
+/// The coordinator's own operator instances, made when it first takes a
+/// batch from the process phase's queue.
+struct Helper {
+    plan: Arc<Plan>,
+    source: OperatorSource,
+    processor: Option<Processor>,
+    time: CoordinatorTime,
+    /// The linear memory the instances that processed the last batch held
+    /// after it (`None` before the first): about what the coordinator's own
+    /// hold or would add.
+    memory: Option<usize>,
+}
+
+/// Most linear memory the process phase's instances may hold for the
+/// coordinator to make its own and help: a compiled guest's hold a few MiB
+/// (a Rust word count's 1.7), an interpreter's (Python, JavaScript) 12 MiB
+/// and more, and a second set of those costs more memory than its speed is
+/// worth.
+const HELPER_MEMORY: usize = 8 << 20;
+
+impl Helper {
+    fn may_help(&self) -> bool {
+        self.time.mostly_spare() && self.memory.is_some_and(|bytes| bytes <= HELPER_MEMORY)
+    }
+}
+
+/// How the coordinator's time went lately: on its own work (emitting,
+/// committing) or spare (waiting for the process phase, or helping it).
+#[derive(Default)]
+struct CoordinatorTime {
+    busy: f64,
+    spare: f64,
+    last_wait_end: Option<Instant>,
+}
+
+impl CoordinatorTime {
+    /// Weight of the latest interval in the moving averages.
+    const LATEST: f64 = 0.2;
+
+    /// Counts a wait that began at `started` and ends now, and the work
+    /// since the wait before.
+    fn waited(&mut self, started: Instant) {
+        let now = Instant::now();
+        let busy = self.last_wait_end.map_or(Duration::ZERO, |end| started.saturating_duration_since(end));
+        self.record(busy, now.duration_since(started));
+        self.last_wait_end = Some(now);
+    }
+
+    fn record(&mut self, busy: Duration, spare: Duration) {
+        self.busy += Self::LATEST * (busy.as_secs_f64() - self.busy);
+        self.spare += Self::LATEST * (spare.as_secs_f64() - self.spare);
+    }
+
+    /// Whether more than half of the coordinator's time has been spare:
+    /// then processing a batch costs the commits nothing.
+    fn mostly_spare(&self) -> bool {
+        self.spare >= self.busy
+    }
+}
+
 struct Done {
     id: BatchId,
     result: Result<Handover, BatchError>,
     /// Time the batch spent in each operator.
     times: BTreeMap<String, Duration>,
+    /// The linear memory of the instances that processed it, after.
+    memory: usize,
 }
 
 /// A batch processed, ready for its commit phase.
@@ -171,33 +245,37 @@ pub fn run(
 ) -> Result<RunReport> {
     fault::check()?;
     crate::clock::check()?;
-    let (work_tx, work_rx) = mpsc::channel::<Work>();
+    let queue = WorkQueue::<Work>::new();
     let (done_tx, done_rx) = mpsc::channel::<Done>();
     std::thread::scope(|scope| {
-        let processor_plan = Arc::clone(&plan);
-        let processor_source = source.clone();
+        let (processor_plan, processor_source, waiting) = (Arc::clone(&plan), source.clone(), &queue);
         let process_phase = std::thread::Builder::new().name("weir-process".into());
         process_phase.spawn_scoped(scope, move || {
             let mut processor = Processor::new(processor_plan, processor_source);
-            for work in work_rx {
-                let result = processor.process(work.id, work.batch);
-                fault::at(Point::AfterProcess, work.id.txid);
-                let times = processor.take_times();
-                if done_tx.send(Done { id: work.id, result, times }).is_err() {
+            while let Some(work) = waiting.take_oldest() {
+                if done_tx.send(work.process(&mut processor)).is_err() {
                     break;
                 }
             }
         })?;
+        let _closing = Closing(&queue);
         let mut coordinator = Coordinator {
             store,
             plan: &plan,
-            committer: Committer::new(Arc::clone(&plan), source),
+            committer: Committer::new(Arc::clone(&plan), source.clone()),
+            helper: Helper {
+                plan: Arc::clone(&plan),
+                source,
+                processor: None,
+                time: CoordinatorTime::default(),
+                memory: None,
+            },
+            queue: &queue,
             kind: spout.kind(),
             spout,
             sinks,
             config,
             stop,
-            work: work_tx,
             done: done_rx,
             pending: VecDeque::new(),
             arrived: HashMap::new(),
@@ -221,12 +299,14 @@ struct Coordinator<'a> {
     store: &'a dyn Store,
     plan: &'a Plan,
     committer: Committer,
+    helper: Helper,
+    /// Batches waiting for the process phase.
+    queue: &'a WorkQueue<Work>,
     spout: &'a mut dyn Spout,
     sinks: Option<&'a mut Publisher>,
     kind: SpoutKind,
     config: &'a RunConfig,
     stop: &'a AtomicBool,
-    work: mpsc::Sender<Work>,
     done: mpsc::Receiver<Done>,
     pending: VecDeque<InFlight>,
     arrived: HashMap<u64, Done>,
@@ -292,7 +372,7 @@ impl Coordinator<'_> {
             };
             let (id, deadline) = (front.id, front.deadline);
             let failed = match self.wait_for(id, deadline)? {
-                Some(Done { id, result: Ok(handover), times }) => {
+                Some(Done { id, result: Ok(handover), times, .. }) => {
                     self.commit_group(Ready { id, handover, times }, on_report)?
                 }
                 Some(Done { result: Err(e), .. }) => Some((id, e)),
@@ -375,7 +455,7 @@ impl Coordinator<'_> {
             self.store.record_batch(self.topology(), id.txid, &record)?;
         }
         let (tuples, bytes) = (emitted.batch.len() as u64, emitted.batch.bytes().len());
-        self.work.send(Work { id, batch: emitted.batch }).map_err(|_| anyhow!("the process phase stopped"))?;
+        self.queue.push(Work { id, batch: emitted.batch });
         let deadline = Instant::now() + self.config.batch_timeout;
         self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), time_ms, tuples, bytes, deadline });
         self.last_meta = Some(emitted.meta);
@@ -386,11 +466,27 @@ impl Coordinator<'_> {
     /// The result of batch `id` (results of its other attempts are stale),
     /// or `None` if it did not come by `deadline`.
     fn wait_for(&mut self, id: BatchId, deadline: Instant) -> Result<Option<Done>> {
+        let started = Instant::now();
+        let done = self.wait_or_help(id, deadline);
+        self.helper.time.waited(started);
+        done
+    }
+
+    fn wait_or_help(&mut self, id: BatchId, deadline: Instant) -> Result<Option<Done>> {
         loop {
             if let Some(done) = self.arrived.remove(&id.txid)
                 && done.id == id
             {
                 return Ok(Some(done));
+            }
+            if let Some(work) = self.helper.may_help().then(|| self.take_waiting(id)).flatten() {
+                let processor = self
+                    .helper
+                    .processor
+                    .get_or_insert_with(|| Processor::new(Arc::clone(&self.helper.plan), self.helper.source.clone()));
+                let done = work.process(processor);
+                self.arrive(done);
+                continue;
             }
             let wait = deadline.saturating_duration_since(Instant::now());
             match self.done.recv_timeout(wait) {
@@ -401,6 +497,16 @@ impl Coordinator<'_> {
         }
     }
 
+    /// The newest batch the process phase has not started, unless it is
+    /// `awaited`, whose batch deadline the coordinator keeps: rather than
+    /// wait idle, the coordinator processes it itself. When batches are
+    /// large, commits take a small part of a batch's time, and this uses
+    /// the core they leave; when commits are the bound, the coordinator is
+    /// rarely idle enough to take one.
+    fn take_waiting(&self, awaited: BatchId) -> Option<Work> {
+        self.queue.take_newest_if(|work| work.id != awaited)
+    }
+
     /// Batch `id`, if it is processed already and did not fail: no waiting.
     fn ready(&mut self, id: BatchId) -> Option<Ready> {
         while let Ok(done) = self.done.try_recv() {
@@ -408,7 +514,7 @@ impl Coordinator<'_> {
         }
         match self.arrived.get(&id.txid) {
             Some(done) if done.id == id && done.result.is_ok() => {
-                let Done { id, result, times } = self.arrived.remove(&id.txid)?;
+                let Done { id, result, times, .. } = self.arrived.remove(&id.txid)?;
                 Some(Ready { id, handover: result.ok()?, times })
             }
             _ => None,
@@ -417,6 +523,7 @@ impl Coordinator<'_> {
 
     /// Keeps a result that came, unless it is of an attempt superseded.
     fn arrive(&mut self, done: Done) {
+        self.helper.memory = Some(done.memory);
         self.report.first_batch_ready.get_or_insert_with(|| self.started.elapsed());
         if self.pending.iter().any(|p| p.id == done.id) {
             self.arrived.insert(done.id.txid, done);
@@ -496,5 +603,6 @@ impl Coordinator<'_> {
 }
 
 mod group;
+mod queue;
 #[cfg(test)]
 mod tests;

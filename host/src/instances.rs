@@ -84,9 +84,19 @@ impl Instances {
         Instances { source, plan, guests: HashMap::new(), native: None, times: BTreeMap::new() }
     }
 
+    /// The limits `operator` runs under.
+    pub fn sandbox(&self, operator: &str) -> &crate::sandbox::OperatorSandbox {
+        self.plan.sandboxes.of(operator)
+    }
+
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
         std::mem::take(&mut self.times)
+    }
+
+    /// The linear memory the instances hold, in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.guests.values().map(Guest::memory_bytes).sum()
     }
 
     /// Calls `operator` on partition `at` of a batch; the error

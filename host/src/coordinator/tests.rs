@@ -8,6 +8,7 @@ use crate::state::keys;
 use crate::state::memory::MemoryStore;
 use crate::state::rules::Stored;
 use crate::state::store::CommitLog;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Mutex;
 use weir_sdk::codec::{BatchWriter, Value, ValueRef};
@@ -417,4 +418,160 @@ fn a_group_of_one_commits_each_batch_alone() {
     assert_eq!(store.groups("tally"), (1..=8).map(|t| (t, t)).collect::<Vec<_>>());
     assert_eq!((report.commit_groups.groups, report.commit_groups.max), (8, 1));
     assert_eq!(stored_counts(&store, "tally"), counted(&LINES));
+}
+
+/// Splits a sentence into its words.
+struct Words;
+
+impl weir_sdk::operator::Function for Words {
+    fn execute(&self, tuple: &weir_sdk::Tuple<'_>, out: &mut weir_sdk::Emitter<'_>) -> Result<(), weir_sdk::Error> {
+        for word in tuple.str(0)?.split_whitespace() {
+            out.emit([word])?;
+        }
+        Ok(())
+    }
+}
+
+/// Keeps sentences of an even length.
+struct EvenLength;
+
+impl weir_sdk::operator::Filter for EvenLength {
+    fn is_keep(&self, tuple: &weir_sdk::Tuple<'_>) -> Result<bool, weir_sdk::Error> {
+        Ok(tuple.str(0)?.len() % 2 == 0)
+    }
+}
+
+/// The threads [`SlowWords`] was called on.
+static SLOW_WORDS_THREADS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// [`Words`], taking 20 ms a call, and noting the thread it runs on.
+struct SlowWords;
+
+impl weir_sdk::operator::Function for SlowWords {
+    fn execute(&self, tuple: &weir_sdk::Tuple<'_>, out: &mut weir_sdk::Emitter<'_>) -> Result<(), weir_sdk::Error> {
+        let thread = std::thread::current().name().unwrap_or("unnamed").to_owned();
+        SLOW_WORDS_THREADS.lock().unwrap().insert(thread);
+        std::thread::sleep(Duration::from_millis(20));
+        Words.execute(tuple, out)
+    }
+}
+
+fn pairs_and_slow_words() -> Vec<weir_sdk::Topology> {
+    use weir_sdk::{Count, State, Topology};
+    let pairs = Topology::new("sentence-words");
+    pairs
+        .new_stream(weir_sdk::FileLines::new("sentence"))
+        .filter(["sentence"], EvenLength)
+        .name("even")
+        .each(["sentence"], Words, ["word"])
+        .name("split")
+        .group_by(["sentence", "word"])
+        .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+        .name("count");
+    let slow = Topology::new("slow-words");
+    slow.new_stream(weir_sdk::FileLines::new("sentence"))
+        .each(["sentence"], SlowWords, ["word"])
+        .name("split")
+        .group_by(["word"])
+        .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+        .name("count");
+    vec![pairs.build(), slow.build()]
+}
+
+/// Runs the native topology `name` over `lines` in batches of
+/// `batch_size`, into a fresh store.
+fn run_native(name: &str, lines: &[String], batch_size: usize, config: RunConfig) -> MemoryStore {
+    let store = MemoryStore::new();
+    run_native_into(&store, name, lines, batch_size, config, &SandboxConfig::default()).unwrap();
+    store
+}
+
+/// [`run_native`] into `store`, under `sandbox`.
+fn run_native_into(
+    store: &MemoryStore,
+    name: &str,
+    lines: &[String],
+    batch_size: usize,
+    config: RunConfig,
+    sandbox: &SandboxConfig,
+) -> Result<RunReport> {
+    let topology = pairs_and_slow_words().into_iter().find(|t| t.definition().name == name).unwrap();
+    let plan = Arc::new(crate::plan::plan(topology.definition(), sandbox).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let mut spout = FileLines::open(&input, batch_size).unwrap();
+    let source = OperatorSource::Native(pairs_and_slow_words);
+    run(store, plan, source, &mut spout, None, &config, &AtomicBool::new(false), &mut |_| {})
+}
+
+fn sentences() -> Vec<String> {
+    (0..8000).map(|i| format!("s{i} {} w{} {}", "ab ".repeat(i % 13), i % 7, "x".repeat(i % 3))).collect()
+}
+
+#[test]
+fn the_calls_for_one_batch_share_the_output_limits_of_one_call() {
+    // Half of the sentences pass the filter, some 20,000 words in runs of
+    // about 10,000: each run within the limit, the batch not.
+    let sandbox = SandboxConfig { max_output_tuples: 15_000, ..SandboxConfig::default() };
+    let store = MemoryStore::new();
+    let outcome = run_native_into(&store, "sentence-words", &sentences(), 8000, attempts(1), &sandbox);
+    let error = halted_by(outcome);
+    assert_eq!(error.origin, Origin::Operator(Cause::Trapped(Some(Limit::Output))), "{error}");
+    assert!(error.to_string().contains("operator split: trap: output limit of"), "{error}");
+    assert!(error.to_string().contains("15000 tuples per batch exceeded"), "{error}");
+    assert_eq!(store.progress("sentence-words").unwrap().last_committed, 0);
+}
+
+#[test]
+fn a_function_and_a_filter_over_a_batch_larger_than_a_call_see_each_row_once_with_its_fields() {
+    // 8,000 sentences of some 30 bytes in one batch: the filter and the
+    // function each get it in runs of rows, and each emitted word must
+    // still come with its own sentence.
+    let lines = sentences();
+    assert!(lines.iter().map(|l| l.len() + 1).sum::<usize>() > 3 * crate::exec::CALL_INPUT_BYTES);
+    let store = run_native("sentence-words", &lines, lines.len(), RunConfig::default());
+    let mut want = BTreeMap::new();
+    for line in lines.iter().filter(|l| l.len() % 2 == 0) {
+        for word in line.split_whitespace() {
+            *want.entry(keys::encode([ValueRef::Str(line), ValueRef::Str(word)])).or_insert(0) += 1;
+        }
+    }
+    assert!(want.len() > 1000);
+    assert_eq!(stored_counts(&store, "sentence-words"), want.into_iter().collect::<Vec<_>>());
+}
+
+#[test]
+fn the_coordinator_processes_waiting_batches_while_the_process_phase_is_the_bound() {
+    // Commits take nothing and each batch 20 ms to process: the coordinator
+    // would wait most of its time, and takes batches to process itself.
+    let lines: Vec<String> = (0..24).map(|i| format!("a b{} c{}", i % 3, i % 5)).collect();
+    let config = RunConfig { max_pending: 8, ..RunConfig::default() };
+    let store = run_native("slow-words", &lines, 1, config);
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    assert_eq!(stored_counts(&store, "slow-words"), counted(&lines));
+    let threads = SLOW_WORDS_THREADS.lock().unwrap().clone();
+    assert!(threads.contains("weir-process"), "{threads:?}");
+    assert!(threads.len() > 1, "only the process phase's thread processed batches: {threads:?}");
+}
+
+#[test]
+fn the_coordinator_helps_only_when_mostly_idle_and_a_second_set_of_instances_is_small() {
+    let topology = pairs_and_slow_words().remove(0);
+    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
+    let source = OperatorSource::Native(pairs_and_slow_words);
+    let mut helper = Helper { plan, source, processor: None, time: CoordinatorTime::default(), memory: None };
+    let (busy, spare) = (Duration::from_millis(1), Duration::from_millis(9));
+    for _ in 0..5 {
+        helper.time.record(busy, spare);
+    }
+    assert!(!helper.may_help(), "no batch processed yet: the instances' memory is unknown");
+    helper.memory = Some(HELPER_MEMORY + 1);
+    assert!(!helper.may_help(), "instances as large as an interpreter's");
+    helper.memory = Some(2 << 20);
+    assert!(helper.may_help());
+    for _ in 0..5 {
+        helper.time.record(spare, busy);
+    }
+    assert!(!helper.may_help(), "the coordinator is mostly busy");
 }

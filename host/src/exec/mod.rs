@@ -100,13 +100,22 @@ fn project(batch: &Batch<'_>, positions: &[usize]) -> Batch<'static> {
 }
 
 /// The rows an operator reads: the whole batch when it reads every field.
-fn guest_input<'b>(batch: &'b Batch<'_>, input: &Input) -> Cow<'b, [u8]> {
-    if input.whole_tuple {
-        Cow::Borrowed(batch.bytes())
-    } else {
-        Cow::Owned(project(batch, &input.positions).into_bytes())
+fn guest_input<'b>(batch: &'b Batch<'static>, input: &Input) -> Cow<'b, [u8]> {
+    match guest_rows(batch, input) {
+        Cow::Borrowed(batch) => Cow::Borrowed(batch.bytes()),
+        Cow::Owned(rows) => Cow::Owned(rows.into_bytes()),
     }
 }
+
+/// [`guest_input`], as a batch.
+fn guest_rows<'b>(batch: &'b Batch<'static>, input: &Input) -> Cow<'b, Batch<'static>> {
+    if input.whole_tuple { Cow::Borrowed(batch) } else { Cow::Owned(project(batch, &input.positions)) }
+}
+
+/// Most input bytes a call to a function or filter gets: a larger batch
+/// goes to it in runs of rows, so that what the guest holds for a call,
+/// its memory, stays small however large the batch.
+pub(crate) const CALL_INPUT_BYTES: usize = 64 << 10;
 
 /// Every partition's rows in one batch.
 fn gather<'a>(parts: &'a [Batch<'static>]) -> Cow<'a, Batch<'static>> {

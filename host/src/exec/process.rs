@@ -40,6 +40,11 @@ impl Processor {
         Processor { instances: per_partition(&plan, &source), plan, nodes }
     }
 
+    /// The linear memory its operator instances hold, in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.instances.iter().map(Instances::memory_bytes).sum()
+    }
+
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
         take_times(&mut self.instances)
@@ -57,9 +62,27 @@ impl Processor {
             views: None,
         };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
+        // How many of the nodes run here read each node's output: it is
+        // dropped once the last has, so that a large batch's stages do not
+        // all stay in memory until its end.
+        let mut readers = vec![0usize; plan.nodes.len()];
+        for &i in &self.nodes {
+            for &p in &plan.nodes[i].inputs {
+                readers[p] += 1;
+            }
+        }
         let mut handover = Handover::default();
         let mut spout_batch = Some(batch);
+        let mut previous = None;
         for &i in &self.nodes {
+            if let Some(done) = previous.replace(i) {
+                for &p in &plan.nodes[done].inputs {
+                    readers[p] -= 1;
+                    if readers[p] == 0 {
+                        outputs[p] = None;
+                    }
+                }
+            }
             let node = &plan.nodes[i];
             if node.op == Op::Spout {
                 let batch = spout_batch.take().expect("one spout");

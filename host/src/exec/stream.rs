@@ -1,16 +1,18 @@
 //! Operations on tuples that need no state: functions, filters,
 //! repartitioning, joins, and the least or greatest tuple.
 
-use super::{BatchError, PartitionId, Parts, copy_row, guest_input, malformed, push_kept};
+use super::{BatchError, CALL_INPUT_BYTES, PartitionId, Parts, copy_row, guest_rows, malformed, push_kept};
 use crate::instances::{Instances, Request};
 use crate::plan::{FunctionKind, Input, Node};
+use crate::runtime::{CallError, Limit};
 use crate::state::keys;
 use std::collections::HashMap;
-use weir_sdk::codec::{Batch, BatchWriter, Row};
+use weir_sdk::codec::{Batch, BatchWriter, Concat, Row, Run};
 use weir_sdk::operator::compare_refs;
 use weir_sdk::topology::{JoinKind, Partitioning};
 
-/// A guest function (`each`, `map`, `flat_map`, `peek`) over one partition.
+/// A guest function (`each`, `map`, `flat_map`, `peek`) over one partition,
+/// called on runs of its rows ([`CALL_INPUT_BYTES`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn function(
     instances: &mut Instances,
@@ -23,18 +25,45 @@ pub(super) fn function(
     batch: &Batch<'static>,
 ) -> Result<Batch<'static>, BatchError> {
     let id = &node.id;
-    let guest_in = guest_input(batch, input);
-    let out = instances.call(id, batch_id, &input.names, Request::Function(&guest_in))?;
+    let guest_in = guest_rows(batch, input);
+    let runs = guest_in.runs(CALL_INPUT_BYTES);
+    let (mut one, mut joined) = (None, Concat::new(outputs));
+    let limits = instances.sandbox(id);
+    let (max_bytes, max_tuples) = (limits.output_bytes, limits.output_tuples);
+    let (mut bytes_out, mut tuples_out) = (0u64, 0u64);
+    for (i, Run { first, rows, bytes }) in runs.iter().enumerate() {
+        let out = instances.call(id, batch_id, &input.names, Request::Function(bytes))?;
+        if kind == FunctionKind::Peek {
+            continue;
+        }
+        let emitted = Batch::decode_extending(out, *rows as u64).map_err(|e| malformed(id, e))?;
+        if emitted.arity() != outputs {
+            return Err(BatchError::retry(
+                id,
+                format!("emitted rows of {} values, but it declares {outputs} output fields", emitted.arity()),
+            ));
+        }
+        // Each call's output is bounded; so is the sum of a batch's calls,
+        // by the same limits, as when a batch was one call.
+        bytes_out += emitted.bytes().len() as u64;
+        tuples_out += emitted.len() as u64;
+        if bytes_out > max_bytes || tuples_out > max_tuples {
+            let message = format!(
+                "output limit of {} MiB or {max_tuples} tuples per batch exceeded: the calls for the batch's rows \
+                 returned {bytes_out} bytes, {tuples_out} tuples",
+                max_bytes >> 20
+            );
+            return Err(BatchError::of_call(id, &CallError::Trap { limit: Some(Limit::Output), message }));
+        }
+        match runs.len() {
+            1 => one = Some(emitted),
+            n => joined.push(&emitted, *first as u32, n - i - 1),
+        }
+    }
     if kind == FunctionKind::Peek {
         return Ok(if kept.len() == batch.arity() { batch.clone() } else { super::project(batch, kept) });
     }
-    let emitted = Batch::decode_extending(out, batch.len() as u64).map_err(|e| malformed(id, e))?;
-    if emitted.arity() != outputs {
-        return Err(BatchError::retry(
-            id,
-            format!("emitted rows of {} values, but it declares {outputs} output fields", emitted.arity()),
-        ));
-    }
+    let emitted = one.unwrap_or_else(|| joined.finish());
     if kept.is_empty() {
         return Ok(emitted);
     }
@@ -49,7 +78,7 @@ pub(super) fn function(
     Ok(writer.finish_batch())
 }
 
-/// A guest filter over one partition.
+/// A guest filter over one partition, called on runs of its rows.
 pub(super) fn filter(
     instances: &mut Instances,
     node: &Node,
@@ -58,10 +87,17 @@ pub(super) fn filter(
     kept: &[usize],
     batch: &Batch<'static>,
 ) -> Result<Batch<'static>, BatchError> {
-    let guest_in = guest_input(batch, input);
-    let keep = instances.call(&node.id, batch_id, &input.names, Request::Filter(&guest_in))?;
-    if keep.len() != batch.len() {
-        return Err(malformed(&node.id, format!("{} verdicts for {} rows", keep.len(), batch.len())));
+    let guest_in = guest_rows(batch, input);
+    let mut keep = Vec::with_capacity(batch.len());
+    for Run { first, rows, bytes } in guest_in.runs(CALL_INPUT_BYTES) {
+        let verdicts = instances.call(&node.id, batch_id, &input.names, Request::Filter(&bytes))?;
+        if verdicts.len() != rows {
+            return Err(malformed(
+                &node.id,
+                format!("{} verdicts for {rows} rows (rows {first} to {} of the batch)", verdicts.len(), first + rows),
+            ));
+        }
+        keep.extend(verdicts);
     }
     let mut writer = BatchWriter::new(kept.len());
     for (row, verdict) in batch.rows().zip(keep) {

@@ -113,6 +113,11 @@ impl Guest {
         limiter.nearly_full().then_some(limiter.largest)
     }
 
+    /// The size of the instance's largest memory, in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.store.data().limiter.largest
+    }
+
     /// Readies the instance for a spout call; returns the call's deadline.
     fn prepare_spout(&mut self, ctx: &SpoutContext) -> Option<Duration> {
         self.random.reseed(&ctx.topology, SPOUT_ID, ctx.txid, 0);
