@@ -240,15 +240,29 @@ fn logs_show_what_guests_wrote_most_recent_first() {
     assert_eq!(status, 201, "{body}");
     server.wait_for_topology("chatty-word-count", 20);
     let url = server.url();
-    let output = weir()
-        .env("WEIR_TOKEN", TOKEN)
-        .env("WEIR_SERVER", &url)
-        .args(["logs", "chatty-word-count", "--lines", "2"])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", text(&output));
-    let lines: Vec<String> = String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect();
-    assert_eq!(lines, ["[split] stderr: split warns about txid 20", "[split] stdout: split starts txid 20"]);
+    let logs = |lines: &str| {
+        let output = weir()
+            .env("WEIR_TOKEN", TOKEN)
+            .env("WEIR_SERVER", &url)
+            .args(["logs", "chatty-word-count", "--lines", lines])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output));
+        String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect::<Vec<String>>()
+    };
+    // Each of the 20 batches wrote a line to stdout, then one to stderr;
+    // batches may be processed out of txid order (two threads process
+    // them), so the order to check is each batch's, and the last two
+    // written come first.
+    let all = logs("100");
+    assert_eq!(all.len(), 40, "{all:#?}");
+    for txid in 1..=20 {
+        let at = |line: String| all.iter().position(|l| *l == line).unwrap_or_else(|| panic!("no {line}: {all:#?}"));
+        let warned = at(format!("[split] stderr: split warns about txid {txid}"));
+        let started = at(format!("[split] stdout: split starts txid {txid}"));
+        assert!(warned < started, "txid {txid}'s lines are not most recent first: {all:#?}");
+    }
+    assert_eq!(logs("2"), all[..2]);
 }
 
 /// Every file under `dir`, as paths relative to it.
@@ -637,9 +651,16 @@ fn one_topology_deployed_under_two_names_keeps_two_states() {
     for (name, txid) in [("chatty first", 10), ("chatty second", 5)] {
         let (status, logs) = server.api("GET", &format!("/v1/topologies/{}/logs", escape(name)), b"");
         assert_eq!(status, 200, "{logs}");
-        assert_eq!(logs[0]["line"], format!("split warns about txid {txid}"), "{name}: {logs}");
-        let lines = logs.as_array().unwrap().len();
-        assert_eq!(lines, 2 * txid as usize, "{name}: each of its batches logged twice, no other's: {logs}");
+        // Each of its batches logged twice, no other's (two threads may
+        // process its batches, so not in txid order).
+        let mut lines: Vec<String> =
+            logs.as_array().unwrap().iter().map(|l| l["line"].as_str().unwrap().to_owned()).collect();
+        let mut want: Vec<String> = (1..=txid)
+            .flat_map(|t| [format!("split starts txid {t}"), format!("split warns about txid {t}")])
+            .collect();
+        lines.sort();
+        want.sort();
+        assert_eq!(lines, want, "{name}: {logs}");
     }
     // Deleting one leaves the other as it was.
     let (status, _) = server.api("DELETE", "/v1/topologies/first?state=drop", b"");
