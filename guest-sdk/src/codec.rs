@@ -966,12 +966,12 @@ mod tests {
         // The tags each run's rows would carry as a call's output: their
         // index in the run; raised by the run's first row, the batch's.
         let mut joined = Concat::new(2);
-        for (left, (first, run)) in parts.iter().enumerate().rev() {
+        for (at, (first, run)) in parts.iter().enumerate() {
             let mut out = BatchWriter::new(2);
             for (i, row) in run.rows().enumerate() {
                 out.push_row(i as u32, row.values()).unwrap();
             }
-            joined.push(&out.finish_batch(), *first, left);
+            joined.push(&out.finish_batch(), *first, parts.len() - at - 1);
         }
         let joined = joined.finish();
         assert_eq!(joined.len(), 50);
