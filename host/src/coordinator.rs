@@ -9,11 +9,10 @@
 //! processes it itself, with its own operator instances. A failed batch is
 //! replayed with the same txid and the next attempt, together with every
 //! later batch in flight; results of a superseded attempt are dropped when
-//! they arrive. How a batch
-//! is replayed follows its spout's kind: a transactional spout's metadata is
-//! recorded before the batch is processed and the replay re-reads it; an
-//! opaque spout's metadata is stored at commit and a replay is emitted
-//! afresh from the last committed metadata.
+//! they arrive. How a batch is replayed follows its spout's kind: a
+//! transactional spout's metadata is recorded before the batch is processed
+//! and the replay re-reads it; an opaque spout's metadata is stored at
+//! commit and a replay is emitted afresh from the last committed metadata.
 
 use crate::config::RunConfig;
 use crate::exec::{BatchError, BatchId, Committer, Handover, Origin, Processor};
@@ -155,7 +154,7 @@ struct Helper {
 
 /// Most linear memory the process phase's instances may hold for the
 /// coordinator to make its own and help: a compiled guest's hold a few MiB
-/// (a Rust word count's 1.7), an interpreter's (Python, JavaScript) 12 MiB
+/// (a Rust word count's 1.7), an interpreter's (Python, JavaScript) 13 MiB
 /// and more, and a second set of those costs more memory than its speed is
 /// worth.
 const HELPER_MEMORY: usize = 8 << 20;

@@ -340,20 +340,35 @@ fn tallies() -> Vec<weir_sdk::Topology> {
         .collect()
 }
 
+/// Runs the native topology `name`, one of `topologies`, over `lines` in
+/// batches of `batch_size`, into `store`, under `sandbox`.
+fn run_native_over(
+    topologies: fn() -> Vec<weir_sdk::Topology>,
+    name: &str,
+    store: &dyn Store,
+    lines: &[impl AsRef<str>],
+    batch_size: usize,
+    config: RunConfig,
+    sandbox: &SandboxConfig,
+) -> Result<RunReport> {
+    let topology = topologies().into_iter().find(|t| t.definition().name == name).unwrap();
+    let plan = Arc::new(crate::plan::plan(topology.definition(), sandbox).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    let text: Vec<&str> = lines.iter().map(AsRef::as_ref).collect();
+    std::fs::write(&input, text.join("\n") + "\n").unwrap();
+    let mut spout = FileLines::open(&input, batch_size).unwrap();
+    let source = OperatorSource::Native(topologies);
+    run(store, plan, source, &mut spout, None, &config, &AtomicBool::new(false), &mut |_| {})
+}
+
 /// Runs the native topology `name` over [`LINES`], a line a batch, all
 /// eight in flight, into a store whose commits take `delay`.
 fn run_tally(name: &str, delay: Duration, group_max: usize) -> (MemoryStore, RunReport) {
-    let topology = tallies().into_iter().find(|t| t.definition().name == name).unwrap();
-    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    std::fs::write(&input, LINES.join("\n") + "\n").unwrap();
-    let mut spout = FileLines::open(&input, 1).unwrap();
     let store = SlowStore { inner: MemoryStore::new(), delay };
     let config =
         RunConfig { max_pending: 8, group_max, retry_backoff: Duration::from_millis(1), ..RunConfig::default() };
-    let source = OperatorSource::Native(tallies);
-    let report = run(&store, plan, source, &mut spout, None, &config, &AtomicBool::new(false), &mut |_| {}).unwrap();
+    let report = run_native_over(tallies, name, &store, &LINES, 1, config, &SandboxConfig::default()).unwrap();
     (store.inner, report)
 }
 
@@ -395,17 +410,10 @@ fn a_batch_failing_its_commit_phase_lets_the_batches_before_it_in_its_group_comm
 fn long_lines_hold_back_batches_past_max_pending_bytes() {
     // Eight batches of a line of 1,000 bytes each, commits slow enough that
     // all eight would be in flight: the bytes let three through at most.
-    let topology = tallies().into_iter().find(|t| t.definition().name == "tally").unwrap();
-    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
     let lines: Vec<String> = (0..8).map(|i| format!("{i:0>1000}")).collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let mut spout = FileLines::open(&input, 1).unwrap();
     let store = SlowStore { inner: MemoryStore::new(), delay: Duration::from_millis(50) };
     let config = RunConfig { max_pending: 8, max_pending_bytes: 2500, group_max: 8, ..RunConfig::default() };
-    let source = OperatorSource::Native(tallies);
-    let report = run(&store, plan, source, &mut spout, None, &config, &AtomicBool::new(false), &mut |_| {}).unwrap();
+    let report = run_native_over(tallies, "tally", &store, &lines, 1, config, &SandboxConfig::default()).unwrap();
     let groups = store.inner.groups("tally");
     assert!(groups.iter().all(|(first, last)| last - first < 3), "{groups:?}");
     assert!(groups.iter().any(|(first, last)| last > first), "batches still commit together: {groups:?}");
@@ -478,31 +486,13 @@ fn pairs_and_slow_words() -> Vec<weir_sdk::Topology> {
     vec![pairs.build(), slow.build()]
 }
 
-/// Runs the native topology `name` over `lines` in batches of
-/// `batch_size`, into a fresh store.
+/// Runs the native topology `name` of [`pairs_and_slow_words`] over
+/// `lines` in batches of `batch_size`, into a fresh store.
 fn run_native(name: &str, lines: &[String], batch_size: usize, config: RunConfig) -> MemoryStore {
     let store = MemoryStore::new();
-    run_native_into(&store, name, lines, batch_size, config, &SandboxConfig::default()).unwrap();
+    let sandbox = SandboxConfig::default();
+    run_native_over(pairs_and_slow_words, name, &store, lines, batch_size, config, &sandbox).unwrap();
     store
-}
-
-/// [`run_native`] into `store`, under `sandbox`.
-fn run_native_into(
-    store: &MemoryStore,
-    name: &str,
-    lines: &[String],
-    batch_size: usize,
-    config: RunConfig,
-    sandbox: &SandboxConfig,
-) -> Result<RunReport> {
-    let topology = pairs_and_slow_words().into_iter().find(|t| t.definition().name == name).unwrap();
-    let plan = Arc::new(crate::plan::plan(topology.definition(), sandbox).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let mut spout = FileLines::open(&input, batch_size).unwrap();
-    let source = OperatorSource::Native(pairs_and_slow_words);
-    run(store, plan, source, &mut spout, None, &config, &AtomicBool::new(false), &mut |_| {})
 }
 
 fn sentences() -> Vec<String> {
@@ -515,7 +505,8 @@ fn the_calls_for_one_batch_share_the_output_limits_of_one_call() {
     // about 10,000: each run within the limit, the batch not.
     let sandbox = SandboxConfig { max_output_tuples: 15_000, ..SandboxConfig::default() };
     let store = MemoryStore::new();
-    let outcome = run_native_into(&store, "sentence-words", &sentences(), 8000, attempts(1), &sandbox);
+    let outcome =
+        run_native_over(pairs_and_slow_words, "sentence-words", &store, &sentences(), 8000, attempts(1), &sandbox);
     let error = halted_by(outcome);
     assert_eq!(error.origin, Origin::Operator(Cause::Trapped(Some(Limit::Output))), "{error}");
     assert!(error.to_string().contains("operator split: trap: output limit of"), "{error}");

@@ -31,13 +31,21 @@ pub struct Processor {
     plan: Arc<Plan>,
     instances: Vec<Instances>,
     nodes: Vec<usize>,
+    /// How many of `nodes` read each node's output: a batch's output of a
+    /// node is dropped once the last has run, so that a large batch's
+    /// stages do not all stay in memory until its end.
+    readers: Vec<usize>,
 }
 
 impl Processor {
     /// A processor with its own operator instances.
     pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Processor {
         let nodes = plan.data_nodes();
-        Processor { instances: per_partition(&plan, &source), plan, nodes }
+        let mut readers = vec![0; plan.nodes.len()];
+        for &p in nodes.iter().flat_map(|&i| &plan.nodes[i].inputs) {
+            readers[p] += 1;
+        }
+        Processor { instances: per_partition(&plan, &source), plan, nodes, readers }
     }
 
     /// The linear memory its operator instances hold, in bytes.
@@ -62,15 +70,7 @@ impl Processor {
             views: None,
         };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
-        // How many of the nodes run here read each node's output: it is
-        // dropped once the last has, so that a large batch's stages do not
-        // all stay in memory until its end.
-        let mut readers = vec![0usize; plan.nodes.len()];
-        for &i in &self.nodes {
-            for &p in &plan.nodes[i].inputs {
-                readers[p] += 1;
-            }
-        }
+        let mut readers = self.readers.clone();
         let mut handover = Handover::default();
         let mut spout_batch = Some(batch);
         let mut previous = None;

@@ -27,7 +27,8 @@ pub(super) fn function(
     let id = &node.id;
     let guest_in = guest_rows(batch, input);
     let runs = guest_in.runs(CALL_INPUT_BYTES);
-    let (mut one, mut joined) = (None, Concat::new(outputs));
+    // One run's output is the node's as it is; several are joined.
+    let (mut one, mut joined) = (None, (runs.len() > 1).then(|| Concat::new(outputs)));
     let limits = instances.sandbox(id);
     let (max_bytes, max_tuples) = (limits.output_bytes, limits.output_tuples);
     let (mut bytes_out, mut tuples_out) = (0u64, 0u64);
@@ -55,15 +56,18 @@ pub(super) fn function(
             );
             return Err(BatchError::of_call(id, &CallError::Trap { limit: Some(Limit::Output), message }));
         }
-        match runs.len() {
-            1 => one = Some(emitted),
-            n => joined.push(&emitted, *first as u32, n - i - 1),
+        match joined.as_mut() {
+            Some(joined) => joined.push(&emitted, *first as u32, runs.len() - i - 1),
+            None => one = Some(emitted),
         }
     }
     if kind == FunctionKind::Peek {
         return Ok(if kept.len() == batch.arity() { batch.clone() } else { super::project(batch, kept) });
     }
-    let emitted = one.unwrap_or_else(|| joined.finish());
+    let emitted = match joined {
+        Some(joined) => joined.finish(),
+        None => one.expect("one run, called"),
+    };
     if kept.is_empty() {
         return Ok(emitted);
     }
