@@ -371,6 +371,7 @@ fn a_state_error_no_replay_can_cure_halts_at_once_with_state_intact() {
             weir::state::rules::Stored::Transactional { txid: 100, value: weir_sdk::codec::Value::I64(7) },
         )],
         removed: Vec::new(),
+        removed_ranges: Vec::new(),
         combines: None,
     };
     let nothing_read = weir::spout::LineRange { start: 0, end: 0, lines: 0, tail: None }.encode();

@@ -25,6 +25,8 @@ enum Gathered<'a> {
     Records(BTreeMap<&'a [u8], Option<&'a Stored>>),
     /// Each batch's partials, to combine in place, in txid order.
     Partials(Vec<BatchPartials<'a>>),
+    /// Key ranges `[from, to)` to remove.
+    Ranges(Vec<(&'a [u8], &'a [u8])>),
 }
 
 impl Db {
@@ -77,9 +79,9 @@ impl Db {
             }
             for (state, runs) in gathered {
                 // Counts get a layout of their own only where nothing else is written.
-                let only_partials = runs.iter().all(|run| matches!(run, Gathered::Partials(_)));
+                let counts = holds_counts(&runs);
                 for run in runs {
-                    written += write_gathered(&txn, topology, state, run, only_partials, &mut encoded)
+                    written += write_gathered(&txn, topology, state, run, counts, &mut encoded)
                         .with_context(|| format!("state {state}"))?;
                 }
             }
@@ -98,6 +100,11 @@ impl Db {
 
 /// Adds batch `txid`'s `writes` to its state's `runs`.
 fn gather<'a>(runs: &mut Vec<Gathered<'a>>, txid: u64, writes: &'a StateWrites) {
+    // A batch's ranges go before its records.
+    if !writes.removed_ranges.is_empty() {
+        let ranges = writes.removed_ranges.iter().map(|(from, to)| (from.as_slice(), to.as_slice())).collect();
+        runs.push(Gathered::Ranges(ranges));
+    }
     if !writes.records.is_empty() || !writes.removed.is_empty() {
         let written = writes.records.iter().map(|(key, stored)| (key.as_slice(), Some(stored)));
         let records = written.chain(writes.removed.iter().map(|key| (key.as_slice(), None)));
@@ -107,35 +114,53 @@ fn gather<'a>(runs: &mut Vec<Gathered<'a>>, txid: u64, writes: &'a StateWrites) 
         }
     }
     if let Some(combines) = &writes.combines {
-        match runs.as_mut_slice() {
-            [.., Gathered::Partials(batches)] => batches.push((txid, combines)),
-            // Partials of keys that no record since the last partials
-            // holds meet none of those records: they join the partials,
-            // so that the group combines each key once.
-            [.., Gathered::Partials(batches), Gathered::Records(latest)]
-                if !latest.keys().any(|key| combines.partials.find(key).is_some()) =>
-            {
-                batches.push((txid, combines))
+        // Partials join the last partials when no records or ranges since
+        // touch their keys, so that the group combines each key once.
+        let since = runs.iter().rposition(|run| matches!(run, Gathered::Partials(_)));
+        let untouched = |run: &Gathered<'_>| match run {
+            Gathered::Records(latest) => !latest.keys().any(|key| combines.partials.find(key).is_some()),
+            Gathered::Ranges(ranges) => !ranges.iter().any(|(from, to)| {
+                let at = combines.partials.first_at_or_after(from);
+                at < combines.partials.len() && combines.partials.key(at) < *to
+            }),
+            Gathered::Partials(_) => true,
+        };
+        match since {
+            Some(at) if runs[at + 1..].iter().all(untouched) => {
+                let Gathered::Partials(batches) = &mut runs[at] else { unreachable!("a partials run") };
+                batches.push((txid, combines));
             }
             _ => runs.push(Gathered::Partials(vec![(txid, combines)])),
         }
     }
 }
 
-/// Writes what a group gathered for `state` into its table, keys in order.
-/// Returns the keys written.
+/// Whether a state's table, if this commit creates it, takes the counts
+/// layout: its writes are transactional counts, and nothing else.
+fn holds_counts(runs: &[Gathered<'_>]) -> bool {
+    let mut partials = runs.iter().filter_map(|run| match run {
+        Gathered::Partials(batches) => Some(batches.first().map(|(_, c)| *c)),
+        _ => None,
+    });
+    let no_records = runs.iter().all(|run| !matches!(run, Gathered::Records(_)));
+    no_records && partials.next().is_some_and(table::holds_counts)
+}
+
+/// Writes what a group gathered for `state` into its table (created in the
+/// counts layout when missing and `counts`), keys in order. Returns the
+/// keys written.
 fn write_gathered(
     txn: &WriteTransaction,
     topology: &str,
     state: &str,
     gathered: Gathered<'_>,
-    only_partials: bool,
+    counts: bool,
     encoded: &mut Vec<u8>,
 ) -> Result<usize> {
     let name = state_table(topology, state);
     match gathered {
         Gathered::Records(latest) => {
-            let mut table = WriteTable::open(txn, &name, false)?;
+            let mut table = WriteTable::open(txn, &name, counts)?;
             for (key, stored) in &latest {
                 match stored {
                     Some(stored) => table.insert(key, stored, encoded)?,
@@ -144,9 +169,14 @@ fn write_gathered(
             }
             Ok(latest.len())
         }
-        Gathered::Partials(batches) => {
-            let counts = only_partials && table::holds_counts(batches.first().map(|(_, c)| *c));
-            WriteTable::open(txn, &name, counts)?.combine_in_place(&batches, encoded)
+        Gathered::Ranges(ranges) => {
+            let mut table = WriteTable::open(txn, &name, counts)?;
+            let mut removed = 0;
+            for (from, to) in ranges {
+                removed += table.remove_range(from, to)?;
+            }
+            Ok(removed)
         }
+        Gathered::Partials(batches) => WriteTable::open(txn, &name, counts)?.combine_in_place(&batches, encoded),
     }
 }

@@ -10,6 +10,7 @@ use super::store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
 use super::{BatchRecord, Progress, StateError, kind_to_record};
 use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound::{Excluded, Included};
 use std::sync::{Arc, Mutex, MutexGuard};
 use weir_sdk::topology::StateKind;
 
@@ -172,6 +173,14 @@ fn apply(t: &mut Topology, batch: &BatchCommit<'_>, written: &mut BTreeSet<(Stri
             t.kinds.insert(write.state.clone(), kind);
         }
         let records = Arc::make_mut(t.states.entry(write.state.clone()).or_default());
+        for (from, to) in &write.removed_ranges {
+            let removed: Vec<Vec<u8>> =
+                records.range::<[u8], _>((Included(&from[..]), Excluded(&to[..]))).map(|(k, _)| k.clone()).collect();
+            for key in removed {
+                records.remove(&key);
+                written.insert((write.state.clone(), key));
+            }
+        }
         for (key, stored) in &write.records {
             records.insert(key.clone(), stored.clone());
             written.insert((write.state.clone(), key.clone()));

@@ -5,9 +5,8 @@
 
 use super::rules::{self, Stored};
 use super::store::{Snapshot, StateReader};
-use super::view::{Combines, StateWrites};
+use super::view::{Combines, StateWrites, in_ranges};
 use anyhow::{Context, Result};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_sdk::codec::Value;
 
@@ -83,7 +82,9 @@ impl StateReader for PendingState {
         for (txid, writes) in self.writes().rev() {
             if let Ok(at) = writes.records.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
                 found = Some(Some(writes.records[at].1.clone()));
-            } else if writes.removed.binary_search_by(|k| k.as_slice().cmp(key)).is_ok() {
+            } else if writes.removed.binary_search_by(|k| k.as_slice().cmp(key)).is_ok()
+                || in_ranges(&writes.removed_ranges, key)
+            {
                 found = Some(None);
             }
             // A batch's records and partials are of different keys.
@@ -110,30 +111,52 @@ impl StateReader for PendingState {
     }
 
     fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
-        let mut found: BTreeMap<Vec<u8>, Stored> = match &self.base {
-            Some(base) => base.range(from, to)?.into_iter().collect(),
-            None => BTreeMap::new(),
+        let mut found = match &self.base {
+            Some(base) => base.range(from, to)?,
+            None => Vec::new(),
         };
+        // Each layer merged into what is found, both sorted by key.
         let within = |key: &[u8]| from <= key && key < to;
         for (txid, writes) in self.writes() {
-            for (key, stored) in writes.records.iter().filter(|(k, _)| within(k)) {
-                found.insert(key.clone(), stored.clone());
+            if !writes.removed_ranges.is_empty() {
+                found.retain(|(key, _)| !in_ranges(&writes.removed_ranges, key));
             }
-            for key in writes.removed.iter().filter(|k| within(k)) {
-                found.remove(key);
+            let records = writes.records.iter().filter(|(k, _)| within(k)).map(|(k, s)| (k.as_slice(), Some(s)));
+            let removed = writes.removed.iter().filter(|k| within(k)).map(|k| (k.as_slice(), None));
+            let mut edits: Vec<(&[u8], Option<&Stored>)> = records.chain(removed).collect();
+            if !edits.is_empty() {
+                edits.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                found = merged(found, edits.into_iter(), |_, _, edit| Ok(edit.cloned()))?;
             }
             let Some(combines) = &writes.combines else { continue };
-            for (key, partial) in combines.partials.iter().skip(combines.partials.first_at_or_after(from)) {
-                if key >= to {
-                    break;
-                }
-                let stored = combined(combines, txid, key, partial, found.remove(key))
-                    .with_context(|| format!("state {}", self.state))?;
-                if let Some(stored) = stored {
-                    found.insert(key.to_vec(), stored);
-                }
-            }
+            let partials = combines.partials.iter().skip(combines.partials.first_at_or_after(from));
+            let partials = partials.take_while(|(key, _)| *key < to);
+            found = merged(found, partials, |key, stored, partial| combined(combines, txid, key, partial, stored))
+                .with_context(|| format!("state {}", self.state))?;
         }
-        Ok(found.into_iter().collect())
+        Ok(found)
     }
+}
+
+/// `found` (sorted by key) with `edits` (sorted by key) merged in: each
+/// edit's key takes what `edit` makes of the record found for it, if any;
+/// `None` leaves the key out.
+fn merged<'e, E>(
+    found: Vec<(Vec<u8>, Stored)>,
+    edits: impl Iterator<Item = (&'e [u8], E)>,
+    mut edit: impl FnMut(&[u8], Option<Stored>, E) -> Result<Option<Stored>>,
+) -> Result<Vec<(Vec<u8>, Stored)>> {
+    let mut out = Vec::with_capacity(found.len());
+    let mut found = found.into_iter().peekable();
+    for (key, e) in edits {
+        while let Some(earlier) = found.next_if(|(k, _)| k.as_slice() < key) {
+            out.push(earlier);
+        }
+        let (owned, stored) = found.next_if(|(k, _)| k.as_slice() == key).unzip();
+        if let Some(new) = edit(key, stored, e)? {
+            out.push((owned.unwrap_or_else(|| key.to_vec()), new));
+        }
+    }
+    out.extend(found);
+    Ok(out)
 }

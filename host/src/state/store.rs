@@ -127,6 +127,7 @@ mod tests {
             state: "counts".into(),
             records: Vec::new(),
             removed: Vec::new(),
+            removed_ranges: Vec::new(),
             combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
         }]
     }
@@ -234,7 +235,13 @@ mod tests {
             let tx = |txid, n| Stored::Transactional { txid, value: Value::I64(n) };
             let set = |pairs: &[(&str, Stored)]| {
                 let records = pairs.iter().map(|(w, stored)| (key(w), stored.clone())).collect();
-                vec![StateWrites { state: "counts".into(), records, removed: Vec::new(), combines: None }]
+                vec![StateWrites {
+                    state: "counts".into(),
+                    records,
+                    removed: Vec::new(),
+                    removed_ranges: Vec::new(),
+                    combines: None,
+                }]
             };
             let writes = [
                 set(&[("a", tx(1, 10)), ("b", tx(1, 1))]),
@@ -358,6 +365,68 @@ mod tests {
     }
 
     #[test]
+    fn a_taken_range_is_removed_whole_before_the_batchs_writes_and_later_batches_read_past_it() {
+        use crate::state::view::{Base, Views};
+        use std::collections::HashMap;
+        use std::sync::Arc;
+        each_store(|store| {
+            let records = batch_records(3);
+            let mut caches = HashMap::new();
+            let batch =
+                |txid, layers, caches: &mut _, run: &dyn Fn(&mut Views)| run_batch(store, txid, layers, caches, run);
+            let range = |views: &mut Views, from: &str, to: &str| -> Vec<(Vec<u8>, Base)> {
+                views.range("counts", &key(from), &key(to)).unwrap()
+            };
+            let partials = |pairs: &[(&str, i64)]| pairs.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
+            let n = |v| Base::Value(Value::I64(v));
+            let first = batch(1, Vec::new(), &mut caches, &|views| {
+                for (word, v) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
+                    views.put("counts", key(word), Value::I64(v)).unwrap();
+                }
+                assert_eq!(views.base("counts", &key("b")).unwrap(), n(2));
+            });
+            commit(store, 1, &first, &[]).unwrap();
+            crate::state::view::refresh_caches(&mut caches, first);
+            // Batch 2 takes b and c (b cached), then writes c and bb anew.
+            let second = Arc::new(batch(2, Vec::new(), &mut caches, &|views| {
+                assert_eq!(
+                    views.take_range("counts", &key("b"), &key("d")).unwrap(),
+                    [(key("b"), n(2)), (key("c"), n(3))]
+                );
+                assert_eq!(views.base("counts", &key("b")).unwrap(), Base::None, "taken, not read from the cache");
+                views.put("counts", key("c"), Value::I64(9)).unwrap();
+                views.put("counts", key("bb"), Value::I64(6)).unwrap();
+                assert_eq!(
+                    range(views, "a", "z"),
+                    [(key("a"), n(1)), (key("bb"), n(6)), (key("c"), n(9)), (key("d"), n(4))]
+                );
+                let into_removed = views.combine_at_commit("counts", Builtin::Count, partials(&[("b", 1)]));
+                assert!(into_removed.is_err(), "a partial for a removed key");
+            }));
+            assert_eq!(second[0].removed_ranges, [(key("b"), key("d"))]);
+            // Batch 3 runs before batch 2 commits: it reads past the range.
+            let third = batch(3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
+                assert_eq!(views.base("counts", &key("b")).unwrap(), Base::None);
+                assert_eq!(views.base("counts", &key("c")).unwrap(), n(9));
+                assert_eq!(
+                    range(views, "a", "z"),
+                    [(key("a"), n(1)), (key("bb"), n(6)), (key("c"), n(9)), (key("d"), n(4))]
+                );
+                views.combine_at_commit("counts", Builtin::Count, partials(&[("a", 1), ("b", 1)])).unwrap();
+            });
+            store.commit_group(&[batch_of(2, &records, &second), batch_of(3, &records, &third)]).unwrap();
+            let opaque = |txid, curr, prev: Option<i64>| {
+                Some(Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) })
+            };
+            assert_eq!(stored(store, "a"), opaque(3, 2, Some(1)));
+            assert_eq!(stored(store, "b"), opaque(3, 1, None), "removed by batch 2, counted afresh by batch 3");
+            assert_eq!(stored(store, "bb"), opaque(2, 6, None));
+            assert_eq!(stored(store, "c"), opaque(2, 9, None), "written after the range was removed");
+            assert_eq!(stored(store, "d"), opaque(1, 4, None));
+        });
+    }
+
+    #[test]
     fn a_group_combines_partials_once_a_key_and_keeps_them_in_order_with_its_records() {
         let opaque =
             |txid, curr, prev: Option<i64>| Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) };
@@ -367,6 +436,7 @@ mod tests {
                 state: "counts".into(),
                 records: records.iter().map(|(w, s)| (key(w), s.clone())).collect(),
                 removed: removed.iter().map(|w| key(w)).collect(),
+                removed_ranges: Vec::new(),
                 combines: Some(Combines { kind: StateKind::Opaque, builtin: Builtin::Count, partials }),
             }]
         };

@@ -265,6 +265,23 @@ impl<'t> WriteTable<'t> {
         Ok(())
     }
 
+    /// Removes every record from `from` up to (not including) `to`, in one
+    /// pass over the tree. Returns how many it removed.
+    pub fn remove_range(&mut self, from: &[u8], to: &[u8]) -> Result<usize> {
+        let mut removed = 0;
+        let mut counted = |_: &[u8]| {
+            removed += 1;
+            false
+        };
+        if from < to {
+            match self {
+                WriteTable::Records(table) => table.retain_in::<&[u8], _>(from..to, |key, _| counted(key))?,
+                WriteTable::Counts(table) => table.retain_in::<&[u8], _>(from..to, |key, _| counted(key))?,
+            }
+        }
+        Ok(removed)
+    }
+
     /// Removes the record of `key`, if there is one.
     pub fn remove(&mut self, key: &[u8]) -> Result<()> {
         match self {
@@ -377,7 +394,13 @@ mod tests {
     fn count_writes(kind: StateKind, partials: &[(&str, i64)]) -> Vec<StateWrites> {
         let partials = partials.iter().map(|(word, n)| (key(word), Value::I64(*n))).collect();
         let combines = Combines { kind, builtin: Builtin::Count, partials };
-        vec![StateWrites { state: "counts".into(), records: Vec::new(), removed: Vec::new(), combines: Some(combines) }]
+        vec![StateWrites {
+            state: "counts".into(),
+            records: Vec::new(),
+            removed: Vec::new(),
+            removed_ranges: Vec::new(),
+            combines: Some(combines),
+        }]
     }
 
     fn commit(db: &Db, txid: u64, writes: &[StateWrites]) -> Result<usize> {
@@ -437,6 +460,7 @@ mod tests {
             state: "counts".into(),
             records: vec![(key("a"), Stored::Transactional { txid: 3, value: Value::from("x") })],
             removed: Vec::new(),
+            removed_ranges: Vec::new(),
             combines: None,
         };
         let err = commit(&db, 3, &[stray]).unwrap_err();
@@ -506,6 +530,7 @@ mod tests {
             state: "counts".into(),
             records: vec![(key("a"), tx(1, 4))],
             removed: Vec::new(),
+            removed_ranges: Vec::new(),
             combines: None,
         };
         commit(&db, 1, &[records]).unwrap();

@@ -28,6 +28,7 @@ fn counts(kind: StateKind) -> Vec<StateWrites> {
         state: "counts".into(),
         records: Vec::new(),
         removed: Vec::new(),
+        removed_ranges: Vec::new(),
         combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
     }]
 }
@@ -52,6 +53,7 @@ fn a_state_is_paged_through_in_key_order_in_either_layout() {
             state: "counts".into(),
             records: Vec::new(),
             removed: Vec::new(),
+            removed_ranges: Vec::new(),
             combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
         }];
         db.commit("t", 1, &record(), &writes).unwrap();

@@ -136,10 +136,17 @@ struct View {
     table: Option<Box<dyn StateReader>>,
     cache: StateCache,
     writes: BTreeMap<Vec<u8>, Write>,
+    /// Key ranges `[from, to)` the batch removes, before its writes.
+    removed_ranges: Vec<(Vec<u8>, Vec<u8>)>,
     combines: Option<Combines>,
 }
 
 impl View {
+    /// Whether the batch removed `key` with a range of keys.
+    fn range_removed(&self, key: &[u8]) -> bool {
+        in_ranges(&self.removed_ranges, key)
+    }
+
     /// Fails if the batch left a partial of a key from `from` to `to`
     /// (both included when equal, else `to` excluded) to the commit: the
     /// batch cannot read or write it any more.
@@ -190,6 +197,8 @@ pub struct StateWrites {
     pub records: Vec<(Vec<u8>, Stored)>,
     /// Encoded keys to remove, sorted.
     pub removed: Vec<Vec<u8>>,
+    /// Key ranges `[from, to)` to remove, before the records are stored.
+    pub removed_ranges: Vec<(Vec<u8>, Vec<u8>)>,
     /// Partials to combine in place at commit.
     pub combines: Option<Combines>,
 }
@@ -220,8 +229,17 @@ impl Views {
             let capacity = def.cache_size.unwrap_or(DEFAULT_CACHE_SIZE);
             let max_bytes = usize::try_from(limits.cache_bytes).unwrap_or(usize::MAX);
             let cache = caches.remove(name).unwrap_or_else(|| StateCache::new(capacity, max_bytes));
-            views
-                .insert(name.clone(), View { def: def.clone(), table, cache, writes: BTreeMap::new(), combines: None });
+            views.insert(
+                name.clone(),
+                View {
+                    def: def.clone(),
+                    table,
+                    cache,
+                    writes: BTreeMap::new(),
+                    removed_ranges: Vec::new(),
+                    combines: None,
+                },
+            );
         }
         Ok(Views {
             topology: topology.to_owned(),
@@ -256,6 +274,9 @@ impl Views {
 
     /// The committed record of `key`.
     fn committed(view: &mut View, key: &[u8]) -> Result<Option<Stored>> {
+        if view.range_removed(key) {
+            return Ok(None);
+        }
         if let Some(hit) = view.cache.get(key) {
             return Ok(hit);
         }
@@ -266,6 +287,9 @@ impl Views {
 
     /// The committed record of `key`, out of the cache: the batch writes it.
     fn committed_for_write(view: &mut View, key: &[u8]) -> Result<Option<Stored>> {
+        if view.range_removed(key) {
+            return Ok(None);
+        }
         match view.cache.take(key) {
             Some(hit) => Ok(hit),
             None => Self::read(view, key),
@@ -298,12 +322,12 @@ impl Views {
             return Ok(write.after.as_ref().map_or(Base::None, |after| Base::Value(after.value().clone())));
         }
         let stored = Self::committed(view, key)?;
-        Self::base_of(view, key, stored.as_ref(), txid)
+        Self::base_of(&view.def, key, stored.as_ref(), txid)
     }
 
-    fn base_of(view: &View, key: &[u8], stored: Option<&Stored>, txid: u64) -> Result<Base> {
-        let step = rules::step(view.def.kind, stored, txid)
-            .with_context(|| format!("state {}, key {}", view.def.name, super::describe_key(key)))?;
+    fn base_of(def: &StateDef, key: &[u8], stored: Option<&Stored>, txid: u64) -> Result<Base> {
+        let step = rules::step(def.kind, stored, txid)
+            .with_context(|| format!("state {}, key {}", def.name, super::describe_key(key)))?;
         Ok(match step {
             Step::Skip => Base::Applied(stored.expect("skip has a stored value").value().clone()),
             Step::Fresh => Base::None,
@@ -318,8 +342,8 @@ impl Views {
         self.range_of(state, from, to, false)
     }
 
-    /// [`Views::range`], each key it returns removed when the batch
-    /// commits: one read for both.
+    /// [`Views::range`], and every key from `from` up to `to` removed when
+    /// the batch commits, at once: one read for both.
     pub fn take_range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>> {
         if !self.writable {
             bail!("topology {}: a query cannot write state {state}", self.topology);
@@ -334,38 +358,56 @@ impl Views {
             return Ok(Vec::new());
         }
         view.not_combined(from, to)?;
-        let committed = match &view.table {
+        let mut committed = match &view.table {
             Some(table) => table.range(from, to).with_context(|| format!("state {} is unreadable", view.def.name))?,
             None => Vec::new(),
         };
-        // Each key's base, and its committed record where the batch has
-        // not written it.
-        let mut found = BTreeMap::new();
-        for (key, stored) in committed {
-            let base = Self::base_of(view, &key, Some(&stored), txid)?;
-            found.insert(key, (base, Some(stored)));
+        if !view.removed_ranges.is_empty() {
+            committed.retain(|(key, _)| !view.range_removed(key));
         }
-        let written = view.writes.range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Excluded(to)));
-        for (key, write) in written {
-            match &write.after {
-                Some(after) => found.insert(key.clone(), (Base::Value(after.value().clone()), None)),
-                None => found.remove(key),
-            };
-        }
-        found.retain(|_, (base, _)| *base != Base::None);
-        if take {
-            for (key, (_, committed)) in &mut found {
-                match view.writes.get_mut(key.as_slice()) {
-                    Some(write) => write.after = None,
-                    None => {
-                        // Out of the cache, as a key written is.
-                        view.cache.take(key);
-                        view.writes.insert(key.clone(), Write { before: committed.take(), after: None });
-                    }
-                }
+        // Only committed keys need the range removed: the batch's own
+        // writes in it become removals below.
+        let remove_range = take && !committed.is_empty();
+        if remove_range && !view.cache.is_empty() {
+            // Out of the cache, as keys written are.
+            for (key, _) in &committed {
+                view.cache.take(key);
             }
         }
-        Ok(found.into_iter().map(|(key, (base, _))| (key, base)).collect())
+        // The committed records under the batch's own writes, both sorted
+        // by key: merged in one pass.
+        let bounds = (std::ops::Bound::Included(from), std::ops::Bound::Excluded(to));
+        let mut written = view.writes.range_mut::<[u8], _>(bounds).peekable();
+        let mut found = Vec::with_capacity(committed.len());
+        let push_written = |found: &mut Vec<(Vec<u8>, Base)>, key: &Vec<u8>, write: &mut Write| {
+            if let Some(after) = &write.after {
+                found.push((key.clone(), Base::Value(after.value().clone())));
+            }
+            if take {
+                write.after = None;
+            }
+        };
+        for (key, stored) in committed {
+            let mut overridden = false;
+            while let Some((written_key, write)) = written.next_if(|(k, _)| k.as_slice() <= key.as_slice()) {
+                overridden = *written_key == key;
+                push_written(&mut found, written_key, write);
+            }
+            if overridden {
+                continue;
+            }
+            let base = Self::base_of(&view.def, &key, Some(&stored), txid)?;
+            if base != Base::None {
+                found.push((key, base));
+            }
+        }
+        for (key, write) in written {
+            push_written(&mut found, key, write);
+        }
+        if remove_range {
+            view.removed_ranges.push((from.to_vec(), to.to_vec()));
+        }
+        Ok(found)
     }
 
     /// Removes `key` from `state` when the batch commits.
@@ -428,7 +470,8 @@ impl Views {
             bail!("topology {}: a query cannot write state {state}", self.topology);
         }
         let view = self.view(state)?;
-        let written = view.writes.keys().any(|key| partials.find(key).is_some());
+        let written = view.writes.keys().any(|key| partials.find(key).is_some())
+            || (!view.removed_ranges.is_empty() && partials.iter().any(|(key, _)| view.range_removed(key)));
         if view.combines.is_some() || written {
             bail!("state {state} is written twice in one batch");
         }
@@ -456,8 +499,9 @@ impl Views {
                 }
             }
             caches.insert(name.clone(), view.cache);
-            if !records.is_empty() || !removed.is_empty() || view.combines.is_some() {
-                out.push(StateWrites { state: name, records, removed, combines: view.combines });
+            let removed_ranges = view.removed_ranges;
+            if !records.is_empty() || !removed.is_empty() || !removed_ranges.is_empty() || view.combines.is_some() {
+                out.push(StateWrites { state: name, records, removed, removed_ranges, combines: view.combines });
             }
         }
         out.sort_by(|a, b| a.state.cmp(&b.state));
@@ -490,6 +534,11 @@ impl Base {
             Base::Value(v) | Base::Applied(v) => Some(v),
         }
     }
+}
+
+/// Whether `key` lies in one of `ranges`, each `[from, to)`.
+pub(super) fn in_ranges(ranges: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> bool {
+    ranges.iter().any(|(from, to)| from.as_slice() <= key && key < to.as_slice())
 }
 
 /// After a commit: the committed records become what the caches hold.
