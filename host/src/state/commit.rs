@@ -80,8 +80,11 @@ impl Db {
             for (state, runs) in gathered {
                 // Counts get a layout of their own only where nothing else is written.
                 let counts = holds_counts(&runs);
-                for run in runs {
-                    written += write_gathered(&txn, topology, state, run, counts, &mut encoded)
+                // Partials of keys a later run's range removes need no combining.
+                let removed_later: Vec<Vec<(&[u8], &[u8])>> =
+                    (0..runs.len()).map(|at| ranges_in(&runs[at + 1..])).collect();
+                for (at, run) in runs.into_iter().enumerate() {
+                    written += write_gathered(&txn, topology, state, run, counts, &removed_later[at], &mut encoded)
                         .with_context(|| format!("state {state}"))?;
                 }
             }
@@ -135,6 +138,15 @@ fn gather<'a>(runs: &mut Vec<Gathered<'a>>, txid: u64, writes: &'a StateWrites) 
     }
 }
 
+/// The key ranges `runs` remove.
+fn ranges_in<'a>(runs: &[Gathered<'a>]) -> Vec<(&'a [u8], &'a [u8])> {
+    let ranges = runs.iter().filter_map(|run| match run {
+        Gathered::Ranges(ranges) => Some(ranges.iter().copied()),
+        _ => None,
+    });
+    ranges.flatten().collect()
+}
+
 /// Whether a state's table, if this commit creates it, takes the counts
 /// layout: its writes are transactional counts, and nothing else.
 fn holds_counts(runs: &[Gathered<'_>]) -> bool {
@@ -147,14 +159,15 @@ fn holds_counts(runs: &[Gathered<'_>]) -> bool {
 }
 
 /// Writes what a group gathered for `state` into its table (created in the
-/// counts layout when missing and `counts`), keys in order. Returns the
-/// keys written.
+/// counts layout when missing and `counts`), keys in order, but for
+/// partials of keys in the ranges `except`. Returns the keys written.
 fn write_gathered(
     txn: &WriteTransaction,
     topology: &str,
     state: &str,
     gathered: Gathered<'_>,
     counts: bool,
+    except: &[(&[u8], &[u8])],
     encoded: &mut Vec<u8>,
 ) -> Result<usize> {
     let name = state_table(topology, state);
@@ -177,6 +190,8 @@ fn write_gathered(
             }
             Ok(removed)
         }
-        Gathered::Partials(batches) => WriteTable::open(txn, &name, counts)?.combine_in_place(&batches, encoded),
+        Gathered::Partials(batches) => {
+            WriteTable::open(txn, &name, counts)?.combine_in_place_except(&batches, except, encoded)
+        }
     }
 }

@@ -441,24 +441,29 @@ mod tests {
             }]
         };
         each_store(|store| {
-            let records = batch_records(5);
+            let records = batch_records(6);
             // Batch 2 removes a key batch 1 combined; batch 3 combines
-            // keys both combined; batch 5 combines a key batch 4 wrote.
+            // keys both combined; batch 5 combines a key batch 4 wrote;
+            // batch 6 removes a range of keys batches 1 and 3 combined.
+            let mut removing_range = writes(&[], &[], &[("e", 1)]);
+            removing_range[0].removed_ranges.push((key("b"), key("bz")));
             let batches = [
-                writes(&[("w", opaque(1, 7, None))], &[], &[("a", 1), ("b", 1)]),
+                writes(&[("w", opaque(1, 7, None))], &[], &[("a", 1), ("b", 1), ("bb", 1)]),
                 writes(&[], &["a"], &[("c", 1)]),
                 writes(&[("x", opaque(3, 1, None))], &[], &[("b", 1), ("c", 1)]),
                 writes(&[("d", opaque(4, 5, None))], &[], &[("e", 1)]),
                 writes(&[], &[], &[("d", 1), ("e", 1)]),
+                removing_range,
             ];
             let group: Vec<BatchCommit<'_>> =
-                (1..=5).map(|txid| batch_of(txid, &records, &batches[txid as usize - 1])).collect();
+                (1..=6).map(|txid| batch_of(txid, &records, &batches[txid as usize - 1])).collect();
             store.commit_group(&group).unwrap();
             assert_eq!(stored(store, "a"), None, "combined, then removed");
-            assert_eq!(stored(store, "b"), Some(opaque(3, 2, Some(1))));
+            assert_eq!(stored(store, "b"), None, "combined, then removed with its range");
+            assert_eq!(stored(store, "bb"), None);
             assert_eq!(stored(store, "c"), Some(opaque(3, 2, Some(1))));
             assert_eq!(stored(store, "d"), Some(opaque(5, 6, Some(5))), "written, then combined");
-            assert_eq!(stored(store, "e"), Some(opaque(5, 2, Some(1))));
+            assert_eq!(stored(store, "e"), Some(opaque(6, 3, Some(2))));
             assert_eq!(stored(store, "w"), Some(opaque(1, 7, None)));
             assert_eq!(stored(store, "x"), Some(opaque(3, 1, None)));
         });

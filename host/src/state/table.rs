@@ -296,6 +296,17 @@ impl<'t> WriteTable<'t> {
     /// most one write per key for the whole group, the value replaced in
     /// place. Returns the keys written.
     pub fn combine_in_place(&mut self, batches: &[BatchPartials<'_>], encoded: &mut Vec<u8>) -> Result<usize> {
+        self.combine_in_place_except(batches, &[], encoded)
+    }
+
+    /// [`WriteTable::combine_in_place`], leaving out the keys in the
+    /// ranges `[from, to)` of `except` (which a later write removes).
+    pub fn combine_in_place_except(
+        &mut self,
+        batches: &[BatchPartials<'_>],
+        except: &[(&[u8], &[u8])],
+        encoded: &mut Vec<u8>,
+    ) -> Result<usize> {
         let Some((_, first)) = batches.first() else { return Ok(0) };
         let (kind, builtin) = (first.kind, first.builtin);
         if let Some((txid, _)) = batches.iter().find(|(_, c)| c.kind != kind || c.builtin != builtin) {
@@ -306,6 +317,9 @@ impl<'t> WriteTable<'t> {
         }
         let mut written = 0;
         merge::for_each_key(batches, |key, partials| {
+            if except.iter().any(|(from, to)| *from <= key && key < *to) {
+                return Ok(());
+            }
             let context = || format!("key {}", super::describe_key(key));
             let changed = match self {
                 WriteTable::Records(table) => {
