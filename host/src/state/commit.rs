@@ -8,7 +8,7 @@
 use super::merge::BatchPartials;
 use super::rules::Stored;
 use super::store::BatchCommit;
-use super::table::{self, WriteTable};
+use super::table::{Layout, WriteTable};
 use super::view::StateWrites;
 use super::{
     Db, LAST_COMMITTED, StateError, batches_def, batches_table, kinds_def, kinds_table, meta_def, meta_table,
@@ -78,13 +78,12 @@ impl Db {
                 }
             }
             for (state, runs) in gathered {
-                // Counts get a layout of their own only where nothing else is written.
-                let counts = holds_counts(&runs);
+                let layout = layout(&runs);
                 // Partials of keys a later run's range removes need no combining.
                 let removed_later: Vec<Vec<(&[u8], &[u8])>> =
                     (0..runs.len()).map(|at| ranges_in(&runs[at + 1..])).collect();
                 for (at, run) in runs.into_iter().enumerate() {
-                    written += write_gathered(&txn, topology, state, run, counts, &removed_later[at], &mut encoded)
+                    written += write_gathered(&txn, topology, state, run, layout, &removed_later[at], &mut encoded)
                         .with_context(|| format!("state {state}"))?;
                 }
             }
@@ -147,33 +146,38 @@ fn ranges_in<'a>(runs: &[Gathered<'a>]) -> Vec<(&'a [u8], &'a [u8])> {
     ranges.flatten().collect()
 }
 
-/// Whether a state's table, if this commit creates it, takes the counts
-/// layout: its writes are transactional counts, and nothing else.
-fn holds_counts(runs: &[Gathered<'_>]) -> bool {
-    let mut partials = runs.iter().filter_map(|run| match run {
-        Gathered::Partials(batches) => Some(batches.first().map(|(_, c)| *c)),
+/// The layout of a state's table, if this commit creates it: fixed-width
+/// counts where its partials are counts and every record it is given is
+/// one too (a window's watermark and late count are).
+fn layout(runs: &[Gathered<'_>]) -> Layout {
+    let first_partials = runs.iter().find_map(|run| match run {
+        Gathered::Partials(batches) => batches.first().map(|(_, c)| *c),
         _ => None,
     });
-    let no_records = runs.iter().all(|run| !matches!(run, Gathered::Records(_)));
-    no_records && partials.next().is_some_and(table::holds_counts)
+    let Some(layout) = first_partials.map(Layout::for_combines) else { return Layout::Records };
+    let records_fit = runs.iter().all(|run| match run {
+        Gathered::Records(latest) => latest.values().all(|stored| stored.is_none_or(|s| layout.holds(s))),
+        _ => true,
+    });
+    if records_fit { layout } else { Layout::Records }
 }
 
-/// Writes what a group gathered for `state` into its table (created in the
-/// counts layout when missing and `counts`), keys in order, but for
+/// Writes what a group gathered for `state` into its table (created in
+/// `layout` when missing), keys in order, but for
 /// partials of keys in the ranges `except`. Returns the keys written.
 fn write_gathered(
     txn: &WriteTransaction,
     topology: &str,
     state: &str,
     gathered: Gathered<'_>,
-    counts: bool,
+    layout: Layout,
     except: &[(&[u8], &[u8])],
     encoded: &mut Vec<u8>,
 ) -> Result<usize> {
     let name = state_table(topology, state);
     match gathered {
         Gathered::Records(latest) => {
-            let mut table = WriteTable::open(txn, &name, counts)?;
+            let mut table = WriteTable::open(txn, &name, layout)?;
             for (key, stored) in &latest {
                 match stored {
                     Some(stored) => table.insert(key, stored, encoded)?,
@@ -183,7 +187,7 @@ fn write_gathered(
             Ok(latest.len())
         }
         Gathered::Ranges(ranges) => {
-            let mut table = WriteTable::open(txn, &name, counts)?;
+            let mut table = WriteTable::open(txn, &name, layout)?;
             let mut removed = 0;
             for (from, to) in ranges {
                 removed += table.remove_range(from, to)?;
@@ -191,7 +195,7 @@ fn write_gathered(
             Ok(removed)
         }
         Gathered::Partials(batches) => {
-            WriteTable::open(txn, &name, counts)?.combine_in_place_except(&batches, except, encoded)
+            WriteTable::open(txn, &name, layout)?.combine_in_place_except(&batches, except, encoded)
         }
     }
 }

@@ -58,6 +58,50 @@ impl redb::Value for TransactionalCount {
     }
 }
 
+/// An opaque count as stored: the txid that wrote it, the count, and the
+/// count before that txid (a flag byte, then the count), 25 bytes.
+#[derive(Debug)]
+pub struct OpaqueCount;
+
+/// An opaque count's txid, current count and count before the txid.
+pub type OpaqueRecord = (u64, i64, Option<i64>);
+
+impl redb::Value for OpaqueCount {
+    type SelfType<'a> = OpaqueRecord;
+    type AsBytes<'a> = [u8; 25];
+
+    fn fixed_width() -> Option<usize> {
+        Some(25)
+    }
+
+    fn from_bytes<'a>(data: &'a [u8]) -> OpaqueRecord
+    where
+        Self: 'a,
+    {
+        let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes"));
+        let prev = (data[24] != 0).then(|| word(16) as i64);
+        (word(0), word(8) as i64, prev)
+    }
+
+    fn as_bytes<'a, 'b: 'a>(value: &'a OpaqueRecord) -> [u8; 25]
+    where
+        Self: 'b,
+    {
+        let mut out = [0u8; 25];
+        out[..8].copy_from_slice(&value.0.to_le_bytes());
+        out[8..16].copy_from_slice(&value.1.to_le_bytes());
+        if let Some(prev) = value.2 {
+            out[16..24].copy_from_slice(&prev.to_le_bytes());
+            out[24] = 1;
+        }
+        out
+    }
+
+    fn type_name() -> TypeName {
+        TypeName::new("weir::OpaqueCount")
+    }
+}
+
 /// A state key, as [`super::keys`] encodes it, compared as bytes: first
 /// its leading 8 bytes as one word, which orders most short keys without a
 /// call to `memcmp`.
@@ -111,8 +155,27 @@ fn counts_def(name: &str) -> TableDefinition<'_, StateKey, TransactionalCount> {
     TableDefinition::new(name)
 }
 
+fn opaque_counts_def(name: &str) -> TableDefinition<'_, StateKey, OpaqueCount> {
+    TableDefinition::new(name)
+}
+
 fn stored_count((txid, count): (u64, i64)) -> Stored {
     Stored::Transactional { txid, value: Value::I64(count) }
+}
+
+fn stored_opaque((txid, curr, prev): OpaqueRecord) -> Stored {
+    Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) }
+}
+
+/// The fixed-width record of an opaque `stored`, if it has one.
+fn opaque_count_of(stored: &Stored) -> Option<OpaqueRecord> {
+    match stored {
+        Stored::Opaque { txid, curr: Value::I64(curr), prev: None } => Some((*txid, *curr, None)),
+        Stored::Opaque { txid, curr: Value::I64(curr), prev: Some(Value::I64(prev)) } => {
+            Some((*txid, *curr, Some(*prev)))
+        }
+        _ => None,
+    }
 }
 
 /// The fixed-width record of `stored`, if it has one.
@@ -129,17 +192,54 @@ pub enum ReadTable {
     Records(ReadOnlyTable<&'static [u8], &'static [u8]>),
     /// Transactional counts.
     Counts(ReadOnlyTable<StateKey, TransactionalCount>),
+    /// Opaque counts.
+    OpaqueCounts(ReadOnlyTable<StateKey, OpaqueCount>),
+}
+
+/// How a state's table lays its records out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Records,
+    Counts,
+    OpaqueCounts,
+}
+
+impl Layout {
+    const ALL: [Layout; 3] = [Layout::Records, Layout::Counts, Layout::OpaqueCounts];
+}
+
+/// The records of a fixed-width table's entries, decoded by `record`.
+fn decoded<'a, V: redb::Value + 'static>(
+    entries: impl Iterator<
+        Item = std::result::Result<(redb::AccessGuard<'a, StateKey>, redb::AccessGuard<'a, V>), redb::StorageError>,
+    >,
+    record: impl for<'v> Fn(V::SelfType<'v>) -> Stored,
+    out: &mut Vec<(Vec<u8>, Stored)>,
+) -> Result<()> {
+    for entry in entries {
+        let (key, value) = entry?;
+        out.push((key.value().to_vec(), record(value.value())));
+    }
+    Ok(())
 }
 
 impl ReadTable {
     /// The table `name`, in whichever layout it has; `None` when there is none.
     pub fn open(txn: &ReadTransaction, name: &str) -> Result<Option<ReadTable>> {
-        match txn.open_table(records_def(name)) {
-            Ok(table) => Ok(Some(ReadTable::Records(table))),
-            Err(TableError::TableDoesNotExist(_)) => Ok(None),
-            Err(TableError::TableTypeMismatch { .. }) => Ok(Some(ReadTable::Counts(txn.open_table(counts_def(name))?))),
-            Err(e) => Err(e.into()),
+        for layout in Layout::ALL {
+            let opened = match layout {
+                Layout::Records => txn.open_table(records_def(name)).map(ReadTable::Records),
+                Layout::Counts => txn.open_table(counts_def(name)).map(ReadTable::Counts),
+                Layout::OpaqueCounts => txn.open_table(opaque_counts_def(name)).map(ReadTable::OpaqueCounts),
+            };
+            match opened {
+                Ok(table) => return Ok(Some(table)),
+                Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(TableError::TableTypeMismatch { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
         }
+        bail!(StateError::Malformed(format!("table {name} has a layout this host does not know")))
     }
 
     /// The record of `key`.
@@ -147,6 +247,7 @@ impl ReadTable {
         match self {
             ReadTable::Records(table) => table.get(key)?.map(|v| Stored::decode(v.value())).transpose(),
             ReadTable::Counts(table) => Ok(table.get(key)?.map(|v| stored_count(v.value()))),
+            ReadTable::OpaqueCounts(table) => Ok(table.get(key)?.map(|v| stored_opaque(v.value()))),
         }
     }
 
@@ -158,6 +259,7 @@ impl ReadTable {
                 None => Ok(None),
             },
             ReadTable::Counts(table) => Ok(table.first()?.map(|_| StateKind::Transactional)),
+            ReadTable::OpaqueCounts(table) => Ok(table.first()?.map(|_| StateKind::Opaque)),
         }
     }
 
@@ -184,11 +286,9 @@ impl ReadTable {
                     out.push((key.value().to_vec(), Stored::decode(value.value())?));
                 }
             }
-            ReadTable::Counts(table) => {
-                for entry in table.range::<&[u8]>(bounds)?.take(limit) {
-                    let (key, value) = entry?;
-                    out.push((key.value().to_vec(), stored_count(value.value())));
-                }
+            ReadTable::Counts(table) => decoded(table.range::<&[u8]>(bounds)?.take(limit), stored_count, &mut out)?,
+            ReadTable::OpaqueCounts(table) => {
+                decoded(table.range::<&[u8]>(bounds)?.take(limit), stored_opaque, &mut out)?
             }
         }
         Ok(out)
@@ -196,22 +296,7 @@ impl ReadTable {
 
     /// Every key with its record, sorted by key.
     pub fn entries(&self) -> Result<Vec<(Vec<u8>, Stored)>> {
-        let mut out = Vec::new();
-        match self {
-            ReadTable::Records(table) => {
-                for entry in table.iter()? {
-                    let (key, value) = entry?;
-                    out.push((key.value().to_vec(), Stored::decode(value.value())?));
-                }
-            }
-            ReadTable::Counts(table) => {
-                for entry in table.iter()? {
-                    let (key, value) = entry?;
-                    out.push((key.value().to_vec(), stored_count(value.value())));
-                }
-            }
-        }
-        Ok(out)
+        self.range_of((Bound::Unbounded, Bound::Unbounded), usize::MAX)
     }
 }
 
@@ -221,26 +306,28 @@ pub enum WriteTable<'t> {
     Records(Table<'t, &'static [u8], &'static [u8]>),
     /// Transactional counts.
     Counts(Table<'t, StateKey, TransactionalCount>),
+    /// Opaque counts.
+    OpaqueCounts(Table<'t, StateKey, OpaqueCount>),
 }
 
 impl<'t> WriteTable<'t> {
-    /// The table `name`, in whichever layout it has; created as counts
-    /// when it does not exist yet and `counts` says the state holds
-    /// transactional counts.
-    pub fn open(txn: &'t WriteTransaction, name: &str, counts: bool) -> Result<WriteTable<'t>> {
+    /// The table `name`, in whichever layout it has; created in `layout`
+    /// when it does not exist yet.
+    pub fn open(txn: &'t WriteTransaction, name: &str, layout: Layout) -> Result<WriteTable<'t>> {
         // Opening creates a missing table in the layout asked for first.
-        match Self::open_as(txn, name, counts) {
-            Err(TableError::TableTypeMismatch { .. }) => Ok(Self::open_as(txn, name, !counts)?),
-            other => Ok(other?),
+        let others = Layout::ALL.into_iter().filter(|l| *l != layout);
+        for layout in std::iter::once(layout).chain(others) {
+            let opened = match layout {
+                Layout::Records => txn.open_table(records_def(name)).map(WriteTable::Records),
+                Layout::Counts => txn.open_table(counts_def(name)).map(WriteTable::Counts),
+                Layout::OpaqueCounts => txn.open_table(opaque_counts_def(name)).map(WriteTable::OpaqueCounts),
+            };
+            match opened {
+                Err(TableError::TableTypeMismatch { .. }) => continue,
+                other => return Ok(other?),
+            }
         }
-    }
-
-    fn open_as(txn: &'t WriteTransaction, name: &str, counts: bool) -> Result<WriteTable<'t>, TableError> {
-        Ok(if counts {
-            WriteTable::Counts(txn.open_table(counts_def(name))?)
-        } else {
-            WriteTable::Records(txn.open_table(records_def(name))?)
-        })
+        bail!(StateError::Malformed(format!("table {name} has a layout this host does not know")))
     }
 
     /// Stores `stored` as the record of `key`.
@@ -252,13 +339,11 @@ impl<'t> WriteTable<'t> {
                 table.insert(key, encoded.as_slice())?;
             }
             WriteTable::Counts(table) => {
-                let Some(count) = count_of(stored) else {
-                    bail!(StateError::Malformed(format!(
-                        "this state holds transactional counts, and the {} value {} is not one",
-                        rules::kind_name(stored.kind()),
-                        crate::json::to_json(stored.value())
-                    )));
-                };
+                let count = count_of(stored).ok_or_else(|| not_a_count("transactional", stored))?;
+                table.insert(key, count)?;
+            }
+            WriteTable::OpaqueCounts(table) => {
+                let count = opaque_count_of(stored).ok_or_else(|| not_a_count("opaque", stored))?;
                 table.insert(key, count)?;
             }
         }
@@ -277,6 +362,7 @@ impl<'t> WriteTable<'t> {
             match self {
                 WriteTable::Records(table) => table.retain_in::<&[u8], _>(from..to, |key, _| counted(key))?,
                 WriteTable::Counts(table) => table.retain_in::<&[u8], _>(from..to, |key, _| counted(key))?,
+                WriteTable::OpaqueCounts(table) => table.retain_in::<&[u8], _>(from..to, |key, _| counted(key))?,
             }
         }
         Ok(removed)
@@ -287,6 +373,7 @@ impl<'t> WriteTable<'t> {
         match self {
             WriteTable::Records(table) => drop(table.remove(key)?),
             WriteTable::Counts(table) => drop(table.remove(key)?),
+            WriteTable::OpaqueCounts(table) => drop(table.remove(key)?),
         }
         Ok(())
     }
@@ -315,6 +402,9 @@ impl<'t> WriteTable<'t> {
         if matches!(self, WriteTable::Counts(_)) && kind != StateKind::Transactional {
             return Err(rules::kind_mismatch(StateKind::Transactional, kind));
         }
+        if matches!(self, WriteTable::OpaqueCounts(_)) && kind != StateKind::Opaque {
+            return Err(rules::kind_mismatch(StateKind::Opaque, kind));
+        }
         let mut written = 0;
         merge::for_each_key(batches, |key, partials| {
             if except.iter().any(|(from, to)| *from <= key && key < *to) {
@@ -340,6 +430,25 @@ impl<'t> WriteTable<'t> {
                         // Replaced in place, or inserted when the key had no value.
                         if guard.map(|mut g| g.insert(encoded.as_slice())).transpose()?.is_none() {
                             table.insert(key, encoded.as_slice())?;
+                        }
+                    }
+                    changed
+                }
+                WriteTable::OpaqueCounts(table) => {
+                    let guard = table.get_mut(key)?;
+                    let mut stored = guard.as_ref().map(|g| stored_opaque(g.value()));
+                    let mut changed = false;
+                    for &(txid, partial) in partials {
+                        let value_for = |base| rules::with_partial(builtin, base, partial);
+                        if let Some(new) = rules::apply(kind, stored.as_ref(), txid, value_for).with_context(context)? {
+                            stored = Some(new);
+                            changed = true;
+                        }
+                    }
+                    if let (true, Some(stored)) = (changed, stored) {
+                        let count = opaque_count_of(&stored).ok_or_else(|| not_a_count("opaque", &stored))?;
+                        if guard.map(|mut g| g.insert(count)).transpose()?.is_none() {
+                            table.insert(key, count)?;
                         }
                     }
                     changed
@@ -389,10 +498,33 @@ impl<'t> WriteTable<'t> {
     }
 }
 
-/// Whether a state's writes make it a transactional count: in place, by
-/// the built-in `Count`.
-pub fn holds_counts(combines: Option<&Combines>) -> bool {
-    combines.is_some_and(|c| c.kind == StateKind::Transactional && c.builtin == Builtin::Count)
+fn not_a_count(kind: &str, stored: &Stored) -> anyhow::Error {
+    anyhow::Error::new(StateError::Malformed(format!(
+        "this state holds {kind} counts, and the {} value {} is not one",
+        rules::kind_name(stored.kind()),
+        crate::json::to_json(stored.value())
+    )))
+}
+
+impl Layout {
+    /// The fixed-width layout of a state whose partials are `combines`:
+    /// counts, transactional or opaque, by the built-in `Count`.
+    pub fn for_combines(combines: &Combines) -> Layout {
+        match (combines.kind, combines.builtin) {
+            (StateKind::Transactional, Builtin::Count) => Layout::Counts,
+            (StateKind::Opaque, Builtin::Count) => Layout::OpaqueCounts,
+            _ => Layout::Records,
+        }
+    }
+
+    /// Whether the layout holds `stored`.
+    pub fn holds(self, stored: &Stored) -> bool {
+        match self {
+            Layout::Records => true,
+            Layout::Counts => count_of(stored).is_some(),
+            Layout::OpaqueCounts => opaque_count_of(stored).is_some(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -425,6 +557,7 @@ mod tests {
         let txn = db.begin_read().unwrap();
         match ReadTable::open(&txn, "state/t/counts").unwrap() {
             Some(ReadTable::Counts(_)) => "counts",
+            Some(ReadTable::OpaqueCounts(_)) => "opaque counts",
             Some(ReadTable::Records(_)) => "records",
             None => "none",
         }
@@ -501,8 +634,9 @@ mod tests {
     }
 
     #[test]
-    fn in_place_counts_follow_trident_rules_in_either_layout() {
-        for (kind, expected_layout) in [(StateKind::Transactional, "counts"), (StateKind::Opaque, "records")] {
+    fn in_place_counts_follow_tridents_rules_in_either_fixed_width_layout() {
+        let kinds = [(StateKind::Transactional, "counts"), (StateKind::Opaque, "opaque counts")];
+        for (kind, expected_layout) in kinds {
             let dir = tempfile::tempdir().unwrap();
             let db = Db::open(dir.path()).unwrap();
             commit(&db, 1, &count_writes(kind, &[("a", 2)])).unwrap();
@@ -514,7 +648,7 @@ mod tests {
                     .combine_in_place(&[(txid, &Combines { kind, builtin: Builtin::Count, partials })], &mut Vec::new())
             };
             {
-                let mut table = WriteTable::open(&txn, "state/t/counts", false).unwrap();
+                let mut table = WriteTable::open(&txn, "state/t/counts", Layout::Records).unwrap();
                 // The batch that wrote the value again: a transactional
                 // state skips it, an opaque one recomputes from before it.
                 assert_eq!(combine(&mut table, 1, 5).unwrap(), usize::from(kind == StateKind::Opaque));
@@ -523,6 +657,7 @@ mod tests {
                 combine(&mut table, 2, 3).unwrap();
                 let stored = match &table {
                     WriteTable::Counts(t) => stored_count(t.get(key("a").as_slice()).unwrap().unwrap().value()),
+                    WriteTable::OpaqueCounts(t) => stored_opaque(t.get(key("a").as_slice()).unwrap().unwrap().value()),
                     WriteTable::Records(t) => {
                         Stored::decode(t.get(key("a").as_slice()).unwrap().unwrap().value()).unwrap()
                     }
@@ -534,6 +669,42 @@ mod tests {
                 assert_eq!(stored, expected, "{kind:?}");
             }
         }
+    }
+
+    #[test]
+    fn opaque_counts_with_integer_records_beside_them_are_stored_in_fixed_width_records() {
+        let opaque =
+            |txid, curr, prev: Option<i64>| Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) };
+        // A window's state: its partials, beside records of integers (its
+        // watermark) or of anything else.
+        let writes = |record: Stored| {
+            let mut writes = count_writes(StateKind::Opaque, &[("a", 2), ("b", 1)]);
+            writes[0].records.push((key("0-watermark"), record));
+            writes
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        commit(&db, 1, &writes(opaque(1, 900, None))).unwrap();
+        assert_eq!(layout(&db), "opaque counts");
+        commit(&db, 2, &count_writes(StateKind::Opaque, &[("a", 3)])).unwrap();
+        assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(opaque(2, 5, Some(2))));
+        assert_eq!(db.get("t", "counts", &[Value::from("b")]).unwrap(), Some(opaque(1, 1, None)));
+        let txn = db.begin_read().unwrap();
+        let entries = ReadTable::open(&txn, "state/t/counts").unwrap().unwrap().entries().unwrap();
+        assert_eq!(entries[0], (key("0-watermark"), opaque(1, 900, None)));
+        drop(txn);
+        // What the layout cannot hold is refused with the reason, and
+        // nothing of the batch is stored.
+        let err = commit(&db, 3, &writes(Stored::Opaque { txid: 3, curr: Value::from("x"), prev: None })).unwrap_err();
+        assert!(format!("{err:#}").contains("holds opaque counts"), "{err:#}");
+        assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(opaque(2, 5, Some(2))));
+
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        commit(&db, 1, &writes(Stored::Opaque { txid: 1, curr: Value::from("x"), prev: None })).unwrap();
+        assert_eq!(layout(&db), "records", "a record no count holds");
+        commit(&db, 2, &writes(opaque(2, 7, Some(1)))).unwrap();
+        assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(opaque(2, 4, Some(2))));
     }
 
     #[test]
@@ -576,8 +747,7 @@ mod tests {
                 let txn = db.db.begin_write().unwrap();
                 let combines: Vec<Combines> = each(kind).collect();
                 let group: Vec<BatchPartials<'_>> = (1..).zip(&combines).collect();
-                let counts = kind == StateKind::Transactional;
-                let mut table = WriteTable::open(&txn, "state/t/counts", counts).unwrap();
+                let mut table = WriteTable::open(&txn, "state/t/counts", Layout::Records).unwrap();
                 let written = if grouped {
                     table.combine_in_place(&group, &mut Vec::new()).unwrap()
                 } else {
@@ -598,7 +768,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path()).unwrap();
         let txn = db.db.begin_write().unwrap();
-        let mut table = WriteTable::open(&txn, "state/t/counts", false).unwrap();
+        let mut table = WriteTable::open(&txn, "state/t/counts", Layout::Records).unwrap();
         let err = table.combine_in_place(&[(1, &a), (2, &b)], &mut Vec::new()).unwrap_err();
         assert!(format!("{err:#}").contains("batch 2 combines the state unlike the batch before it"), "{err:#}");
     }
