@@ -1,13 +1,15 @@
-//! A state's redb table, in one of two layouts. Most states keep
+//! A state's redb table, in one of three layouts. Most states keep
 //! [`Stored`] records in their compact encoding, of any width. A
 //! transactional count (a persistent aggregate of `Count`, the commonest
-//! state) keeps fixed-width `(txid, count)` records instead: redb replaces
-//! a fixed-width value in place, where replacing a value of varying width
-//! rewrites the end offset of every later value in its page.
+//! state) keeps fixed-width `(txid, count)` records instead, and an opaque
+//! count (an opaque persistent aggregate of `Count`, or a window's open
+//! counts beside its integer watermark) `(txid, count, previous count)`:
+//! redb replaces a fixed-width value in place, where replacing a value of
+//! varying width rewrites the end offset of every later value in its page.
 //!
 //! The layout is chosen when the table is created, by its first commit, and
-//! redb records it as the table's value type, so readers open either. The
-//! counts layout also compares its keys a word at a time ([`StateKey`]).
+//! redb records it as the table's value type, so readers open any. The
+//! counts layouts also compare their keys a word at a time ([`StateKey`]).
 
 use super::StateError;
 use super::merge::{self, BatchPartials};
@@ -199,8 +201,11 @@ pub enum ReadTable {
 /// How a state's table lays its records out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
+    /// Compact records of any width.
     Records,
+    /// `(txid, count)`, 16 bytes.
     Counts,
+    /// `(txid, count, previous count)`, 25 bytes.
     OpaqueCounts,
 }
 
