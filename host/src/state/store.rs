@@ -268,9 +268,6 @@ mod tests {
             let mut caches = HashMap::new();
             let batch =
                 |txid, layers, caches: &mut _, run: &dyn Fn(&mut Views)| run_batch(store, txid, layers, caches, run);
-            let range = |views: &mut Views, from: &str, to: &str| -> Vec<(Vec<u8>, Base)> {
-                views.range("counts", &key(from), &key(to)).unwrap()
-            };
             let n = |v| Base::Value(Value::I64(v));
             let first = batch(1, Vec::new(), &mut caches, &|views| {
                 for (word, v) in [("a", 1), ("b", 2), ("c", 3), ("x", 9)] {
@@ -374,9 +371,6 @@ mod tests {
             let mut caches = HashMap::new();
             let batch =
                 |txid, layers, caches: &mut _, run: &dyn Fn(&mut Views)| run_batch(store, txid, layers, caches, run);
-            let range = |views: &mut Views, from: &str, to: &str| -> Vec<(Vec<u8>, Base)> {
-                views.range("counts", &key(from), &key(to)).unwrap()
-            };
             let partials = |pairs: &[(&str, i64)]| pairs.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
             let n = |v| Base::Value(Value::I64(v));
             let first = batch(1, Vec::new(), &mut caches, &|views| {
@@ -467,6 +461,11 @@ mod tests {
             assert_eq!(stored(store, "w"), Some(opaque(1, 7, None)));
             assert_eq!(stored(store, "x"), Some(opaque(3, 1, None)));
         });
+    }
+
+    /// The keys of state `counts` from `from` up to `to`, as the batch sees them.
+    fn range(views: &mut crate::state::view::Views, from: &str, to: &str) -> Vec<(Vec<u8>, crate::state::view::Base)> {
+        views.range("counts", &key(from), &key(to)).unwrap()
     }
 
     /// The records of batches 0 to `last`, each its txid as its metadata.

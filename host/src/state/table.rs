@@ -419,17 +419,9 @@ impl<'t> WriteTable<'t> {
             let changed = match self {
                 WriteTable::Records(table) => {
                     let guard = table.get_mut(key)?;
-                    let mut stored =
-                        guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
-                    let mut changed = false;
-                    for &(txid, partial) in partials {
-                        let value_for = |base| rules::with_partial(builtin, base, partial);
-                        if let Some(new) = rules::apply(kind, stored.as_ref(), txid, value_for).with_context(context)? {
-                            stored = Some(new);
-                            changed = true;
-                        }
-                    }
-                    if let (true, Some(stored)) = (changed, stored) {
+                    let stored = guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
+                    let changed = combined(kind, builtin, stored, partials).with_context(context)?;
+                    if let Some(stored) = &changed {
                         encoded.clear();
                         stored.encode_into(encoded);
                         // Replaced in place, or inserted when the key had no value.
@@ -437,26 +429,19 @@ impl<'t> WriteTable<'t> {
                             table.insert(key, encoded.as_slice())?;
                         }
                     }
-                    changed
+                    changed.is_some()
                 }
                 WriteTable::OpaqueCounts(table) => {
                     let guard = table.get_mut(key)?;
-                    let mut stored = guard.as_ref().map(|g| stored_opaque(g.value()));
-                    let mut changed = false;
-                    for &(txid, partial) in partials {
-                        let value_for = |base| rules::with_partial(builtin, base, partial);
-                        if let Some(new) = rules::apply(kind, stored.as_ref(), txid, value_for).with_context(context)? {
-                            stored = Some(new);
-                            changed = true;
-                        }
-                    }
-                    if let (true, Some(stored)) = (changed, stored) {
-                        let count = opaque_count_of(&stored).ok_or_else(|| not_a_count("opaque", &stored))?;
+                    let stored = guard.as_ref().map(|g| stored_opaque(g.value()));
+                    let changed = combined(kind, builtin, stored, partials).with_context(context)?;
+                    if let Some(stored) = &changed {
+                        let count = opaque_count_of(stored).ok_or_else(|| not_a_count("opaque", stored))?;
                         if guard.map(|mut g| g.insert(count)).transpose()?.is_none() {
                             table.insert(key, count)?;
                         }
                     }
-                    changed
+                    changed.is_some()
                 }
                 WriteTable::Counts(table) => {
                     // Trident's transactional rule, on the record as stored.
@@ -501,6 +486,25 @@ impl<'t> WriteTable<'t> {
         })?;
         Ok(written)
     }
+}
+
+/// `stored` with a key's `partials` (by txid, in order) combined into it by
+/// Trident's rules; `None` when no partial changed it.
+fn combined(
+    kind: StateKind,
+    builtin: Builtin,
+    mut stored: Option<Stored>,
+    partials: &[(u64, &Value)],
+) -> Result<Option<Stored>> {
+    let mut changed = false;
+    for &(txid, partial) in partials {
+        let value_for = |base| rules::with_partial(builtin, base, partial);
+        if let Some(new) = rules::apply(kind, stored.as_ref(), txid, value_for)? {
+            stored = Some(new);
+            changed = true;
+        }
+    }
+    Ok(stored.filter(|_| changed))
 }
 
 fn not_a_count(kind: &str, stored: &Stored) -> anyhow::Error {
