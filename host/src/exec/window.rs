@@ -144,17 +144,35 @@ pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) ->
     let counts = aggregator.kind == AggregatorKind::Builtin(Builtin::Count);
     let mut rows_of = RowsOf::default();
     let mut writer = BatchWriter::new(batch.arity() + 2);
+    let mut assign = |row, r, (end, start)| {
+        if counts {
+            rows_of.push((end, start), r);
+        } else {
+            push_assigned(&mut writer, row, end, start);
+        }
+    };
+    // Rows come mostly in time order: a row's newest window is mostly the
+    // row before's, found without a division.
+    let mut slot = (1, 0);
     for (r, row) in batch.rows().enumerate() {
         let ts = stamp.of(node, row)?;
         greatest = Some(greatest.map_or(ts, |g| g.max(ts)));
-        let newest = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
-        newest_ends.push(newest.saturating_add(spec.size));
-        for (end, start) in windows_of(ts, newest, &spec) {
-            if counts {
-                rows_of.push((end, start), r);
-            } else {
-                push_assigned(&mut writer, row, end, start);
+        if !(slot.0..slot.1).contains(&ts) {
+            let start = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
+            slot = (start, start.saturating_add(spec.slide));
+        }
+        let newest = slot.0;
+        let newest_end = newest.saturating_add(spec.size);
+        newest_ends.push(newest_end);
+        if spec.size == spec.slide {
+            // Tumbling: the newest window is the only one.
+            if newest_end > ts {
+                assign(row, r, (newest_end, newest));
             }
+            continue;
+        }
+        for bounds in windows_of(ts, newest, &spec) {
+            assign(row, r, bounds);
         }
     }
     let partials = if counts {
@@ -396,23 +414,29 @@ pub(super) enum Stamp<'a> {
 
 impl Stamp<'_> {
     /// The time of `row`.
+    #[inline]
     pub(super) fn of(&self, node: &Node, row: Row<'_>) -> Result<i64, BatchError> {
         match *self {
             Stamp::Batch(emitted) => Ok(emitted),
             Stamp::Field { field, position } => match row.get(position).expect("position within arity") {
                 ValueRef::I64(ts) => Ok(ts),
-                other => Err(BatchError::fatal(
-                    &node.id,
-                    format!(
-                        "window {}: field {} holds {}, not a timestamp in milliseconds",
-                        node.id,
-                        serde_json::to_string(field).unwrap_or_default(),
-                        crate::json::to_json(&other.to_owned())
-                    ),
-                )),
+                other => Err(not_a_timestamp(node, field, other)),
             },
         }
     }
+}
+
+#[cold]
+fn not_a_timestamp(node: &Node, field: &str, value: ValueRef<'_>) -> BatchError {
+    BatchError::fatal(
+        &node.id,
+        format!(
+            "window {}: field {} holds {}, not a timestamp in milliseconds",
+            node.id,
+            serde_json::to_string(field).unwrap_or_default(),
+            crate::json::to_json(&value.to_owned())
+        ),
+    )
 }
 
 /// A time window's sizes, in milliseconds.
