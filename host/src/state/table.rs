@@ -373,6 +373,15 @@ impl<'t> WriteTable<'t> {
         Ok(removed)
     }
 
+    /// The greatest key the table holds.
+    fn last_key(&self) -> Result<Option<Vec<u8>>> {
+        Ok(match self {
+            WriteTable::Records(table) => table.last()?.map(|(key, _)| key.value().to_vec()),
+            WriteTable::Counts(table) => table.last()?.map(|(key, _)| key.value().to_vec()),
+            WriteTable::OpaqueCounts(table) => table.last()?.map(|(key, _)| key.value().to_vec()),
+        })
+    }
+
     /// Removes the record of `key`, if there is one.
     pub fn remove(&mut self, key: &[u8]) -> Result<()> {
         match self {
@@ -411,14 +420,18 @@ impl<'t> WriteTable<'t> {
             return Err(rules::kind_mismatch(StateKind::Opaque, kind));
         }
         let mut written = 0;
+        // Keys come in order: those past the table's last (a new window's,
+        // a new minute's) are new, and are inserted without a lookup.
+        let last = self.last_key()?;
         merge::for_each_key(batches, |key, partials| {
             if except.iter().any(|(from, to)| *from <= key && key < *to) {
                 return Ok(());
             }
             let context = || format!("key {}", super::describe_key(key));
+            let may_exist = last.as_deref().is_some_and(|last| key <= last);
             let changed = match self {
                 WriteTable::Records(table) => {
-                    let guard = table.get_mut(key)?;
+                    let guard = if may_exist { table.get_mut(key)? } else { None };
                     let stored = guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
                     let changed = combined(kind, builtin, stored, partials).with_context(context)?;
                     if let Some(stored) = &changed {
@@ -432,7 +445,7 @@ impl<'t> WriteTable<'t> {
                     changed.is_some()
                 }
                 WriteTable::OpaqueCounts(table) => {
-                    let guard = table.get_mut(key)?;
+                    let guard = if may_exist { table.get_mut(key)? } else { None };
                     let stored = guard.as_ref().map(|g| stored_opaque(g.value()));
                     let changed = combined(kind, builtin, stored, partials).with_context(context)?;
                     if let Some(stored) = &changed {
@@ -445,7 +458,7 @@ impl<'t> WriteTable<'t> {
                 }
                 WriteTable::Counts(table) => {
                     // Trident's transactional rule, on the record as stored.
-                    let guard = table.get_mut(key)?;
+                    let guard = if may_exist { table.get_mut(key)? } else { None };
                     let mut record = guard.as_ref().map(|g| g.value());
                     let mut changed = false;
                     for &(txid, partial) in partials {
@@ -640,6 +653,32 @@ mod tests {
         assert!(crate::state::retry_cannot_help(&err));
         assert_eq!(db.progress("t").unwrap().last_committed, 2);
         assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
+    }
+
+    #[test]
+    fn keys_before_between_and_past_the_stored_ones_are_combined_in_every_layout() {
+        let layouts = [
+            (StateKind::Transactional, Builtin::Count, "counts"),
+            (StateKind::Opaque, Builtin::Count, "opaque counts"),
+            (StateKind::Transactional, Builtin::Sum, "records"),
+        ];
+        for (kind, builtin, expected_layout) in layouts {
+            let dir = tempfile::tempdir().unwrap();
+            let db = Db::open(dir.path()).unwrap();
+            let writes = |txid: u64, partials: &[(&str, i64)]| {
+                let mut writes = count_writes(kind, partials);
+                writes[0].combines.as_mut().unwrap().builtin = builtin;
+                commit(&db, txid, &writes).unwrap()
+            };
+            writes(1, &[("b", 1), ("d", 2)]);
+            assert_eq!(layout(&db), expected_layout);
+            // "a" and "c" are new though not past the last key, "e" is past it.
+            writes(2, &[("a", 1), ("b", 10), ("c", 1), ("d", 5), ("e", 7)]);
+            let counts: Vec<(Vec<Value>, Value)> =
+                db.scan("t", "counts").unwrap().into_iter().map(|(k, s)| (k, s.value().clone())).collect();
+            let expected = [("a", 1), ("b", 11), ("c", 1), ("d", 7), ("e", 7)];
+            assert_eq!(counts, expected.map(|(w, n)| (vec![Value::from(w)], Value::I64(n))), "{expected_layout}");
+        }
     }
 
     #[test]
