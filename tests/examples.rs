@@ -376,11 +376,11 @@ fn the_windowed_word_count_stores_each_closed_minute_once_and_keeps_the_open_one
     assert_eq!(
         entries(&data, topology, "minute-counts"),
         [
-            json!([["a", 0], 2]),
-            json!([["a", 60000], 1]),
-            json!([["b", 0], 1]),
-            json!([["b", 60000], 1]),
-            json!([["c", 60000], 1]),
+            json!([[0, "a"], 2]),
+            json!([[0, "b"], 1]),
+            json!([[60000, "a"], 1]),
+            json!([[60000, "b"], 1]),
+            json!([[60000, "c"], 1]),
         ]
     );
     // The third minute is still open; the late line was counted, not kept.

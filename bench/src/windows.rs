@@ -80,7 +80,7 @@ fn check(data: &Path, truth_path: &Path) -> Result<()> {
     let truth: BTreeMap<String, i64> = serde_json::from_str(&std::fs::read_to_string(truth_path)?)?;
     let db = Db::open(data)?;
     let mut counted: BTreeMap<String, i64> = BTreeMap::new();
-    let entries = db.scan(TOPOLOGY, "minute-counts")?.into_iter().map(|(key, stored)| (key, stored, 0));
+    let entries = db.scan(TOPOLOGY, "minute-counts")?.into_iter().map(|(key, stored)| (key, stored, 1));
     let open = db.scan(TOPOLOGY, "open-minutes")?.into_iter().map(|(key, stored)| (key, stored, 2));
     for (key, stored, word_at) in entries.chain(open) {
         match (key.get(word_at), stored.value()) {
