@@ -343,3 +343,21 @@ fn weir_new_scaffolds_a_guest_that_runs_at_once() {
     assert!(output.status.success(), "{}", text(&output));
     assert_counts_eq(&counts(&dir.path().join("data"), "demo"), &corpus.truth);
 }
+
+#[test]
+fn the_run_report_holds_each_topologys_figures_and_the_processs_peak_memory() {
+    let corpus = corpus_20k();
+    let dir = tempfile::tempdir().unwrap();
+    let (data, report) = (dir.path().join("data"), dir.path().join("report.json"));
+    let extra = ["--batch-size", "5000", "--report-json", report.to_str().unwrap()];
+    weir_ok(&run_args(WORD_COUNT, &data, &corpus.path, &extra));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let figures = &report[0];
+    assert_eq!(figures["topology"], "word-count", "{report}");
+    assert_eq!(figures["batches"], 4, "{report}");
+    assert_eq!(figures["tuples"], 20_000, "{report}");
+    // The process's own peak: a wasmtime host holds megabytes, and far
+    // less than a gigabyte for this run.
+    let peak = figures["process_peak_rss_kib"].as_u64().unwrap_or_else(|| panic!("no peak memory: {report}"));
+    assert!((4 * 1024..1024 * 1024).contains(&peak), "peak resident memory {peak} KiB: {report}");
+}

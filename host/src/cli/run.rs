@@ -101,8 +101,8 @@ pub struct RunArgs {
     #[command(flatten)]
     hold: super::limits::HoldLimitArgs,
     /// Also write the run's figures (per topology: batches, tuples, wall
-    /// time, time to the first processed batch, commit latency p50/p99) to
-    /// this file, as JSON.
+    /// time, time to the first processed batch, commit latency p50/p99; the
+    /// process's peak resident memory) to this file, as JSON.
     #[arg(long)]
     report_json: Option<PathBuf>,
     /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else
@@ -280,6 +280,10 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         }
     }
     if let Some(path) = &args.report_json {
+        let peak = peak_rss_kib();
+        for topology in &mut figures {
+            topology["process_peak_rss_kib"] = serde_json::json!(peak);
+        }
         let json = serde_json::to_string_pretty(&figures)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
@@ -288,4 +292,12 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         1 => bail!("{}", failures[0]),
         _ => bail!("{}", failures.join("\n")),
     }
+}
+
+/// The process's peak resident memory so far, in KiB (`VmHWM`): its own,
+/// where a parent's `wait4` would count the parent's memory at the fork too.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|line| line.strip_prefix("VmHWM:"))?;
+    line.trim().trim_end_matches("kB").trim().parse().ok()
 }
