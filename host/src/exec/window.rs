@@ -144,13 +144,6 @@ pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) ->
     let counts = aggregator.kind == AggregatorKind::Builtin(Builtin::Count);
     let mut rows_of = RowsOf::default();
     let mut writer = BatchWriter::new(batch.arity() + 2);
-    let mut assign = |row, r, (end, start)| {
-        if counts {
-            rows_of.push((end, start), r);
-        } else {
-            push_assigned(&mut writer, row, end, start);
-        }
-    };
     // Rows come mostly in time order: a row's newest window is mostly the
     // row before's, found without a division.
     let mut slot = (1, 0);
@@ -162,17 +155,13 @@ pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) ->
             slot = (start, start.saturating_add(spec.slide));
         }
         let newest = slot.0;
-        let newest_end = newest.saturating_add(spec.size);
-        newest_ends.push(newest_end);
-        if spec.size == spec.slide {
-            // Tumbling: the newest window is the only one.
-            if newest_end > ts {
-                assign(row, r, (newest_end, newest));
+        newest_ends.push(newest.saturating_add(spec.size));
+        for (end, start) in windows_of(ts, newest, &spec) {
+            if counts {
+                rows_of.push((end, start), r);
+            } else {
+                push_assigned(&mut writer, row, end, start);
             }
-            continue;
-        }
-        for bounds in windows_of(ts, newest, &spec) {
-            assign(row, r, bounds);
         }
     }
     let partials = if counts {
