@@ -4,6 +4,7 @@
 pub mod bindings;
 pub mod bundle;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod coordinator;
 pub mod exec;

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod etcd;
 pub mod kill;
 pub mod nats;
 pub mod server;

@@ -2,6 +2,7 @@
 
 mod bundle;
 mod client;
+mod cluster;
 mod delete;
 mod deploy;
 mod inspect;
@@ -82,6 +83,8 @@ enum Command {
     Ps(ps::PsArgs),
     /// Show how a served topology is doing.
     Status(status::StatusArgs),
+    /// Show the cluster a server is in: its hosts and its leader.
+    Cluster(cluster::ClusterViewArgs),
     /// Stop a served topology at a batch boundary.
     Stop(stop::StopArgs),
     /// Start a stopped served topology again.
@@ -127,6 +130,7 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
         Command::Deploy(args) => deploy::run(args),
         Command::Ps(args) => ps::run(args),
         Command::Status(args) => status::run(args),
+        Command::Cluster(args) => cluster::run(args),
         Command::Stop(args) => stop::run(args),
         Command::Resume(args) => resume::run(args),
         Command::Upgrade(args) => upgrade::run(args),

@@ -89,6 +89,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
+    #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
 }
 
@@ -137,5 +139,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
         header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
         body_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
         shutdown_timeout: Duration::from_millis(args.shutdown_timeout_ms),
+        cluster: args.cluster.config()?,
     })
 }

@@ -15,6 +15,7 @@ mod metrics;
 pub mod registry;
 mod status;
 
+use crate::cluster::{ClusterConfig, Membership};
 use crate::config::{DEFAULT_STATE_PAGE, HISTORY_INTERVAL, MAX_STATE_PAGE};
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
@@ -52,6 +53,8 @@ pub struct ServeConfig {
     /// Time the topologies get to stop at a batch boundary on SIGTERM or
     /// SIGINT before the server exits regardless.
     pub shutdown_timeout: Duration,
+    /// The cluster this server joins, if any.
+    pub cluster: Option<ClusterConfig>,
 }
 
 struct App {
@@ -62,6 +65,8 @@ struct App {
     token: Option<[u8; 32]>,
     max_upload: usize,
     body_timeout: Duration,
+    /// Set once the runtime runs, in cluster mode.
+    cluster: std::sync::OnceLock<Membership>,
 }
 
 type Shared = Arc<App>;
@@ -246,6 +251,13 @@ async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, bod
 
 async fn list(State(app): State<Shared>) -> Json<serde_json::Value> {
     Json(json!(app.deployments.list().iter().map(|(name, status)| status_json(name, status)).collect::<Vec<_>>()))
+}
+
+async fn cluster(State(app): State<Shared>) -> Response {
+    match app.cluster.get() {
+        Some(membership) => (StatusCode::OK, Json(membership.view())).into_response(),
+        None => error(StatusCode::NOT_FOUND, "this server is in no cluster: start it with --cluster NAME --etcd URL"),
+    }
 }
 
 async fn status(State(app): State<Shared>, Path(name): Path<String>) -> Response {
@@ -434,6 +446,7 @@ fn router(app: Shared) -> Router {
         .route("/v1/topologies/{name}/definition", get(definition))
         .route("/v1/topologies/{name}/states/{state}", get(state))
         .route("/v1/topologies/{name}/queries/{query}", post(query))
+        .route("/v1/cluster", get(cluster))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), guard));
     Router::new()
         .route("/", get(dashboard::page))
@@ -517,13 +530,19 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         token: config.token.as_deref().map(|t| sha256(t.as_bytes())),
         max_upload: config.max_upload,
         body_timeout: config.body_timeout,
+        cluster: std::sync::OnceLock::new(),
     });
+    let cluster = config.cluster;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut connections = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let address = listener.local_addr()?;
         tracing::info!("listening on {address}");
         println!("listening on {address}");
+        if let Some(cluster) = cluster {
+            let _ =
+                app.cluster.set(Membership::start(cluster.listening_at(address), &tokio::runtime::Handle::current()));
+        }
         tokio::spawn(sample(Arc::clone(&app)));
         anyhow::Ok(accept(listener, router(Arc::clone(&app)), config.header_timeout).await)
     })?;

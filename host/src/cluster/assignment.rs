@@ -1,0 +1,189 @@
+//! Which live host owns each unit of a topology's work (a spout partition,
+//! a state's hash slot). Sticky, as Kafka's cooperative sticky assignor is:
+//! a host joining or leaving moves only the units it must, and every host
+//! ends with its share, give or take one.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A unit's owner, and the assignment epoch at which it got the unit: the
+/// epoch a fenced host's writes are told apart by.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub host: String,
+    pub since: u64,
+}
+
+/// Every unit's owner, under one epoch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub epoch: u64,
+    pub units: BTreeMap<String, Owner>,
+}
+
+impl Assignment {
+    /// The units `host` owns, in order.
+    pub fn of<'a>(&'a self, host: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.units.iter().filter(move |(_, owner)| owner.host == host).map(|(unit, _)| unit.as_str())
+    }
+}
+
+/// The assignment of `units` to `hosts` that follows `previous`. A unit
+/// stays with its owner while the owner is live and within its share; the
+/// units of gone hosts, new units and an overloaded host's excess go to the
+/// hosts furthest below their share. Hosts' shares differ by at most one.
+/// The same inputs, in any order, give the same assignment, so a new leader
+/// recomputes what the last one wrote. The epoch goes up by one when any
+/// unit changes hands, appears or goes.
+pub fn assign(previous: &Assignment, hosts: &[String], units: &[String]) -> Assignment {
+    let hosts: BTreeSet<&str> = hosts.iter().map(String::as_str).collect();
+    let units: BTreeSet<&str> = units.iter().map(String::as_str).collect();
+    let next_epoch = previous.epoch + 1;
+    if hosts.is_empty() {
+        let changed = !previous.units.is_empty();
+        return Assignment { epoch: if changed { next_epoch } else { previous.epoch }, units: BTreeMap::new() };
+    }
+
+    // What each live host keeps of what it had, in unit order.
+    let mut kept: BTreeMap<&str, Vec<&str>> = hosts.iter().map(|h| (*h, Vec::new())).collect();
+    let mut free: Vec<&str> = Vec::new();
+    for unit in &units {
+        match previous.units.get(*unit).and_then(|owner| kept.get_mut(owner.host.as_str())) {
+            Some(list) => list.push(unit),
+            None => free.push(unit),
+        }
+    }
+
+    // Shares: `units / hosts` each, one more for `units % hosts` hosts,
+    // those that keep the most, so that the fewest units move.
+    let (floor, extra) = (units.len() / hosts.len(), units.len() % hosts.len());
+    let mut by_kept: Vec<&str> = hosts.iter().copied().collect();
+    by_kept.sort_by(|a, b| kept[b].len().cmp(&kept[a].len()).then(a.cmp(b)));
+    let mut room: BTreeMap<&str, usize> = BTreeMap::new();
+    for (rank, host) in by_kept.iter().enumerate() {
+        let share = floor + usize::from(rank < extra);
+        let list = kept.get_mut(host).expect("every host has a list");
+        if list.len() > share {
+            free.extend(list.drain(share..));
+        }
+        room.insert(host, share - list.len());
+    }
+
+    free.sort_unstable();
+    for unit in free {
+        let host = *room.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).expect("hosts").0;
+        *room.get_mut(host).expect("a host with room") -= 1;
+        kept.get_mut(host).expect("every host has a list").push(unit);
+    }
+
+    let owners: BTreeMap<&str, &str> =
+        kept.iter().flat_map(|(host, list)| list.iter().map(move |unit| (*unit, *host))).collect();
+    let changed = previous.units.len() != owners.len()
+        || owners.iter().any(|(unit, host)| previous.units.get(*unit).is_none_or(|owner| owner.host != *host));
+    let epoch = if changed { next_epoch } else { previous.epoch };
+    let units = owners
+        .into_iter()
+        .map(|(unit, host)| {
+            let since = match previous.units.get(unit) {
+                Some(owner) if owner.host == host => owner.since,
+                _ => epoch,
+            };
+            (unit.to_owned(), Owner { host: host.to_owned(), since })
+        })
+        .collect();
+    Assignment { epoch, units }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i:03}")).collect()
+    }
+
+    fn loads(assignment: &Assignment, hosts: &[String]) -> Vec<usize> {
+        hosts.iter().map(|h| assignment.of(h).count()).collect()
+    }
+
+    fn moved(before: &Assignment, after: &Assignment) -> usize {
+        after.units.iter().filter(|(unit, owner)| before.units.get(*unit).is_some_and(|b| b.host != owner.host)).count()
+    }
+
+    #[test]
+    fn every_unit_has_one_live_owner_and_shares_differ_by_at_most_one() {
+        for hosts in 1..=7 {
+            for units in [0, 1, 5, 8, 64, 129] {
+                let (hosts, units) = (names("h", hosts), names("u", units));
+                let a = assign(&Assignment::default(), &hosts, &units);
+                assert_eq!(a.units.len(), units.len());
+                assert!(a.units.values().all(|o| hosts.contains(&o.host)));
+                let loads = loads(&a, &hosts);
+                assert!(loads.iter().max().unwrap() - loads.iter().min().unwrap() <= 1, "{loads:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_host_joining_takes_its_share_and_nothing_else_moves_between_others() {
+        let units = names("u", 64);
+        let before = assign(&Assignment::default(), &names("h", 3), &units);
+        let after = assign(&before, &names("h", 4), &units);
+        assert_eq!(after.epoch, before.epoch + 1);
+        let joined = after.of("h003").count();
+        assert_eq!(joined, 16);
+        // Only what the new host took changed hands.
+        assert_eq!(moved(&before, &after), joined);
+        assert!(after.units.values().filter(|o| o.host == "h003").all(|o| o.since == after.epoch));
+        assert!(loads(&after, &names("h", 4)).iter().all(|l| *l == 16));
+    }
+
+    #[test]
+    fn a_host_leaving_moves_only_its_own_units() {
+        let units = names("u", 64);
+        let hosts = names("h", 4);
+        let before = assign(&Assignment::default(), &hosts, &units);
+        let survivors: Vec<String> = hosts.iter().filter(|h| *h != "h001").cloned().collect();
+        let after = assign(&before, &survivors, &units);
+        assert_eq!(moved(&before, &after), before.of("h001").count());
+        for (unit, owner) in &after.units {
+            let was = &before.units[unit];
+            if was.host != "h001" {
+                assert_eq!(owner, was, "{unit} stayed, with its epoch");
+            }
+        }
+        let loads = loads(&after, &survivors);
+        assert!(loads.iter().max().unwrap() - loads.iter().min().unwrap() <= 1, "{loads:?}");
+    }
+
+    #[test]
+    fn the_same_inputs_in_any_order_give_the_same_assignment_and_epoch() {
+        let units = names("u", 20);
+        let hosts = names("h", 3);
+        let first = assign(&Assignment::default(), &hosts, &units);
+        let mut reversed = hosts.clone();
+        reversed.reverse();
+        let mut shuffled_units = units.clone();
+        shuffled_units.rotate_left(7);
+        assert_eq!(assign(&Assignment::default(), &reversed, &shuffled_units), first);
+        // Nothing changed: the epoch stays.
+        assert_eq!(assign(&first, &reversed, &units), first);
+    }
+
+    #[test]
+    fn an_overloaded_host_gives_up_its_excess_and_no_hosts_means_no_owners() {
+        let units = names("u", 9);
+        // Everything on one host, then two more join.
+        let alone = assign(&Assignment::default(), &names("h", 1), &units);
+        let spread = assign(&alone, &names("h", 3), &units);
+        assert_eq!(loads(&spread, &names("h", 3)), vec![3, 3, 3]);
+        assert_eq!(moved(&alone, &spread), 6);
+        let none = assign(&spread, &[], &units);
+        assert!(none.units.is_empty());
+        assert_eq!(none.epoch, spread.epoch + 1);
+        // Units that went away are dropped; new ones are placed.
+        let fewer = assign(&spread, &names("h", 3), &names("u", 6));
+        assert_eq!(fewer.units.len(), 6);
+        assert!(loads(&fewer, &names("h", 3)).iter().all(|l| *l == 2));
+    }
+}

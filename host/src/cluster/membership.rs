@@ -1,0 +1,257 @@
+//! A host's membership of a cluster, in etcd: registered under a lease that
+//! it keeps alive, campaigning to lead, and its view of the members and the
+//! leader. A host that loses its lease (paused, cut off) holds nothing from
+//! then on: it rejoins under a new lease as a new member.
+
+use anyhow::{Context, Result, bail};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How a host takes part in a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// The cluster's name: the hosts that give the same one form it.
+    pub name: String,
+    /// etcd's client URLs.
+    pub etcd: Vec<String>,
+    /// This host's id, unique in the cluster; empty: this machine's name and
+    /// the port the server listens on.
+    pub host: String,
+    /// The URL other hosts and clients reach this host's API at; empty:
+    /// http:// and the address the server listens on.
+    pub api: String,
+    /// How long the host stays a member without reaching etcd.
+    pub lease_ttl: Duration,
+}
+
+/// A member, as it registered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: String,
+    pub api: String,
+    pub joined_unix_ms: u64,
+}
+
+/// What this host knows of its cluster, as of its last keepalive.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClusterView {
+    pub cluster: String,
+    pub host: String,
+    /// Whether this host holds a live lease now.
+    pub member: bool,
+    pub leader: Option<String>,
+    /// The live members, by id.
+    pub hosts: Vec<Member>,
+    /// Why this host is not a member, while it is not.
+    pub error: Option<String>,
+}
+
+/// A host's membership, kept up on the server's runtime.
+pub struct Membership {
+    view: Arc<Mutex<ClusterView>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ClusterConfig {
+    /// Fills in the host id and API URL left empty, from the address the
+    /// server listens at.
+    pub fn listening_at(mut self, address: SocketAddr) -> ClusterConfig {
+        if self.host.is_empty() {
+            let machine = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            let machine: String = machine
+                .trim()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+                .take(48)
+                .collect();
+            let machine = if machine.is_empty() { "host".to_owned() } else { machine };
+            self.host = format!("{machine}-{}", address.port());
+        }
+        if self.api.is_empty() {
+            self.api = format!("http://{address}");
+        }
+        self
+    }
+}
+
+impl Membership {
+    /// Joins the cluster on `runtime`, and keeps rejoining after any loss.
+    pub fn start(config: ClusterConfig, runtime: &tokio::runtime::Handle) -> Membership {
+        let view = Arc::new(Mutex::new(ClusterView {
+            cluster: config.name.clone(),
+            host: config.host.clone(),
+            error: Some("joining".into()),
+            ..ClusterView::default()
+        }));
+        let task = runtime.spawn(keep_joined(config, Arc::clone(&view)));
+        Membership { view, task }
+    }
+
+    pub fn view(&self) -> ClusterView {
+        self.view.lock().expect("cluster view").clone()
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Checks a cluster name or host id: it becomes part of etcd keys.
+pub fn check_name(what: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && !name.starts_with('.');
+    if !ok {
+        bail!("{what} {name:?}: use 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'");
+    }
+    Ok(())
+}
+
+fn prefix(config: &ClusterConfig) -> String {
+    format!("/weir/{}/", config.name)
+}
+
+async fn keep_joined(config: ClusterConfig, view: Arc<Mutex<ClusterView>>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let Err(e) = session(&config, &view).await;
+        let reason = format!("{e:#}");
+        tracing::warn!("host {} of cluster {} is not a member: {reason}; rejoining", config.host, config.name);
+        {
+            let mut view = view.lock().expect("cluster view");
+            view.member = false;
+            view.leader = None;
+            view.error = Some(reason);
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(config.lease_ttl);
+    }
+}
+
+/// One membership: a lease, its registration and campaign, kept alive until
+/// something fails.
+async fn session(config: &ClusterConfig, view: &Mutex<ClusterView>) -> Result<std::convert::Infallible> {
+    let ttl = config.lease_ttl.max(Duration::from_secs(1));
+    let options = ConnectOptions::new().with_connect_timeout(ttl).with_timeout(ttl);
+    let mut client = Client::connect(&config.etcd, Some(options))
+        .await
+        .with_context(|| format!("etcd at {} cannot be reached", config.etcd.join(",")))?;
+    let lease = client
+        .lease_grant(ttl.as_secs() as i64, None)
+        .await
+        .with_context(|| format!("etcd at {} granted no lease", config.etcd.join(",")))?
+        .id();
+    register(&mut client, config, lease, ttl).await?;
+    let (mut keeper, mut acks) = client.lease_keep_alive(lease).await?;
+    let election = format!("{}leader", prefix(config));
+    let mut campaign = {
+        let (mut client, host, election) = (client.clone(), config.host.clone(), election.clone());
+        tokio::spawn(async move { client.campaign(election, host, lease).await })
+    };
+    let _campaign = AbortOnDrop(campaign.abort_handle());
+    let mut leading = false;
+    tracing::info!("host {} joined cluster {} (lease {lease:x}, {} s)", config.host, config.name, ttl.as_secs());
+    let mut tick = tokio::time::interval(ttl / 3);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            // A campaign ends when this host leads, for as long as its lease lives.
+            won = &mut campaign, if !leading => {
+                leading = true;
+                match won {
+                    Ok(Ok(_)) => tracing::info!("host {} leads cluster {}", config.host, config.name),
+                    Ok(Err(e)) => bail!("its campaign to lead failed: {e}"),
+                    Err(e) => bail!("its campaign to lead stopped: {e}"),
+                }
+            }
+        }
+        keeper.keep_alive().await.context("the lease's keepalive failed")?;
+        let ack = tokio::time::timeout(ttl, acks.message())
+            .await
+            .context("etcd did not answer the keepalive")??
+            .context("etcd closed the keepalive stream")?;
+        if ack.ttl() <= 0 {
+            bail!("its lease expired (etcd heard nothing from it for {} s)", ttl.as_secs());
+        }
+        refresh(&mut client, config, &election, view).await?;
+    }
+}
+
+/// Writes this host's registration under `lease`, waiting out a registration
+/// under the same id that a killed process left, for as long as its lease
+/// can last.
+async fn register(client: &mut Client, config: &ClusterConfig, lease: i64, ttl: Duration) -> Result<()> {
+    let key = format!("{}hosts/{}", prefix(config), config.host);
+    let joined_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let member = Member { id: config.host.clone(), api: config.api.clone(), joined_unix_ms };
+    let value = serde_json::to_vec(&member)?;
+    let deadline = tokio::time::Instant::now() + ttl * 2;
+    loop {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.as_str(), value.clone(), Some(PutOptions::new().with_lease(lease)))]);
+        if client.txn(txn).await?.succeeded() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "host id {} is already a member of cluster {} under a live lease: give each host its own --host-id",
+                config.host,
+                config.name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Reads the members and the leader into `view`, logging what changed.
+async fn refresh(client: &mut Client, config: &ClusterConfig, election: &str, view: &Mutex<ClusterView>) -> Result<()> {
+    let hosts_prefix = format!("{}hosts/", prefix(config));
+    let listed = client.get(hosts_prefix.as_str(), Some(GetOptions::new().with_prefix())).await?;
+    let mut hosts = Vec::new();
+    for kv in listed.kvs() {
+        match serde_json::from_slice::<Member>(kv.value()) {
+            Ok(member) => hosts.push(member),
+            Err(e) => {
+                tracing::warn!("cluster {}: a registration at {:?} is not a member: {e}", config.name, kv.key_str())
+            }
+        }
+    }
+    hosts.sort_by(|a, b| a.id.cmp(&b.id));
+    let leader = match client.leader(election).await {
+        Ok(answer) => answer.kv().and_then(|kv| kv.value_str().ok()).map(str::to_owned),
+        Err(e) if e.to_string().contains("no leader") => None,
+        Err(e) => return Err(e).context("reading the leader"),
+    };
+    let mut view = view.lock().expect("cluster view");
+    let was: Vec<&str> = view.hosts.iter().map(|m| m.id.as_str()).collect();
+    let now: Vec<&str> = hosts.iter().map(|m| m.id.as_str()).collect();
+    for id in now.iter().filter(|id| !was.contains(id)) {
+        tracing::info!("cluster {}: host {id} is a member", config.name);
+    }
+    for id in was.iter().filter(|id| !now.contains(id)) {
+        tracing::info!("cluster {}: host {id} left (its lease ended)", config.name);
+    }
+    if view.leader != leader {
+        tracing::info!("cluster {}: the leader is {}", config.name, leader.as_deref().unwrap_or("no host"));
+    }
+    view.hosts = hosts;
+    view.leader = leader;
+    view.member = true;
+    view.error = None;
+    Ok(())
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
