@@ -2,7 +2,6 @@
 //! a directory of its own, started by the tests themselves and killed when
 //! dropped (or when the test process ends, by a watchdog as for NATS).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -62,14 +61,7 @@ impl EtcdServer {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("start etcd");
-        let mut watchdog = Command::new("sh")
-            .args(["-c", &format!("read _ignored; kill -9 {} 2>/dev/null", server.id())])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the etcd watchdog");
-        let _ = watchdog.stdin.as_mut().unwrap().flush();
+        let watchdog = super::watchdog(server.id());
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();

@@ -35,6 +35,19 @@ pub fn weir_output(args: &[&str]) -> Output {
     weir().args(args).output().expect("run weir")
 }
 
+/// A shell that kills process `pid` with SIGKILL once this test process's
+/// end of its stdin closes, however this process ends: a service a test
+/// started never outlives the test binary.
+pub fn watchdog(pid: u32) -> std::process::Child {
+    Command::new("sh")
+        .args(["-c", &format!("read _ignored; kill -9 {pid} 2>/dev/null")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a watchdog")
+}
+
 /// A process run to its end within a time bound.
 pub struct Bounded {
     /// What it printed, and how it exited.

@@ -85,13 +85,7 @@ impl NatsServer {
             .spawn()
             .expect("start nats-server");
         // Kills the server once this process's end of the pipe closes.
-        let watchdog = Command::new("sh")
-            .args(["-c", &format!("read _ignored; kill -9 {} 2>/dev/null", server.id())])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the nats-server watchdog");
+        let watchdog = watchdog(server.id());
         self.server = Some(server);
         self.watchdog = Some(watchdog);
         let deadline = Instant::now() + Duration::from_secs(30);
