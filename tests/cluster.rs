@@ -1,16 +1,22 @@
 //! Cluster membership through a real etcd and separate `weir serve`
 //! processes: hosts join and agree on one leader, a killed leader is
 //! replaced, a host added mid-run joins, a host paused past its lease loses
-//! its membership and rejoins, and bad cluster settings are refused.
+//! its membership and rejoins, and bad cluster settings are refused; a
+//! topology deployed through any host is assigned over the live hosts (a
+//! real nats-server holding its bundle), and its units follow them; a
+//! slot's changelog rebuilds it, passing over a fenced host's records.
 
 mod common;
 
 use common::etcd::EtcdServer;
-use common::server::Server;
+use common::nats::NatsServer;
+use common::server::{Server, bundle};
 use common::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use weir::cluster::changelog::{Changelog, Rebuilt};
 
 /// Short, so that losses show within seconds.
 const LEASE_TTL_MS: &str = "2000";
@@ -67,6 +73,15 @@ fn hosts_join_agree_on_a_leader_and_losses_are_seen() {
     let mut hosts: Vec<(String, Server)> =
         ["h1", "h2", "h3"].iter().map(|id| (id.to_string(), host(&dir.path().join(id), &etcd, id))).collect();
     let leader = agreed(&all(&hosts), &["h1", "h2", "h3"]);
+
+    // Members keep their membership, the leader's and the others' alike,
+    // over several lease times: none leaves and joins again.
+    let joined = |server: &Server| -> Vec<Value> {
+        view(server)["hosts"].as_array().unwrap().iter().map(|m| m["joined_unix_ms"].clone()).collect()
+    };
+    let first = joined(&hosts[0].1);
+    std::thread::sleep(Duration::from_millis(3 * LEASE_TTL_MS.parse::<u64>().unwrap()));
+    assert_eq!(joined(&hosts[0].1), first, "a member joined again: its membership lapsed");
 
     // The CLI shows the same.
     let shown = weir()
@@ -165,4 +180,205 @@ fn a_server_outside_a_cluster_says_so_and_bad_settings_are_refused() {
         assert!(Instant::now() < deadline, "{seen}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A host of cluster `c1` that keeps the cluster's bundles in `nats`.
+fn host_with_nats(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) -> Server {
+    std::fs::create_dir_all(dir).unwrap();
+    Server::start_with(
+        dir,
+        &[
+            "--cluster",
+            "c1",
+            "--etcd",
+            &etcd.url(),
+            "--nats",
+            &nats.url(),
+            "--host-id",
+            id,
+            "--lease-ttl-ms",
+            LEASE_TTL_MS,
+        ],
+    )
+}
+
+/// Each host's units of `topology` as `server` sees them, and the epoch.
+fn assignment(server: &Server, topology: &str) -> Option<(u64, String, BTreeMap<String, Vec<String>>)> {
+    let seen = view(server);
+    let record = seen["topologies"][topology]["assignment"].as_object()?.clone();
+    let mut hosts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (unit, owner) in record["units"].as_object().unwrap() {
+        hosts.entry(owner["host"].as_str().unwrap().to_owned()).or_default().push(unit.clone());
+    }
+    Some((record["epoch"].as_u64().unwrap(), record["reason"].as_str().unwrap().to_owned(), hosts))
+}
+
+/// Waits until every server sees the same assignment of `topology` over
+/// exactly `members`, each holding its share of `units` give or take one;
+/// returns it.
+fn assigned_over(
+    servers: &[&Server],
+    topology: &str,
+    members: &[&str],
+    units: usize,
+) -> (u64, String, BTreeMap<String, Vec<String>>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen: Vec<_> = servers.iter().map(|s| assignment(s, topology)).collect();
+        if let Some(Some(first)) = seen.first()
+            && seen.iter().all(|s| s.as_ref() == Some(first))
+            && first.2.keys().map(String::as_str).eq(members.iter().copied())
+        {
+            let shares: Vec<usize> = first.2.values().map(Vec::len).collect();
+            assert_eq!(shares.iter().sum::<usize>(), units, "{first:?}");
+            let (least, most) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+            assert!(most - least <= 1, "shares differ by more than one: {shares:?}");
+            return first.clone();
+        }
+        assert!(Instant::now() < deadline, "no common assignment over {members:?} within 30 s: {seen:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows_them() {
+    let etcd = EtcdServer::start();
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut hosts: Vec<(String, Server)> = ["h1", "h2", "h3"]
+        .iter()
+        .map(|id| (id.to_string(), host_with_nats(&dir.path().join(id), &etcd, &nats, id)))
+        .collect();
+    let leader = agreed(&all(&hosts), &["h1", "h2", "h3"]);
+
+    // Deployed through one host; every host lists it and loads its bundle.
+    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
+    let (status, deployed) = hosts[1].1.api("POST", "/v1/topologies", &bytes);
+    assert_eq!(status, 201, "{deployed}");
+    assert_eq!(deployed["cluster"]["units"], 65, "one partition and 64 slots of counts: {deployed}");
+    let (epoch, reason, _) = assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3"], 65);
+    assert_eq!(reason, "topology deployed");
+    for (_, server) in &hosts {
+        let listed = server.wait_for_status("word-count", |s| s["cluster"]["bundle_on_this_host"] == "loaded");
+        assert_eq!(listed["state"], "assigned", "{listed}");
+    }
+
+    // The CLI shows each host's share.
+    let shown = weir()
+        .env("WEIR_TOKEN", common::server::TOKEN)
+        .args(["cluster", "--server", &hosts[2].1.url()])
+        .output()
+        .unwrap();
+    let shown_text = text(&shown);
+    assert!(shown.status.success(), "{shown_text}");
+    assert!(
+        shown_text.contains(&format!("topology word-count, assignment epoch {epoch} (topology deployed)")),
+        "{shown_text}"
+    );
+
+    // A second deploy of the name, through another host, is refused; verbs
+    // not yet served across a cluster say so.
+    let (status, refused) = hosts[0].1.api("POST", "/v1/topologies", &bytes);
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("deployed to cluster c1 already"), "{refused}");
+    let (status, refused) = hosts[0].1.api("POST", "/v1/topologies/word-count/stop", b"");
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("not available across a cluster yet"), "{refused}");
+
+    // A member that is not the leader is killed: the others take its units,
+    // and keep their own (compared when no other change came between: on a
+    // loaded machine a lease may lapse and come back meanwhile).
+    let gone = hosts.iter().position(|(id, _)| *id != leader).unwrap();
+    let (before, _, owners) = assignment(&hosts[0].1, "word-count").unwrap();
+    assert!(before >= epoch);
+    let (gone_id, gone_server) = hosts.remove(gone);
+    drop(gone_server);
+    let rest: Vec<&str> = ["h1", "h2", "h3"].into_iter().filter(|id| *id != gone_id).collect();
+    let (after, reason, now) = assigned_over(&all(&hosts), "word-count", &rest, 65);
+    assert!(after > before, "a new epoch: {after} after {before}");
+    assert!(reason.contains(&format!("host {gone_id} left")), "{reason}");
+    if after == before + 1 {
+        for id in &rest {
+            for unit in &owners[*id] {
+                assert!(
+                    now[*id].contains(unit),
+                    "host {id} lost unit {unit} though it stayed: {owners:?} then {now:?}"
+                );
+            }
+        }
+    }
+
+    // A host added takes its share, and the leader stays.
+    hosts.push(("h4".into(), host_with_nats(&dir.path().join("h4"), &etcd, &nats, "h4")));
+    let mut members = rest.clone();
+    members.push("h4");
+    let (joined, reason, _) = assigned_over(&all(&hosts), "word-count", &members, 65);
+    assert!(joined > after);
+    assert!(reason.contains("host h4 joined"), "{reason}");
+    hosts[2].1.wait_for_status("word-count", |s| s["cluster"]["bundle_on_this_host"] == "loaded");
+
+    // Deleted through the new host: gone from every host's list.
+    let (status, answer) = hosts[2].1.api("DELETE", "/v1/topologies/word-count?state=drop", b"");
+    assert_eq!(status, 204, "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (_, server) in &hosts {
+        loop {
+            let (_, listed) = server.api("GET", "/v1/topologies", b"");
+            if listed.as_array().unwrap().is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "still listed: {listed}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A commit's writes: key, and value or removal.
+fn writes(pairs: &[(&str, Option<&str>)]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))).collect()
+}
+
+fn values(rebuilt: &Rebuilt) -> Vec<(String, u64, String)> {
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+    rebuilt.values.iter().map(|(k, (txid, v))| (text(k), *txid, text(v))).collect()
+}
+
+#[test]
+fn a_slots_changelog_rebuilds_it_and_passes_over_a_fenced_hosts_records() {
+    let nats = NatsServer::start();
+    let connection = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    connection.runtime.block_on(async {
+        let log = Changelog::open(&connection.jetstream, "c1", "word count").await.unwrap();
+        let last_sequence = || async {
+            let mut stream = connection.jetstream.get_stream(log.stream()).await.unwrap();
+            stream.info().await.unwrap().state.last_sequence
+        };
+        // Host A owns slot 3 of `counts` at epoch 1, and commits txids 1 and 2.
+        log.publish("counts", 3, 1, 1, &writes(&[("a", Some("1")), ("b", Some("1"))])).await.unwrap();
+        log.publish("counts", 3, 1, 2, &writes(&[("a", Some("2"))])).await.unwrap();
+        // Published again after a lost acknowledgement: stored once.
+        log.publish("counts", 3, 1, 2, &writes(&[("a", Some("2"))])).await.unwrap();
+        assert_eq!(last_sequence().await, 3);
+        // Another slot's records are not read with this one.
+        log.publish("counts", 4, 1, 2, &writes(&[("z", Some("9"))])).await.unwrap();
+
+        // Host B takes slot 3 over at epoch 2: it fences, then rebuilds.
+        let fence = log.fence("counts", 3, 2).await.unwrap();
+        let rebuilt = log.rebuild("counts", 3).await.unwrap();
+        assert_eq!(values(&rebuilt), [("a".into(), 2, "2".into()), ("b".into(), 1, "1".into())]);
+        assert_eq!(rebuilt.fence, Some(fence));
+
+        // A, paused past its lease, wakes and writes the commit it had in
+        // hand; B commits txids 3 and 4 (4 removes c).
+        log.publish("counts", 3, 1, 3, &writes(&[("a", Some("stale")), ("b", Some("stale"))])).await.unwrap();
+        log.publish("counts", 3, 2, 3, &writes(&[("b", Some("3")), ("c", Some("3"))])).await.unwrap();
+        log.publish("counts", 3, 2, 4, &writes(&[("c", None)])).await.unwrap();
+        let rebuilt = log.rebuild("counts", 3).await.unwrap();
+        assert_eq!(values(&rebuilt), [("a".into(), 2, "2".into()), ("b".into(), 3, "3".into())]);
+        assert_eq!(rebuilt.fenced_records, 2, "A's two late records are passed over");
+
+        // Two records a key at most: the stream stays bounded by its keys.
+        let mut stream = connection.jetstream.get_stream(log.stream()).await.unwrap();
+        assert_eq!(stream.info().await.unwrap().state.messages, 8, "a, b and c twice, the fence, z");
+    });
 }

@@ -130,6 +130,19 @@ pub fn print_statuses(args: &ServerArgs, statuses: &serde_json::Value) -> Result
             row["replays"],
             row["error"].as_str().unwrap_or("")
         );
+        if let Some(cluster) = row["cluster"].as_object() {
+            println!(
+                "  across the cluster: assignment epoch {} ({}); bundle on this host: {}",
+                cluster.get("epoch").unwrap_or(&serde_json::Value::Null),
+                cluster.get("reason").and_then(|r| r.as_str()).unwrap_or("not assigned yet"),
+                cluster.get("bundle_on_this_host").and_then(|r| r.as_str()).unwrap_or("?")
+            );
+            for (host, units) in cluster.get("hosts").and_then(|h| h.as_object()).into_iter().flatten() {
+                let partitions: Vec<&str> =
+                    units["partitions"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
+                println!("    {host:<30} {:>4} slots  partitions: {}", units["slots"], partitions.join(" "));
+            }
+        }
     }
     Ok(())
 }

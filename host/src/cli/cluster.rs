@@ -48,7 +48,7 @@ impl ClusterArgs {
             etcd: self.etcd.clone(),
             host: self.host_id.clone().unwrap_or_default(),
             api: self.advertise.clone().unwrap_or_default(),
-            lease_ttl: Duration::from_millis(self.lease_ttl_ms).max(Duration::from_secs(1)),
+            lease_ttl: Duration::from_millis(self.lease_ttl_ms),
         }))
     }
 }
@@ -80,5 +80,34 @@ pub fn run(args: ClusterViewArgs) -> Result<()> {
         let role = if Some(id) == leader { "leader" } else { "member" };
         println!("{id:<32} {role:<8} {}", member["api"].as_str().unwrap_or("?"));
     }
+    let topologies = view["topologies"].as_object().into_iter().flatten();
+    for (name, topology) in topologies {
+        print_assignment(name, topology);
+    }
     Ok(())
+}
+
+/// Which host owns which of a topology's units.
+fn print_assignment(name: &str, topology: &serde_json::Value) {
+    let Some(record) = topology["assignment"].as_object() else {
+        println!("\ntopology {name}: not assigned yet");
+        return;
+    };
+    println!(
+        "\ntopology {name}, assignment epoch {} ({})",
+        record.get("epoch").unwrap_or(&serde_json::Value::Null),
+        record.get("reason").and_then(|r| r.as_str()).unwrap_or("?")
+    );
+    let mut hosts: std::collections::BTreeMap<&str, (Vec<&str>, usize)> = Default::default();
+    for (unit, owner) in record.get("units").and_then(|u| u.as_object()).into_iter().flatten() {
+        let (partitions, slots) = hosts.entry(owner["host"].as_str().unwrap_or("?")).or_default();
+        match unit.strip_prefix("partition/") {
+            Some(partition) => partitions.push(partition),
+            None => *slots += 1,
+        }
+    }
+    println!("  {:<30} {:>6}  PARTITIONS", "HOST", "SLOTS");
+    for (host, (partitions, slots)) in hosts {
+        println!("  {host:<30} {slots:>6}  {}", partitions.join(" "));
+    }
 }

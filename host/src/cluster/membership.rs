@@ -3,9 +3,12 @@
 //! leader. A host that loses its lease (paused, cut off) holds nothing from
 //! then on: it rejoins under a new lease as a new member.
 
+use super::catalog::{self, ClusterTopology};
+use super::leader;
 use anyhow::{Context, Result, bail};
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaderKey, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -47,11 +50,16 @@ pub struct ClusterView {
     pub hosts: Vec<Member>,
     /// Why this host is not a member, while it is not.
     pub error: Option<String>,
+    /// The cluster's topologies, with their assignments.
+    pub topologies: BTreeMap<String, ClusterTopology>,
 }
 
 /// A host's membership, kept up on the server's runtime.
 pub struct Membership {
+    config: ClusterConfig,
     view: Arc<Mutex<ClusterView>>,
+    /// The etcd client and lease of the present membership, to leave with.
+    lease: Arc<Mutex<Option<(Client, i64)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -86,13 +94,54 @@ impl Membership {
             error: Some("joining".into()),
             ..ClusterView::default()
         }));
-        let task = runtime.spawn(keep_joined(config, Arc::clone(&view)));
-        Membership { view, task }
+        let lease = Arc::default();
+        let task = runtime.spawn(keep_joined(config.clone(), Arc::clone(&view), Arc::clone(&lease)));
+        Membership { config, view, lease, task }
     }
 
     pub fn view(&self) -> ClusterView {
         self.view.lock().expect("cluster view").clone()
     }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    /// Leaves the cluster at once, revoking the lease, so that the others
+    /// see this host go now rather than when its lease would end.
+    pub async fn leave(&self) {
+        self.task.abort();
+        let held = self.lease.lock().expect("cluster lease").take();
+        if let Some((mut client, lease)) = held {
+            match tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(lease)).await {
+                Ok(Ok(_)) => tracing::info!("host {} left cluster {}", self.config.host, self.config.name),
+                _ => tracing::warn!(
+                    "host {} could not tell etcd it leaves cluster {}: the others see it go when its lease ends",
+                    self.config.host,
+                    self.config.name
+                ),
+            }
+        }
+    }
+
+    /// A client of the cluster's etcd.
+    pub async fn etcd(&self) -> Result<Client> {
+        connect(&self.config).await
+    }
+}
+
+/// How long a host stays a member without reaching etcd: whole seconds, at
+/// least one, as etcd grants leases.
+fn lease_ttl(config: &ClusterConfig) -> Duration {
+    Duration::from_secs(config.lease_ttl.as_secs().max(1))
+}
+
+async fn connect(config: &ClusterConfig) -> Result<Client> {
+    let ttl = lease_ttl(config);
+    let options = ConnectOptions::new().with_connect_timeout(ttl).with_timeout(ttl);
+    Client::connect(&config.etcd, Some(options))
+        .await
+        .with_context(|| format!("etcd at {} cannot be reached", config.etcd.join(",")))
 }
 
 impl Drop for Membership {
@@ -117,10 +166,10 @@ fn prefix(config: &ClusterConfig) -> String {
     format!("/weir/{}/", config.name)
 }
 
-async fn keep_joined(config: ClusterConfig, view: Arc<Mutex<ClusterView>>) {
+async fn keep_joined(config: ClusterConfig, view: Arc<Mutex<ClusterView>>, lease: Arc<Mutex<Option<(Client, i64)>>>) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let Err(e) = session(&config, &view).await;
+        let Err(e) = session(&config, &view, &lease).await;
         let reason = format!("{e:#}");
         tracing::warn!("host {} of cluster {} is not a member: {reason}; rejoining", config.host, config.name);
         {
@@ -130,42 +179,52 @@ async fn keep_joined(config: ClusterConfig, view: Arc<Mutex<ClusterView>>) {
             view.error = Some(reason);
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(config.lease_ttl);
+        backoff = (backoff * 2).min(lease_ttl(&config));
     }
 }
 
 /// One membership: a lease, its registration and campaign, kept alive until
 /// something fails.
-async fn session(config: &ClusterConfig, view: &Mutex<ClusterView>) -> Result<std::convert::Infallible> {
-    let ttl = config.lease_ttl.max(Duration::from_secs(1));
-    let options = ConnectOptions::new().with_connect_timeout(ttl).with_timeout(ttl);
-    let mut client = Client::connect(&config.etcd, Some(options))
-        .await
-        .with_context(|| format!("etcd at {} cannot be reached", config.etcd.join(",")))?;
+async fn session(
+    config: &ClusterConfig,
+    view: &Mutex<ClusterView>,
+    held: &Mutex<Option<(Client, i64)>>,
+) -> Result<std::convert::Infallible> {
+    let ttl = lease_ttl(config);
+    let mut client = connect(config).await?;
     let lease = client
         .lease_grant(ttl.as_secs() as i64, None)
         .await
         .with_context(|| format!("etcd at {} granted no lease", config.etcd.join(",")))?
         .id();
+    *held.lock().expect("cluster lease") = Some((client.clone(), lease));
     register(&mut client, config, lease, ttl).await?;
     let (mut keeper, mut acks) = client.lease_keep_alive(lease).await?;
     let election = format!("{}leader", prefix(config));
+    // A campaign waits for as long as another host leads: on a client of
+    // its own, without the request timeout, which would end it (and this
+    // membership) after a lease's time. It ends with the session.
     let mut campaign = {
-        let (mut client, host, election) = (client.clone(), config.host.clone(), election.clone());
-        tokio::spawn(async move { client.campaign(election, host, lease).await })
+        let mut campaigner = Client::connect(&config.etcd, Some(ConnectOptions::new().with_connect_timeout(ttl)))
+            .await
+            .with_context(|| format!("etcd at {} cannot be reached", config.etcd.join(",")))?;
+        let (host, election) = (config.host.clone(), election.clone());
+        tokio::spawn(async move { campaigner.campaign(election, host, lease).await })
     };
     let _campaign = AbortOnDrop(campaign.abort_handle());
-    let mut leading = false;
+    let mut leading: Option<LeaderKey> = None;
     tracing::info!("host {} joined cluster {} (lease {lease:x}, {} s)", config.host, config.name, ttl.as_secs());
     let mut tick = tokio::time::interval(ttl / 3);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             // A campaign ends when this host leads, for as long as its lease lives.
-            won = &mut campaign, if !leading => {
-                leading = true;
+            won = &mut campaign, if leading.is_none() => {
                 match won {
-                    Ok(Ok(_)) => tracing::info!("host {} leads cluster {}", config.host, config.name),
+                    Ok(Ok(won)) => {
+                        leading = Some(won.leader().cloned().context("etcd's answer to the campaign names no leader key")?);
+                        tracing::info!("host {} leads cluster {}", config.host, config.name);
+                    }
                     Ok(Err(e)) => bail!("its campaign to lead failed: {e}"),
                     Err(e) => bail!("its campaign to lead stopped: {e}"),
                 }
@@ -179,8 +238,62 @@ async fn session(config: &ClusterConfig, view: &Mutex<ClusterView>) -> Result<st
         if ack.ttl() <= 0 {
             bail!("its lease expired (etcd heard nothing from it for {} s)", ttl.as_secs());
         }
-        refresh(&mut client, config, &election, view).await?;
+        let hosts = refresh(&mut client, config, &election, view).await?;
+        let mut topologies = catalog::list(&mut client, &config.name).await?;
+        if let Some(leader) = &leading {
+            leader::reassign(&mut client, &config.name, leader, &hosts, &mut topologies).await?;
+        }
+        let mut view = view.lock().expect("cluster view");
+        log_own_changes(config, &view.topologies, &topologies);
+        view.topologies = topologies;
     }
+}
+
+/// Logs the units this host gained and lost between two readings of the
+/// cluster's topologies, with the leader's reason.
+fn log_own_changes(
+    config: &ClusterConfig,
+    was: &BTreeMap<String, ClusterTopology>,
+    now: &BTreeMap<String, ClusterTopology>,
+) {
+    let own = |topology: Option<&ClusterTopology>| -> std::collections::BTreeSet<String> {
+        let assignment = topology.and_then(|t| t.assignment.as_ref());
+        assignment.map(|r| r.assignment.of(&config.host).map(str::to_owned).collect()).unwrap_or_default()
+    };
+    let names: std::collections::BTreeSet<&String> = was.keys().chain(now.keys()).collect();
+    for name in names {
+        let (before, after) = (own(was.get(name)), own(now.get(name)));
+        if before == after {
+            continue;
+        }
+        let record = now.get(name).and_then(|t| t.assignment.as_ref());
+        let (epoch, reason) = match record {
+            Some(r) => (r.assignment.epoch, r.reason.as_str()),
+            None => (0, "topology deleted"),
+        };
+        let gained: Vec<&String> = after.difference(&before).collect();
+        let lost: Vec<&String> = before.difference(&after).collect();
+        tracing::info!(
+            "cluster {}: host {}, topology {name} at epoch {epoch} ({reason}): gained {} units {}, lost {} units {}",
+            config.name,
+            config.host,
+            gained.len(),
+            shorten(&gained),
+            lost.len(),
+            shorten(&lost)
+        );
+    }
+}
+
+/// At most a few units' names, for a log line.
+fn shorten(units: &[&String]) -> String {
+    const SHOWN: usize = 6;
+    let mut text: Vec<&str> = units.iter().take(SHOWN).map(|u| u.as_str()).collect();
+    let more = format!("and {} more", units.len().saturating_sub(SHOWN));
+    if units.len() > SHOWN {
+        text.push(&more);
+    }
+    format!("[{}]", text.join(", "))
 }
 
 /// Writes this host's registration under `lease`, waiting out a registration
@@ -210,8 +323,14 @@ async fn register(client: &mut Client, config: &ClusterConfig, lease: i64, ttl: 
     }
 }
 
-/// Reads the members and the leader into `view`, logging what changed.
-async fn refresh(client: &mut Client, config: &ClusterConfig, election: &str, view: &Mutex<ClusterView>) -> Result<()> {
+/// Reads the members and the leader into `view`, logging what changed;
+/// returns the members' ids.
+async fn refresh(
+    client: &mut Client,
+    config: &ClusterConfig,
+    election: &str,
+    view: &Mutex<ClusterView>,
+) -> Result<Vec<String>> {
     let hosts_prefix = format!("{}hosts/", prefix(config));
     let listed = client.get(hosts_prefix.as_str(), Some(GetOptions::new().with_prefix())).await?;
     let mut hosts = Vec::new();
@@ -241,11 +360,12 @@ async fn refresh(client: &mut Client, config: &ClusterConfig, election: &str, vi
     if view.leader != leader {
         tracing::info!("cluster {}: the leader is {}", config.name, leader.as_deref().unwrap_or("no host"));
     }
+    let ids = hosts.iter().map(|m| m.id.clone()).collect();
     view.hosts = hosts;
     view.leader = leader;
     view.member = true;
     view.error = None;
-    Ok(())
+    Ok(ids)
 }
 
 struct AbortOnDrop(tokio::task::AbortHandle);

@@ -354,6 +354,37 @@ impl Deployments {
         Ok(status)
     }
 
+    /// Checks an upload as [`Deployments::deploy`] would, without running
+    /// it: the bundle loads, the topology and name are good and the spout's
+    /// input is there. Keeps the bundle in the bundles directory, where a
+    /// cluster's hosts keep theirs; returns the name and the topology's
+    /// definition.
+    pub fn check_upload(&self, request: &DeployRequest, bytes: &[u8]) -> Result<(String, TopologyDef), DeployError> {
+        let bundle = Bundle::from_bytes(Path::new("upload"), bytes).map_err(bad)?;
+        let topology = Self::choose_topology(&bundle, request.topology.clone())?;
+        let name = request.name.clone().unwrap_or_else(|| topology.clone());
+        check_name(&name)?;
+        if self.lock().contains_key(&name) {
+            return Err(DeployError::Conflict(format!(
+                "topology {name} is deployed on this host outside the cluster: delete it, or deploy under another ?name="
+            )));
+        }
+        let staged = Staged::write(&self.host.bundles, bytes)?;
+        let loaded = self.load_staged(&staged, &topology, &name)?;
+        self.check_input(&loaded, &name, request.input.as_deref())?;
+        staged.keep(&self.host.bundles)?;
+        Ok((name, loaded.definition))
+    }
+
+    /// Loads topology `topology` of a cluster's bundle, `bytes`, for
+    /// deployment `name`, keeping the bundle in the bundles directory.
+    pub fn load_cluster_bundle(&self, bytes: &[u8], topology: &str, name: &str) -> Result<()> {
+        let staged = Staged::write(&self.host.bundles, bytes)?;
+        self.load(&staged.path, topology, name)?;
+        staged.keep(&self.host.bundles)?;
+        Ok(())
+    }
+
     fn refuse_when_closing(&self) -> Result<(), DeployError> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(DeployError::Conflict("the server is shutting down".into()));

@@ -8,6 +8,7 @@
 //! The dashboard at `/` calls the same API, with the same token.
 
 mod bundles;
+mod clustered;
 mod dashboard;
 pub mod deployments;
 mod history;
@@ -67,6 +68,8 @@ struct App {
     body_timeout: Duration,
     /// Set once the runtime runs, in cluster mode.
     cluster: std::sync::OnceLock<Membership>,
+    /// The cluster's bundles this host has loaded, or failed to.
+    cluster_bundles: clustered::Loaded,
 }
 
 type Shared = Arc<App>;
@@ -240,6 +243,9 @@ async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, bod
     let result = blocking({
         let app = Arc::clone(&app);
         move || {
+            if let Some(membership) = app.cluster.get() {
+                return clustered::deploy(&app, membership, request, &body);
+            }
             let name = request.name.clone();
             let status = app.deployments.deploy(request, &body)?;
             Ok(status_json(name.as_deref().unwrap_or(&status.topology), &status))
@@ -250,7 +256,36 @@ async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, bod
 }
 
 async fn list(State(app): State<Shared>) -> Json<serde_json::Value> {
-    Json(json!(app.deployments.list().iter().map(|(name, status)| status_json(name, status)).collect::<Vec<_>>()))
+    let mut all: Vec<serde_json::Value> =
+        app.deployments.list().iter().map(|(name, status)| status_json(name, status)).collect();
+    if let Some(membership) = app.cluster.get() {
+        let topologies = membership.view().topologies;
+        all.extend(topologies.iter().map(|(name, topology)| clustered::status(&app, name, topology)));
+    }
+    Json(json!(all))
+}
+
+/// Topology `name` of the cluster, unless this host runs one of that name
+/// outside it.
+fn clustered<'a>(app: &'a App, name: &str) -> Option<(&'a Membership, crate::cluster::catalog::ClusterTopology)> {
+    let membership = app.cluster.get()?;
+    if app.deployments.contains(name) {
+        return None;
+    }
+    Some((membership, membership.view().topologies.remove(name)?))
+}
+
+/// The refusal of `verb` on a topology deployed across a cluster, which
+/// only deploy, ps, status and delete serve yet.
+fn not_across_cluster(app: &App, name: &str, verb: &str) -> Option<Response> {
+    let (membership, _) = clustered(app, name)?;
+    Some(error(
+        StatusCode::CONFLICT,
+        format!(
+            "topology {name} is deployed across cluster {}: {verb} is not available across a cluster yet (see docs/cluster.md)",
+            membership.config().name
+        ),
+    ))
 }
 
 async fn cluster(State(app): State<Shared>) -> Response {
@@ -261,6 +296,9 @@ async fn cluster(State(app): State<Shared>) -> Response {
 }
 
 async fn status(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    if let Some((_, topology)) = clustered(&app, &name) {
+        return (StatusCode::OK, Json(clustered::status(&app, &name, &topology))).into_response();
+    }
     app.answer(StatusCode::OK, app.deployments.status(&name).map(|status| status_json(&name, &status)))
 }
 
@@ -271,6 +309,9 @@ async fn act(
     name: String,
     action: impl FnOnce(&Deployments, &str) -> Result<Status, DeployError> + Send + 'static,
 ) -> Response {
+    if let Some(refusal) = not_across_cluster(&app, &name, "stop, resume or upgrade") {
+        return refusal;
+    }
     let result = blocking({
         let app = Arc::clone(&app);
         move || action(&app.deployments, &name).map(|status| status_json(&name, &status))
@@ -292,12 +333,18 @@ async fn upgrade(State(app): State<Shared>, Path(name): Path<String>, body: Byte
 }
 
 async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    if let Some(refusal) = not_across_cluster(&app, &name, "logs") {
+        return refusal;
+    }
     let lines = app.deployments.status(&name).map(|_| crate::runtime::recent_lines(&name));
     app.answer(StatusCode::OK, lines)
 }
 
 /// Runs a query stream; the body is the request's arguments, as text.
 async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, String)>, args: String) -> Response {
+    if let Some(refusal) = not_across_cluster(&app, &name, "query") {
+        return refusal;
+    }
     let result = blocking({
         let app = Arc::clone(&app);
         move || {
@@ -323,6 +370,9 @@ async fn delete(State(app): State<Shared>, Path(name): Path<String>, Query(query
     let result = blocking({
         let app = Arc::clone(&app);
         move || {
+            if let Some((membership, _)) = clustered(&app, &name) {
+                return clustered::delete(&app, membership, &name);
+            }
             app.deployments.delete(&name, drop_state)?;
             app.history.forget(&name);
             Ok(())
@@ -402,16 +452,25 @@ async fn state(
     Path((name, state)): Path<(String, String)>,
     Query(query): Query<StateQuery>,
 ) -> Response {
+    if let Some(refusal) = not_across_cluster(&app, &name, "reading state") {
+        return refusal;
+    }
     app.answer(StatusCode::OK, read_state(&app, &name, &state, &query))
 }
 
 /// The last 15 minutes of a topology's figures, a sample a second.
 async fn history(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    if let Some(refusal) = not_across_cluster(&app, &name, "history") {
+        return refusal;
+    }
     app.answer(StatusCode::OK, app.deployments.status(&name).map(|_| app.history.columns(&name)))
 }
 
 /// A topology's stream graph, as `weir inspect --json` shows its definition.
 async fn definition(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    if let Some(refusal) = not_across_cluster(&app, &name, "inspect") {
+        return refusal;
+    }
     app.answer(StatusCode::OK, app.deployments.definition(&name))
 }
 
@@ -531,6 +590,7 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         max_upload: config.max_upload,
         body_timeout: config.body_timeout,
         cluster: std::sync::OnceLock::new(),
+        cluster_bundles: Default::default(),
     });
     let cluster = config.cluster;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -542,10 +602,14 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         if let Some(cluster) = cluster {
             let _ =
                 app.cluster.set(Membership::start(cluster.listening_at(address), &tokio::runtime::Handle::current()));
+            tokio::spawn(clustered::load_bundles(Arc::clone(&app)));
         }
         tokio::spawn(sample(Arc::clone(&app)));
         anyhow::Ok(accept(listener, router(Arc::clone(&app)), config.header_timeout).await)
     })?;
+    if let Some(membership) = app.cluster.get() {
+        runtime.block_on(membership.leave());
+    }
     tracing::info!("stopping every topology at a batch boundary");
     let unstopped = app.deployments.shutdown(config.shutdown_timeout);
     if !unstopped.is_empty() {

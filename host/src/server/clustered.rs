@@ -1,0 +1,186 @@
+//! A server in a cluster: a deploy goes to the cluster (the bundle into
+//! JetStream's object store, the deployment into etcd), any host lists and
+//! shows the cluster's topologies with their assignment, and every host
+//! loads each bundle the cluster holds.
+
+use super::deployments::{DeployError, DeployRequest};
+use super::{App, Shared};
+use crate::cluster::catalog::{self, ClusterDeployment, ClusterTopology, DEFAULT_SLOTS};
+use crate::cluster::{Membership, bundles};
+use crate::nats::Nats;
+use anyhow::Context;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How each cluster bundle fared on this host, by the bundle's digest.
+pub type Loaded = std::sync::Mutex<BTreeMap<String, Result<(), String>>>;
+
+const NO_NATS: &str = "this host was started without --nats: a cluster keeps its bundles in JetStream";
+
+fn nats(app: &App) -> anyhow::Result<Nats> {
+    Nats::connect(app.host.nats.as_ref().context(NO_NATS)?, "weir cluster bundles")
+}
+
+/// Deploys an upload to the cluster; runs off the async runtime.
+pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes: &[u8]) -> Result<Value, DeployError> {
+    let config = membership.config();
+    if app.host.nats.is_none() {
+        return Err(DeployError::BadRequest(NO_NATS.into()));
+    }
+    let (name, definition) = app.deployments.check_upload(&request, bytes)?;
+    let nats = nats(app)?;
+    let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
+    let deployment = ClusterDeployment {
+        topology: definition.name.clone(),
+        bundle: digest,
+        bundle_bytes: bytes.len() as u64,
+        input: request.input,
+        slots: DEFAULT_SLOTS,
+        units: catalog::units(&definition, DEFAULT_SLOTS),
+        deployed_by: config.host.clone(),
+        deployed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+    };
+    let created = tokio::runtime::Handle::current().block_on(async {
+        let mut client = membership.etcd().await?;
+        catalog::create(&mut client, &config.name, &name, &deployment).await
+    })?;
+    if !created {
+        return Err(DeployError::Conflict(format!(
+            "topology {name} is deployed to cluster {} already: delete it, or deploy under another ?name=",
+            config.name
+        )));
+    }
+    tracing::info!("topology {name} deployed to cluster {} from host {}", config.name, config.host);
+    let topology = ClusterTopology { deployment, assignment: None, assignment_revision: 0 };
+    Ok(status(app, &name, &topology))
+}
+
+/// Deletes topology `name` from the cluster, and its bundle when no other
+/// topology of the cluster uses it.
+pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), DeployError> {
+    let config = membership.config();
+    let known = membership.view().topologies;
+    let removed = tokio::runtime::Handle::current().block_on(async {
+        let mut client = membership.etcd().await?;
+        catalog::remove(&mut client, &config.name, name).await
+    })?;
+    if !removed {
+        return Err(DeployError::NotFound(format!("no topology {name} is deployed to cluster {}", config.name)));
+    }
+    if let Some(gone) = known.get(name) {
+        let digest = &gone.deployment.bundle;
+        let shared = known.iter().any(|(other, t)| other != name && t.deployment.bundle == *digest);
+        if !shared {
+            let nats = nats(app)?;
+            if let Err(e) = nats.runtime.block_on(bundles::remove(&nats.jetstream, digest)) {
+                tracing::warn!("topology {name} is deleted, but its bundle stays in JetStream: {e:#}");
+            }
+        }
+    }
+    tracing::info!("topology {name} deleted from cluster {}", config.name);
+    Ok(())
+}
+
+/// A cluster topology's status, in the shape of a served one's, with
+/// `cluster`: its bundle, assignment epoch and each host's units.
+pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
+    let deployment = &topology.deployment;
+    let mut hosts: BTreeMap<&str, (Vec<&str>, usize)> = BTreeMap::new();
+    if let Some(record) = &topology.assignment {
+        for (unit, owner) in &record.assignment.units {
+            let (partitions, slots) = hosts.entry(owner.host.as_str()).or_default();
+            match unit.strip_prefix("partition/") {
+                Some(partition) => partitions.push(partition),
+                None => *slots += 1,
+            }
+        }
+    }
+    let hosts: BTreeMap<&str, Value> = hosts
+        .into_iter()
+        .map(|(host, (partitions, slots))| (host, json!({ "partitions": partitions, "slots": slots })))
+        .collect();
+    let loaded = app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner()).get(&deployment.bundle).cloned();
+    let loaded = match loaded {
+        Some(Ok(())) => json!("loaded"),
+        Some(Err(e)) => json!(e),
+        None => json!("loading"),
+    };
+    json!({
+        "name": name,
+        "topology": deployment.topology,
+        "state": "assigned",
+        "error": Value::Null,
+        "last_committed": 0,
+        "batches": 0,
+        "tuples_per_s": 0.0,
+        "replays": 0,
+        "cluster": {
+            "bundle": deployment.bundle,
+            "bundle_bytes": deployment.bundle_bytes,
+            "slots": deployment.slots,
+            "units": deployment.units.len(),
+            "epoch": topology.assignment.as_ref().map(|r| r.assignment.epoch),
+            "reason": topology.assignment.as_ref().map(|r| r.reason.as_str()),
+            "hosts": hosts,
+            "bundle_on_this_host": loaded,
+        },
+    })
+}
+
+/// Loads, on this host, every bundle the cluster's topologies name that it
+/// has not loaded yet: fetched from JetStream, checked against its digest,
+/// kept in the bundles directory and compiled. Runs for the server's life.
+pub async fn load_bundles(app: Shared) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    for round in 0u64.. {
+        tick.tick().await;
+        let Some(membership) = app.cluster.get() else { continue };
+        // A bundle that failed (NATS out of reach, say) is tried again every
+        // ten rounds.
+        let retry = round % 10 == 0;
+        let wanted: Vec<(String, ClusterDeployment)> = {
+            let done = app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner());
+            let mut seen = BTreeSet::new();
+            let topologies = membership.view().topologies;
+            topologies
+                .into_iter()
+                .filter(|(_, t)| match done.get(&t.deployment.bundle) {
+                    Some(Ok(())) => false,
+                    Some(Err(_)) => retry,
+                    None => true,
+                })
+                .filter(|(_, t)| seen.insert(t.deployment.bundle.clone()))
+                .map(|(name, t)| (name, t.deployment))
+                .collect()
+        };
+        for (name, deployment) in wanted {
+            let app = Arc::clone(&app);
+            let outcome = tokio::task::spawn_blocking({
+                let app = Arc::clone(&app);
+                let deployment = deployment.clone();
+                move || load_bundle(&app, &name, &deployment)
+            })
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
+            let outcome = outcome.map_err(|e| {
+                let message = app.host.public(&format!("{e:#}"));
+                tracing::error!("bundle {} of the cluster cannot be loaded on this host: {message}", deployment.bundle);
+                message
+            });
+            app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner()).insert(deployment.bundle, outcome);
+        }
+    }
+}
+
+fn load_bundle(app: &App, name: &str, deployment: &ClusterDeployment) -> anyhow::Result<()> {
+    let max = app.max_upload;
+    let nats = nats(app)?;
+    let bytes = nats.runtime.block_on(bundles::get(&nats.jetstream, &deployment.bundle, max))?;
+    app.deployments
+        .load_cluster_bundle(&bytes, &deployment.topology, name)
+        .with_context(|| format!("topology {name}'s bundle {}", deployment.bundle))?;
+    tracing::info!("topology {name}'s bundle {} is loaded on this host", deployment.bundle);
+    Ok(())
+}
