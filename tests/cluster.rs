@@ -263,6 +263,17 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
         assert_eq!(listed["state"], "assigned", "{listed}");
     }
 
+    // So do the metrics of every host.
+    let (status, metrics) = hosts[0].1.http("GET", "/metrics", None, b"");
+    assert_eq!(status, 200, "{metrics}");
+    for id in ["h1", "h2", "h3"] {
+        assert!(
+            metrics.contains(&format!("weir_cluster_units{{topology=\"word-count\",host=\"{id}\",kind=\"slot\"}}")),
+            "{metrics}"
+        );
+    }
+    assert!(metrics.contains(&format!("weir_cluster_leader{{cluster=\"c1\",host=\"{leader}\"}} 1")), "{metrics}");
+
     // The CLI shows each host's share.
     let shown = weir()
         .env("WEIR_TOKEN", common::server::TOKEN)

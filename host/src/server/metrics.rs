@@ -3,6 +3,7 @@
 //! (a deployment's name may hold quotes and backslashes).
 
 use super::deployments::{RunState, Status};
+use crate::cluster::ClusterView;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -15,9 +16,9 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 type Labels = Vec<(&'static str, String)>;
 
-/// The exposition of `all` (each topology's name and status), built afresh
-/// for each scrape from the statuses.
-pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
+/// The exposition of `all` (each topology's name and status) and, in a
+/// cluster, of this host's view of it, built afresh for each scrape.
+pub fn exposition(all: &[(String, Status)], cluster: Option<&ClusterView>) -> Result<String, std::fmt::Error> {
     let up = Family::<Labels, Gauge>::default();
     let last_committed = Family::<Labels, Gauge<u64, AtomicU64>>::default();
     let batches = Family::<Labels, Counter>::default();
@@ -93,9 +94,40 @@ pub fn exposition(all: &[(String, Status)]) -> Result<String, std::fmt::Error> {
         "Tuples each window operator found late (every window they fall into had closed) since the topology started",
         late_tuples,
     );
+    if let Some(view) = cluster {
+        register_cluster(&mut registry, view);
+    }
     let mut out = String::new();
     encode(&mut out, &registry)?;
     Ok(out)
+}
+
+/// The cluster's series: its members, its leader, and per topology the
+/// assignment's epoch and each host's units.
+fn register_cluster(registry: &mut Registry, view: &ClusterView) {
+    let member = Family::<Labels, Gauge>::default();
+    let leader = Family::<Labels, Gauge>::default();
+    let epoch = Family::<Labels, Gauge<u64, AtomicU64>>::default();
+    let units = Family::<Labels, Gauge<u64, AtomicU64>>::default();
+    let this = vec![("cluster", view.cluster.clone()), ("host", view.host.clone())];
+    member.get_or_create(&this).set(i64::from(view.member));
+    for host in &view.hosts {
+        let labels = vec![("cluster", view.cluster.clone()), ("host", host.id.clone())];
+        leader.get_or_create(&labels).set(i64::from(view.leader.as_deref() == Some(host.id.as_str())));
+    }
+    for (name, topology) in &view.topologies {
+        let Some(record) = &topology.assignment else { continue };
+        epoch.get_or_create(&vec![("topology", name.clone())]).set(record.assignment.epoch);
+        for (unit, owner) in &record.assignment.units {
+            let kind = if unit.starts_with("partition/") { "partition" } else { "slot" };
+            let labels = vec![("topology", name.clone()), ("host", owner.host.clone()), ("kind", kind.to_owned())];
+            units.get_or_create(&labels).inc();
+        }
+    }
+    registry.register("weir_cluster_member", "1 while this host holds a live lease in its cluster", member);
+    registry.register("weir_cluster_leader", "1 for the member that leads the cluster, 0 for the others", leader);
+    registry.register("weir_cluster_assignment_epoch", "The epoch of a topology's assignment to hosts", epoch);
+    registry.register("weir_cluster_units", "A topology's units (spout partitions, state slots) each host owns", units);
 }
 
 #[cfg(test)]
@@ -115,7 +147,7 @@ mod tests {
             commit_groups: crate::metrics::GroupSizes { groups: 4, batches: 12, max: 6 },
             ..Status::default()
         };
-        let text = exposition(&[("a\"b\\c".to_owned(), status)]).unwrap();
+        let text = exposition(&[("a\"b\\c".to_owned(), status)], None).unwrap();
         assert!(text.contains("weir_topology_up{topology=\"a\\\"b\\\\c\"} 1\n"), "{text}");
         assert!(text.contains("weir_last_committed_txid{topology=\"a\\\"b\\\\c\"} 7\n"), "{text}");
         assert!(
@@ -132,5 +164,53 @@ mod tests {
         assert!(text.contains("weir_commit_group_max_batches{topology=\"a\\\"b\\\\c\"} 6\n"), "{text}");
         assert!(text.contains("weir_late_tuples_total{topology=\"a\\\"b\\\\c\",operator=\"minutes\"} 9\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(!text.contains("weir_cluster"), "{text}");
+    }
+
+    #[test]
+    fn a_cluster_host_shows_the_members_the_leader_and_each_hosts_units() {
+        use crate::cluster::assignment::{Assignment, Owner};
+        use crate::cluster::catalog::{AssignmentRecord, ClusterDeployment, ClusterTopology};
+        let owner = |host: &str| Owner { host: host.into(), since: 1 };
+        let units = [("partition/p0", "h1"), ("slot/counts/0", "h1"), ("slot/counts/1", "h2")];
+        let assignment =
+            Assignment { epoch: 3, units: units.iter().map(|(unit, host)| (unit.to_string(), owner(host))).collect() };
+        let deployment = ClusterDeployment {
+            topology: "wc".into(),
+            bundle: "00".into(),
+            bundle_bytes: 1,
+            input: None,
+            slots: 2,
+            units: units.iter().map(|(unit, _)| unit.to_string()).collect(),
+            deployed_by: "h1".into(),
+            deployed_unix_ms: 0,
+        };
+        let topology = ClusterTopology {
+            deployment,
+            assignment: Some(AssignmentRecord { assignment, reason: "topology deployed".into() }),
+            assignment_revision: 5,
+        };
+        let member = |id: &str| crate::cluster::Member { id: id.into(), api: String::new(), joined_unix_ms: 0 };
+        let view = ClusterView {
+            cluster: "c1".into(),
+            host: "h2".into(),
+            member: true,
+            leader: Some("h1".into()),
+            hosts: vec![member("h1"), member("h2")],
+            error: None,
+            topologies: [("wc".to_owned(), topology)].into(),
+        };
+        let text = exposition(&[], Some(&view)).unwrap();
+        for line in [
+            "weir_cluster_member{cluster=\"c1\",host=\"h2\"} 1\n",
+            "weir_cluster_leader{cluster=\"c1\",host=\"h1\"} 1\n",
+            "weir_cluster_leader{cluster=\"c1\",host=\"h2\"} 0\n",
+            "weir_cluster_assignment_epoch{topology=\"wc\"} 3\n",
+            "weir_cluster_units{topology=\"wc\",host=\"h1\",kind=\"partition\"} 1\n",
+            "weir_cluster_units{topology=\"wc\",host=\"h1\",kind=\"slot\"} 1\n",
+            "weir_cluster_units{topology=\"wc\",host=\"h2\",kind=\"slot\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
     }
 }

@@ -485,7 +485,8 @@ async fn sample(app: Shared) {
 }
 
 async fn metrics(State(app): State<Shared>) -> Response {
-    match metrics::exposition(&app.deployments.list()) {
+    let cluster = app.cluster.get().map(Membership::view);
+    match metrics::exposition(&app.deployments.list(), cluster.as_ref()) {
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the metrics failed: {e}")),
     }
