@@ -4,7 +4,8 @@
 //! its membership and rejoins, and bad cluster settings are refused; a
 //! topology deployed through any host is assigned over the live hosts (a
 //! real nats-server holding its bundle), and its units follow them; a
-//! slot's changelog rebuilds it, passing over a fenced host's records.
+//! slot's changelog rebuilds it, passing over a fenced host's records; the
+//! commit log in etcd commits in txid order and only while its writer leads.
 
 mod common;
 
@@ -17,6 +18,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use weir::cluster::changelog::{Changelog, Rebuilt};
+use weir::cluster::commit_log::EtcdCommitLog;
+use weir::state::store::CommitLog;
+use weir::state::{BatchRecord, Progress};
 
 /// Short, so that losses show within seconds.
 const LEASE_TTL_MS: &str = "2000";
@@ -392,4 +396,52 @@ fn a_slots_changelog_rebuilds_it_and_passes_over_a_fenced_hosts_records() {
         let mut stream = connection.jetstream.get_stream(log.stream()).await.unwrap();
         assert_eq!(stream.info().await.unwrap().state.messages, 8, "a, b and c twice, the fence, z");
     });
+}
+
+#[test]
+fn the_cluster_commit_log_records_and_commits_in_txid_order_while_its_writer_leads() {
+    let etcd = EtcdServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (mut client, leader, lease) = runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([etcd.url()], None).await.unwrap();
+        let lease = client.lease_grant(30, None).await.unwrap().id();
+        let won = client.campaign("/weir/c1/leader", "h1", lease).await.unwrap();
+        (client, won.leader().unwrap().clone(), lease)
+    });
+    let log = EtcdCommitLog::new(client.clone(), "c1", leader, runtime.handle().clone());
+    let record = |attempt, spout: &str| BatchRecord { attempt, time_ms: 7, spout: spout.as_bytes().to_vec() };
+    let progress =
+        |last_committed, batches: &[(u64, BatchRecord)]| Progress { last_committed, batches: batches.to_vec() };
+
+    // Recorded before they are processed, kept per topology.
+    log.record_batch("wc", 1, &record(0, "0-99")).unwrap();
+    log.record_batch("wc", 2, &record(0, "100-199")).unwrap();
+    assert_eq!(log.progress("wc").unwrap(), progress(0, &[(1, record(0, "0-99")), (2, record(0, "100-199"))]));
+    assert_eq!(log.progress("other").unwrap(), Progress::default());
+
+    // Commits go strictly in txid order; the last committed batch's record stays.
+    let refused = log.commit("wc", 2).unwrap_err().to_string();
+    assert!(refused.contains("cannot commit txid 2: the last committed txid is 0"), "{refused}");
+    log.commit("wc", 1).unwrap();
+    assert_eq!(log.progress("wc").unwrap(), progress(1, &[(1, record(0, "0-99")), (2, record(0, "100-199"))]));
+    log.record_batch("wc", 2, &record(1, "100-199")).unwrap();
+    log.commit("wc", 2).unwrap();
+    assert_eq!(log.progress("wc").unwrap(), progress(2, &[(2, record(1, "100-199"))]));
+    let refused = log.commit("wc", 2).unwrap_err().to_string();
+    assert!(refused.contains("the last committed txid is 2"), "{refused}");
+
+    // Txids past 9 keep their order.
+    for txid in 3..=11 {
+        log.record_batch("wc", txid, &record(0, &txid.to_string())).unwrap();
+    }
+    let txids: Vec<u64> = log.progress("wc").unwrap().batches.iter().map(|(t, _)| *t).collect();
+    assert_eq!(txids, (2..=11).collect::<Vec<_>>());
+
+    // A leader whose lease ended records and commits nothing.
+    runtime.block_on(client.lease_revoke(lease)).unwrap();
+    let refused = log.record_batch("wc", 12, &record(0, "x")).unwrap_err().to_string();
+    assert!(refused.contains("no longer leads"), "{refused}");
+    let refused = log.commit("wc", 3).unwrap_err().to_string();
+    assert!(refused.contains("no longer leads"), "{refused}");
+    assert_eq!(log.progress("wc").unwrap().last_committed, 2);
 }

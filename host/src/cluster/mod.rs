@@ -1,10 +1,13 @@
-//! Cluster mode of `weir serve`: membership and leadership in etcd, and the
-//! assignment of each topology's work to live hosts (`docs/cluster.md`).
+//! Cluster mode of `weir serve`: membership and leadership in etcd, the
+//! cluster's topologies and their bundles, the assignment of each one's
+//! work to live hosts, and the records that outlive a host: the commit log
+//! in etcd and the state changelog in JetStream (`docs/cluster.md`).
 
 pub mod assignment;
 pub mod bundles;
 pub mod catalog;
 pub mod changelog;
+pub mod commit_log;
 mod leader;
 pub mod membership;
 

@@ -171,14 +171,14 @@ pub struct BatchRecord {
 }
 
 impl BatchRecord {
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = self.attempt.to_le_bytes().to_vec();
         out.extend_from_slice(&self.time_ms.to_le_bytes());
         out.extend_from_slice(&self.spout);
         out
     }
 
-    fn decode(bytes: &[u8]) -> Result<BatchRecord> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<BatchRecord> {
         let Some((attempt, rest)) = bytes.split_first_chunk::<4>() else { bail!("truncated batch record") };
         let Some((time_ms, spout)) = rest.split_first_chunk::<8>() else { bail!("truncated batch record") };
         let (attempt, time_ms) = (u32::from_le_bytes(*attempt), u64::from_le_bytes(*time_ms));
