@@ -87,6 +87,11 @@ fn hosts_join_agree_on_a_leader_and_losses_are_seen() {
     std::thread::sleep(Duration::from_millis(3 * LEASE_TTL_MS.parse::<u64>().unwrap()));
     assert_eq!(joined(&hosts[0].1), first, "a member joined again: its membership lapsed");
 
+    // Deploying needs JetStream, which keeps the cluster's bundles.
+    let (status, refused) = hosts[0].1.api("POST", "/v1/topologies", b"not a bundle");
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("without --nats"), "{refused}");
+
     // The CLI shows the same.
     let shown = weir()
         .env("WEIR_TOKEN", common::server::TOKEN)

@@ -30,6 +30,17 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
         return Err(DeployError::BadRequest(NO_NATS.into()));
     }
     let (name, definition) = app.deployments.check_upload(&request, bytes)?;
+    let taken = || {
+        DeployError::Conflict(format!(
+            "topology {name} is deployed to cluster {} already: delete it, or deploy under another ?name=",
+            config.name
+        ))
+    };
+    // Checked before the bundle is stored, so that a refused deploy leaves
+    // nothing behind but in a race; the record's creation decides.
+    if membership.view().topologies.contains_key(&name) {
+        return Err(taken());
+    }
     let nats = nats(app)?;
     let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
     let deployment = ClusterDeployment {
@@ -47,10 +58,7 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
         catalog::create(&mut client, &config.name, &name, &deployment).await
     })?;
     if !created {
-        return Err(DeployError::Conflict(format!(
-            "topology {name} is deployed to cluster {} already: delete it, or deploy under another ?name=",
-            config.name
-        )));
+        return Err(taken());
     }
     tracing::info!("topology {name} deployed to cluster {} from host {}", config.name, config.host);
     let topology = ClusterTopology { deployment, assignment: None, assignment_revision: 0 };
