@@ -1,8 +1,8 @@
 //! One function per fuzz target, each feeding arbitrary bytes to a parser of
 //! untrusted input: what guests return (the batch codec), what redb hands
 //! back (stored records, ordered keys), what users upload (bundles, the
-//! topology definitions a guest describes) and what requests carry (JSON
-//! keys). None may panic on any input, and what one accepts must round-trip.
+//! topology definitions a guest describes), what requests carry (JSON
+//! keys) and what hosts of a cluster send each other (a slot's partials). None may panic on any input, and what one accepts must round-trip.
 //!
 //! `scripts/fuzz` runs each under libFuzzer (`cargo fuzz`) from its seed
 //! corpus in `fuzz/corpus/<target>`; the test below runs each over that
@@ -29,6 +29,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("bundle", bundle),
     ("topology", topology),
     ("json_key", json_key),
+    ("slot_partials", slot_partials),
 ];
 
 /// A packed batch, as a guest returns it: one that decodes re-encodes byte
@@ -114,6 +115,13 @@ pub fn json_key(data: &[u8]) {
     assert_eq!(again, key, "a key prints back as itself");
     let encoded = keys::encode(key.iter().map(Value::as_ref));
     assert_eq!(keys::decode(&encoded).expect("an encoded key decodes"), key);
+}
+
+/// A slot's partials, as another host of a cluster sends them: what decodes
+/// re-encodes byte for byte.
+pub fn slot_partials(data: &[u8]) {
+    let Ok(partials) = weir::cluster::slots::decode(data) else { return };
+    assert_eq!(weir::cluster::slots::encode(&partials), data, "decoded partials re-encode as they were");
 }
 
 #[cfg(test)]

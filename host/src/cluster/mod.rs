@@ -10,5 +10,6 @@ pub mod changelog;
 pub mod commit_log;
 mod leader;
 pub mod membership;
+pub mod slots;
 
 pub use membership::{ClusterConfig, ClusterView, Member, Membership, check_name};
