@@ -301,9 +301,27 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     let (status, refused) = hosts[0].1.api("POST", "/v1/topologies", &bytes);
     assert_eq!(status, 409, "{refused}");
     assert!(refused["error"].as_str().unwrap().contains("deployed to cluster c1 already"), "{refused}");
-    let (status, refused) = hosts[0].1.api("POST", "/v1/topologies/word-count/stop", b"");
+    let (status, refused) = hosts[0].1.api("GET", "/v1/topologies/word-count/logs", b"");
     assert_eq!(status, 409, "{refused}");
     assert!(refused["error"].as_str().unwrap().contains("not available across a cluster yet"), "{refused}");
+
+    // Stopped through one host, resumed through another: every host sees it.
+    let (status, stopped) = hosts[0].1.api("POST", "/v1/topologies/word-count/stop", b"");
+    assert_eq!(status, 200, "{stopped}");
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    hosts[2].1.wait_for_status("word-count", |s| s["state"] == "stopped");
+    let (status, resumed) = hosts[2].1.api("POST", "/v1/topologies/word-count/resume", b"");
+    assert_eq!(status, 200, "{resumed}");
+    hosts[0].1.wait_for_status("word-count", |s| s["state"] == "assigned");
+
+    // An upgrade must bring the same topology; this one does.
+    let other = bundle(dir.path(), WORD_COUNT_WINDOWED, "windowed.weir");
+    let (status, refused) = hosts[1].1.api("PUT", "/v1/topologies/word-count/bundle", &other);
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("defines no topology \"word-count\""), "{refused}");
+    let (status, upgraded) = hosts[1].1.api("PUT", "/v1/topologies/word-count/bundle", &bytes);
+    assert_eq!(status, 200, "{upgraded}");
+    assert_eq!(upgraded["cluster"]["bundle"], deployed["cluster"]["bundle"], "{upgraded}");
 
     // A member that is not the leader is killed: the others take its units,
     // and keep their own (compared when no other change came between: on a

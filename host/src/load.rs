@@ -173,6 +173,11 @@ fn remembered(data: &Path, topology: &str) -> PathBuf {
     data.join("topologies").join(format!("{topology}.weir"))
 }
 
+/// The names and kinds of `definition`'s states: what an upgrade must keep.
+pub fn state_kinds(definition: &TopologyDef) -> Vec<(String, String)> {
+    definition.states().into_iter().map(|state| (state.name.clone(), format!("{:?}", state.kind))).collect()
+}
+
 /// Keeps a copy of the component or bundle at `source`, which runs
 /// `topology`, in the data dir `data`.
 pub fn remember(data: &Path, topology: &str, source: &Path) -> Result<()> {

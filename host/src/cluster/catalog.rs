@@ -3,7 +3,7 @@
 //! its states' hash slots, which the leader assigns to hosts.
 
 use super::assignment::Assignment;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -28,6 +28,12 @@ pub struct ClusterDeployment {
     pub input: Option<PathBuf>,
     /// Hash slots per state.
     pub slots: u32,
+    /// Its states' names and kinds: an upgrade must keep them.
+    #[serde(default)]
+    pub states: Vec<(String, String)>,
+    /// Whether it should run (`weir stop` and `weir resume` set it).
+    #[serde(default = "running")]
+    pub running: bool,
     /// Its units of work, in order.
     pub units: Vec<String>,
     /// The host the deploy was made on.
@@ -71,6 +77,10 @@ pub fn units(definition: &TopologyDef, slots: u32) -> Vec<String> {
     units
 }
 
+fn running() -> bool {
+    true
+}
+
 fn prefix(cluster: &str, what: &str) -> String {
     format!("/weir/{cluster}/{what}/")
 }
@@ -95,6 +105,32 @@ pub async fn create(client: &mut Client, cluster: &str, name: &str, deployment: 
     )]);
     let done = client.txn(txn).await.with_context(|| format!("recording topology {name} in etcd"))?;
     Ok(done.succeeded())
+}
+
+/// Changes topology `name`'s record with `change`, against any concurrent
+/// change (read again and retried); returns the record as written, or
+/// `None` when the cluster has no topology `name`.
+pub async fn update(
+    client: &mut Client,
+    cluster: &str,
+    name: &str,
+    change: impl Fn(&mut ClusterDeployment),
+) -> Result<Option<ClusterDeployment>> {
+    let key = topology_key(cluster, name);
+    for _ in 0..16 {
+        let got = client.get(key.as_str(), None).await.with_context(|| format!("reading topology {name} in etcd"))?;
+        let Some(kv) = got.kvs().first() else { return Ok(None) };
+        let mut deployment: ClusterDeployment = serde_json::from_slice(kv.value())
+            .with_context(|| format!("the record of topology {name} in etcd cannot be read"))?;
+        change(&mut deployment);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision())])
+            .and_then([TxnOp::put(key.as_str(), serde_json::to_vec(&deployment)?, None)]);
+        if client.txn(txn).await.with_context(|| format!("writing topology {name} in etcd"))?.succeeded() {
+            return Ok(Some(deployment));
+        }
+    }
+    bail!("topology {name}'s record kept changing under this change: try again")
 }
 
 /// Removes topology `name` and its assignment; says whether it was there.

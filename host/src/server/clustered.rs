@@ -49,6 +49,8 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
         bundle_bytes: bytes.len() as u64,
         input: request.input,
         slots: DEFAULT_SLOTS,
+        states: crate::load::state_kinds(&definition),
+        running: true,
         units: catalog::units(&definition, DEFAULT_SLOTS),
         deployed_by: config.host.clone(),
         deployed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
@@ -65,6 +67,76 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
     Ok(status(app, &name, &topology))
 }
 
+fn not_in_cluster(membership: &Membership, name: &str) -> DeployError {
+    DeployError::NotFound(format!("no topology {name} is deployed to cluster {}", membership.config().name))
+}
+
+/// Sets whether topology `name` of the cluster should run.
+pub fn set_running(app: &App, membership: &Membership, name: &str, running: bool) -> Result<Value, DeployError> {
+    let config = membership.config();
+    let written = tokio::runtime::Handle::current().block_on(async {
+        let mut client = membership.etcd().await?;
+        catalog::update(&mut client, &config.name, name, |d| d.running = running).await
+    })?;
+    let deployment = written.ok_or_else(|| not_in_cluster(membership, name))?;
+    let verb = if running { "resumed" } else { "stopped" };
+    tracing::info!("topology {name} {verb} across cluster {}", config.name);
+    Ok(status_of_record(app, membership, name, deployment))
+}
+
+/// Upgrades topology `name` of the cluster to the bundle `bytes`: the same
+/// topology, with the same states, checked here as a deploy is; the
+/// cluster's hosts load it, and the old bundle goes when no topology uses it.
+pub fn upgrade(app: &App, membership: &Membership, name: &str, bytes: &[u8]) -> Result<Value, DeployError> {
+    let config = membership.config();
+    let old = membership.view().topologies.remove(name).ok_or_else(|| not_in_cluster(membership, name))?.deployment;
+    let request =
+        DeployRequest { name: Some(name.to_owned()), topology: Some(old.topology.clone()), input: old.input.clone() };
+    let (_, definition) = app.deployments.check_upload(&request, bytes)?;
+    let states = crate::load::state_kinds(&definition);
+    if !old.states.is_empty() && old.states != states {
+        return Err(DeployError::BadRequest(format!(
+            "the upgrade changes topology {name}'s states ({:?} -> {states:?}); deploy it under a new name instead",
+            old.states
+        )));
+    }
+    let nats = nats(app)?;
+    let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
+    let units = catalog::units(&definition, old.slots);
+    let written = tokio::runtime::Handle::current().block_on(async {
+        let mut client = membership.etcd().await?;
+        catalog::update(&mut client, &config.name, name, |d| {
+            d.bundle = digest.clone();
+            d.bundle_bytes = bytes.len() as u64;
+            d.states = states.clone();
+            d.units = units.clone();
+            d.running = true;
+        })
+        .await
+    })?;
+    let deployment = written.ok_or_else(|| not_in_cluster(membership, name))?;
+    forget_bundle(&nats, membership, name, &old.bundle, &digest);
+    tracing::info!("topology {name} of cluster {} upgraded to bundle {digest}", config.name);
+    Ok(status_of_record(app, membership, name, deployment))
+}
+
+/// Removes bundle `digest`, which topology `name` no longer uses, unless
+/// it is `kept` or another topology of the cluster uses it.
+fn forget_bundle(nats: &Nats, membership: &Membership, name: &str, digest: &str, kept: &str) {
+    let topologies = membership.view().topologies;
+    let used = digest == kept || topologies.iter().any(|(other, t)| other != name && t.deployment.bundle == digest);
+    if !used && let Err(e) = nats.runtime.block_on(bundles::remove(&nats.jetstream, digest)) {
+        tracing::warn!("bundle {digest}, which topology {name} no longer uses, stays in JetStream: {e:#}");
+    }
+}
+
+/// The status of topology `name` as `deployment` now records it, with the
+/// assignment this host last read.
+fn status_of_record(app: &App, membership: &Membership, name: &str, deployment: ClusterDeployment) -> Value {
+    let assignment = membership.view().topologies.remove(name).and_then(|t| t.assignment);
+    status(app, name, &ClusterTopology { deployment, assignment, assignment_revision: 0 })
+}
+
 /// Deletes topology `name` from the cluster, and its bundle when no other
 /// topology of the cluster uses it.
 pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), DeployError> {
@@ -75,17 +147,11 @@ pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), Depl
         catalog::remove(&mut client, &config.name, name).await
     })?;
     if !removed {
-        return Err(DeployError::NotFound(format!("no topology {name} is deployed to cluster {}", config.name)));
+        return Err(not_in_cluster(membership, name));
     }
     if let Some(gone) = known.get(name) {
-        let digest = &gone.deployment.bundle;
-        let shared = known.iter().any(|(other, t)| other != name && t.deployment.bundle == *digest);
-        if !shared {
-            let nats = nats(app)?;
-            if let Err(e) = nats.runtime.block_on(bundles::remove(&nats.jetstream, digest)) {
-                tracing::warn!("topology {name} is deleted, but its bundle stays in JetStream: {e:#}");
-            }
-        }
+        let nats = nats(app)?;
+        forget_bundle(&nats, membership, name, &gone.deployment.bundle, "");
     }
     tracing::info!("topology {name} deleted from cluster {}", config.name);
     Ok(())
@@ -118,7 +184,7 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
     json!({
         "name": name,
         "topology": deployment.topology,
-        "state": "assigned",
+        "state": if deployment.running { "assigned" } else { "stopped" },
         "error": Value::Null,
         "last_committed": 0,
         "batches": 0,

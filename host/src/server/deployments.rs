@@ -122,11 +122,6 @@ fn not_deployed(name: &str) -> DeployError {
     DeployError::NotFound(format!("no topology {name} is deployed"))
 }
 
-/// The state kinds of a topology's states, to refuse an upgrade changing one.
-fn states(def: &TopologyDef) -> Vec<(String, String)> {
-    def.states().into_iter().map(|state| (state.name.clone(), format!("{:?}", state.kind))).collect()
-}
-
 /// A deployment's name is a redb table name's part, a URL's path segment,
 /// a metrics label and a thread's name, never a file name: any printable
 /// characters but `/`, at most [`MAX_DEPLOYMENT_NAME`] of them, and not
@@ -563,7 +558,7 @@ impl Deployments {
         let (topology, old) = {
             let deployed = self.lock();
             let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
-            let old = deployment.loaded.as_ref().map(|l| states(&l.definition));
+            let old = deployment.loaded.as_ref().map(|l| load::state_kinds(&l.definition));
             (deployment.topology(name).to_owned(), old)
         };
         let upload = Bundle::from_bytes(Path::new("upload"), bytes).map_err(bad)?;
@@ -573,7 +568,7 @@ impl Deployments {
         Self::choose_topology(&upload, Some(topology.clone()))?;
         let staged = Staged::write(&self.host.bundles, bytes)?;
         let loaded = self.load_staged(&staged, &topology, name)?;
-        let new = states(&loaded.definition);
+        let new = load::state_kinds(&loaded.definition);
         if let Some(old) = old.filter(|old| old != &new) {
             return Err(DeployError::BadRequest(format!(
                 "the upgrade changes topology {name}'s states ({old:?} -> {new:?}); deploy it under a new name instead"

@@ -181,6 +181,8 @@ mod tests {
             bundle_bytes: 1,
             input: None,
             slots: 2,
+            states: vec![("counts".into(), "Transactional".into())],
+            running: true,
             units: units.iter().map(|(unit, _)| unit.to_string()).collect(),
             deployed_by: "h1".into(),
             deployed_unix_ms: 0,

@@ -276,7 +276,7 @@ fn clustered<'a>(app: &'a App, name: &str) -> Option<(&'a Membership, crate::clu
 }
 
 /// The refusal of `verb` on a topology deployed across a cluster, which
-/// only deploy, ps, status and delete serve yet.
+/// only deploy, ps, status, stop, resume, upgrade and delete serve yet.
 fn not_across_cluster(app: &App, name: &str, verb: &str) -> Option<Response> {
     let (membership, _) = clustered(app, name)?;
     Some(error(
@@ -309,9 +309,6 @@ async fn act(
     name: String,
     action: impl FnOnce(&Deployments, &str) -> Result<Status, DeployError> + Send + 'static,
 ) -> Response {
-    if let Some(refusal) = not_across_cluster(&app, &name, "stop, resume or upgrade") {
-        return refusal;
-    }
     let result = blocking({
         let app = Arc::clone(&app);
         move || action(&app.deployments, &name).map(|status| status_json(&name, &status))
@@ -320,15 +317,42 @@ async fn act(
     app.answer(StatusCode::OK, result)
 }
 
+/// Runs `action` on topology `name` of the cluster off the async runtime
+/// and answers with its status.
+async fn act_across_cluster(
+    app: Shared,
+    name: String,
+    action: impl FnOnce(&App, &Membership, &str) -> Result<serde_json::Value, DeployError> + Send + 'static,
+) -> Response {
+    let result = blocking({
+        let app = Arc::clone(&app);
+        move || {
+            let (membership, _) = clustered(&app, &name).ok_or_else(|| DeployError::NotFound(name.clone()))?;
+            action(&app, membership, &name)
+        }
+    })
+    .await;
+    app.answer(StatusCode::OK, result)
+}
+
 async fn stop(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    if clustered(&app, &name).is_some() {
+        return act_across_cluster(app, name, |app, m, name| clustered::set_running(app, m, name, false)).await;
+    }
     act(app, name, Deployments::stop).await
 }
 
 async fn resume(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    if clustered(&app, &name).is_some() {
+        return act_across_cluster(app, name, |app, m, name| clustered::set_running(app, m, name, true)).await;
+    }
     act(app, name, Deployments::resume_one).await
 }
 
 async fn upgrade(State(app): State<Shared>, Path(name): Path<String>, body: Bytes) -> Response {
+    if clustered(&app, &name).is_some() {
+        return act_across_cluster(app, name, move |app, m, name| clustered::upgrade(app, m, name, &body)).await;
+    }
     act(app, name, move |deployments, name| deployments.upgrade(name, &body)).await
 }
 
