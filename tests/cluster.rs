@@ -301,9 +301,15 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     let (status, refused) = hosts[0].1.api("POST", "/v1/topologies", &bytes);
     assert_eq!(status, 409, "{refused}");
     assert!(refused["error"].as_str().unwrap().contains("deployed to cluster c1 already"), "{refused}");
-    let (status, refused) = hosts[0].1.api("GET", "/v1/topologies/word-count/logs", b"");
+    let (status, refused) = hosts[0].1.api("GET", "/v1/topologies/word-count/states/counts", b"");
     assert_eq!(status, 409, "{refused}");
     assert!(refused["error"].as_str().unwrap().contains("not available across a cluster yet"), "{refused}");
+    // What ran of it on this host: nothing yet.
+    let (status, logs) = hosts[0].1.api("GET", "/v1/topologies/word-count/logs", b"");
+    assert_eq!((status, logs), (200, serde_json::json!([])));
+    let (status, history) = hosts[0].1.api("GET", "/v1/topologies/word-count/history", b"");
+    assert_eq!(status, 200, "{history}");
+    assert_eq!(history["at"], serde_json::json!([]), "{history}");
 
     // Stopped through one host, resumed through another: every host sees it.
     let (status, stopped) = hosts[0].1.api("POST", "/v1/topologies/word-count/stop", b"");

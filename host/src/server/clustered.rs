@@ -9,6 +9,7 @@ use crate::cluster::catalog::{self, ClusterDeployment, ClusterTopology, DEFAULT_
 use crate::cluster::{Membership, bundles};
 use crate::nats::Nats;
 use anyhow::Context;
+use etcd_client::Client;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,6 +22,15 @@ const NO_NATS: &str = "this host was started without --nats: a cluster keeps its
 
 fn nats(app: &App) -> anyhow::Result<Nats> {
     Nats::connect(app.host.nats.as_ref().context(NO_NATS)?, "weir cluster bundles")
+}
+
+/// Runs `work` with a client of the cluster's etcd, from a thread off the
+/// async runtime.
+fn in_etcd<T>(membership: &Membership, work: impl AsyncFnOnce(&mut Client) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    tokio::runtime::Handle::current().block_on(async {
+        let mut client = membership.etcd().await?;
+        work(&mut client).await
+    })
 }
 
 /// Deploys an upload to the cluster; runs off the async runtime.
@@ -55,10 +65,7 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
         deployed_by: config.host.clone(),
         deployed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
     };
-    let created = tokio::runtime::Handle::current().block_on(async {
-        let mut client = membership.etcd().await?;
-        catalog::create(&mut client, &config.name, &name, &deployment).await
-    })?;
+    let created = in_etcd(membership, async |client| catalog::create(client, &config.name, &name, &deployment).await)?;
     if !created {
         return Err(taken());
     }
@@ -74,10 +81,8 @@ fn not_in_cluster(membership: &Membership, name: &str) -> DeployError {
 /// Sets whether topology `name` of the cluster should run.
 pub fn set_running(app: &App, membership: &Membership, name: &str, running: bool) -> Result<Value, DeployError> {
     let config = membership.config();
-    let written = tokio::runtime::Handle::current().block_on(async {
-        let mut client = membership.etcd().await?;
-        catalog::update(&mut client, &config.name, name, |d| d.running = running).await
-    })?;
+    let written =
+        in_etcd(membership, async |client| catalog::update(client, &config.name, name, |d| d.running = running).await)?;
     let deployment = written.ok_or_else(|| not_in_cluster(membership, name))?;
     let verb = if running { "resumed" } else { "stopped" };
     tracing::info!("topology {name} {verb} across cluster {}", config.name);
@@ -103,9 +108,8 @@ pub fn upgrade(app: &App, membership: &Membership, name: &str, bytes: &[u8]) -> 
     let nats = nats(app)?;
     let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
     let units = catalog::units(&definition, old.slots);
-    let written = tokio::runtime::Handle::current().block_on(async {
-        let mut client = membership.etcd().await?;
-        catalog::update(&mut client, &config.name, name, |d| {
+    let written = in_etcd(membership, async |client| {
+        catalog::update(client, &config.name, name, |d| {
             d.bundle = digest.clone();
             d.bundle_bytes = bytes.len() as u64;
             d.states = states.clone();
@@ -142,10 +146,7 @@ fn status_of_record(app: &App, membership: &Membership, name: &str, deployment: 
 pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), DeployError> {
     let config = membership.config();
     let known = membership.view().topologies;
-    let removed = tokio::runtime::Handle::current().block_on(async {
-        let mut client = membership.etcd().await?;
-        catalog::remove(&mut client, &config.name, name).await
-    })?;
+    let removed = in_etcd(membership, async |client| catalog::remove(client, &config.name, name).await)?;
     if !removed {
         return Err(not_in_cluster(membership, name));
     }

@@ -319,19 +319,14 @@ impl Deployments {
     /// Deploys a topology of an uploaded bundle under its name and starts it.
     /// A refused deploy leaves nothing behind: no bundle, no record, no state.
     pub fn deploy(&self, request: DeployRequest, bytes: &[u8]) -> Result<Status, DeployError> {
-        let bundle = Bundle::from_bytes(Path::new("upload"), bytes).map_err(bad)?;
-        let topology = Self::choose_topology(&bundle, request.topology)?;
-        let name = request.name.unwrap_or_else(|| topology.clone());
-        check_name(&name)?;
+        let (name, topology) = Self::target(&request, bytes)?;
         let _claim = self.claim(&name)?;
         if self.lock().contains_key(&name) {
             return Err(DeployError::Conflict(format!(
                 "topology {name} is deployed already: upgrade or delete it, or deploy under another ?name="
             )));
         }
-        let staged = Staged::write(&self.host.bundles, bytes)?;
-        let loaded = self.load_staged(&staged, &topology, &name)?;
-        self.check_input(&loaded, &name, request.input.as_deref())?;
+        let (staged, loaded) = self.stage_checked(&request, bytes, &topology, &name)?;
         let mut deployed = self.lock();
         self.refuse_when_closing()?;
         let file = staged.keep(&self.host.bundles)?;
@@ -355,20 +350,39 @@ impl Deployments {
     /// cluster's hosts keep theirs; returns the name and the topology's
     /// definition.
     pub fn check_upload(&self, request: &DeployRequest, bytes: &[u8]) -> Result<(String, TopologyDef), DeployError> {
-        let bundle = Bundle::from_bytes(Path::new("upload"), bytes).map_err(bad)?;
-        let topology = Self::choose_topology(&bundle, request.topology.clone())?;
-        let name = request.name.clone().unwrap_or_else(|| topology.clone());
-        check_name(&name)?;
+        let (name, topology) = Self::target(request, bytes)?;
         if self.lock().contains_key(&name) {
             return Err(DeployError::Conflict(format!(
                 "topology {name} is deployed on this host outside the cluster: delete it, or deploy under another ?name="
             )));
         }
-        let staged = Staged::write(&self.host.bundles, bytes)?;
-        let loaded = self.load_staged(&staged, &topology, &name)?;
-        self.check_input(&loaded, &name, request.input.as_deref())?;
+        let (staged, loaded) = self.stage_checked(request, bytes, &topology, &name)?;
         staged.keep(&self.host.bundles)?;
         Ok((name, loaded.definition))
+    }
+
+    /// The name and topology an upload is to be deployed as.
+    fn target(request: &DeployRequest, bytes: &[u8]) -> Result<(String, String), DeployError> {
+        let bundle = Bundle::from_bytes(Path::new("upload"), bytes).map_err(bad)?;
+        let topology = Self::choose_topology(&bundle, request.topology.clone())?;
+        let name = request.name.clone().unwrap_or_else(|| topology.clone());
+        check_name(&name)?;
+        Ok((name, topology))
+    }
+
+    /// An upload staged and loaded as `topology` for `name`, its spout's
+    /// input checked.
+    fn stage_checked(
+        &self,
+        request: &DeployRequest,
+        bytes: &[u8],
+        topology: &str,
+        name: &str,
+    ) -> Result<(Staged, Loaded), DeployError> {
+        let staged = Staged::write(&self.host.bundles, bytes)?;
+        let loaded = self.load_staged(&staged, topology, name)?;
+        self.check_input(&loaded, name, request.input.as_deref())?;
+        Ok((staged, loaded))
     }
 
     /// Loads topology `topology` of a cluster's bundle, `bytes`, for

@@ -276,7 +276,7 @@ fn clustered<'a>(app: &'a App, name: &str) -> Option<(&'a Membership, crate::clu
 }
 
 /// The refusal of `verb` on a topology deployed across a cluster, which
-/// only deploy, ps, status, stop, resume, upgrade and delete serve yet.
+/// does not serve its state, queries and definition yet.
 fn not_across_cluster(app: &App, name: &str, verb: &str) -> Option<Response> {
     let (membership, _) = clustered(app, name)?;
     Some(error(
@@ -356,11 +356,18 @@ async fn upgrade(State(app): State<Shared>, Path(name): Path<String>, body: Byte
     act(app, name, move |deployments, name| deployments.upgrade(name, &body)).await
 }
 
-async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Response {
-    if let Some(refusal) = not_across_cluster(&app, &name, "logs") {
-        return refusal;
+/// Whether `name` is deployed here or to this host's cluster.
+fn known(app: &App, name: &str) -> Result<(), DeployError> {
+    match clustered(app, name) {
+        Some(_) => Ok(()),
+        None => app.deployments.status(name).map(drop),
     }
-    let lines = app.deployments.status(&name).map(|_| crate::runtime::recent_lines(&name));
+}
+
+/// What its guests wrote on this host (a cluster topology's, only this
+/// host's share).
+async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    let lines = known(&app, &name).map(|()| crate::runtime::recent_lines(&name));
     app.answer(StatusCode::OK, lines)
 }
 
@@ -482,12 +489,10 @@ async fn state(
     app.answer(StatusCode::OK, read_state(&app, &name, &state, &query))
 }
 
-/// The last 15 minutes of a topology's figures, a sample a second.
+/// The last 15 minutes of a topology's figures on this host, a sample a
+/// second.
 async fn history(State(app): State<Shared>, Path(name): Path<String>) -> Response {
-    if let Some(refusal) = not_across_cluster(&app, &name, "history") {
-        return refusal;
-    }
-    app.answer(StatusCode::OK, app.deployments.status(&name).map(|_| app.history.columns(&name)))
+    app.answer(StatusCode::OK, known(&app, &name).map(|()| app.history.columns(&name)))
 }
 
 /// A topology's stream graph, as `weir inspect --json` shows its definition.
