@@ -222,9 +222,9 @@ fn assignment(server: &Server, topology: &str) -> Option<(u64, String, BTreeMap<
     Some((record["epoch"].as_u64().unwrap(), record["reason"].as_str().unwrap().to_owned(), hosts))
 }
 
-/// Waits until every server sees the same assignment of `topology` over
-/// exactly `members`, each holding its share of `units` give or take one;
-/// returns it.
+/// Waits until every server sees the same assignment of `topology`'s
+/// `units` over exactly `members`, each holding its share of partitions and
+/// of slots give or take one; returns it.
 fn assigned_over(
     servers: &[&Server],
     topology: &str,
@@ -238,10 +238,13 @@ fn assigned_over(
             && seen.iter().all(|s| s.as_ref() == Some(first))
             && first.2.keys().map(String::as_str).eq(members.iter().copied())
         {
-            let shares: Vec<usize> = first.2.values().map(Vec::len).collect();
-            assert_eq!(shares.iter().sum::<usize>(), units, "{first:?}");
-            let (least, most) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
-            assert!(most - least <= 1, "shares differ by more than one: {shares:?}");
+            assert_eq!(first.2.values().map(Vec::len).sum::<usize>(), units, "{first:?}");
+            for kind in ["partition/", "slot/"] {
+                let shares: Vec<usize> =
+                    first.2.values().map(|units| units.iter().filter(|u| u.starts_with(kind)).count()).collect();
+                let (least, most) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+                assert!(most - least <= 1, "shares of {kind} differ by more than one: {shares:?}");
+            }
             return first.clone();
         }
         assert!(Instant::now() < deadline, "no common assignment over {members:?} within 30 s: {seen:#?}");
@@ -261,11 +264,15 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     let leader = agreed(&all(&hosts), &["h1", "h2", "h3"]);
 
     // Deployed through one host; every host lists it and loads its bundle.
+    // Its spout's `corpus.*` makes a partition of each subject of the stream.
+    nats.create_stream("corpus", &["corpus.0", "corpus.1", "corpus.2", "corpus.3"]);
     let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
     let (status, deployed) = hosts[1].1.api("POST", "/v1/topologies", &bytes);
     assert_eq!(status, 201, "{deployed}");
-    assert_eq!(deployed["cluster"]["units"], 65, "one partition and 64 slots of counts: {deployed}");
-    let (epoch, reason, _) = assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3"], 65);
+    assert_eq!(deployed["cluster"]["units"], 68, "four partitions and 64 slots of counts: {deployed}");
+    let (epoch, reason, owners) = assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3"], 68);
+    let partitions = owners.values().flatten().filter(|u| u.starts_with("partition/corpus.")).count();
+    assert_eq!(partitions, 4, "{owners:?}");
     assert_eq!(reason, "topology deployed");
     for (_, server) in &hosts {
         let listed = server.wait_for_status("word-count", |s| s["cluster"]["bundle_on_this_host"] == "loaded");
@@ -338,7 +345,7 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     let (gone_id, gone_server) = hosts.remove(gone);
     drop(gone_server);
     let rest: Vec<&str> = ["h1", "h2", "h3"].into_iter().filter(|id| *id != gone_id).collect();
-    let (after, reason, now) = assigned_over(&all(&hosts), "word-count", &rest, 65);
+    let (after, reason, now) = assigned_over(&all(&hosts), "word-count", &rest, 68);
     assert!(after > before, "a new epoch: {after} after {before}");
     assert!(reason.contains(&format!("host {gone_id} left")), "{reason}");
     if after == before + 1 {
@@ -356,7 +363,7 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     hosts.push(("h4".into(), host_with_nats(&dir.path().join("h4"), &etcd, &nats, "h4")));
     let mut members = rest.clone();
     members.push("h4");
-    let (joined, reason, _) = assigned_over(&all(&hosts), "word-count", &members, 65);
+    let (joined, reason, _) = assigned_over(&all(&hosts), "word-count", &members, 68);
     assert!(joined > after);
     assert!(reason.contains("host h4 joined"), "{reason}");
     hosts[2].1.wait_for_status("word-count", |s| s["cluster"]["bundle_on_this_host"] == "loaded");

@@ -28,26 +28,52 @@ impl Assignment {
     }
 }
 
-/// The assignment of `units` to `hosts` that follows `previous`. A unit
-/// stays with its owner while the owner is live and within its share; the
-/// units of gone hosts, new units and an overloaded host's excess go to the
-/// hosts furthest below their share. Hosts' shares differ by at most one.
-/// The same inputs, in any order, give the same assignment, so a new leader
-/// recomputes what the last one wrote. The epoch goes up by one when any
-/// unit changes hands, appears or goes.
+/// The assignment of `units` to `hosts` that follows `previous`. Units of
+/// each kind (the part of their name before the first `/`: `partition`,
+/// `slot`; none for a name without one) are shared out apart, so that every host gets its share of each:
+/// a unit stays with its owner while the owner is live and within its
+/// share; the units of gone hosts, new units and an overloaded host's
+/// excess go to the hosts furthest below their share. Hosts' shares of a
+/// kind differ by at most one. The same inputs, in any order, give the same
+/// assignment, so a new leader recomputes what the last one wrote. The
+/// epoch goes up by one when any unit changes hands, appears or goes.
 pub fn assign(previous: &Assignment, hosts: &[String], units: &[String]) -> Assignment {
     let hosts: BTreeSet<&str> = hosts.iter().map(String::as_str).collect();
-    let units: BTreeSet<&str> = units.iter().map(String::as_str).collect();
-    let next_epoch = previous.epoch + 1;
-    if hosts.is_empty() {
-        let changed = !previous.units.is_empty();
-        return Assignment { epoch: if changed { next_epoch } else { previous.epoch }, units: BTreeMap::new() };
+    let mut kinds: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for unit in units {
+        kinds.entry(unit.split_once('/').map_or("", |(kind, _)| kind)).or_default().insert(unit);
     }
+    let owners: BTreeMap<&str, &str> = if hosts.is_empty() {
+        BTreeMap::new()
+    } else {
+        kinds.values().flat_map(|units| place(previous, &hosts, units)).collect()
+    };
+    let changed = previous.units.len() != owners.len()
+        || owners.iter().any(|(unit, host)| previous.units.get(*unit).is_none_or(|owner| owner.host != *host));
+    let epoch = if changed { previous.epoch + 1 } else { previous.epoch };
+    let units = owners
+        .into_iter()
+        .map(|(unit, host)| {
+            let since = match previous.units.get(unit) {
+                Some(owner) if owner.host == host => owner.since,
+                _ => epoch,
+            };
+            (unit.to_owned(), Owner { host: host.to_owned(), since })
+        })
+        .collect();
+    Assignment { epoch, units }
+}
 
+/// Each of `units` (one kind) with its owner among `hosts` (not empty).
+fn place<'a>(
+    previous: &'a Assignment,
+    hosts: &BTreeSet<&'a str>,
+    units: &BTreeSet<&'a str>,
+) -> Vec<(&'a str, &'a str)> {
     // What each live host keeps of what it had, in unit order.
     let mut kept: BTreeMap<&str, Vec<&str>> = hosts.iter().map(|h| (*h, Vec::new())).collect();
     let mut free: Vec<&str> = Vec::new();
-    for unit in &units {
+    for unit in units {
         match previous.units.get(*unit).and_then(|owner| kept.get_mut(owner.host.as_str())) {
             Some(list) => list.push(unit),
             None => free.push(unit),
@@ -75,23 +101,7 @@ pub fn assign(previous: &Assignment, hosts: &[String], units: &[String]) -> Assi
         *room.get_mut(host).expect("a host with room") -= 1;
         kept.get_mut(host).expect("every host has a list").push(unit);
     }
-
-    let owners: BTreeMap<&str, &str> =
-        kept.iter().flat_map(|(host, list)| list.iter().map(move |unit| (*unit, *host))).collect();
-    let changed = previous.units.len() != owners.len()
-        || owners.iter().any(|(unit, host)| previous.units.get(*unit).is_none_or(|owner| owner.host != *host));
-    let epoch = if changed { next_epoch } else { previous.epoch };
-    let units = owners
-        .into_iter()
-        .map(|(unit, host)| {
-            let since = match previous.units.get(unit) {
-                Some(owner) if owner.host == host => owner.since,
-                _ => epoch,
-            };
-            (unit.to_owned(), Owner { host: host.to_owned(), since })
-        })
-        .collect();
-    Assignment { epoch, units }
+    kept.into_iter().flat_map(|(host, list)| list.into_iter().map(move |unit| (unit, host))).collect()
 }
 
 #[cfg(test)]
@@ -120,6 +130,23 @@ mod tests {
                 assert!(a.units.values().all(|o| hosts.contains(&o.host)));
                 let loads = loads(&a, &hosts);
                 assert!(loads.iter().max().unwrap() - loads.iter().min().unwrap() <= 1, "{loads:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_host_gets_its_share_of_each_kind_of_unit() {
+        let mut units: Vec<String> = (0..4).map(|p| format!("partition/clicks.{p}")).collect();
+        units.extend((0..64).map(|s| format!("slot/counts/{s}")));
+        let hosts = names("h", 3);
+        let first = assign(&Assignment::default(), &hosts, &units);
+        // A host gone and back: each still gets its share of each kind.
+        let again = assign(&assign(&first, &hosts[..2], &units), &hosts, &units);
+        for a in [first, again] {
+            for host in &hosts {
+                let partitions = a.of(host).filter(|u| u.starts_with("partition/")).count();
+                let slots = a.of(host).filter(|u| u.starts_with("slot/")).count();
+                assert!((1..=2).contains(&partitions) && (21..=22).contains(&slots), "{host}: {partitions} {slots}");
             }
         }
     }

@@ -62,12 +62,16 @@ pub struct ClusterTopology {
     pub assignment_revision: i64,
 }
 
-/// The units of `definition`'s work: `partition/<subject>` for each subject
-/// pattern of a JetStream spout (`partition/0` for a spout of one
-/// partition), and `slot/<state>/<n>` for each of its states' slots.
-pub fn units(definition: &TopologyDef, slots: u32) -> Vec<String> {
-    let mut units: Vec<String> = match definition.spout() {
-        Some(SpoutDef::JetStream(stream)) => stream.subjects.iter().map(|s| format!("partition/{s}")).collect(),
+/// The units of `definition`'s work: `partition/<subject>` for each of a
+/// JetStream spout's `partitions` (its subject patterns where none are
+/// given; `partition/0` for a spout of one partition), and
+/// `slot/<state>/<n>` for each of its states' slots.
+pub fn units(definition: &TopologyDef, partitions: Option<&[String]>, slots: u32) -> Vec<String> {
+    let mut units: Vec<String> = match (definition.spout(), partitions) {
+        (Some(SpoutDef::JetStream(_)), Some(partitions)) => {
+            partitions.iter().map(|s| format!("partition/{s}")).collect()
+        }
+        (Some(SpoutDef::JetStream(stream)), None) => stream.subjects.iter().map(|s| format!("partition/{s}")).collect(),
         _ => vec!["partition/0".to_owned()],
     };
     for state in definition.states() {
@@ -188,7 +192,8 @@ mod tests {
         let stream = topology.new_stream(JetStream::transactional("clicks", ["clicks.0", "clicks.1"]).string("page"));
         stream.group_by(["page"]).persistent_aggregate(State::transactional("pages"), Count, ["count"]);
         stream.group_by(["page"]).persistent_aggregate(State::opaque("views"), Count, ["count"]);
-        let units = units(topology.build().definition(), 3);
+        let definition = topology.build().definition().clone();
+        let units = units(&definition, None, 3);
         assert_eq!(
             units,
             [
@@ -205,8 +210,15 @@ mod tests {
 
         let file = Topology::new("f");
         file.new_stream(FileLines::new("line")).each(["line"], Identity, ["copy"]);
-        let units = super::units(file.build().definition(), DEFAULT_SLOTS);
+        let units = super::units(file.build().definition(), None, DEFAULT_SLOTS);
         assert_eq!(units, ["partition/0"], "a file spout is one partition, and no state has slots");
+
+        let expanded = ["clicks.0".to_owned(), "clicks.1".to_owned(), "clicks.2".to_owned()];
+        let units = super::units(&definition, Some(&expanded), 1);
+        assert_eq!(
+            units,
+            ["partition/clicks.0", "partition/clicks.1", "partition/clicks.2", "slot/pages/0", "slot/views/0"]
+        );
     }
 
     struct Identity;

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use weir_sdk::topology::{SpoutDef, TopologyDef};
 
 /// How each cluster bundle fared on this host, by the bundle's digest.
 pub type Loaded = std::sync::Mutex<BTreeMap<String, Result<(), String>>>;
@@ -22,6 +23,20 @@ const NO_NATS: &str = "this host was started without --nats: a cluster keeps its
 
 fn nats(app: &App) -> anyhow::Result<Nats> {
     Nats::connect(app.host.nats.as_ref().context(NO_NATS)?, "weir cluster bundles")
+}
+
+/// A JetStream spout's partitions, its wildcards expanded from its stream's
+/// subjects; `None` where they depend on which subjects hold messages, for
+/// a stream not made yet or out of reach (its subject patterns are its
+/// units then), and for other spouts.
+fn partitions(app: &App, definition: &TopologyDef) -> Option<Vec<String>> {
+    let (Some(SpoutDef::JetStream(stream)), Some(nats)) = (definition.spout(), app.host.nats.as_ref()) else {
+        return None;
+    };
+    crate::spout::jetstream::fixed_partitions(stream, &definition.name, nats).unwrap_or_else(|e| {
+        tracing::warn!("topology {}: its subject patterns are its partitions for now: {e:#}", definition.name);
+        None
+    })
 }
 
 /// Runs `work` with a client of the cluster's etcd, from a thread off the
@@ -51,6 +66,7 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
     if membership.view().topologies.contains_key(&name) {
         return Err(taken());
     }
+    let partitions = partitions(app, &definition);
     let nats = nats(app)?;
     let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
     let deployment = ClusterDeployment {
@@ -61,7 +77,7 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
         slots: DEFAULT_SLOTS,
         states: crate::load::state_kinds(&definition),
         running: true,
-        units: catalog::units(&definition, DEFAULT_SLOTS),
+        units: catalog::units(&definition, partitions.as_deref(), DEFAULT_SLOTS),
         deployed_by: config.host.clone(),
         deployed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
     };
@@ -107,7 +123,7 @@ pub fn upgrade(app: &App, membership: &Membership, name: &str, bytes: &[u8]) -> 
     }
     let nats = nats(app)?;
     let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
-    let units = catalog::units(&definition, old.slots);
+    let units = catalog::units(&definition, partitions(app, &definition).as_deref(), old.slots);
     let written = in_etcd(membership, async |client| {
         catalog::update(client, &config.name, name, |d| {
             d.bundle = digest.clone();

@@ -56,6 +56,27 @@ pub fn check(def: &JetStreamDef, topology: &str) -> Result<()> {
     Ok(())
 }
 
+/// The partitions `def` makes of its stream on the server of `nats`: its
+/// subjects, wildcards expanded; `None` when they depend on which subjects
+/// hold messages (a stream that takes a wildcard), so that more may come.
+pub fn fixed_partitions(def: &JetStreamDef, topology: &str, nats: &NatsConfig) -> Result<Option<Vec<String>>> {
+    check(def, topology)?;
+    let doing = || format!("topology {topology} reads stream {}", def.stream);
+    let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
+    let mut reader = Reader::new(&connection, def, 1);
+    let resolved = connection.runtime.block_on(async {
+        let resolved = reader.prepare().await;
+        reader.close().await;
+        resolved
+    });
+    match resolved {
+        Ok(()) => {}
+        Err(Failure::Lost(e) | Failure::Fatal(e)) => return Err(e).with_context(doing),
+    }
+    let (partitions, dynamic) = reader.partitions().expect("prepared");
+    Ok((!dynamic).then(|| partitions.to_vec()))
+}
+
 /// Where an emission that found nothing left the spout.
 struct CaughtUp {
     /// The sequence the next message of the partitions will have, or pass.

@@ -198,6 +198,12 @@ impl Reader {
         self.resolve(&subjects).await
     }
 
+    /// The partitions resolved by [`Reader::prepare`], and whether they
+    /// depend on which subjects hold messages (a stream taking a wildcard).
+    pub fn partitions(&self) -> Option<(&[String], bool)> {
+        self.partitions.as_deref().map(|p| (p, self.dynamic))
+    }
+
     /// The partitions the declared subjects make of a stream whose
     /// subjects are `stream_subjects`.
     async fn resolve(&mut self, stream_subjects: &[String]) -> Result<(), Failure> {
