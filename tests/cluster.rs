@@ -252,6 +252,34 @@ fn assigned_over(
     }
 }
 
+/// Waits until every slot of state `counts` of `topology`, as `server` sees
+/// its assignment, is fenced in the topology's changelog at the epoch its
+/// owner got it; returns each slot's fence epoch.
+fn fenced(server: &Server, nats: &NatsServer, topology: &str) -> BTreeMap<u32, u64> {
+    let connection = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = view(server);
+        let units = seen["topologies"][topology]["assignment"]["units"].as_object().unwrap().clone();
+        let fences: BTreeMap<u32, Option<u64>> = connection.runtime.block_on(async {
+            let log = Changelog::open(&connection.jetstream, "c1", topology).await.unwrap();
+            let mut fences = BTreeMap::new();
+            for unit in units.keys() {
+                let Some(slot) = unit.strip_prefix("slot/counts/") else { continue };
+                let slot: u32 = slot.parse().unwrap();
+                fences.insert(slot, log.rebuild("counts", slot).await.unwrap().fence.map(|f| f.epoch));
+            }
+            fences
+        });
+        let since = |slot: &u32| units[&format!("slot/counts/{slot}")]["since"].as_u64();
+        if fences.len() == 64 && fences.iter().all(|(slot, epoch)| *epoch == since(slot)) {
+            return fences.into_iter().map(|(slot, epoch)| (slot, epoch.unwrap())).collect();
+        }
+        assert!(Instant::now() < deadline, "slots not fenced at their owners' epochs within 30 s: {fences:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows_them() {
     let etcd = EtcdServer::start();
@@ -359,6 +387,11 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
         }
     }
 
+    // Each slot is fenced in the changelog at the epoch its owner got it:
+    // the moved ones at the new epoch.
+    let fences = fenced(&hosts[0].1, &nats, "word-count");
+    assert!(fences.values().any(|epoch| *epoch == after), "{fences:?}");
+
     // A host added takes its share, and the leader stays.
     hosts.push(("h4".into(), host_with_nats(&dir.path().join("h4"), &etcd, &nats, "h4")));
     let mut members = rest.clone();
@@ -415,6 +448,9 @@ fn a_slots_changelog_rebuilds_it_and_passes_over_a_fenced_hosts_records() {
 
         // Host B takes slot 3 over at epoch 2: it fences, then rebuilds.
         let fence = log.fence("counts", 3, 2).await.unwrap();
+        // Fencing again at that epoch (B restarted, say) keeps the first fence.
+        assert_eq!(log.fence("counts", 3, 2).await.unwrap(), fence);
+        assert_eq!(log.fence("counts", 3, 1).await.unwrap(), fence, "an older epoch does not fence");
         let rebuilt = log.rebuild("counts", 3).await.unwrap();
         assert_eq!(values(&rebuilt), [("a".into(), 2, "2".into()), ("b".into(), 1, "1".into())]);
         assert_eq!(rebuilt.fence, Some(fence));

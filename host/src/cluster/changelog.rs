@@ -19,6 +19,7 @@ use anyhow::{Context, Result, bail};
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, stream};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -150,12 +151,25 @@ impl Changelog {
     }
 
     /// Fences slot `slot` of `state` for its new owner at `epoch`: records
-    /// of older epochs the stream takes from now on are passed over.
+    /// of older epochs the stream takes from now on are passed over. A
+    /// slot fenced at `epoch` or later already keeps that fence: fencing
+    /// again later would let through what came between.
     pub async fn fence(&self, state: &str, slot: u32, epoch: u64) -> Result<Fence> {
+        let doing = || format!("fencing slot {slot} of state {state} at epoch {epoch}");
         let subject = format!("{}.fence", self.slot_subject(state, slot));
+        let stream = self.js.get_stream(&self.stream).await.with_context(doing)?;
+        match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(last) => {
+                let fenced: u64 = serde_json::from_slice(&last.payload).with_context(doing)?;
+                if fenced >= epoch {
+                    return Ok(Fence { epoch: fenced, sequence: last.sequence });
+                }
+            }
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {}
+            Err(e) => return Err(e).with_context(doing),
+        }
         let payload = serde_json::to_vec(&epoch)?;
-        let ack = self.js.publish(subject, payload.into()).await?.await;
-        let ack = ack.with_context(|| format!("fencing slot {slot} of state {state} at epoch {epoch}"))?;
+        let ack = self.js.publish(subject, payload.into()).await.with_context(doing)?.await.with_context(doing)?;
         Ok(Fence { epoch, sequence: ack.sequence })
     }
 
@@ -185,8 +199,11 @@ impl Changelog {
                 let sequence = info.stream_sequence;
                 got += 1;
                 if message.subject.ends_with(".fence") {
+                    // The highest epoch's first fence holds.
                     let epoch: u64 = serde_json::from_slice(&message.payload).with_context(doing)?;
-                    fence = Some(Fence { epoch, sequence });
+                    if fence.is_none_or(|f| epoch > f.epoch) {
+                        fence = Some(Fence { epoch, sequence });
+                    }
                 } else {
                     let record: Record = serde_json::from_slice(&message.payload).with_context(doing)?;
                     records.push((sequence, record));

@@ -6,6 +6,7 @@
 use super::deployments::{DeployError, DeployRequest};
 use super::{App, Shared};
 use crate::cluster::catalog::{self, ClusterDeployment, ClusterTopology, DEFAULT_SLOTS};
+use crate::cluster::changelog::Changelog;
 use crate::cluster::{Membership, bundles};
 use crate::nats::Nats;
 use anyhow::Context;
@@ -274,4 +275,104 @@ fn load_bundle(app: &App, name: &str, deployment: &ClusterDeployment) -> anyhow:
         .with_context(|| format!("topology {name}'s bundle {}", deployment.bundle))?;
     tracing::info!("topology {name}'s bundle {} is loaded on this host", deployment.bundle);
     Ok(())
+}
+
+/// A slot fence to publish: topology, state, slot, and the epoch at which
+/// this host got the slot.
+type SlotFence = (String, String, u32, u64);
+
+/// Fences, in each topology's changelog, every slot this host owns, at the
+/// epoch it got the slot: from then on, records that a former owner (one
+/// paused past its lease, say) writes are passed over when the slot is
+/// rebuilt. Runs for the server's life.
+pub async fn fence_own_slots(app: Shared) {
+    let mut fenced: BTreeSet<SlotFence> = BTreeSet::new();
+    let mut connection: Option<Nats> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Some(membership) = app.cluster.get() else { continue };
+        let view = membership.view();
+        if !view.member || app.host.nats.is_none() {
+            continue;
+        }
+        let owned = own_slots(&view);
+        fenced.retain(|fence| owned.contains(fence));
+        let wanted: Vec<SlotFence> = owned.difference(&fenced).cloned().collect();
+        if wanted.is_empty() {
+            continue;
+        }
+        let (app, cluster, held) = (Arc::clone(&app), view.cluster.clone(), connection.take());
+        let outcome = tokio::task::spawn_blocking(move || publish_fences(&app, &cluster, wanted, held)).await;
+        if let Ok((done, held)) = outcome {
+            fenced.extend(done);
+            connection = held;
+        }
+    }
+}
+
+/// The slots this host owns in `view`, each with the epoch it got it at.
+fn own_slots(view: &crate::cluster::ClusterView) -> BTreeSet<SlotFence> {
+    let mut owned = BTreeSet::new();
+    for (name, topology) in &view.topologies {
+        let Some(record) = &topology.assignment else { continue };
+        for (unit, owner) in &record.assignment.units {
+            let slot = unit.strip_prefix("slot/").and_then(|u| u.rsplit_once('/'));
+            if let (true, Some((state, slot))) = (owner.host == view.host, slot)
+                && let Ok(slot) = slot.parse()
+            {
+                owned.insert((name.clone(), state.to_owned(), slot, owner.since));
+            }
+        }
+    }
+    owned
+}
+
+/// Publishes `wanted` fences through `held` (or a new connection); returns
+/// those published, and the connection to keep.
+fn publish_fences(
+    app: &App,
+    cluster: &str,
+    wanted: Vec<SlotFence>,
+    held: Option<Nats>,
+) -> (Vec<SlotFence>, Option<Nats>) {
+    let nats = match held.map_or_else(|| nats(app), Ok) {
+        Ok(nats) => nats,
+        Err(e) => {
+            tracing::warn!("this host's slots are not fenced yet: {e:#}");
+            return (Vec::new(), None);
+        }
+    };
+    let done = nats.runtime.block_on(async {
+        let mut done = Vec::new();
+        let mut logs: BTreeMap<String, Changelog> = BTreeMap::new();
+        for fence in wanted {
+            let (name, state, slot, epoch) = &fence;
+            if !logs.contains_key(name) {
+                match Changelog::open(&nats.jetstream, cluster, name).await {
+                    Ok(log) => logs.insert(name.clone(), log),
+                    Err(e) => {
+                        tracing::warn!("slots of topology {name} are not fenced yet: {e:#}");
+                        break;
+                    }
+                };
+            }
+            match logs[name].fence(state, *slot, *epoch).await {
+                Ok(_) => done.push(fence),
+                Err(e) => {
+                    tracing::warn!("slot {slot} of state {state} of topology {name} is not fenced yet: {e:#}");
+                    break;
+                }
+            }
+        }
+        done
+    });
+    let mut counts: BTreeMap<(&str, u64), usize> = BTreeMap::new();
+    for (name, _, _, epoch) in &done {
+        *counts.entry((name.as_str(), *epoch)).or_default() += 1;
+    }
+    for ((name, epoch), count) in counts {
+        tracing::info!("fenced {count} slots of topology {name} at epoch {epoch} in its changelog");
+    }
+    (done, Some(nats))
 }

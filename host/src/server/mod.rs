@@ -633,6 +633,7 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
             let _ =
                 app.cluster.set(Membership::start(cluster.listening_at(address), &tokio::runtime::Handle::current()));
             tokio::spawn(clustered::load_bundles(Arc::clone(&app)));
+            tokio::spawn(clustered::fence_own_slots(Arc::clone(&app)));
         }
         tokio::spawn(sample(Arc::clone(&app)));
         anyhow::Ok(accept(listener, router(Arc::clone(&app)), config.header_timeout).await)
