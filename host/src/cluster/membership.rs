@@ -103,6 +103,11 @@ impl Membership {
         self.view.lock().expect("cluster view").clone()
     }
 
+    /// Topology `name` of the cluster, as of the last keepalive.
+    pub fn topology(&self, name: &str) -> Option<ClusterTopology> {
+        self.view.lock().expect("cluster view").topologies.get(name).cloned()
+    }
+
     pub fn config(&self) -> &ClusterConfig {
         &self.config
     }

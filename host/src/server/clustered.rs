@@ -64,7 +64,7 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
     };
     // Checked before the bundle is stored, so that a refused deploy leaves
     // nothing behind but in a race; the record's creation decides.
-    if membership.view().topologies.contains_key(&name) {
+    if membership.topology(&name).is_some() {
         return Err(taken());
     }
     let partitions = partitions(app, &definition);
@@ -111,7 +111,7 @@ pub fn set_running(app: &App, membership: &Membership, name: &str, running: bool
 /// cluster's hosts load it, and the old bundle goes when no topology uses it.
 pub fn upgrade(app: &App, membership: &Membership, name: &str, bytes: &[u8]) -> Result<Value, DeployError> {
     let config = membership.config();
-    let old = membership.view().topologies.remove(name).ok_or_else(|| not_in_cluster(membership, name))?.deployment;
+    let old = membership.topology(name).ok_or_else(|| not_in_cluster(membership, name))?.deployment;
     let request =
         DeployRequest { name: Some(name.to_owned()), topology: Some(old.topology.clone()), input: old.input.clone() };
     let (_, definition) = app.deployments.check_upload(&request, bytes)?;
@@ -154,7 +154,7 @@ fn forget_bundle(nats: &Nats, membership: &Membership, name: &str, digest: &str,
 /// The status of topology `name` as `deployment` now records it, with the
 /// assignment this host last read.
 fn status_of_record(app: &App, membership: &Membership, name: &str, deployment: ClusterDeployment) -> Value {
-    let assignment = membership.view().topologies.remove(name).and_then(|t| t.assignment);
+    let assignment = membership.topology(name).and_then(|t| t.assignment);
     status(app, name, &ClusterTopology { deployment, assignment, assignment_revision: 0 })
 }
 
@@ -162,12 +162,12 @@ fn status_of_record(app: &App, membership: &Membership, name: &str, deployment: 
 /// topology of the cluster uses it.
 pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), DeployError> {
     let config = membership.config();
-    let known = membership.view().topologies;
+    let known = membership.topology(name);
     let removed = in_etcd(membership, async |client| catalog::remove(client, &config.name, name).await)?;
     if !removed {
         return Err(not_in_cluster(membership, name));
     }
-    if let Some(gone) = known.get(name) {
+    if let Some(gone) = known {
         let nats = nats(app)?;
         forget_bundle(&nats, membership, name, &gone.deployment.bundle, "");
     }

@@ -272,7 +272,7 @@ fn clustered<'a>(app: &'a App, name: &str) -> Option<(&'a Membership, crate::clu
     if app.deployments.contains(name) {
         return None;
     }
-    Some((membership, membership.view().topologies.remove(name)?))
+    Some((membership, membership.topology(name)?))
 }
 
 /// The refusal of `verb` on a topology deployed across a cluster, which
