@@ -39,6 +39,15 @@ fn view(server: &Server) -> Value {
     view
 }
 
+/// What `weir cluster --server` prints of `server`, having succeeded.
+fn weir_cluster(server: &Server) -> String {
+    let shown = weir().env("WEIR_TOKEN", common::server::TOKEN).args(["cluster", "--server", &server.url()]).output();
+    let shown = shown.unwrap();
+    let shown_text = text(&shown);
+    assert!(shown.status.success(), "{shown_text}");
+    shown_text
+}
+
 fn ids(view: &Value) -> Vec<String> {
     view["hosts"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_owned()).collect()
 }
@@ -93,13 +102,7 @@ fn hosts_join_agree_on_a_leader_and_losses_are_seen() {
     assert!(refused["error"].as_str().unwrap().contains("without --nats"), "{refused}");
 
     // The CLI shows the same.
-    let shown = weir()
-        .env("WEIR_TOKEN", common::server::TOKEN)
-        .args(["cluster", "--server", &hosts[0].1.url()])
-        .output()
-        .unwrap();
-    let shown_text = text(&shown);
-    assert!(shown.status.success(), "{shown_text}");
+    let shown_text = weir_cluster(&hosts[0].1);
     assert!(shown_text.contains("cluster c1"), "{shown_text}");
     let leader_line =
         shown_text.lines().find(|l| l.starts_with(leader.as_str())).unwrap_or_else(|| panic!("{shown_text}"));
@@ -319,13 +322,7 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     assert!(metrics.contains(&format!("weir_cluster_leader{{cluster=\"c1\",host=\"{leader}\"}} 1")), "{metrics}");
 
     // The CLI shows each host's share.
-    let shown = weir()
-        .env("WEIR_TOKEN", common::server::TOKEN)
-        .args(["cluster", "--server", &hosts[2].1.url()])
-        .output()
-        .unwrap();
-    let shown_text = text(&shown);
-    assert!(shown.status.success(), "{shown_text}");
+    let shown_text = weir_cluster(&hosts[2].1);
     assert!(
         shown_text.contains(&format!("topology word-count, assignment epoch {epoch} (topology deployed)")),
         "{shown_text}"

@@ -5,6 +5,7 @@ use super::client::ServerArgs;
 use anyhow::{Context, Result};
 use clap::Args;
 use std::time::Duration;
+use weir::cluster::catalog::AssignmentRecord;
 use weir::cluster::{ClusterConfig, check_name};
 
 #[derive(Args, Debug)]
@@ -89,25 +90,14 @@ pub fn run(args: ClusterViewArgs) -> Result<()> {
 
 /// Which host owns which of a topology's units.
 fn print_assignment(name: &str, topology: &serde_json::Value) {
-    let Some(record) = topology["assignment"].as_object() else {
-        println!("\ntopology {name}: not assigned yet");
-        return;
+    let record = match serde_json::from_value::<Option<AssignmentRecord>>(topology["assignment"].clone()) {
+        Ok(Some(record)) => record,
+        Ok(None) => return println!("\ntopology {name}: not assigned yet"),
+        Err(e) => return println!("\ntopology {name}: its assignment cannot be read: {e}"),
     };
-    println!(
-        "\ntopology {name}, assignment epoch {} ({})",
-        record.get("epoch").unwrap_or(&serde_json::Value::Null),
-        record.get("reason").and_then(|r| r.as_str()).unwrap_or("?")
-    );
-    let mut hosts: std::collections::BTreeMap<&str, (Vec<&str>, usize)> = Default::default();
-    for (unit, owner) in record.get("units").and_then(|u| u.as_object()).into_iter().flatten() {
-        let (partitions, slots) = hosts.entry(owner["host"].as_str().unwrap_or("?")).or_default();
-        match unit.strip_prefix("partition/") {
-            Some(partition) => partitions.push(partition),
-            None => *slots += 1,
-        }
-    }
+    println!("\ntopology {name}, assignment epoch {} ({})", record.assignment.epoch, record.reason);
     println!("  {:<30} {:>6}  PARTITIONS", "HOST", "SLOTS");
-    for (host, (partitions, slots)) in hosts {
-        println!("  {host:<30} {slots:>6}  {}", partitions.join(" "));
+    for (host, share) in record.assignment.shares() {
+        println!("  {host:<30} {:>6}  {}", share.slots, share.partitions.join(" "));
     }
 }

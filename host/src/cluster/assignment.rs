@@ -21,10 +21,31 @@ pub struct Assignment {
     pub units: BTreeMap<String, Owner>,
 }
 
+/// What one host owns of a topology: its spout partitions, by name, and how
+/// many state slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Share<'a> {
+    pub partitions: Vec<&'a str>,
+    pub slots: usize,
+}
+
 impl Assignment {
     /// The units `host` owns, in order.
     pub fn of<'a>(&'a self, host: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.units.iter().filter(move |(_, owner)| owner.host == host).map(|(unit, _)| unit.as_str())
+    }
+
+    /// Each owner's share, by host.
+    pub fn shares(&self) -> BTreeMap<&str, Share<'_>> {
+        let mut shares: BTreeMap<&str, Share<'_>> = BTreeMap::new();
+        for (unit, owner) in &self.units {
+            let share = shares.entry(owner.host.as_str()).or_default();
+            match unit.strip_prefix("partition/") {
+                Some(partition) => share.partitions.push(partition),
+                None => share.slots += 1,
+            }
+        }
+        shares
     }
 }
 

@@ -179,19 +179,10 @@ pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), Depl
 /// `cluster`: its bundle, assignment epoch and each host's units.
 pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
     let deployment = &topology.deployment;
-    let mut hosts: BTreeMap<&str, (Vec<&str>, usize)> = BTreeMap::new();
-    if let Some(record) = &topology.assignment {
-        for (unit, owner) in &record.assignment.units {
-            let (partitions, slots) = hosts.entry(owner.host.as_str()).or_default();
-            match unit.strip_prefix("partition/") {
-                Some(partition) => partitions.push(partition),
-                None => *slots += 1,
-            }
-        }
-    }
-    let hosts: BTreeMap<&str, Value> = hosts
+    let shares = topology.assignment.as_ref().map(|r| r.assignment.shares()).unwrap_or_default();
+    let hosts: BTreeMap<&str, Value> = shares
         .into_iter()
-        .map(|(host, (partitions, slots))| (host, json!({ "partitions": partitions, "slots": slots })))
+        .map(|(host, share)| (host, json!({ "partitions": share.partitions, "slots": share.slots })))
         .collect();
     let loaded = app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner()).get(&deployment.bundle).cloned();
     let loaded = match loaded {
@@ -248,7 +239,6 @@ pub async fn load_bundles(app: Shared) {
                 .collect()
         };
         for (name, deployment) in wanted {
-            let app = Arc::clone(&app);
             let outcome = tokio::task::spawn_blocking({
                 let app = Arc::clone(&app);
                 let deployment = deployment.clone();

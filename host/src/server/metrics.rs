@@ -118,10 +118,13 @@ fn register_cluster(registry: &mut Registry, view: &ClusterView) {
     for (name, topology) in &view.topologies {
         let Some(record) = &topology.assignment else { continue };
         epoch.get_or_create(&vec![("topology", name.clone())]).set(record.assignment.epoch);
-        for (unit, owner) in &record.assignment.units {
-            let kind = if unit.starts_with("partition/") { "partition" } else { "slot" };
-            let labels = vec![("topology", name.clone()), ("host", owner.host.clone()), ("kind", kind.to_owned())];
-            units.get_or_create(&labels).inc();
+        for (host, share) in record.assignment.shares() {
+            for (kind, count) in [("partition", share.partitions.len()), ("slot", share.slots)] {
+                if count > 0 {
+                    let labels = vec![("topology", name.clone()), ("host", host.to_owned()), ("kind", kind.to_owned())];
+                    units.get_or_create(&labels).set(count as u64);
+                }
+            }
         }
     }
     registry.register("weir_cluster_member", "1 while this host holds a live lease in its cluster", member);
