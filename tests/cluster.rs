@@ -5,7 +5,10 @@
 //! topology deployed through any host is assigned over the live hosts (a
 //! real nats-server holding its bundle), and its units follow them; a
 //! slot's changelog rebuilds it, passing over a fenced host's records; the
-//! commit log in etcd commits in txid order and only while its writer leads.
+//! commit log in etcd commits in txid order and only while its writer leads;
+//! a word count served by several hosts counts exactly, answers alike on
+//! every host, and stays exact through a host added mid-run and through a
+//! seeded run of host kills and pauses and etcd and nats-server restarts.
 
 mod common;
 
@@ -307,7 +310,7 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     assert_eq!(reason, "topology deployed");
     for (_, server) in &hosts {
         let listed = server.wait_for_status("word-count", |s| s["cluster"]["bundle_on_this_host"] == "loaded");
-        assert_eq!(listed["state"], "assigned", "{listed}");
+        assert_eq!(listed["state"], "running", "{listed}");
     }
 
     // So do the metrics of every host.
@@ -328,14 +331,10 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
         "{shown_text}"
     );
 
-    // A second deploy of the name, through another host, is refused; verbs
-    // not yet served across a cluster say so.
+    // A second deploy of the name, through another host, is refused.
     let (status, refused) = hosts[0].1.api("POST", "/v1/topologies", &bytes);
     assert_eq!(status, 409, "{refused}");
     assert!(refused["error"].as_str().unwrap().contains("deployed to cluster c1 already"), "{refused}");
-    let (status, refused) = hosts[0].1.api("GET", "/v1/topologies/word-count/states/counts", b"");
-    assert_eq!(status, 409, "{refused}");
-    assert!(refused["error"].as_str().unwrap().contains("not available across a cluster yet"), "{refused}");
     // What ran of it on this host: nothing yet.
     let (status, logs) = hosts[0].1.api("GET", "/v1/topologies/word-count/logs", b"");
     assert_eq!((status, logs), (200, serde_json::json!([])));
@@ -350,7 +349,7 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     hosts[2].1.wait_for_status("word-count", |s| s["state"] == "stopped");
     let (status, resumed) = hosts[2].1.api("POST", "/v1/topologies/word-count/resume", b"");
     assert_eq!(status, 200, "{resumed}");
-    hosts[0].1.wait_for_status("word-count", |s| s["state"] == "assigned");
+    hosts[0].1.wait_for_status("word-count", |s| s["state"] == "running");
 
     // An upgrade must bring the same topology; this one does.
     let other = bundle(dir.path(), WORD_COUNT_WINDOWED, "windowed.weir");
@@ -513,4 +512,162 @@ fn the_cluster_commit_log_records_and_commits_in_txid_order_while_its_writer_lea
     let refused = log.commit("wc", 3).unwrap_err().to_string();
     assert!(refused.contains("no longer leads"), "{refused}");
     assert_eq!(log.progress("wc").unwrap().last_committed, 2);
+}
+
+/// The 200,000-sentence corpus in two halves, and the whole one's counts.
+struct Halves {
+    _dir: tempfile::TempDir,
+    first: std::path::PathBuf,
+    second: std::path::PathBuf,
+    truth: BTreeMap<String, i64>,
+}
+
+fn corpus_halves(sentences: usize) -> Halves {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("corpus.txt");
+    write_corpus(&Path::new(REPO_ROOT).join("scripts/gen_corpus.py"), sentences, &whole);
+    let truth = serde_json::from_str(&std::fs::read_to_string(dir.path().join("corpus.counts.json")).unwrap()).unwrap();
+    let text = std::fs::read_to_string(&whole).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, second) = (dir.path().join("first.txt"), dir.path().join("second.txt"));
+    let half = lines.len() / 2;
+    std::fs::write(&first, lines[..half].iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    std::fs::write(&second, lines[half..].iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    Halves { _dir: dir, first, second, truth }
+}
+
+const PARTITIONS: &str = "corpus.{0..7}";
+
+fn eight_partitions(nats: &NatsServer) {
+    let subjects: Vec<String> = (0..8).map(|p| format!("corpus.{p}")).collect();
+    nats.create_stream("corpus", &subjects.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+fn cluster_host(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) -> Server {
+    std::fs::create_dir_all(dir).unwrap();
+    Server::start_with(
+        dir,
+        &[
+            "--cluster",
+            "c1",
+            "--etcd",
+            &etcd.url(),
+            "--nats",
+            &nats.url(),
+            "--host-id",
+            id,
+            "--lease-ttl-ms",
+            LEASE_TTL_MS,
+            "--batch-size",
+            "20000",
+            "--batch-timeout-ms",
+            "10000",
+        ],
+    )
+}
+
+/// `weir` with `args` against `server`, having succeeded: its output.
+fn weir_against(server: &Server, args: &[&str]) -> String {
+    let output = weir().env("WEIR_TOKEN", common::server::TOKEN).args(args).args(["--server", &server.url()]).output();
+    let output = output.unwrap();
+    let shown = text(&output);
+    assert!(output.status.success(), "weir {args:?}: {shown}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The counts `weir state scan --server` prints of `server`.
+fn scanned(server: &Server) -> BTreeMap<String, i64> {
+    let printed = weir_against(server, &["state", "scan", "--topology", "word-count", "--state", "counts"]);
+    printed
+        .lines()
+        .map(|line| {
+            let entry: Value = serde_json::from_str(line).unwrap();
+            (entry["key"][0].as_str().unwrap().to_owned(), entry["value"].as_i64().unwrap())
+        })
+        .collect()
+}
+
+/// Waits until `server` reads every count of `truth` back through the API,
+/// up to `limit`.
+fn wait_for_counts(server: &Server, truth: &BTreeMap<String, i64>, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (status, body) = server.api("GET", "/v1/topologies/word-count/states/counts", b"");
+        if status == 200 {
+            let got: BTreeMap<String, i64> = body
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| (e["key"][0].as_str().unwrap().to_owned(), e["value"].as_i64().unwrap()))
+                .collect();
+            if &got == truth {
+                return;
+            }
+            let total: i64 = got.values().sum();
+            assert!(
+                got.iter().all(|(word, n)| truth.get(word).is_some_and(|t| n <= t)),
+                "a count went past the truth ({total} words counted)"
+            );
+        }
+        let (_, status_now) = server.api("GET", "/v1/topologies/word-count", b"");
+        assert!(Instant::now() < deadline, "counts not exact within {limit:?}: {status} {status_now}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Every host reads the counts back equal to `truth` through `weir state
+/// scan --server`, and `weir query --server` answers alike on each.
+fn assert_exact_on_every_host(servers: &[&Server], truth: &BTreeMap<String, i64>) {
+    let want: i64 = ["w0", "w1", "w7", "w9999"].iter().map(|w| truth.get(*w).copied().unwrap_or(0)).sum();
+    for server in servers {
+        assert_counts_eq(&scanned(server), truth);
+        let answer = weir_against(
+            server,
+            &["query", "--topology", "word-count", "--query", "words", "--args", "w0 w1 w7 w9999"],
+        );
+        assert_eq!(answer.trim(), format!("[[{want}]]"), "{}", server.url());
+    }
+}
+
+#[test]
+fn a_word_count_served_by_three_hosts_counts_exactly_and_a_host_added_mid_run_takes_its_share() {
+    let etcd = EtcdServer::start();
+    let nats = NatsServer::start();
+    let corpus = corpus_halves(200_000);
+    let dir = tempfile::tempdir().unwrap();
+    let mut hosts: Vec<(String, Server)> = ["h1", "h2", "h3"]
+        .iter()
+        .map(|id| (id.to_string(), cluster_host(&dir.path().join(id), &etcd, &nats, id)))
+        .collect();
+    agreed(&all(&hosts), &["h1", "h2", "h3"]);
+    eight_partitions(&nats);
+    nats.publish_file("corpus", PARTITIONS, &corpus.first);
+
+    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
+    let (status, deployed) = hosts[1].1.api("POST", "/v1/topologies", &bytes);
+    assert_eq!(status, 201, "{deployed}");
+    assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3"], 72);
+    // Running: batches commit before the fourth host comes.
+    hosts[0].1.wait_for_status("word-count", |s| s["last_committed"].as_u64() >= Some(2));
+
+    hosts.push(("h4".into(), cluster_host(&dir.path().join("h4"), &etcd, &nats, "h4")));
+    let (_, reason, owners) = assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3", "h4"], 72);
+    assert!(reason.contains("host h4 joined"), "{reason}");
+    assert!(owners["h4"].iter().any(|u| u.starts_with("partition/")), "{owners:?}");
+    assert!(owners["h4"].iter().any(|u| u.starts_with("slot/")), "{owners:?}");
+    nats.publish_file("corpus", PARTITIONS, &corpus.second);
+
+    wait_for_counts(&hosts[3].1, &corpus.truth, Duration::from_secs(300));
+    assert_exact_on_every_host(&all(&hosts), &corpus.truth);
+    // The added host read its partitions and holds its slots; `weir status`
+    // on any host shows every host's share and rate.
+    let status = hosts[0].1.wait_for_status("word-count", |s| {
+        s["cluster"]["hosts"]["h4"]["tuples_processed"].as_u64().is_some_and(|n| n > 0)
+    });
+    assert_eq!(status["cluster"]["hosts"].as_object().unwrap().len(), 4, "{status}");
+    let shown = weir_against(&hosts[2].1, &["status", "word-count"]);
+    for id in ["h1", "h2", "h3", "h4"] {
+        assert!(shown.contains(id), "{shown}");
+    }
+    assert!(shown.contains("tuples/s"), "{shown}");
 }

@@ -8,19 +8,17 @@ use std::time::{Duration, Instant};
 
 /// A running etcd.
 pub struct EtcdServer {
-    server: Child,
-    watchdog: Child,
-    _dir: tempfile::TempDir,
+    server: Option<Child>,
+    watchdog: Option<Child>,
+    dir: tempfile::TempDir,
     /// The loopback port clients reach it at.
     pub port: u16,
+    peer: u16,
 }
 
 impl Drop for EtcdServer {
     fn drop(&mut self) {
-        let _ = self.watchdog.kill();
-        let _ = self.watchdog.wait();
-        let _ = self.server.kill();
-        let _ = self.server.wait();
+        self.kill();
     }
 }
 
@@ -45,36 +43,69 @@ fn free_port() -> u16 {
 
 impl EtcdServer {
     pub fn start() -> EtcdServer {
-        let dir = tempfile::tempdir().unwrap();
-        let (port, peer) = (free_port(), free_port());
-        let client = format!("http://127.0.0.1:{port}");
-        let peer = format!("http://127.0.0.1:{peer}");
-        let log = dir.path().join("etcd.log");
-        let mut server = Command::new(binary())
+        let mut etcd = EtcdServer {
+            server: None,
+            watchdog: None,
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            peer: free_port(),
+        };
+        etcd.launch();
+        etcd
+    }
+
+    /// Starts the server process over its data, on its ports, and waits
+    /// until it serves.
+    fn launch(&mut self) {
+        let client = format!("http://127.0.0.1:{}", self.port);
+        let peer = format!("http://127.0.0.1:{}", self.peer);
+        let log = self.dir.path().join("etcd.log");
+        let log_before = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
+        let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let server = Command::new(binary())
             .arg("--data-dir")
-            .arg(dir.path().join("data"))
+            .arg(self.dir.path().join("data"))
             .args(["--name", "test", "--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("test={peer}")])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(log_file)
             .spawn()
             .expect("start etcd");
-        let watchdog = super::watchdog(server.id());
+        self.watchdog = Some(super::watchdog(server.id()));
+        self.server = Some(server);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let text = text.get(log_before..).unwrap_or_default();
             if text.contains("ready to serve client requests") {
                 break;
             }
-            if let Some(status) = server.try_wait().unwrap() {
+            if let Some(status) = self.server.as_mut().unwrap().try_wait().unwrap() {
                 panic!("etcd exited ({status}) before it was ready:\n{text}");
             }
             assert!(Instant::now() < deadline, "etcd was not ready within 30 s:\n{text}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        EtcdServer { server, watchdog, _dir: dir, port }
+    }
+
+    /// Kills the server with SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+    }
+
+    /// Starts the killed server again, on its ports, over its data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
     }
 
     /// `http://127.0.0.1:PORT`.

@@ -54,7 +54,8 @@ impl Server {
             )
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // Kept in the server's directory for a failing test to show.
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.join("weir.log")).unwrap())
             .spawn()
             .unwrap();
         let mut line = String::new();

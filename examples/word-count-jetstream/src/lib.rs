@@ -19,16 +19,28 @@ impl Function for Split {
     }
 }
 
-/// The `word-count` topology (state `counts`), reading stream `corpus`.
+/// The `word-count` topology (state `counts`), reading stream `corpus`,
+/// with the query `words`: the sum of the counts of the words in its
+/// arguments.
 pub fn topology() -> Topology {
-    Topology::new("word-count")
+    let topology = Topology::new("word-count");
+    let counts = topology
         .new_stream(JetStream::transactional("corpus", ["corpus.*"]).string("sentence"))
         .each(["sentence"], Split, ["word"])
         .name("split")
         .group_by(["word"])
         .persistent_aggregate(State::transactional("counts"), Count, ["count"])
-        .name("count")
-        .build()
+        .name("count");
+    topology
+        .new_query_stream("words")
+        .each(["args"], Split, ["word"])
+        .name("split-args")
+        .group_by(["word"])
+        .state_query(&counts, ["word"], MapGet, ["count"])
+        .name("get-count")
+        .aggregate(["count"], Sum, ["sum"])
+        .name("sum");
+    topology.build()
 }
 
 weir_sdk::export!(topology);

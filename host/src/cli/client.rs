@@ -132,15 +132,25 @@ pub fn print_statuses(args: &ServerArgs, statuses: &serde_json::Value) -> Result
         );
         if let Some(cluster) = row["cluster"].as_object() {
             println!(
-                "  across the cluster: assignment epoch {} ({}); bundle on this host: {}",
+                "  across the cluster: assignment epoch {} ({}); bundle on this host: {}{}",
                 cluster.get("epoch").unwrap_or(&serde_json::Value::Null),
                 cluster.get("reason").and_then(|r| r.as_str()).unwrap_or("not assigned yet"),
-                cluster.get("bundle_on_this_host").and_then(|r| r.as_str()).unwrap_or("?")
+                cluster.get("bundle_on_this_host").and_then(|r| r.as_str()).unwrap_or("?"),
+                cluster
+                    .get("last_failure")
+                    .and_then(|f| f.as_str())
+                    .map_or(String::new(), |f| format!("; last replayed because: {f}"))
             );
             for (host, units) in cluster.get("hosts").and_then(|h| h.as_object()).into_iter().flatten() {
                 let partitions: Vec<&str> =
                     units["partitions"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
-                println!("    {host:<30} {:>4} slots  partitions: {}", units["slots"], partitions.join(" "));
+                println!(
+                    "    {host:<30} {:>4} slots  {:>10.0} tuples/s  committed to txid {}  partitions: {}",
+                    units["slots"],
+                    units["tuples_per_s"].as_f64().unwrap_or(0.0),
+                    units["last_committed"],
+                    partitions.join(" ")
+                );
             }
         }
     }

@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// from 4 to 32].
     #[arg(long)]
     max_pending: Option<usize>,
+    /// Time a batch may take, in milliseconds, before it is replayed (in a
+    /// cluster: from the leader's start to every slot owner's commit).
+    #[arg(long, default_value_t = weir::config::DEFAULT_BATCH_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    batch_timeout_ms: u64,
     /// How often a topology that has caught up asks its spout for more, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
@@ -126,6 +130,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             batch_size: args.batch_size.max(1),
             max_pending: args.max_pending.unwrap_or(default_max_pending(args.batch_size)).max(1),
             follow: Some(Duration::from_millis(args.poll_ms.max(1))),
+            batch_timeout: Duration::from_millis(args.batch_timeout_ms.max(1)),
             ..RunConfig::default()
         },
         inputs: InputScope::Under(args.input_dir.clone()),

@@ -147,6 +147,16 @@ pub async fn remove(client: &mut Client, cluster: &str, name: &str) -> Result<bo
     Ok(done.succeeded())
 }
 
+/// Topology `name`'s assignment as etcd holds it now.
+pub async fn assignment(client: &mut Client, cluster: &str, name: &str) -> Result<Option<AssignmentRecord>> {
+    let key = assignment_key(cluster, name);
+    let got = client.get(key.as_str(), None).await.with_context(|| format!("reading topology {name}'s assignment"))?;
+    let Some(kv) = got.kvs().first() else { return Ok(None) };
+    let record = serde_json::from_slice(kv.value())
+        .with_context(|| format!("the assignment of topology {name} in etcd cannot be read"))?;
+    Ok(Some(record))
+}
+
 /// Every topology of the cluster, with its assignment. A record that cannot
 /// be read is left out, with a warning: etcd is shared, and one bad key
 /// must not hide the rest.

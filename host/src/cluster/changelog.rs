@@ -78,7 +78,7 @@ pub struct Changelog {
 
 /// The hex of the first 16 bytes of `bytes`' SHA-256: names and keys of
 /// any bytes become one subject token of a bounded length.
-fn token(bytes: &[u8]) -> String {
+pub(crate) fn token(bytes: &[u8]) -> String {
     hex::encode(&Sha256::digest(bytes)[..16])
 }
 

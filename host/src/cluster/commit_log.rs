@@ -93,6 +93,14 @@ impl EtcdCommitLog {
     }
 }
 
+/// The last committed txid of `topology` of `cluster`, as any host reads it.
+pub async fn committed(client: &mut Client, cluster: &str, topology: &str) -> Result<u64> {
+    let key = format!("/weir/{cluster}/committed/{topology}");
+    let got = client.get(key.as_str(), None).await.context("reading the commit record")?;
+    let Some(kv) = got.kvs().first() else { return Ok(0) };
+    kv.value_str()?.parse().with_context(|| format!("the commit record {key} is not a txid"))
+}
+
 impl CommitLog for EtcdCommitLog {
     fn progress(&self, topology: &str) -> Result<Progress> {
         let (last_committed, _) = self.last_committed(topology)?;

@@ -52,6 +52,10 @@ pub struct ClusterView {
     pub error: Option<String>,
     /// The cluster's topologies, with their assignments.
     pub topologies: BTreeMap<String, ClusterTopology>,
+    /// This host's election key while it leads: what the leader's etcd
+    /// writes compare.
+    #[serde(skip)]
+    pub leader_key: Option<LeaderKey>,
 }
 
 /// A host's membership, kept up on the server's runtime.
@@ -181,6 +185,7 @@ async fn keep_joined(config: ClusterConfig, view: Arc<Mutex<ClusterView>>, lease
             let mut view = view.lock().expect("cluster view");
             view.member = false;
             view.leader = None;
+            view.leader_key = None;
             view.error = Some(reason);
         }
         tokio::time::sleep(backoff).await;
@@ -251,6 +256,7 @@ async fn session(
         let mut view = view.lock().expect("cluster view");
         log_own_changes(config, &view.topologies, &topologies);
         view.topologies = topologies;
+        view.leader_key = leading.clone();
     }
 }
 

@@ -8,8 +8,13 @@ pub mod bundles;
 pub mod catalog;
 pub mod changelog;
 pub mod commit_log;
+pub mod coordinator;
 mod leader;
 pub mod membership;
+pub mod plan;
+pub mod reads;
 pub mod slots;
+pub mod wire;
+pub mod worker;
 
 pub use membership::{ClusterConfig, ClusterView, Member, Membership, check_name};

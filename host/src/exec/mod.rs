@@ -27,7 +27,7 @@ pub use commit::{Committer, GroupFailure};
 pub use error::{BatchError, Cause, Origin};
 pub use persistent_aggregate::Partials;
 pub use process::{Handover, Processor};
-pub use query::query;
+pub use query::{query, query_over};
 
 use crate::instances::{Instances, OperatorSource, Request};
 use crate::plan::{Input, Node, Op, Plan};

@@ -26,6 +26,19 @@ pub struct Handover {
     pub(super) windows: HashMap<usize, Preassigned>,
 }
 
+impl Handover {
+    /// A handover of persistent aggregates' partials alone, by node.
+    pub fn of_partials(partials: HashMap<usize, Partials>) -> Handover {
+        Handover { partials, ..Handover::default() }
+    }
+
+    /// The persistent aggregates' partials, by node, where they are all
+    /// the commit phase takes; `None` where it takes more.
+    pub fn into_partials(self) -> Option<HashMap<usize, Partials>> {
+        (self.inputs.is_empty() && self.windows.is_empty()).then_some(self.partials)
+    }
+}
+
 /// Runs the process phase of a plan.
 pub struct Processor {
     plan: Arc<Plan>,

@@ -5,6 +5,7 @@ use super::{BatchId, Exec, Parts, gather, per_partition};
 use crate::instances::OperatorSource;
 use crate::plan::{Op, Plan};
 use crate::state::Db;
+use crate::state::store::Snapshot;
 use crate::state::view::Views;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,17 +20,29 @@ pub fn query(
     query: &str,
     args: &str,
 ) -> anyhow::Result<Vec<Vec<Value>>> {
+    let read = db.begin_read()?;
+    let last = db.progress(&plan.stored_as)?.last_committed;
+    query_over(&read, last, plan, source, query, args)
+}
+
+/// [`query`] over `read`, whose last committed txid is `last`.
+pub fn query_over(
+    read: &dyn Snapshot,
+    last: u64,
+    plan: &Arc<Plan>,
+    source: &OperatorSource,
+    query: &str,
+    args: &str,
+) -> anyhow::Result<Vec<Vec<Value>>> {
     let Some((nodes, answer)) = plan.query_nodes(query) else {
         let known: Vec<&String> = plan.queries.keys().collect();
         let (query, known) = (serde_json::Value::from(query), serde_json::json!(known));
         anyhow::bail!("topology {} has no query {query} (queries: {known})", plan.topology);
     };
-    let read = db.begin_read()?;
     let mut caches = HashMap::new();
-    let views = Views::new(&read, &plan.stored_as, &plan.states, &mut caches, u64::MAX, false, &plan.sandboxes.state)?;
+    let views = Views::new(read, &plan.stored_as, &plan.states, &mut caches, u64::MAX, false, &plan.sandboxes.state)?;
     let views = Arc::new(Mutex::new(views));
     let mut instances = per_partition(plan, source);
-    let last = db.progress(&plan.stored_as)?.last_committed;
     let mut exec = Exec {
         plan,
         instances: &mut instances,

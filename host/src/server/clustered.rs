@@ -3,22 +3,39 @@
 //! shows the cluster's topologies with their assignment, and every host
 //! loads each bundle the cluster holds.
 
-use super::deployments::{DeployError, DeployRequest};
+use super::deployments::{DeployError, DeployRequest, Loaded};
 use super::{App, Shared};
 use crate::cluster::catalog::{self, ClusterDeployment, ClusterTopology, DEFAULT_SLOTS};
 use crate::cluster::changelog::Changelog;
+use crate::cluster::coordinator::{Coordinator, LeaderFigures};
+use crate::cluster::plan::{ClusterPlan, Owners};
+use crate::cluster::reads::{self, ClusterSnapshot, ClusterState};
+use crate::cluster::wire::{self, ReadAnswer, ReadRequest};
+use crate::cluster::worker::{HostFigures, Worker};
 use crate::cluster::{Membership, bundles};
+use crate::instances::OperatorSource;
 use crate::nats::Nats;
+use crate::state::rules::Stored;
 use anyhow::Context;
 use etcd_client::Client;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weir_sdk::topology::{SpoutDef, TopologyDef};
 
 /// How each cluster bundle fared on this host, by the bundle's digest.
-pub type Loaded = std::sync::Mutex<BTreeMap<String, Result<(), String>>>;
+pub type BundlesLoaded = std::sync::Mutex<BTreeMap<String, Result<(), String>>>;
+
+/// Each cluster topology's plan as loaded on this host, with its bundle's
+/// digest.
+pub type Plans = std::sync::Mutex<BTreeMap<String, (String, Arc<ClusterPlan>)>>;
+
+/// What this host did for each cluster topology: as a worker, and as the
+/// leader's coordinator.
+pub type Figures =
+    std::sync::Mutex<BTreeMap<String, (Arc<std::sync::Mutex<HostFigures>>, Arc<std::sync::Mutex<LeaderFigures>>)>>;
 
 const NO_NATS: &str = "this host was started without --nats: a cluster keeps its bundles in JetStream";
 
@@ -55,7 +72,9 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
     if app.host.nats.is_none() {
         return Err(DeployError::BadRequest(NO_NATS.into()));
     }
-    let (name, definition) = app.deployments.check_upload(&request, bytes)?;
+    let (name, loaded) = app.deployments.check_upload(&request, bytes)?;
+    let plan = cluster_plan(loaded).map_err(|e| DeployError::BadRequest(format!("{e:#}")))?;
+    let definition = &plan.definition;
     let taken = || {
         DeployError::Conflict(format!(
             "topology {name} is deployed to cluster {} already: delete it, or deploy under another ?name=",
@@ -67,7 +86,7 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
     if membership.topology(&name).is_some() {
         return Err(taken());
     }
-    let partitions = partitions(app, &definition);
+    let partitions = partitions(app, definition);
     let nats = nats(app)?;
     let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
     let deployment = ClusterDeployment {
@@ -76,9 +95,9 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
         bundle_bytes: bytes.len() as u64,
         input: request.input,
         slots: DEFAULT_SLOTS,
-        states: crate::load::state_kinds(&definition),
+        states: crate::load::state_kinds(definition),
         running: true,
-        units: catalog::units(&definition, partitions.as_deref(), DEFAULT_SLOTS),
+        units: catalog::units(definition, partitions.as_deref(), DEFAULT_SLOTS),
         deployed_by: config.host.clone(),
         deployed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
     };
@@ -114,8 +133,10 @@ pub fn upgrade(app: &App, membership: &Membership, name: &str, bytes: &[u8]) -> 
     let old = membership.topology(name).ok_or_else(|| not_in_cluster(membership, name))?.deployment;
     let request =
         DeployRequest { name: Some(name.to_owned()), topology: Some(old.topology.clone()), input: old.input.clone() };
-    let (_, definition) = app.deployments.check_upload(&request, bytes)?;
-    let states = crate::load::state_kinds(&definition);
+    let (_, loaded) = app.deployments.check_upload(&request, bytes)?;
+    let plan = cluster_plan(loaded).map_err(|e| DeployError::BadRequest(format!("{e:#}")))?;
+    let definition = &plan.definition;
+    let states = crate::load::state_kinds(definition);
     if !old.states.is_empty() && old.states != states {
         return Err(DeployError::BadRequest(format!(
             "the upgrade changes topology {name}'s states ({:?} -> {states:?}); deploy it under a new name instead",
@@ -124,7 +145,7 @@ pub fn upgrade(app: &App, membership: &Membership, name: &str, bytes: &[u8]) -> 
     }
     let nats = nats(app)?;
     let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
-    let units = catalog::units(&definition, partitions(app, &definition).as_deref(), old.slots);
+    let units = catalog::units(definition, partitions(app, definition).as_deref(), old.slots);
     let written = in_etcd(membership, async |client| {
         catalog::update(client, &config.name, name, |d| {
             d.bundle = digest.clone();
@@ -176,14 +197,37 @@ pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), Depl
 }
 
 /// A cluster topology's status, in the shape of a served one's, with
-/// `cluster`: its bundle, assignment epoch and each host's units.
+/// `cluster`: its bundle, assignment epoch, and each host's units and
+/// figures as it last shared them.
 pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
     let deployment = &topology.deployment;
     let shares = topology.assignment.as_ref().map(|r| r.assignment.shares()).unwrap_or_default();
+    let figures =
+        app.cluster_shared_figures.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned().unwrap_or_default();
+    let live: BTreeSet<String> =
+        app.cluster.get().map(|m| m.view().hosts.into_iter().map(|h| h.id).collect()).unwrap_or_default();
+    let of =
+        |host: &str, field: &str| figures.get(host).and_then(|f| f["host"].get(field)).cloned().unwrap_or(json!(0));
     let hosts: BTreeMap<&str, Value> = shares
         .into_iter()
-        .map(|(host, share)| (host, json!({ "partitions": share.partitions, "slots": share.slots })))
+        .map(|(host, share)| {
+            let rate = of(host, "tuples_per_s");
+            (
+                host,
+                json!({
+                    "partitions": share.partitions,
+                    "slots": share.slots,
+                    "tuples_per_s": rate,
+                    "tuples_processed": of(host, "tuples_processed"),
+                    "batches_committed": of(host, "batches_committed"),
+                    "last_committed": of(host, "last_committed"),
+                }),
+            )
+        })
         .collect();
+    let leading = figures.iter().filter(|(host, _)| live.contains(*host)).map(|(_, f)| &f["leader"]);
+    let leader = leading.max_by_key(|f| f["last_committed"].as_u64().unwrap_or(0)).cloned().unwrap_or(json!({}));
+    let tuples_per_s: f64 = hosts.values().filter_map(|h| h["tuples_per_s"].as_f64()).sum();
     let loaded = app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner()).get(&deployment.bundle).cloned();
     let loaded = match loaded {
         Some(Ok(())) => json!("loaded"),
@@ -193,12 +237,12 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
     json!({
         "name": name,
         "topology": deployment.topology,
-        "state": if deployment.running { "assigned" } else { "stopped" },
+        "state": if deployment.running { "running" } else { "stopped" },
         "error": Value::Null,
-        "last_committed": 0,
-        "batches": 0,
-        "tuples_per_s": 0.0,
-        "replays": 0,
+        "last_committed": leader["last_committed"].as_u64().unwrap_or(0),
+        "batches": leader["batches"].as_u64().unwrap_or(0),
+        "tuples_per_s": tuples_per_s,
+        "replays": leader["replays"].as_u64().unwrap_or(0),
         "cluster": {
             "bundle": deployment.bundle,
             "bundle_bytes": deployment.bundle_bytes,
@@ -207,14 +251,15 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
             "epoch": topology.assignment.as_ref().map(|r| r.assignment.epoch),
             "reason": topology.assignment.as_ref().map(|r| r.reason.as_str()),
             "hosts": hosts,
+            "last_failure": leader["last_failure"],
             "bundle_on_this_host": loaded,
         },
     })
 }
 
-/// Loads, on this host, every bundle the cluster's topologies name that it
-/// has not loaded yet: fetched from JetStream, checked against its digest,
-/// kept in the bundles directory and compiled. Runs for the server's life.
+/// Loads, on this host, every cluster topology whose bundle it has not
+/// loaded yet: fetched from JetStream, checked against its digest, kept in
+/// the bundles directory and compiled. Runs for the server's life.
 pub async fn load_bundles(app: Shared) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     for round in 0u64.. {
@@ -225,46 +270,357 @@ pub async fn load_bundles(app: Shared) {
         let retry = round % 10 == 0;
         let wanted: Vec<(String, ClusterDeployment)> = {
             let done = app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner());
-            let mut seen = BTreeSet::new();
-            let topologies = membership.view().topologies;
-            topologies
+            let plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner());
+            membership
+                .view()
+                .topologies
                 .into_iter()
-                .filter(|(_, t)| match done.get(&t.deployment.bundle) {
-                    Some(Ok(())) => false,
-                    Some(Err(_)) => retry,
-                    None => true,
-                })
-                .filter(|(_, t)| seen.insert(t.deployment.bundle.clone()))
+                .filter(|(name, t)| plans.get(name).is_none_or(|(digest, _)| *digest != t.deployment.bundle))
+                .filter(|(_, t)| retry || !matches!(done.get(&t.deployment.bundle), Some(Err(_))))
                 .map(|(name, t)| (name, t.deployment))
                 .collect()
         };
         for (name, deployment) in wanted {
             let outcome = tokio::task::spawn_blocking({
                 let app = Arc::clone(&app);
-                let deployment = deployment.clone();
+                let (name, deployment) = (name.clone(), deployment.clone());
                 move || load_bundle(&app, &name, &deployment)
             })
             .await
             .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
-            let outcome = outcome.map_err(|e| {
-                let message = app.host.public(&format!("{e:#}"));
-                tracing::error!("bundle {} of the cluster cannot be loaded on this host: {message}", deployment.bundle);
-                message
-            });
+            let outcome = match outcome {
+                Ok(plan) => {
+                    let mut plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner());
+                    plans.insert(name, (deployment.bundle.clone(), Arc::new(plan)));
+                    Ok(())
+                }
+                Err(e) => {
+                    let message = app.host.public(&format!("{e:#}"));
+                    tracing::error!(
+                        "bundle {} of the cluster cannot be loaded on this host: {message}",
+                        deployment.bundle
+                    );
+                    Err(message)
+                }
+            };
             app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner()).insert(deployment.bundle, outcome);
         }
     }
 }
 
-fn load_bundle(app: &App, name: &str, deployment: &ClusterDeployment) -> anyhow::Result<()> {
+/// A topology as loaded, as a cluster runs it.
+fn cluster_plan(loaded: Loaded) -> anyhow::Result<ClusterPlan> {
+    ClusterPlan::new(&loaded.definition, loaded.plan, OperatorSource::Wasm(loaded.components))
+}
+
+fn load_bundle(app: &App, name: &str, deployment: &ClusterDeployment) -> anyhow::Result<ClusterPlan> {
     let max = app.max_upload;
     let nats = nats(app)?;
     let bytes = nats.runtime.block_on(bundles::get(&nats.jetstream, &deployment.bundle, max))?;
-    app.deployments
+    let loaded = app
+        .deployments
         .load_cluster_bundle(&bytes, &deployment.topology, name)
         .with_context(|| format!("topology {name}'s bundle {}", deployment.bundle))?;
+    let plan = cluster_plan(loaded)?;
     tracing::info!("topology {name}'s bundle {} is loaded on this host", deployment.bundle);
-    Ok(())
+    Ok(plan)
+}
+
+/// A thread running one topology's worker or coordinator, and the bundle
+/// it runs.
+struct Running {
+    digest: String,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(digest: &str, name: String, run: impl FnOnce(&AtomicBool) + Send + 'static) -> std::io::Result<Running> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new().name(name).spawn(move || run(&flag))?;
+        Ok(Running { digest: digest.to_owned(), stop, thread })
+    }
+
+    async fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = tokio::task::spawn_blocking(move || self.thread.join()).await;
+    }
+}
+
+/// Keeps, on this host, a worker running for every running cluster
+/// topology whose bundle it loaded, and while it leads, a coordinator for
+/// each. Runs for the server's life.
+pub async fn run_topologies(app: Shared) {
+    let mut workers: BTreeMap<String, Running> = BTreeMap::new();
+    let mut coordinators: BTreeMap<String, Running> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        let (Some(membership), Some(nats)) = (app.cluster.get(), app.host.nats.clone()) else { continue };
+        let view = membership.view();
+        let plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let wanted: BTreeMap<String, (String, Arc<ClusterPlan>, u32)> = view
+            .topologies
+            .iter()
+            .filter(|(_, t)| t.deployment.running)
+            .filter_map(|(name, t)| {
+                let (digest, plan) = plans.get(name).filter(|(d, _)| *d == t.deployment.bundle)?;
+                Some((name.clone(), (digest.clone(), Arc::clone(plan), t.deployment.slots)))
+            })
+            .collect();
+        let leading = view.leader_key.clone().filter(|_| view.member);
+        for (running, lead) in [(&mut workers, false), (&mut coordinators, true)] {
+            let gone: Vec<String> = running
+                .iter()
+                .filter(|(name, r)| {
+                    r.thread.is_finished()
+                        || (lead && leading.is_none())
+                        || wanted.get(*name).is_none_or(|(digest, _, _)| *digest != r.digest)
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in gone {
+                if let Some(r) = running.remove(&name) {
+                    r.stop().await;
+                }
+            }
+        }
+        for (name, (digest, plan, slots)) in wanted {
+            let figures = {
+                let mut all = app.cluster_figures.lock().unwrap_or_else(|e| e.into_inner());
+                all.entry(name.clone()).or_default().clone()
+            };
+            if !workers.contains_key(&name) {
+                let (config, db, nats, plan) =
+                    (membership.config().clone(), Arc::clone(&app.host.db), nats.clone(), Arc::clone(&plan));
+                let (timeout, host_figures) = (app.host.run.batch_timeout, Arc::clone(&figures.0));
+                let started = Running::start(&digest, format!("weir-cluster-{name}"), move |stop| {
+                    match Worker::open(config, plan, slots, db, &nats, timeout, host_figures) {
+                        Ok(worker) => worker.run(stop),
+                        Err(e) => tracing::warn!("this host's worker cannot start: {e:#}"),
+                    }
+                });
+                if let Ok(started) = started {
+                    workers.insert(name.clone(), started);
+                }
+            }
+            if let Some(leader) = &leading
+                && !coordinators.contains_key(&name)
+            {
+                let (config, leader, nats) = (membership.config().clone(), leader.clone(), nats.clone());
+                let (span, timeout) = (app.host.run.batch_size as u64, app.host.run.batch_timeout);
+                let leader_figures = Arc::clone(&figures.1);
+                let started =
+                    Running::start(&digest, format!("weir-lead-{name}"), move |stop| {
+                        match Coordinator::open(config, plan, slots, leader, &nats, span, timeout, leader_figures) {
+                            Ok(coordinator) => coordinator.run(stop),
+                            Err(e) => tracing::warn!("this host cannot coordinate: {e:#}"),
+                        }
+                    });
+                if let Ok(started) = started {
+                    coordinators.insert(name, started);
+                }
+            }
+        }
+    }
+}
+
+/// Answers other hosts' reads of the state this host owns. Runs for the
+/// server's life.
+pub async fn answer_reads(app: Shared) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut subscription = loop {
+        tick.tick().await;
+        let Some(membership) = app.cluster.get() else { continue };
+        if app.host.nats.is_none() {
+            return;
+        }
+        let subject = wire::reads(&membership.config().name, &membership.config().host);
+        let connection = match tokio::task::spawn_blocking({
+            let app = Arc::clone(&app);
+            move || nats(&app)
+        })
+        .await
+        {
+            Ok(Ok(connection)) => connection,
+            _ => continue,
+        };
+        match connection.client.subscribe(subject).await {
+            Ok(subscription) => break (subscription, connection),
+            Err(e) => tracing::warn!("this host does not answer reads yet: {e}"),
+        }
+    };
+    while let Some(message) = futures_util::StreamExt::next(&mut subscription.0).await {
+        let Some(reply) = message.reply.clone() else { continue };
+        let app = Arc::clone(&app);
+        let client = subscription.1.client.clone();
+        tokio::spawn(async move {
+            let answer = tokio::task::spawn_blocking(move || {
+                let answer = match serde_json::from_slice::<ReadRequest>(&message.payload) {
+                    Ok(request) => {
+                        let figures = app
+                            .cluster_figures
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get(&request.topology)
+                            .cloned();
+                        let ready = figures
+                            .map(|f| f.0.lock().unwrap_or_else(|e| e.into_inner()).ready.clone())
+                            .unwrap_or_default();
+                        let slots = app
+                            .cluster
+                            .get()
+                            .and_then(|m| m.topology(&request.topology))
+                            .map_or(DEFAULT_SLOTS, |t| t.deployment.slots);
+                        reads::answer(&app.host.db, &request, &ready, slots)
+                    }
+                    Err(e) => ReadAnswer {
+                        error: Some(format!("a read this host cannot parse: {e}")),
+                        ..ReadAnswer::default()
+                    },
+                };
+                serde_json::to_vec(&answer).unwrap_or_default()
+            })
+            .await
+            .unwrap_or_default();
+            let _ = client.publish(reply, answer.into()).await;
+        });
+    }
+}
+
+/// Every host's figures for each cluster topology, as they last shared
+/// them through etcd: by topology, then host.
+pub type SharedFigures = std::sync::Mutex<BTreeMap<String, BTreeMap<String, Value>>>;
+
+/// Shares this host's figures for each cluster topology through etcd, and
+/// reads every host's, every two seconds, for any host's status. Runs for
+/// the server's life.
+pub async fn share_figures(app: Shared) {
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    let mut client = None;
+    loop {
+        tick.tick().await;
+        let Some(membership) = app.cluster.get() else { continue };
+        if client.is_none() {
+            client = membership.etcd().await.ok();
+        }
+        let Some(etcd) = client.as_mut() else { continue };
+        let config = membership.config();
+        let prefix = format!("/weir/{}/figures/", config.name);
+        let mine: Vec<(String, Value)> = {
+            let all = app.cluster_figures.lock().unwrap_or_else(|e| e.into_inner());
+            all.iter()
+                .map(|(name, (host, leader))| {
+                    let host = host.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    let leader = leader.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    (name.clone(), json!({ "host": host, "leader": leader }))
+                })
+                .collect()
+        };
+        let mut failed = false;
+        for (name, figures) in mine {
+            let key = format!("{prefix}{name}/{}", config.host);
+            failed |= etcd.put(key, figures.to_string(), None).await.is_err();
+        }
+        let read = etcd.get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await;
+        let Ok(read) = read else {
+            client = None;
+            continue;
+        };
+        if failed {
+            client = None;
+        }
+        let mut shared: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
+        for kv in read.kvs() {
+            let Some((name, host)) =
+                kv.key_str().ok().and_then(|k| k.strip_prefix(prefix.as_str())).and_then(|k| k.rsplit_once('/'))
+            else {
+                continue;
+            };
+            if let Ok(value) = serde_json::from_slice::<Value>(kv.value()) {
+                shared.entry(name.to_owned()).or_default().insert(host.to_owned(), value);
+            }
+        }
+        *app.cluster_shared_figures.lock().unwrap_or_else(|e| e.into_inner()) = shared;
+    }
+}
+
+/// The cluster's committed state of topology `name`, read from its slots'
+/// owners; runs off the async runtime.
+fn cluster_state(app: &App, membership: &Membership, name: &str) -> Result<(ClusterState, Nats), DeployError> {
+    let topology = membership.topology(name).ok_or_else(|| not_in_cluster(membership, name))?;
+    let record = topology.assignment.ok_or_else(|| {
+        DeployError::Conflict(format!("topology {name} has no assignment yet: try again in a moment"))
+    })?;
+    let connection = nats(app)?;
+    let state = ClusterState {
+        client: connection.client.clone(),
+        runtime: connection.runtime.handle().clone(),
+        cluster: membership.config().name.clone(),
+        topology: name.to_owned(),
+        owners: Owners::of(&record.assignment, topology.deployment.slots),
+        slots: topology.deployment.slots,
+    };
+    Ok((state, connection))
+}
+
+/// The loaded plan of cluster topology `name` on this host.
+fn loaded_plan(app: &App, name: &str) -> Result<Arc<ClusterPlan>, DeployError> {
+    let plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner());
+    let (_, plan) = plans
+        .get(name)
+        .ok_or_else(|| DeployError::Conflict(format!("topology {name}'s bundle is not loaded on this host yet")))?;
+    Ok(Arc::clone(plan))
+}
+
+/// Cluster topology `name`'s definition, as this host loaded it.
+pub fn definition(app: &App, name: &str) -> Result<TopologyDef, DeployError> {
+    Ok(loaded_plan(app, name)?.definition.clone())
+}
+
+/// Reads state `state` of cluster topology `name` as [`super::read_state`]
+/// reads a served one's: one key, a page, or all of it.
+pub fn read_state(
+    app: &App,
+    membership: &Membership,
+    name: &str,
+    state: &str,
+    key: Option<Vec<u8>>,
+    page: Option<(Option<Vec<u8>>, usize)>,
+) -> Result<Vec<(Vec<u8>, Stored)>, DeployError> {
+    let plan = loaded_plan(app, name)?;
+    if !plan.plan.states.contains_key(state) {
+        let states: Vec<&String> = plan.plan.states.keys().collect();
+        return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
+    }
+    let (cluster, _connection) = cluster_state(app, membership, name)?;
+    let unavailable = |e: anyhow::Error| DeployError::Unavailable(format!("{e:#}"));
+    match (key, page) {
+        (Some(key), _) => Ok(cluster.get(state, &key).map_err(unavailable)?.map(|s| (key, s)).into_iter().collect()),
+        (None, Some((after, limit))) => cluster.page(state, after.as_deref(), limit).map_err(unavailable),
+        (None, None) => cluster.range(state, None, None).map_err(unavailable),
+    }
+}
+
+/// Answers query `query` of cluster topology `name` over the cluster's
+/// committed state.
+pub fn query(
+    app: &App,
+    membership: &Membership,
+    name: &str,
+    query: &str,
+    args: &str,
+) -> Result<Vec<Vec<weir_sdk::codec::Value>>, DeployError> {
+    let plan = loaded_plan(app, name)?;
+    if !plan.plan.queries.contains_key(query) {
+        let known: Vec<&String> = plan.plan.queries.keys().collect();
+        return Err(DeployError::NotFound(format!("topology {name} has no query {query:?} (queries: {known:?})")));
+    }
+    let (cluster, _connection) = cluster_state(app, membership, name)?;
+    let snapshot = ClusterSnapshot(Arc::new(cluster));
+    crate::exec::query_over(&snapshot, 0, &plan.plan, &plan.source, query, args)
+        .map_err(|e| DeployError::Unavailable(format!("{e:#}")))
 }
 
 /// A slot fence to publish: topology, state, slot, and the epoch at which

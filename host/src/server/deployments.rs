@@ -42,10 +42,10 @@ struct Running {
 
 /// A topology as loaded from its bundle, kept for its runs and queries.
 #[derive(Clone)]
-struct Loaded {
-    definition: TopologyDef,
-    plan: Arc<Plan>,
-    components: Arc<Components>,
+pub struct Loaded {
+    pub definition: TopologyDef,
+    pub plan: Arc<Plan>,
+    pub components: Arc<Components>,
 }
 
 struct Deployment {
@@ -104,6 +104,9 @@ pub enum DeployError {
     NotFound(String),
     /// The name is deployed already, or another call is working on it.
     Conflict(String),
+    /// What the answer needs cannot be reached now (another host of the
+    /// cluster); worth trying again.
+    Unavailable(String),
     /// The server failed.
     Internal(anyhow::Error),
 }
@@ -347,9 +350,9 @@ impl Deployments {
     /// Checks an upload as [`Deployments::deploy`] would, without running
     /// it: the bundle loads, the topology and name are good and the spout's
     /// input is there. Keeps the bundle in the bundles directory, where a
-    /// cluster's hosts keep theirs; returns the name and the topology's
-    /// definition.
-    pub fn check_upload(&self, request: &DeployRequest, bytes: &[u8]) -> Result<(String, TopologyDef), DeployError> {
+    /// cluster's hosts keep theirs; returns the name and the topology as
+    /// loaded.
+    pub fn check_upload(&self, request: &DeployRequest, bytes: &[u8]) -> Result<(String, Loaded), DeployError> {
         let (name, topology) = Self::target(request, bytes)?;
         if self.lock().contains_key(&name) {
             return Err(DeployError::Conflict(format!(
@@ -358,7 +361,7 @@ impl Deployments {
         }
         let (staged, loaded) = self.stage_checked(request, bytes, &topology, &name)?;
         staged.keep(&self.host.bundles)?;
-        Ok((name, loaded.definition))
+        Ok((name, loaded))
     }
 
     /// The name and topology an upload is to be deployed as.
@@ -387,11 +390,11 @@ impl Deployments {
 
     /// Loads topology `topology` of a cluster's bundle, `bytes`, for
     /// deployment `name`, keeping the bundle in the bundles directory.
-    pub fn load_cluster_bundle(&self, bytes: &[u8], topology: &str, name: &str) -> Result<()> {
+    pub fn load_cluster_bundle(&self, bytes: &[u8], topology: &str, name: &str) -> Result<Loaded> {
         let staged = Staged::write(&self.host.bundles, bytes)?;
-        self.load(&staged.path, topology, name)?;
+        let loaded = self.load(&staged.path, topology, name)?;
         staged.keep(&self.host.bundles)?;
-        Ok(())
+        Ok(loaded)
     }
 
     fn refuse_when_closing(&self) -> Result<(), DeployError> {

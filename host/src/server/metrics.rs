@@ -204,6 +204,7 @@ mod tests {
             hosts: vec![member("h1"), member("h2")],
             error: None,
             topologies: [("wc".to_owned(), topology)].into(),
+            leader_key: None,
         };
         let text = exposition(&[], Some(&view)).unwrap();
         for line in [

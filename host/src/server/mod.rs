@@ -69,7 +69,13 @@ struct App {
     /// Set once the runtime runs, in cluster mode.
     cluster: std::sync::OnceLock<Membership>,
     /// The cluster's bundles this host has loaded, or failed to.
-    cluster_bundles: clustered::Loaded,
+    cluster_bundles: clustered::BundlesLoaded,
+    /// The cluster's topologies as loaded here.
+    cluster_plans: clustered::Plans,
+    /// What this host did for each cluster topology.
+    cluster_figures: clustered::Figures,
+    /// What every host of the cluster did, as they last shared it.
+    cluster_shared_figures: clustered::SharedFigures,
 }
 
 type Shared = Arc<App>;
@@ -92,6 +98,7 @@ impl App {
             DeployError::BadRequest(m) => error(StatusCode::BAD_REQUEST, self.host.public(&m)),
             DeployError::NotFound(m) => error(StatusCode::NOT_FOUND, self.host.public(&m)),
             DeployError::Conflict(m) => error(StatusCode::CONFLICT, self.host.public(&m)),
+            DeployError::Unavailable(m) => error(StatusCode::SERVICE_UNAVAILABLE, self.host.public(&m)),
             DeployError::Internal(e) => {
                 tracing::error!("{e:#}");
                 error(
@@ -275,19 +282,6 @@ fn clustered<'a>(app: &'a App, name: &str) -> Option<(&'a Membership, crate::clu
     Some((membership, membership.topology(name)?))
 }
 
-/// The refusal of `verb` on a topology deployed across a cluster, which
-/// does not serve its state, queries and definition yet.
-fn not_across_cluster(app: &App, name: &str, verb: &str) -> Option<Response> {
-    let (membership, _) = clustered(app, name)?;
-    Some(error(
-        StatusCode::CONFLICT,
-        format!(
-            "topology {name} is deployed across cluster {}: {verb} is not available across a cluster yet (see docs/cluster.md)",
-            membership.config().name
-        ),
-    ))
-}
-
 async fn cluster(State(app): State<Shared>) -> Response {
     match app.cluster.get() {
         Some(membership) => (StatusCode::OK, Json(membership.view())).into_response(),
@@ -373,13 +367,13 @@ async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Response {
 
 /// Runs a query stream; the body is the request's arguments, as text.
 async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, String)>, args: String) -> Response {
-    if let Some(refusal) = not_across_cluster(&app, &name, "query") {
-        return refusal;
-    }
     let result = blocking({
         let app = Arc::clone(&app);
         move || {
-            let rows = app.deployments.query(&name, &query, &args)?;
+            let rows = match clustered(&app, &name) {
+                Some((membership, _)) => clustered::query(&app, membership, &name, &query, &args)?,
+                None => app.deployments.query(&name, &query, &args)?,
+            };
             Ok(rows.iter().map(|row| row.iter().map(crate::json::to_json).collect()).collect::<Vec<Vec<_>>>())
         }
     })
@@ -442,23 +436,40 @@ fn parse_key(field: &str, text: &str) -> Result<Vec<weir_sdk::codec::Value>, Dep
 }
 
 /// One key of a topology's state; a page of its keys in order; or every
-/// key, sorted.
+/// key, sorted. A cluster topology's keys are read from their owners.
 fn read_state(app: &App, name: &str, state: &str, query: &StateQuery) -> Result<serde_json::Value, DeployError> {
-    let states = app.deployments.states(name)?;
-    if !states.iter().any(|s| s == state) {
-        return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
+    let cluster = clustered(app, name).map(|(membership, _)| membership);
+    if cluster.is_none() {
+        let states = app.deployments.states(name)?;
+        if !states.iter().any(|s| s == state) {
+            return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
+        }
     }
     let bad = |e: anyhow::Error| DeployError::BadRequest(format!("{e:#}"));
     let db = &app.host.db;
     let entries = |all: Vec<(Vec<weir_sdk::codec::Value>, crate::state::rules::Stored)>| {
         json!(all.iter().map(|(k, v)| crate::json::entry(k, v, query.raw)).collect::<Vec<_>>())
     };
+    let encode = |key: &[weir_sdk::codec::Value]| crate::state::keys::encode(key.iter().map(|v| v.as_ref()));
+    let decoded = |all: Vec<(Vec<u8>, crate::state::rules::Stored)>| {
+        all.into_iter()
+            .map(|(key, stored)| Ok((crate::state::keys::decode(&key)?, stored)))
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map_err(DeployError::Internal)
+    };
     let paged = query.after.is_some() || query.limit.is_some();
     match &query.key {
         Some(_) if paged => Err(DeployError::BadRequest("give either ?key= or ?after= and ?limit=, not both".into())),
         Some(text) => {
             let key = parse_key("key", text)?;
-            match db.get(name, state, &key).map_err(bad)? {
+            let stored = match cluster {
+                Some(membership) => {
+                    let found = clustered::read_state(app, membership, name, state, Some(encode(&key)), None)?;
+                    found.into_iter().next().map(|(_, stored)| stored)
+                }
+                None => db.get(name, state, &key).map_err(bad)?,
+            };
+            match stored {
                 Some(stored) => Ok(crate::json::entry(&key, &stored, query.raw)),
                 None => {
                     let key = json!(key.iter().map(crate::json::to_json).collect::<Vec<_>>());
@@ -472,9 +483,18 @@ fn read_state(app: &App, name: &str, state: &str, query: &StateQuery) -> Result<
                 return Err(DeployError::BadRequest(format!("limit {limit} must be 1 to {MAX_STATE_PAGE}")));
             }
             let after = query.after.as_deref().map(|text| parse_key("after", text)).transpose()?;
-            Ok(entries(db.page(name, state, after.as_deref(), limit).map_err(bad)?))
+            match cluster {
+                Some(membership) => {
+                    let page = Some((after.as_deref().map(encode), limit));
+                    Ok(entries(decoded(clustered::read_state(app, membership, name, state, None, page)?)?))
+                }
+                None => Ok(entries(db.page(name, state, after.as_deref(), limit).map_err(bad)?)),
+            }
         }
-        None => Ok(entries(db.scan(name, state).map_err(bad)?)),
+        None => match cluster {
+            Some(membership) => Ok(entries(decoded(clustered::read_state(app, membership, name, state, None, None)?)?)),
+            None => Ok(entries(db.scan(name, state).map_err(bad)?)),
+        },
     }
 }
 
@@ -483,10 +503,12 @@ async fn state(
     Path((name, state)): Path<(String, String)>,
     Query(query): Query<StateQuery>,
 ) -> Response {
-    if let Some(refusal) = not_across_cluster(&app, &name, "reading state") {
-        return refusal;
-    }
-    app.answer(StatusCode::OK, read_state(&app, &name, &state, &query))
+    let result = blocking({
+        let app = Arc::clone(&app);
+        move || read_state(&app, &name, &state, &query)
+    })
+    .await;
+    app.answer(StatusCode::OK, result)
 }
 
 /// The last 15 minutes of a topology's figures on this host, a sample a
@@ -497,10 +519,10 @@ async fn history(State(app): State<Shared>, Path(name): Path<String>) -> Respons
 
 /// A topology's stream graph, as `weir inspect --json` shows its definition.
 async fn definition(State(app): State<Shared>, Path(name): Path<String>) -> Response {
-    if let Some(refusal) = not_across_cluster(&app, &name, "inspect") {
-        return refusal;
+    match clustered(&app, &name) {
+        Some(_) => app.answer(StatusCode::OK, clustered::definition(&app, &name)),
+        None => app.answer(StatusCode::OK, app.deployments.definition(&name)),
     }
-    app.answer(StatusCode::OK, app.deployments.definition(&name))
 }
 
 /// Samples every deployment's figures into the history, forever.
@@ -621,6 +643,9 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         body_timeout: config.body_timeout,
         cluster: std::sync::OnceLock::new(),
         cluster_bundles: Default::default(),
+        cluster_plans: Default::default(),
+        cluster_figures: Default::default(),
+        cluster_shared_figures: Default::default(),
     });
     let cluster = config.cluster;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -634,6 +659,9 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 app.cluster.set(Membership::start(cluster.listening_at(address), &tokio::runtime::Handle::current()));
             tokio::spawn(clustered::load_bundles(Arc::clone(&app)));
             tokio::spawn(clustered::fence_own_slots(Arc::clone(&app)));
+            tokio::spawn(clustered::run_topologies(Arc::clone(&app)));
+            tokio::spawn(clustered::answer_reads(Arc::clone(&app)));
+            tokio::spawn(clustered::share_figures(Arc::clone(&app)));
         }
         tokio::spawn(sample(Arc::clone(&app)));
         anyhow::Ok(accept(listener, router(Arc::clone(&app)), config.header_timeout).await)

@@ -25,6 +25,7 @@ pub mod keys;
 pub mod memory;
 pub mod merge;
 pub mod pending;
+pub mod restore;
 pub mod rules;
 pub mod store;
 pub mod table;

@@ -383,6 +383,29 @@ impl<'t> WriteTable<'t> {
     }
 
     /// Removes the record of `key`, if there is one.
+    /// Every key of the table, in order.
+    pub fn keys(&self) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        match self {
+            WriteTable::Records(table) => {
+                for entry in table.iter()? {
+                    out.push(entry?.0.value().to_vec());
+                }
+            }
+            WriteTable::Counts(table) => {
+                for entry in table.iter()? {
+                    out.push(entry?.0.value().to_vec());
+                }
+            }
+            WriteTable::OpaqueCounts(table) => {
+                for entry in table.iter()? {
+                    out.push(entry?.0.value().to_vec());
+                }
+            }
+        }
+        Ok(out)
+    }
+
     pub fn remove(&mut self, key: &[u8]) -> Result<()> {
         match self {
             WriteTable::Records(table) => drop(table.remove(key)?),

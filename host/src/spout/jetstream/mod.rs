@@ -77,6 +77,52 @@ pub fn fixed_partitions(def: &JetStreamDef, topology: &str, nats: &NatsConfig) -
     Ok((!dynamic).then(|| partitions.to_vec()))
 }
 
+/// A JetStream spout's stream read by spans of sequences: how a cluster's
+/// hosts read their partitions of a batch whose metadata the leader cut.
+pub struct SpanReader {
+    nats: Nats,
+    reader: Reader,
+    stream: String,
+}
+
+impl SpanReader {
+    /// Connects to the server of `nats` and checks the stream `def` reads.
+    pub fn open(def: &JetStreamDef, topology: &str, nats: &NatsConfig) -> Result<SpanReader> {
+        check(def, topology)?;
+        let doing = || format!("topology {topology} reads stream {}", def.stream);
+        let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
+        let mut reader = Reader::new(&connection, def, 1);
+        connection.runtime.block_on(reader.prepare()).map_err(Failure::into_error).with_context(doing)?;
+        Ok(SpanReader { nats: connection, reader, stream: def.stream.clone() })
+    }
+
+    /// The stream's last sequence.
+    pub fn last_sequence(&mut self) -> Result<u64> {
+        let last = self.nats.runtime.block_on(self.reader.last_sequence());
+        last.map_err(|e| self.lost(e)).with_context(|| format!("asking for stream {}'s last sequence", self.stream))
+    }
+
+    /// The messages of `partitions` in the span `after+1..=until`.
+    pub fn read(&mut self, partitions: &[String], after: u64, until: u64) -> Result<Batch<'static>> {
+        let read = self.nats.runtime.block_on(self.reader.read_span(partitions, after, until));
+        read.map_err(|e| self.lost(e))
+            .with_context(|| format!("reading sequences {}..={until} of stream {}", after + 1, self.stream))
+    }
+
+    fn lost(&mut self, failure: Failure) -> anyhow::Error {
+        self.reader.forget_consumers();
+        failure.into_error()
+    }
+}
+
+impl Failure {
+    fn into_error(self) -> anyhow::Error {
+        match self {
+            Failure::Lost(e) | Failure::Fatal(e) => e,
+        }
+    }
+}
+
 /// Where an emission that found nothing left the spout.
 struct CaughtUp {
     /// The sequence the next message of the partitions will have, or pass.

@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 use weir_sdk::codec::{Batch, BatchWriter};
 use weir_sdk::topology::JetStreamDef;
 
+/// The consumer key of a consumer of every subject of the stream.
+const WHOLE_STREAM: &str = "";
+
 /// How long the server keeps a consumer nobody reads (the host's, if it
 /// dies, are cleaned up after this).
 const CONSUMER_IDLE: Duration = Duration::from_secs(30);
@@ -403,6 +406,62 @@ impl Reader {
             return Ok(Read::Empty { last });
         }
         Ok(Read::Batch { positions, batch: writer.finish_batch(), pending })
+    }
+
+    /// The stream's last sequence now.
+    pub async fn last_sequence(&mut self) -> Result<u64, Failure> {
+        Ok(self.stream_state().await?.1)
+    }
+
+    /// Reads every message of `partitions` with a sequence past `after`
+    /// and up to `until`: a batch whose metadata is a span of the stream,
+    /// read the same on every attempt while the stream holds it. One
+    /// consumer of the whole stream reads the span, asking for exactly its
+    /// messages (a filtered consumer made at each span's start would cost
+    /// the server a scan of the stream), and is kept for the next span.
+    pub async fn read_span(
+        &mut self,
+        partitions: &[String],
+        after: u64,
+        until: u64,
+    ) -> Result<Batch<'static>, Failure> {
+        let mut writer = BatchWriter::new(self.shape.arity());
+        let max = usize::try_from(until.saturating_sub(after)).unwrap_or(usize::MAX);
+        if max == 0 {
+            return Ok(writer.finish_batch());
+        }
+        let wanted: BTreeSet<&str> = partitions.iter().map(String::as_str).collect();
+        let start = after + 1;
+        let consumer = self.consumer(WHOLE_STREAM, start).await?.cached_info().name.clone();
+        let pulled = pull::read(&self.client, &self.name, &consumer, max, Some(until)).await;
+        match &pulled {
+            Ok(pulled) if !pulled.beyond => {
+                let cached = self.consumers.get_mut(WHOLE_STREAM).expect("made by consumer()");
+                cached.next = pulled.messages.last().map_or(start, |m| m.sequence + 1);
+                cached.used = Instant::now();
+            }
+            _ => {
+                self.consumers.remove(WHOLE_STREAM);
+            }
+        }
+        let doing = format!("reading stream {} on the NATS server at {}", self.name, self.server);
+        for delivered in pulled.map_err(|e| Failure::Lost(e.context(doing)))?.messages {
+            let subject = delivered.message.subject.as_str();
+            if !wanted.contains(subject) {
+                continue;
+            }
+            let sequence = delivered.sequence;
+            let message = Message {
+                subject,
+                payload: &delivered.message.payload,
+                sequence,
+                timestamp_ms: delivered.timestamp_ms,
+            };
+            self.shape.push(&mut writer, &message).map_err(|e| {
+                Failure::Fatal(e.context(format!("stream {}, partition {subject}, sequence {sequence}", self.name)))
+            })?;
+        }
+        Ok(writer.finish_batch())
     }
 
     /// Reads again exactly the messages of `positions`; a message no
