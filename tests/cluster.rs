@@ -671,3 +671,160 @@ fn a_word_count_served_by_three_hosts_counts_exactly_and_a_host_added_mid_run_ta
     }
     assert!(shown.contains("tuples/s"), "{shown}");
 }
+
+/// Splits `file`'s lines into `n` files of about equal length in `dir`.
+fn slices(file: &Path, n: usize, dir: &Path) -> Vec<std::path::PathBuf> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let per = lines.len().div_ceil(n);
+    lines
+        .chunks(per)
+        .enumerate()
+        .map(|(at, chunk)| {
+            let path = dir.join(format!("slice-{at}.txt"));
+            std::fs::write(&path, chunk.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// The leader as `server` sees it.
+fn leader_of(server: &Server) -> Option<String> {
+    view(server)["leader"].as_str().map(str::to_owned)
+}
+
+/// Every slot of state `counts`, rebuilt from the changelog as a host
+/// taking it over would: its fence's epoch, and the records passed over
+/// (written after the fence by a host that had lost the slot); and the
+/// counts all the slots hold together.
+fn changelog_counts(nats: &NatsServer) -> (BTreeMap<u32, Option<u64>>, usize, BTreeMap<String, i64>) {
+    let connection = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    connection.runtime.block_on(async {
+        let log = Changelog::open(&connection.jetstream, "c1", "word-count").await.unwrap();
+        let (mut fences, mut passed_over, mut counts) = (BTreeMap::new(), 0, BTreeMap::new());
+        for slot in 0..64 {
+            let rebuilt = log.rebuild("counts", slot).await.unwrap();
+            fences.insert(slot, rebuilt.fence.map(|f| f.epoch));
+            passed_over += rebuilt.fenced_records;
+            for (key, (_, bytes)) in rebuilt.values {
+                let key = weir::state::keys::decode(&key).unwrap();
+                let stored = weir::state::rules::Stored::decode(&bytes).unwrap();
+                use weir_sdk::codec::Value as Datum;
+                let (Datum::Str(word), Datum::I64(count)) = (key[0].clone(), stored.value().clone()) else {
+                    panic!("not a word's count: {key:?} {stored:?}")
+                };
+                counts.insert(word, count);
+            }
+        }
+        (fences, passed_over, counts)
+    })
+}
+
+#[test]
+fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() {
+    let seed = std::env::var("WEIR_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(6_221_249);
+    println!("chaos seed {seed} (WEIR_CHAOS_SEED to repeat)");
+    let mut rng = common::kill::Lcg(seed);
+    let mut etcd = EtcdServer::start();
+    let mut nats = NatsServer::start();
+    let corpus = corpus_halves(100_000);
+    let dir = tempfile::tempdir().unwrap();
+    let mut parts = slices(&corpus.first, 8, dir.path());
+    parts.extend(slices(&corpus.second, 8, &{
+        let second = dir.path().join("second");
+        std::fs::create_dir_all(&second).unwrap();
+        second
+    }));
+    let ids = ["h1", "h2", "h3"];
+    let start = |id: &str, etcd: &EtcdServer, nats: &NatsServer| cluster_host(&dir.path().join(id), etcd, nats, id);
+    let mut hosts: Vec<Option<Server>> = ids.iter().map(|id| Some(start(id, &etcd, &nats))).collect();
+    let live = |hosts: &[Option<Server>]| -> Vec<usize> { (0..hosts.len()).filter(|&i| hosts[i].is_some()).collect() };
+    agreed(&hosts.iter().flatten().collect::<Vec<_>>(), &ids);
+    eight_partitions(&nats);
+    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
+    let (status, deployed) = hosts[0].as_ref().unwrap().api("POST", "/v1/topologies", &bytes);
+    assert_eq!(status, 201, "{deployed}");
+
+    // Sixteen events: the leader killed twice, a host paused past its lease
+    // twice, etcd and nats-server restarted once each, and random hosts
+    // killed, each restarted after a random delay; a slice of the corpus
+    // is published between events.
+    let mut events: Vec<&str> = vec!["kill leader", "kill leader", "pause", "pause", "restart etcd", "restart nats"];
+    events.extend(std::iter::repeat_n("kill random", 10));
+    for at in (1..events.len()).rev() {
+        events.swap(at, rng.below(at as u64 + 1) as usize);
+    }
+    let mut parts = parts.into_iter();
+    for (n, event) in events.iter().enumerate() {
+        if let Some(part) = parts.next() {
+            nats.publish_file("corpus", PARTITIONS, &part);
+        }
+        std::thread::sleep(Duration::from_millis(500 + rng.below(1500)));
+        let up = live(&hosts);
+        match *event {
+            "kill leader" | "kill random" => {
+                let leader = hosts[up[0]].as_ref().and_then(leader_of);
+                let at = match leader.and_then(|l| ids.iter().position(|id| *id == l)) {
+                    Some(at) if *event == "kill leader" => at,
+                    _ => up[rng.below(up.len() as u64) as usize],
+                };
+                let delay = Duration::from_millis(500 + rng.below(2500));
+                println!("event {n}: {event}: SIGKILL {}, restarted after {delay:?}", ids[at]);
+                drop(hosts[at].take());
+                std::thread::sleep(delay);
+                hosts[at] = Some(start(ids[at], &etcd, &nats));
+            }
+            "pause" => {
+                let at = up[rng.below(up.len() as u64) as usize];
+                println!("event {n}: SIGSTOP {} for twice its lease, then SIGCONT", ids[at]);
+                let server = hosts[at].as_ref().unwrap();
+                signal(server, "-STOP");
+                std::thread::sleep(Duration::from_millis(2 * LEASE_TTL_MS.parse::<u64>().unwrap() + 500));
+                signal(server, "-CONT");
+            }
+            "restart etcd" => {
+                println!("event {n}: etcd killed and restarted");
+                etcd.restart();
+            }
+            "restart nats" => {
+                println!("event {n}: nats-server killed and restarted");
+                nats.restart();
+            }
+            other => unreachable!("{other}"),
+        }
+    }
+    for part in parts {
+        nats.publish_file("corpus", PARTITIONS, &part);
+    }
+    println!("every event done; waiting for the counts");
+
+    let servers: Vec<&Server> = hosts.iter().flatten().collect();
+    agreed(&servers, &ids);
+    let logs: Vec<std::path::PathBuf> = ids.iter().map(|id| dir.path().join(id).join("weir.log")).collect();
+    for server in &servers {
+        let waited = std::panic::catch_unwind(|| wait_for_counts(server, &corpus.truth, Duration::from_secs(240)));
+        if let Err(panic) = waited {
+            for log in &logs {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().filter(|l| !l.contains("connected to the NATS")).collect();
+                println!("--- {}:\n{}", log.display(), lines[lines.len().saturating_sub(40)..].join("\n"));
+            }
+            std::panic::resume_unwind(panic);
+        }
+    }
+    assert_exact_on_every_host(&servers, &corpus.truth);
+
+    // No slot holds a record of a host that did not own it: each slot's
+    // changelog, read as a host taking it over reads it (records written
+    // after the slot's fence by a former owner passed over), holds exactly
+    // the counts, and each slot is fenced at its present owner's epoch.
+    let (fences, passed_over, counts) = changelog_counts(&nats);
+    println!("changelog: {passed_over} records of fenced hosts passed over");
+    assert_counts_eq(&counts, &corpus.truth);
+    let (_, _, owners) = assignment(servers[0], "word-count").unwrap();
+    let units = view(servers[0])["topologies"]["word-count"]["assignment"]["units"].clone();
+    for (slot, fence) in fences {
+        let since = units[&format!("slot/counts/{slot}")]["since"].as_u64();
+        assert_eq!(fence, since, "slot {slot}'s fence is not its owner's epoch: {owners:?}");
+    }
+}

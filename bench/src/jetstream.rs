@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 const PER_PARTITION: u64 = 2500;
 
 /// A `nats-server` of the benchmark's own, killed when dropped.
-struct NatsServer {
+pub struct NatsServer {
     child: Child,
-    url: String,
+    pub url: String,
 }
 
 impl Drop for NatsServer {
@@ -43,7 +43,7 @@ fn binary() -> Result<PathBuf> {
 
 impl NatsServer {
     /// Starts a server storing its streams under `dir`, on a free port.
-    fn start(dir: &Path) -> Result<NatsServer> {
+    pub fn start(dir: &Path) -> Result<NatsServer> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
@@ -69,8 +69,14 @@ impl NatsServer {
     /// Publishes the lines of `corpus` into stream `corpus`, round-robin
     /// over corpus.0 to corpus.3.
     fn publish(&self, weir: &Path, corpus: &Path) -> Result<()> {
+        self.publish_over(weir, corpus, "corpus.{0..3}")
+    }
+
+    /// Publishes the lines of `corpus` into stream `corpus`, round-robin
+    /// over `subjects` (braces expand).
+    pub fn publish_over(&self, weir: &Path, corpus: &Path, subjects: &str) -> Result<()> {
         let status = Command::new(weir)
-            .args(["publish", "--nats", &self.url, "--stream", "corpus", "--subjects", "corpus.{0..3}", "--create"])
+            .args(["publish", "--nats", &self.url, "--stream", "corpus", "--subjects", subjects, "--create"])
             .arg(corpus)
             .stdout(Stdio::null())
             .env("WEIR_LOG", "warn")

@@ -8,6 +8,7 @@
 //! [`limit`]). Prints a table and writes JSON.
 
 mod batch_sizes;
+mod cluster;
 mod jetstream;
 mod latency;
 mod limit;
@@ -216,6 +217,7 @@ enum Only {
     Languages,
     JetStream,
     Windows,
+    Cluster,
 }
 
 fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
@@ -254,7 +256,14 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
             Ok(text) => serde_json::from_str(&text)?,
             Err(_) => json!({}),
         };
-        if only == Only::Languages {
+        if only == Only::Cluster {
+            if !jetstream_wasm.exists() {
+                bail!("{} is missing: run scripts/bench, which builds it", jetstream_wasm.display());
+            }
+            let (rows, figures) = cluster::rows(&bench, &jetstream_wasm, sentences, runs)?;
+            cluster::print(sentences, runs, &rows, &figures);
+            results["cluster"] = json!({ "sentences": sentences, "runs": runs, "figures": figures });
+        } else if only == Only::Languages {
             let (rows, figures) = languages(&bench, sentences)?;
             print_languages(sentences, &rows);
             results["languages"] = json!({ "sentences": sentences, "guests": figures });
@@ -542,10 +551,12 @@ fn main() -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
             "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages] \
-             [--jetstream] [--windows]\n\
+             [--jetstream] [--windows] [--cluster]\n\
              --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results\n\
              --jetstream: only word count from a file and from a local JetStream stream, into FILE's results\n\
-             --windows: only the plain word count and the word count per minute of event time, into FILE's results"
+             --windows: only the plain word count and the word count per minute of event time, into FILE's results\n\
+             --cluster: only the JetStream word count on weir serve and on clusters of 1 and 2 hosts, each on a core \
+             of its own, into FILE's results"
         );
         return Ok(());
     }
@@ -561,6 +572,8 @@ fn main() -> Result<()> {
         Only::JetStream
     } else if args.iter().any(|a| a == "--windows") {
         Only::Windows
+    } else if args.iter().any(|a| a == "--cluster") {
+        Only::Cluster
     } else {
         Only::Everything
     };

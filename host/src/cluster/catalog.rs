@@ -137,12 +137,18 @@ pub async fn update(
     bail!("topology {name}'s record kept changing under this change: try again")
 }
 
-/// Removes topology `name` and its assignment; says whether it was there.
+/// Removes topology `name`, its assignment and its commit log (its batch
+/// records and commit record: a topology deployed later under the name
+/// starts afresh); says whether it was there.
 pub async fn remove(client: &mut Client, cluster: &str, name: &str) -> Result<bool> {
     let key = topology_key(cluster, name);
-    let txn = Txn::new()
-        .when([Compare::create_revision(key.as_str(), CompareOp::Greater, 0)])
-        .and_then([TxnOp::delete(key.as_str(), None), TxnOp::delete(assignment_key(cluster, name), None)]);
+    let batches = format!("{}{name}/", prefix(cluster, "batches"));
+    let txn = Txn::new().when([Compare::create_revision(key.as_str(), CompareOp::Greater, 0)]).and_then([
+        TxnOp::delete(key.as_str(), None),
+        TxnOp::delete(assignment_key(cluster, name), None),
+        TxnOp::delete(format!("{}{name}", prefix(cluster, "committed")), None),
+        TxnOp::delete(batches, Some(etcd_client::DeleteOptions::new().with_prefix())),
+    ]);
     let done = client.txn(txn).await.with_context(|| format!("removing topology {name} from etcd"))?;
     Ok(done.succeeded())
 }

@@ -107,6 +107,17 @@ impl Changelog {
         Ok(changelog)
     }
 
+    /// Deletes the changelog of topology `name` of cluster `cluster`, if
+    /// it has one: the topology is gone.
+    pub async fn delete(js: &jetstream::Context, cluster: &str, name: &str) -> Result<()> {
+        let stream = format!("weir-changelog-{}", token(format!("{cluster}/{name}").as_bytes()));
+        match js.delete_stream(&stream).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains("not found") => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("deleting topology {name}'s changelog (stream {stream})")),
+        }
+    }
+
     /// The stream's name.
     pub fn stream(&self) -> &str {
         &self.stream

@@ -75,7 +75,9 @@ impl Coordinator {
         let reader = SpanReader::open(&plan.spout, &plan.plan.topology, nats)?;
         let subjects = Subjects::new(&cluster.name, &name);
         let (etcd, done) = connection.runtime.block_on(async {
-            let etcd = etcd_client::Client::connect(&cluster.etcd, None).await.context("connecting to etcd")?;
+            // Every call bounded by the lease's time: a call lost with a restarted
+            // etcd fails rather than hangs.
+            let etcd = super::membership::connect(&cluster).await?;
             let done = connection.client.subscribe(subjects.done()).await?;
             anyhow::Ok((etcd, done))
         })?;

@@ -145,7 +145,7 @@ fn lease_ttl(config: &ClusterConfig) -> Duration {
     Duration::from_secs(config.lease_ttl.as_secs().max(1))
 }
 
-async fn connect(config: &ClusterConfig) -> Result<Client> {
+pub(crate) async fn connect(config: &ClusterConfig) -> Result<Client> {
     let ttl = lease_ttl(config);
     let options = ConnectOptions::new().with_connect_timeout(ttl).with_timeout(ttl);
     Client::connect(&config.etcd, Some(options))

@@ -41,6 +41,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir_sdk::codec::Value;
 
+/// Longest a slot's restore or publish to the changelog may take.
+const CHANGELOG_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A key's record to publish to the changelog: `None` for a removal.
 type Write = (Vec<u8>, Option<Vec<u8>>);
 
@@ -126,7 +129,9 @@ impl Worker {
         let reader = SpanReader::open(&plan.spout, &plan.plan.topology, nats)?;
         let subjects = Subjects::new(&cluster.name, &name);
         let (etcd, changelog, starts, partials) = connection.runtime.block_on(async {
-            let etcd = etcd_client::Client::connect(&cluster.etcd, None).await.context("connecting to etcd")?;
+            // Every call bounded by the lease's time: a call lost with a restarted
+            // etcd fails rather than hangs.
+            let etcd = super::membership::connect(&cluster).await?;
             let changelog = Changelog::open(&connection.jetstream, &cluster.name, &name).await?;
             let starts = connection.client.subscribe(subjects.start()).await?;
             let partials = connection.client.subscribe(subjects.partials(&cluster.host)).await?;
@@ -456,7 +461,8 @@ impl Worker {
 
     /// Restores from the changelog the slots this host owns and has not
     /// restored for their present ownership, or every one it owns when its
-    /// copy is behind `committed`; returns where its copy stands.
+    /// copy is behind `committed` (the commit record's txid); returns where
+    /// its copy stands.
     fn prepare_slots(&mut self, owners: &Owners, committed: u64) -> Result<u64> {
         let name = self.plan.name.clone();
         let local = self.db.progress(&name)?.last_committed;
@@ -468,7 +474,12 @@ impl Worker {
             .filter(|(slot, _)| behind || !self.ready.contains_key(*slot))
             .map(|(s, e)| (s.clone(), *e))
             .collect();
-        let stands = if behind { committed } else { local };
+        // Restored slots hold what the changelog holds: the commit record's
+        // txid, or parts of the next. The copy is marked as standing there,
+        // so that the next txid is applied again: its slots that have it
+        // already pass over it by Trident's rules, and the restored ones
+        // take it.
+        let stands = if behind || !wanted.is_empty() { committed } else { local };
         if !wanted.is_empty() || behind {
             let mut rebuilt: BTreeMap<String, Vec<(Vec<u8>, Stored)>> = BTreeMap::new();
             let mut slots_of: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
@@ -476,8 +487,14 @@ impl Worker {
                 // Fenced first: from here on, a former owner's late records
                 // are passed over by this rebuild and every later one.
                 let got = self.nats.runtime.block_on(async {
-                    self.changelog.fence(state, *slot, *since).await?;
-                    self.changelog.rebuild(state, *slot).await
+                    tokio::time::timeout(CHANGELOG_TIMEOUT, async {
+                        self.changelog.fence(state, *slot, *since).await?;
+                        self.changelog.rebuild(state, *slot).await
+                    })
+                    .await
+                    .map_err(|_| {
+                        anyhow!("slot {slot} of state {state} was not restored within {CHANGELOG_TIMEOUT:?}")
+                    })?
                 })?;
                 let values = rebuilt.entry(state.clone()).or_default();
                 for (key, (_, bytes)) in got.values {
@@ -558,7 +575,16 @@ impl Worker {
             for (slot, writes) in per_slot {
                 let since = owners.owner(state, slot).map_or(start.epoch, |o| o.since);
                 keys += writes.len() as u64;
-                self.nats.runtime.block_on(self.changelog.publish(state, slot, since, start.txid, &writes))?;
+                let published = self.nats.runtime.block_on(async {
+                    tokio::time::timeout(
+                        CHANGELOG_TIMEOUT,
+                        self.changelog.publish(state, slot, since, start.txid, &writes),
+                    )
+                    .await
+                });
+                published.map_err(|_| {
+                    anyhow!("the changelog did not take slot {slot}'s records within {CHANGELOG_TIMEOUT:?}")
+                })??;
             }
         }
         Ok(keys)

@@ -188,9 +188,12 @@ pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), Depl
     if !removed {
         return Err(not_in_cluster(membership, name));
     }
+    let nats = nats(app)?;
     if let Some(gone) = known {
-        let nats = nats(app)?;
         forget_bundle(&nats, membership, name, &gone.deployment.bundle, "");
+    }
+    if let Err(e) = nats.runtime.block_on(Changelog::delete(&nats.jetstream, &config.name, name)) {
+        tracing::warn!("{e:#}");
     }
     tracing::info!("topology {name} deleted from cluster {}", config.name);
     Ok(())
@@ -342,9 +345,10 @@ impl Running {
         Ok(Running { digest: digest.to_owned(), stop, thread })
     }
 
-    async fn stop(self) {
+    /// Asks the thread to stop; it is gone once `thread` is finished.
+    fn stop(self) -> Running {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = tokio::task::spawn_blocking(move || self.thread.join()).await;
+        self
     }
 }
 
@@ -354,9 +358,13 @@ impl Running {
 pub async fn run_topologies(app: Shared) {
     let mut workers: BTreeMap<String, Running> = BTreeMap::new();
     let mut coordinators: BTreeMap<String, Running> = BTreeMap::new();
+    // Threads asked to stop, by topology and role: a topology's next one
+    // starts once its last is gone, never beside it.
+    let mut stopping: Vec<(String, bool, Running)> = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
+        stopping.retain(|(_, _, r)| !r.thread.is_finished());
         let (Some(membership), Some(nats)) = (app.cluster.get(), app.host.nats.clone()) else { continue };
         let view = membership.view();
         let plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -382,7 +390,7 @@ pub async fn run_topologies(app: Shared) {
                 .collect();
             for name in gone {
                 if let Some(r) = running.remove(&name) {
-                    r.stop().await;
+                    stopping.push((name, lead, r.stop()));
                 }
             }
         }
@@ -391,7 +399,8 @@ pub async fn run_topologies(app: Shared) {
                 let mut all = app.cluster_figures.lock().unwrap_or_else(|e| e.into_inner());
                 all.entry(name.clone()).or_default().clone()
             };
-            if !workers.contains_key(&name) {
+            let still = |lead: bool| stopping.iter().any(|(n, l, _)| *n == name && *l == lead);
+            if !workers.contains_key(&name) && !still(false) {
                 let (config, db, nats, plan) =
                     (membership.config().clone(), Arc::clone(&app.host.db), nats.clone(), Arc::clone(&plan));
                 let (timeout, host_figures) = (app.host.run.batch_timeout, Arc::clone(&figures.0));
@@ -407,6 +416,7 @@ pub async fn run_topologies(app: Shared) {
             }
             if let Some(leader) = &leading
                 && !coordinators.contains_key(&name)
+                && !still(true)
             {
                 let (config, leader, nats) = (membership.config().clone(), leader.clone(), nats.clone());
                 let (span, timeout) = (app.host.run.batch_size as u64, app.host.run.batch_timeout);

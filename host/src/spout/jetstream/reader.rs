@@ -445,7 +445,19 @@ impl Reader {
             }
         }
         let doing = format!("reading stream {} on the NATS server at {}", self.name, self.server);
-        for delivered in pulled.map_err(|e| Failure::Lost(e.context(doing)))?.messages {
+        let pulled = pulled.map_err(|e| Failure::Lost(e.context(doing)))?;
+        // The span's every sequence must be read: fewer means the consumer
+        // went (a restarted server forgets it) or the stream lost messages,
+        // and a batch missing messages must not be committed.
+        if pulled.messages.len() != max {
+            self.consumers.remove(WHOLE_STREAM);
+            return Err(Failure::Lost(anyhow!(
+                "read {} of the {max} messages of sequences {start}..={until} of stream {}",
+                pulled.messages.len(),
+                self.name
+            )));
+        }
+        for delivered in pulled.messages {
             let subject = delivered.message.subject.as_str();
             if !wanted.contains(subject) {
                 continue;

@@ -1,0 +1,271 @@
+//! The cluster rows: the JetStream word count served by one `weir serve`
+//! outside a cluster, and by a cluster of one host and of two, each weir
+//! process pinned to a core of its own (`taskset`), etcd and nats-server on
+//! whatever is left. Each run starts its hosts (and etcd) afresh over a
+//! stream published once (8 partitions), deploys, and is timed from the
+//! deploy to the last batch's commit; CPU seconds are the weir processes'
+//! own over that time.
+
+use super::jetstream::NatsServer;
+use super::{Bench, check_counts};
+use anyhow::{Context, Result, bail};
+use serde_json::{Value as Json, json};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Messages of the stream in one batch, in every row.
+const SPAN: u64 = 20_000;
+
+/// The longest a run may take.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// An etcd of the benchmark's own, killed when dropped.
+struct Etcd {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Etcd {
+    fn start(dir: &Path) -> Result<Etcd> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        let (port, peer) = (free_port()?, free_port()?);
+        let (url, peer) = (format!("http://127.0.0.1:{port}"), format!("http://127.0.0.1:{peer}"));
+        let log = dir.join("etcd.log");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--name", "bench", "--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("bench={peer}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("starting etcd (scripts/ensure-services installs it)")?;
+        let etcd = Etcd { child, url };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains("ready to serve client requests") {
+            if Instant::now() > deadline {
+                bail!("etcd was not ready within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(etcd)
+    }
+}
+
+/// A `weir serve` pinned to one core, killed when dropped.
+struct Host {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Host {
+    fn start(bench: &Bench, core: usize, data: &Path, extra: &[String]) -> Result<Host> {
+        let _ = std::fs::remove_dir_all(data);
+        let mut child = Command::new("taskset")
+            .args(["-c", &core.to_string()])
+            .arg(&bench.weir)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .arg("--cache-dir")
+            .arg(bench.work.join("cache"))
+            .args(extra)
+            .env("WEIR_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting weir serve under taskset")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+        let address = line.trim().strip_prefix("listening on ").context("weir serve did not say where it listens")?;
+        Ok(Host { url: format!("http://{address}"), child })
+    }
+
+    fn get(&self, path: &str) -> Result<Json> {
+        Ok(ureq::get(format!("{}{path}", self.url)).call()?.body_mut().read_json()?)
+    }
+
+    /// CPU seconds the process has used.
+    fn cpu_seconds(&self) -> Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        let fields: Vec<&str> = stat.rsplit_once(')').context("/proc stat")?.1.split_whitespace().collect();
+        let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+        // SAFETY: sysconf reads a constant of the system.
+        Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+    }
+}
+
+/// One run's figures.
+struct Run {
+    wall: Duration,
+    cpu: f64,
+}
+
+/// The last committed txid of `topology` in the cluster `cluster` of `etcd`.
+fn committed(etcd: &str, cluster: &str, topology: &str) -> Result<u64> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([etcd], None).await?;
+        weir::cluster::commit_log::committed(&mut client, cluster, topology).await
+    })
+}
+
+/// One run: `hosts` hosts of a cluster, or one `weir serve` outside any
+/// (`hosts` 0), over `nats`'s stream of `sentences` sentences.
+fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: u64, hosts: usize) -> Result<Run> {
+    // A cluster of its own each run: the changelog and commit log start empty.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cluster = format!("bench{}-{run}", std::process::id());
+    let etcd = if hosts > 0 { Some(Etcd::start(&bench.work.join("etcd"))?) } else { None };
+    let mut servers = Vec::new();
+    for at in 0..hosts.max(1) {
+        let data = bench.work.join(format!("data-cluster-{at}"));
+        let mut extra: Vec<String> = ["--nats", nats].map(str::to_owned).to_vec();
+        match &etcd {
+            Some(etcd) => {
+                let id = format!("h{at}");
+                extra.extend(["--cluster", &cluster, "--etcd", &etcd.url, "--host-id", &id].map(str::to_owned));
+                extra.extend(["--batch-size".to_owned(), SPAN.to_string()]);
+            }
+            // Outside a cluster the batch size is per partition: 8 make the span.
+            None => extra.extend(["--batch-size".to_owned(), (SPAN / 8).to_string()]),
+        }
+        servers.push(Host::start(bench, at, &data, &extra)?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while etcd.is_some() {
+        let view = servers[0].get("/v1/cluster")?;
+        if view["hosts"].as_array().is_some_and(|h| h.len() == hosts) && view["leader"].is_string() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the {hosts} hosts did not form a cluster within 60 s: {view}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cpu_before: f64 = servers.iter().map(Host::cpu_seconds).sum::<Result<f64>>()?;
+    let started = Instant::now();
+    let mut answer = ureq::post(format!("{}/v1/topologies", servers[0].url))
+        .header("content-type", "application/octet-stream")
+        .send(std::fs::read(bundle)?)?;
+    let deployed: Json = answer.body_mut().read_json()?;
+    let batches = sentences.div_ceil(SPAN);
+    loop {
+        let done = match &etcd {
+            Some(etcd) => committed(&etcd.url, &cluster, "word-count")? >= batches,
+            None => servers[0].get("/v1/topologies/word-count")?["tuples"].as_u64() >= Some(sentences),
+        };
+        if done {
+            break;
+        }
+        if started.elapsed() > RUN_LIMIT {
+            bail!("the word count on {hosts} hosts did not finish within {RUN_LIMIT:?}: {deployed}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wall = started.elapsed();
+    let cpu = servers.iter().map(Host::cpu_seconds).sum::<Result<f64>>()? - cpu_before;
+    let scanned = servers[0].get("/v1/topologies/word-count/states/counts")?;
+    let counts: BTreeMap<String, i64> = scanned
+        .as_array()
+        .context("a state scan")?
+        .iter()
+        .filter_map(|e| Some((e["key"][0].as_str()?.to_owned(), e["value"].as_i64()?)))
+        .collect();
+    check_counts(counts, corpus).with_context(|| format!("the word count's counts on {hosts} hosts"))?;
+    Ok(Run { wall, cpu })
+}
+
+/// The bundle of the JetStream word count, made with `weir bundle`.
+fn bundle(bench: &Bench, wasm: &Path) -> Result<PathBuf> {
+    let path = bench.work.join("word-count-jetstream.weir");
+    let status =
+        Command::new(&bench.weir).arg("bundle").arg(wasm).arg("-o").arg(&path).stdout(Stdio::null()).status()?;
+    if !status.success() {
+        bail!("weir bundle {} failed", wasm.display());
+    }
+    Ok(path)
+}
+
+/// The rows over `sentences` sentences, median of `runs` rounds, each round
+/// running every configuration once.
+pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize) -> Result<(Vec<String>, Json)> {
+    let corpus = bench.corpus(sentences)?;
+    let bundle = bundle(bench, wasm)?;
+    eprintln!("publishing {sentences} sentences into a local JetStream stream of 8 partitions");
+    let nats = NatsServer::start(&bench.work.join("nats-cluster"))?;
+    nats.publish_over(&bench.weir, &corpus, "corpus.{0..7}")?;
+    let configurations = [("weir serve, one host", 0), ("cluster of 1 host", 1), ("cluster of 2 hosts", 2)];
+    let mut measured: Vec<Vec<Run>> = configurations.iter().map(|_| Vec::new()).collect();
+    for round in 0..runs {
+        for (at, (name, hosts)) in configurations.iter().enumerate() {
+            eprintln!("cluster round {} of {runs}: {name}", round + 1);
+            measured[at].push(run_once(bench, &bundle, &nats.url, &corpus, sentences, *hosts)?);
+        }
+    }
+    let words = sentences as f64 * 8.0;
+    let median = |runs: &mut Vec<Run>| {
+        runs.sort_by_key(|run| run.wall);
+        let middle = &runs[runs.len() / 2];
+        (middle.wall.as_secs_f64(), middle.cpu)
+    };
+    let mut rows = Vec::new();
+    let mut figures = serde_json::Map::new();
+    let mut rates = Vec::new();
+    for ((name, hosts), runs) in configurations.iter().zip(&mut measured) {
+        let (wall, cpu) = median(runs);
+        let rate = words / wall;
+        let cpu_per_million = cpu / (words / 1e6);
+        rates.push((rate, cpu_per_million));
+        rows.push(format!("| {name} | {wall:.2} | {:.2} M | {cpu:.2} | {cpu_per_million:.3} |", rate / 1e6));
+        figures.insert(
+            (*name).into(),
+            json!({ "hosts": hosts, "wall_s": wall, "words_per_s": rate, "cpu_s": cpu, "cpu_s_per_million_words": cpu_per_million }),
+        );
+    }
+    figures.insert("two_hosts_over_one".into(), json!(rates[2].0 / rates[1].0));
+    figures.insert("cluster_cpu_over_serve".into(), json!(rates[1].1 / rates[0].1));
+    figures.insert("counts_exact".into(), json!(true));
+    Ok((rows, Json::Object(figures)))
+}
+
+/// Prints the rows of [`rows`] with their ratios.
+pub fn print(sentences: u64, runs: usize, rows: &[String], figures: &Json) {
+    println!(
+        "word count from a local JetStream stream (8 partitions), {sentences} sentences, {SPAN} messages a batch, \
+         each weir process on a core of its own, median of {runs} runs"
+    );
+    println!("| served by | wall s | words/s | weir CPU s | CPU s per million words |");
+    println!("|---|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
+    }
+    println!(
+        "2 hosts / 1 host (words/s): {:.2}; cluster / weir serve (CPU s per million words): {:.2}",
+        figures["two_hosts_over_one"].as_f64().unwrap_or(0.0),
+        figures["cluster_cpu_over_serve"].as_f64().unwrap_or(0.0)
+    );
+}
