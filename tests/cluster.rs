@@ -199,6 +199,11 @@ fn a_server_outside_a_cluster_says_so_and_bad_settings_are_refused() {
 
 /// A host of cluster `c1` that keeps the cluster's bundles in `nats`.
 fn host_with_nats(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) -> Server {
+    host_with_nats_and(dir, etcd, nats, id, &[])
+}
+
+/// [`host_with_nats`], with `extra` arguments.
+fn host_with_nats_and(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str, extra: &[&str]) -> Server {
     std::fs::create_dir_all(dir).unwrap();
     Server::start_with(
         dir,
@@ -213,7 +218,10 @@ fn host_with_nats(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) ->
             id,
             "--lease-ttl-ms",
             LEASE_TTL_MS,
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>(),
     )
 }
 
@@ -543,27 +551,10 @@ fn eight_partitions(nats: &NatsServer) {
     nats.create_stream("corpus", &subjects.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
+/// A host of cluster `c1` running batches of 20,000 messages, each try
+/// given 10 s.
 fn cluster_host(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) -> Server {
-    std::fs::create_dir_all(dir).unwrap();
-    Server::start_with(
-        dir,
-        &[
-            "--cluster",
-            "c1",
-            "--etcd",
-            &etcd.url(),
-            "--nats",
-            &nats.url(),
-            "--host-id",
-            id,
-            "--lease-ttl-ms",
-            LEASE_TTL_MS,
-            "--batch-size",
-            "20000",
-            "--batch-timeout-ms",
-            "10000",
-        ],
-    )
+    host_with_nats_and(dir, etcd, nats, id, &["--batch-size", "20000", "--batch-timeout-ms", "10000"])
 }
 
 /// `weir` with `args` against `server`, having succeeded: its output.

@@ -56,6 +56,17 @@ pub struct Bounded {
     pub peak_rss_kib: u64,
 }
 
+/// Kills a service started beside its [`watchdog`]: the watchdog, then the
+/// service with SIGKILL, as a crash would.
+pub fn kill_service(server: &mut Option<std::process::Child>, watchdog: &mut Option<std::process::Child>) {
+    for child in [watchdog, server] {
+        if let Some(mut child) = child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The peak resident memory (VmHWM) of process `pid` so far, in KiB.
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -111,14 +111,7 @@ impl NatsServer {
 
     /// Kills the server with SIGKILL, as a crash would.
     pub fn kill(&mut self) {
-        if let Some(mut watchdog) = self.watchdog.take() {
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-        }
-        if let Some(mut server) = self.server.take() {
-            let _ = server.kill();
-            let _ = server.wait();
-        }
+        super::kill_service(&mut self.server, &mut self.watchdog);
     }
 
     /// Starts the killed server again, on its port, over its store.

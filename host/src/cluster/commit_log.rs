@@ -38,7 +38,7 @@ impl EtcdCommitLog {
     }
 
     fn committed_key(&self, topology: &str) -> String {
-        format!("/weir/{}/committed/{topology}", self.cluster)
+        committed_key(&self.cluster, topology)
     }
 
     fn leading(&self) -> Compare {
@@ -60,11 +60,7 @@ impl EtcdCommitLog {
     /// revision (0: none yet).
     fn last_committed(&self, topology: &str) -> Result<(u64, i64)> {
         let mut client = self.client.clone();
-        let key = self.committed_key(topology);
-        let got = self.runtime.block_on(client.get(key.as_str(), None)).context("reading the commit record")?;
-        let Some(kv) = got.kvs().first() else { return Ok((0, 0)) };
-        let last = kv.value_str()?.parse().with_context(|| format!("the commit record {key} is not a txid"))?;
-        Ok((last, kv.mod_revision()))
+        self.runtime.block_on(commit_record(&mut client, &self.committed_key(topology)))
     }
 
     /// Records `txid` as `topology`'s last committed batch, if it follows
@@ -95,10 +91,20 @@ impl EtcdCommitLog {
 
 /// The last committed txid of `topology` of `cluster`, as any host reads it.
 pub async fn committed(client: &mut Client, cluster: &str, topology: &str) -> Result<u64> {
-    let key = format!("/weir/{cluster}/committed/{topology}");
-    let got = client.get(key.as_str(), None).await.context("reading the commit record")?;
-    let Some(kv) = got.kvs().first() else { return Ok(0) };
-    kv.value_str()?.parse().with_context(|| format!("the commit record {key} is not a txid"))
+    Ok(commit_record(client, &committed_key(cluster, topology)).await?.0)
+}
+
+fn committed_key(cluster: &str, topology: &str) -> String {
+    format!("/weir/{cluster}/committed/{topology}")
+}
+
+/// The txid the commit record `key` holds and its revision (0 and 0: none
+/// yet).
+async fn commit_record(client: &mut Client, key: &str) -> Result<(u64, i64)> {
+    let got = client.get(key, None).await.context("reading the commit record")?;
+    let Some(kv) = got.kvs().first() else { return Ok((0, 0)) };
+    let last = kv.value_str()?.parse().with_context(|| format!("the commit record {key} is not a txid"))?;
+    Ok((last, kv.mod_revision()))
 }
 
 impl CommitLog for EtcdCommitLog {
