@@ -20,7 +20,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use weir::cluster::changelog::{Changelog, Rebuilt};
+use weir::cluster::changelog::{Changelog, Rebuilt, SlotWrites};
 use weir::cluster::commit_log::EtcdCommitLog;
 use weir::state::store::CommitLog;
 use weir::state::{BatchRecord, Progress};
@@ -422,8 +422,10 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
 }
 
 /// A commit's writes: key, and value or removal.
-fn writes(pairs: &[(&str, Option<&str>)]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))).collect()
+/// The records of slot `slot` of state `counts` written by its owner at `epoch`.
+fn writes(slot: u32, epoch: u64, pairs: &[(&str, Option<&str>)]) -> SlotWrites {
+    let records = pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))).collect();
+    SlotWrites { state: "counts".into(), slot, epoch, records }
 }
 
 fn values(rebuilt: &Rebuilt) -> Vec<(String, u64, String)> {
@@ -442,13 +444,13 @@ fn a_slots_changelog_rebuilds_it_and_passes_over_a_fenced_hosts_records() {
             stream.info().await.unwrap().state.last_sequence
         };
         // Host A owns slot 3 of `counts` at epoch 1, and commits txids 1 and 2.
-        log.publish("counts", 3, 1, 1, &writes(&[("a", Some("1")), ("b", Some("1"))])).await.unwrap();
-        log.publish("counts", 3, 1, 2, &writes(&[("a", Some("2"))])).await.unwrap();
+        log.publish(1, &[writes(3, 1, &[("a", Some("1")), ("b", Some("1"))])]).await.unwrap();
+        log.publish(2, &[writes(3, 1, &[("a", Some("2"))])]).await.unwrap();
         // Published again after a lost acknowledgement: stored once.
-        log.publish("counts", 3, 1, 2, &writes(&[("a", Some("2"))])).await.unwrap();
-        assert_eq!(last_sequence().await, 3);
+        log.publish(2, &[writes(3, 1, &[("a", Some("2"))])]).await.unwrap();
+        assert_eq!(last_sequence().await, 2, "one message a slot and commit");
         // Another slot's records are not read with this one.
-        log.publish("counts", 4, 1, 2, &writes(&[("z", Some("9"))])).await.unwrap();
+        log.publish(2, &[writes(4, 1, &[("z", Some("9"))])]).await.unwrap();
 
         // Host B takes slot 3 over at epoch 2: it fences, then rebuilds.
         let fence = log.fence("counts", 3, 2).await.unwrap();
@@ -460,17 +462,34 @@ fn a_slots_changelog_rebuilds_it_and_passes_over_a_fenced_hosts_records() {
         assert_eq!(rebuilt.fence, Some(fence));
 
         // A, paused past its lease, wakes and writes the commit it had in
-        // hand; B commits txids 3 and 4 (4 removes c).
-        log.publish("counts", 3, 1, 3, &writes(&[("a", Some("stale")), ("b", Some("stale"))])).await.unwrap();
-        log.publish("counts", 3, 2, 3, &writes(&[("b", Some("3")), ("c", Some("3"))])).await.unwrap();
-        log.publish("counts", 3, 2, 4, &writes(&[("c", None)])).await.unwrap();
+        // hand, and cannot snapshot (nor purge) the slot; B commits txids 3
+        // and 4 (4 removes c).
+        log.publish(3, &[writes(3, 1, &[("a", Some("stale")), ("b", Some("stale"))])]).await.unwrap();
+        let refused = log.snapshot(3, &[writes(3, 1, &[("a", Some("stale"))])]).await.unwrap_err();
+        assert!(format!("{refused:#}").contains("fenced past epoch 1"), "{refused:#}");
+        log.publish(3, &[writes(3, 2, &[("b", Some("3")), ("c", Some("3"))])]).await.unwrap();
+        log.publish(4, &[writes(3, 2, &[("c", None)])]).await.unwrap();
         let rebuilt = log.rebuild("counts", 3).await.unwrap();
         assert_eq!(values(&rebuilt), [("a".into(), 2, "2".into()), ("b".into(), 3, "3".into())]);
-        assert_eq!(rebuilt.fenced_records, 2, "A's two late records are passed over");
+        assert_eq!(rebuilt.fenced_records, 3, "A's two late records and its snapshot's are passed over");
 
-        // Two records a key at most: the stream stays bounded by its keys.
+        // B snapshots the slot: its log before the snapshot goes, the
+        // fence and the other slot stay, and the slot reads back the same.
+        let whole = writes(3, 2, &[("a", Some("2")), ("b", Some("3"))]);
+        log.snapshot(4, &[whole]).await.unwrap();
         let mut stream = connection.jetstream.get_stream(log.stream()).await.unwrap();
-        assert_eq!(stream.info().await.unwrap().state.messages, 8, "a, b and c twice, the fence, z");
+        assert_eq!(stream.info().await.unwrap().state.messages, 3, "slot 4's delta, the fence, the snapshot");
+        let rebuilt = log.rebuild("counts", 3).await.unwrap();
+        assert_eq!(values(&rebuilt), [("a".into(), 4, "2".into()), ("b".into(), 4, "3".into())]);
+        assert_eq!(rebuilt.fence, Some(fence));
+        assert_eq!(values(&log.rebuild("counts", 4).await.unwrap()), [("z".into(), 2, "9".into())]);
+
+        // A stream limited per subject would drop a slot's deltas: refused.
+        let mut config = stream.info().await.unwrap().config.clone();
+        config.max_messages_per_subject = 2;
+        connection.jetstream.update_stream(config).await.unwrap();
+        let refused = Changelog::open(&connection.jetstream, "c1", "word count").await.err().unwrap();
+        assert!(format!("{refused:#}").contains("keeps 2 messages per subject"), "{refused:#}");
     });
 }
 
@@ -552,9 +571,11 @@ fn eight_partitions(nats: &NatsServer) {
 }
 
 /// A host of cluster `c1` running batches of 20,000 messages, each try
-/// given 10 s.
+/// given 10 s, snapshotting its slots in the changelog every third txid
+/// (so that snapshots and purges meet the kills).
 fn cluster_host(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) -> Server {
-    host_with_nats_and(dir, etcd, nats, id, &["--batch-size", "20000", "--batch-timeout-ms", "10000"])
+    let flags = ["--batch-size", "20000", "--batch-timeout-ms", "10000", "--snapshot-every", "3"];
+    host_with_nats_and(dir, etcd, nats, id, &flags)
 }
 
 /// `weir` with `args` against `server`, having succeeded: its output.
@@ -661,6 +682,36 @@ fn a_word_count_served_by_three_hosts_counts_exactly_and_a_host_added_mid_run_ta
         assert!(shown.contains(id), "{shown}");
     }
     assert!(shown.contains("tuples/s"), "{shown}");
+}
+
+#[test]
+fn a_cluster_topology_starts_at_its_streams_first_message_when_earlier_ones_are_gone() {
+    let etcd = EtcdServer::start();
+    let nats = NatsServer::start();
+    let corpus = corpus_halves(20_000);
+    let dir = tempfile::tempdir().unwrap();
+    let host = cluster_host(&dir.path().join("h1"), &etcd, &nats, "h1");
+    agreed(&[&host], &["h1"]);
+    eight_partitions(&nats);
+    // The first half is published, then removed (as a stream's limits
+    // remove old messages): the stream starts past sequence 1.
+    nats.publish_file("corpus", PARTITIONS, &corpus.first);
+    let connection = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    connection.runtime.block_on(async {
+        connection.jetstream.get_stream("corpus").await.unwrap().purge().await.unwrap();
+    });
+    nats.publish_file("corpus", PARTITIONS, &corpus.second);
+    let mut truth: BTreeMap<String, i64> = BTreeMap::new();
+    for word in std::fs::read_to_string(&corpus.second).unwrap().split_whitespace() {
+        *truth.entry(word.to_owned()).or_default() += 1;
+    }
+
+    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
+    let (status, deployed) = host.api("POST", "/v1/topologies", &bytes);
+    assert_eq!(status, 201, "{deployed}");
+    // Before, the first span began at sequence 1 and its read came up
+    // short, try after try.
+    wait_for_counts(&host, &truth, Duration::from_secs(120));
 }
 
 /// Splits `file`'s lines into `n` files of about equal length in `dir`.

@@ -3,8 +3,9 @@
 //! process pinned to a core of its own (`taskset`), etcd and nats-server on
 //! whatever is left. Each run starts its hosts (and etcd) afresh over a
 //! stream published once (8 partitions), deploys, and is timed from the
-//! deploy to the last batch's commit; CPU seconds are the weir processes'
-//! own over that time.
+//! deploy to the last batch's commit, and steady, from the first commit to
+//! the last (the ratios are of the steady figures: the hosts' start is not
+//! throughput); CPU seconds are the weir processes' own.
 
 use super::jetstream::NatsServer;
 use super::{Bench, check_counts};
@@ -92,9 +93,9 @@ impl Host {
             .arg("--cache-dir")
             .arg(bench.work.join("cache"))
             .args(extra)
-            .env("WEIR_LOG", "warn")
+            .env("WEIR_LOG", std::env::var("WEIR_BENCH_HOST_LOG").unwrap_or("warn".into()))
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(data.with_extension("log"))?)
             .spawn()
             .context("starting weir serve under taskset")?;
         let mut line = String::new();
@@ -117,19 +118,34 @@ impl Host {
     }
 }
 
-/// One run's figures.
+/// One run's figures: from the deploy to the last commit, and over the
+/// steady part, from the first commit to the last.
 struct Run {
     wall: Duration,
     cpu: f64,
+    steady_wall: Duration,
+    steady_cpu: f64,
+    steady_sentences: u64,
 }
 
-/// The last committed txid of `topology` in the cluster `cluster` of `etcd`.
-fn committed(etcd: &str, cluster: &str, topology: &str) -> Result<u64> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let mut client = etcd_client::Client::connect([etcd], None).await?;
-        weir::cluster::commit_log::committed(&mut client, cluster, topology).await
-    })
+/// The commit record of a cluster's topology, read through one client.
+struct CommitRecord {
+    runtime: tokio::runtime::Runtime,
+    client: etcd_client::Client,
+    cluster: String,
+}
+
+impl CommitRecord {
+    fn connect(etcd: &str, cluster: &str) -> Result<CommitRecord> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let client = runtime.block_on(etcd_client::Client::connect([etcd], None))?;
+        Ok(CommitRecord { runtime, client, cluster: cluster.to_owned() })
+    }
+
+    /// The last committed txid of `topology`.
+    fn committed(&mut self, topology: &str) -> Result<u64> {
+        self.runtime.block_on(weir::cluster::commit_log::committed(&mut self.client, &self.cluster, topology))
+    }
 }
 
 /// One run: `hosts` hosts of a cluster, or one `weir serve` outside any
@@ -142,7 +158,7 @@ fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: 
     let etcd = if hosts > 0 { Some(Etcd::start(&bench.work.join("etcd"))?) } else { None };
     let mut servers = Vec::new();
     for at in 0..hosts.max(1) {
-        let data = bench.work.join(format!("data-cluster-{at}"));
+        let data = bench.work.join(format!("data-cluster-{hosts}-{at}"));
         let mut extra: Vec<String> = ["--nats", nats].map(str::to_owned).to_vec();
         match &etcd {
             Some(etcd) => {
@@ -166,19 +182,28 @@ fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let cpu_before: f64 = servers.iter().map(Host::cpu_seconds).sum::<Result<f64>>()?;
+    let mut record = etcd.as_ref().map(|etcd| CommitRecord::connect(&etcd.url, &cluster)).transpose()?;
+    // Sentences committed so far.
+    let mut committed = || -> Result<u64> {
+        Ok(match &mut record {
+            Some(record) => (record.committed("word-count")? * SPAN).min(sentences),
+            None => servers[0].get("/v1/topologies/word-count")?["tuples"].as_u64().unwrap_or(0),
+        })
+    };
+    let cpu = |servers: &[Host]| servers.iter().map(Host::cpu_seconds).sum::<Result<f64>>();
+    let cpu_before = cpu(&servers)?;
     let started = Instant::now();
     let mut answer = ureq::post(format!("{}/v1/topologies", servers[0].url))
         .header("content-type", "application/octet-stream")
         .send(std::fs::read(bundle)?)?;
     let deployed: Json = answer.body_mut().read_json()?;
-    let batches = sentences.div_ceil(SPAN);
+    let mut first: Option<(Instant, f64, u64)> = None;
     loop {
-        let done = match &etcd {
-            Some(etcd) => committed(&etcd.url, &cluster, "word-count")? >= batches,
-            None => servers[0].get("/v1/topologies/word-count")?["tuples"].as_u64() >= Some(sentences),
-        };
-        if done {
+        let done = committed()?;
+        if first.is_none() && done > 0 {
+            first = Some((Instant::now(), cpu(&servers)?, done));
+        }
+        if done >= sentences {
             break;
         }
         if started.elapsed() > RUN_LIMIT {
@@ -186,8 +211,8 @@ fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: 
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let wall = started.elapsed();
-    let cpu = servers.iter().map(Host::cpu_seconds).sum::<Result<f64>>()? - cpu_before;
+    let (ended, cpu_after) = (Instant::now(), cpu(&servers)?);
+    let (first_at, first_cpu, first_done) = first.context("no commit was seen")?;
     let scanned = servers[0].get("/v1/topologies/word-count/states/counts")?;
     let counts: BTreeMap<String, i64> = scanned
         .as_array()
@@ -196,7 +221,13 @@ fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: 
         .filter_map(|e| Some((e["key"][0].as_str()?.to_owned(), e["value"].as_i64()?)))
         .collect();
     check_counts(counts, corpus).with_context(|| format!("the word count's counts on {hosts} hosts"))?;
-    Ok(Run { wall, cpu })
+    Ok(Run {
+        wall: ended - started,
+        cpu: cpu_after - cpu_before,
+        steady_wall: ended - first_at,
+        steady_cpu: cpu_after - first_cpu,
+        steady_sentences: sentences - first_done,
+    })
 }
 
 /// The bundle of the JetStream word count, made with `weir bundle`.
@@ -226,28 +257,39 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize) -> Result<(
             measured[at].push(run_once(bench, &bundle, &nats.url, &corpus, sentences, *hosts)?);
         }
     }
-    let words = sentences as f64 * 8.0;
-    let median = |runs: &mut Vec<Run>| {
-        runs.sort_by_key(|run| run.wall);
-        let middle = &runs[runs.len() / 2];
-        (middle.wall.as_secs_f64(), middle.cpu)
-    };
+    // The corpus's sentences hold eight words on average.
+    let words = |sentences: u64| sentences as f64 * 8.0;
     let mut rows = Vec::new();
     let mut figures = serde_json::Map::new();
-    let mut rates = Vec::new();
+    let mut steady = Vec::new();
     for ((name, hosts), runs) in configurations.iter().zip(&mut measured) {
-        let (wall, cpu) = median(runs);
-        let rate = words / wall;
-        let cpu_per_million = cpu / (words / 1e6);
-        rates.push((rate, cpu_per_million));
-        rows.push(format!("| {name} | {wall:.2} | {:.2} M | {cpu:.2} | {cpu_per_million:.3} |", rate / 1e6));
+        runs.sort_by_key(|run| run.steady_wall);
+        let run = &runs[runs.len() / 2];
+        let rate = words(sentences) / run.wall.as_secs_f64();
+        let steady_rate = words(run.steady_sentences) / run.steady_wall.as_secs_f64();
+        let cpu_per_million = run.steady_cpu / (words(run.steady_sentences) / 1e6);
+        steady.push((steady_rate, cpu_per_million));
+        rows.push(format!(
+            "| {name} | {:.2} | {:.2} M | {:.2} M | {:.2} | {cpu_per_million:.3} |",
+            run.wall.as_secs_f64(),
+            rate / 1e6,
+            steady_rate / 1e6,
+            run.cpu
+        ));
         figures.insert(
             (*name).into(),
-            json!({ "hosts": hosts, "wall_s": wall, "words_per_s": rate, "cpu_s": cpu, "cpu_s_per_million_words": cpu_per_million }),
+            json!({
+                "hosts": hosts,
+                "wall_s": run.wall.as_secs_f64(),
+                "words_per_s": rate,
+                "cpu_s": run.cpu,
+                "steady_words_per_s": steady_rate,
+                "steady_cpu_s_per_million_words": cpu_per_million,
+            }),
         );
     }
-    figures.insert("two_hosts_over_one".into(), json!(rates[2].0 / rates[1].0));
-    figures.insert("cluster_cpu_over_serve".into(), json!(rates[1].1 / rates[0].1));
+    figures.insert("two_hosts_over_one".into(), json!(steady[2].0 / steady[1].0));
+    figures.insert("cluster_cpu_over_serve".into(), json!(steady[1].1 / steady[0].1));
     figures.insert("counts_exact".into(), json!(true));
     Ok((rows, Json::Object(figures)))
 }
@@ -258,13 +300,17 @@ pub fn print(sentences: u64, runs: usize, rows: &[String], figures: &Json) {
         "word count from a local JetStream stream (8 partitions), {sentences} sentences, {SPAN} messages a batch, \
          each weir process on a core of its own, median of {runs} runs"
     );
-    println!("| served by | wall s | words/s | weir CPU s | CPU s per million words |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| served by | wall s, from the deploy | words/s, from the deploy | words/s, steady | weir CPU s | \
+         CPU s per million words, steady |"
+    );
+    println!("|---|---|---|---|---|---|");
     for row in rows {
         println!("{row}");
     }
     println!(
-        "2 hosts / 1 host (words/s): {:.2}; cluster / weir serve (CPU s per million words): {:.2}",
+        "steady, from the first commit to the last: 2 hosts / 1 host (words/s): {:.2}; \
+         cluster / weir serve (CPU s per million words): {:.2}",
         figures["two_hosts_over_one"].as_f64().unwrap_or(0.0),
         figures["cluster_cpu_over_serve"].as_f64().unwrap_or(0.0)
     );

@@ -31,6 +31,11 @@ pub struct ClusterArgs {
     /// longer loses its membership.
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub lease_ttl_ms: u64,
+    /// Txids between two snapshots of a slot in its topology's changelog:
+    /// fewer make a slot's rebuild read less, more make commits write less.
+    #[arg(long, value_name = "TXIDS", default_value_t = weir::cluster::changelog::DEFAULT_SNAPSHOT_EVERY,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_every: u64,
 }
 
 impl ClusterArgs {
@@ -50,6 +55,7 @@ impl ClusterArgs {
             host: self.host_id.clone().unwrap_or_default(),
             api: self.advertise.clone().unwrap_or_default(),
             lease_ttl: Duration::from_millis(self.lease_ttl_ms),
+            snapshot_every: self.snapshot_every,
         }))
     }
 }

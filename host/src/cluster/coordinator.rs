@@ -130,9 +130,17 @@ impl Coordinator {
         let record = match recorded(txid) {
             Some(tried) => BatchRecord { attempt: tried.attempt + 1, ..tried.clone() },
             None => {
-                let after =
-                    recorded(txid - 1).map(|r| decode_span(&r.spout)).transpose()?.map_or(0, |(_, until)| until);
-                let last = self.reader.last_sequence()?;
+                let (first, last) = self.reader.sequences()?;
+                let after = match recorded(txid - 1) {
+                    Some(previous) => decode_span(&previous.spout)?.1,
+                    // The first batch starts at the stream's first message:
+                    // those before it are gone (the stream's limits).
+                    None if txid == 1 => first.saturating_sub(1),
+                    None => bail!(
+                        "etcd holds no span for txid {}, the last committed: where txid {txid} starts is unknown",
+                        txid - 1
+                    ),
+                };
                 if last <= after {
                     return Ok(false);
                 }

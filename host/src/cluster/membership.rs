@@ -28,6 +28,8 @@ pub struct ClusterConfig {
     pub api: String,
     /// How long the host stays a member without reaching etcd.
     pub lease_ttl: Duration,
+    /// Txids between two snapshots of a slot in the changelog.
+    pub snapshot_every: u64,
 }
 
 /// A member, as it registered.

@@ -97,6 +97,8 @@ pub struct PartialsHeader {
     /// This message's place among the sender's messages to one host.
     pub chunk: u32,
     pub chunks: u32,
+    /// Messages of the span the sender read from its partitions.
+    pub read: u64,
     /// Each state's partials in the body, with their length in bytes.
     pub states: Vec<(String, u64)>,
 }
@@ -183,6 +185,7 @@ mod tests {
             from: "h1".into(),
             chunk: 0,
             chunks: 1,
+            read: 0,
             states: vec![("counts".into(), body.len() as u64)],
         };
         let bytes = encode_partials(&header, std::slice::from_ref(&body)).unwrap();

@@ -18,7 +18,7 @@
 //! etcd again before anything is published: a host whose slots moved on
 //! (paused past its lease, say) publishes nothing.
 
-use super::changelog::Changelog;
+use super::changelog::{Changelog, SlotWrites, Write};
 use super::commit_log;
 use super::membership::ClusterConfig;
 use super::plan::{ClusterPlan, Owners};
@@ -43,9 +43,6 @@ use weir_sdk::codec::Value;
 
 /// Longest a slot's restore or publish to the changelog may take.
 const CHANGELOG_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A key's record to publish to the changelog: `None` for a removal.
-type Write = (Vec<u8>, Option<Vec<u8>>);
 
 /// What a host did for a topology, for its status and metrics.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -103,7 +100,8 @@ pub struct Worker {
     /// The last try this host took part in: the leader says a start again
     /// until the batch is done, and a try is taken part in once.
     last_try: Option<(u64, u32)>,
-    /// Partials of a later try than the one under way.
+    /// Partials not gathered yet: of a later try than the one under way,
+    /// and this host's own share of the try under way.
     early: Vec<(PartialsHeader, Vec<(String, KeyedValues)>)>,
     /// Slots restored here, with the epoch of the ownership they were
     /// restored for.
@@ -246,7 +244,7 @@ impl Worker {
             let started = Instant::now();
             let (tuples, partials) = self.process(&start, partitions)?;
             tracing::debug!("topology {}: txid {}: {tuples} tuples processed", self.plan.name, start.txid);
-            self.send(&start, &owners, partials)?;
+            self.send(&start, &owners, tuples, partials)?;
             self.report(&start, Outcome::Processed { tuples });
             let mut figures = self.figures.lock().unwrap_or_else(|e| e.into_inner());
             figures.batches_processed += 1;
@@ -289,21 +287,42 @@ impl Worker {
     }
 
     /// Sends every slot owner its share of `partials`, in messages of at
-    /// most [`wire::CHUNK_BYTES`].
-    fn send(&mut self, start: &Start, owners: &Owners, partials: BTreeMap<String, KeyedValues>) -> Result<()> {
+    /// most [`wire::CHUNK_BYTES`]; this host's own share stays in memory.
+    fn send(
+        &mut self,
+        start: &Start,
+        owners: &Owners,
+        read: u64,
+        partials: BTreeMap<String, KeyedValues>,
+    ) -> Result<()> {
+        let host = self.cluster.host.clone();
         let mut per_host: BTreeMap<&str, Vec<(String, Vec<u8>)>> =
-            owners.receivers().into_iter().map(|h| (h, Vec::new())).collect();
+            owners.receivers().into_iter().filter(|h| *h != host).map(|h| (h, Vec::new())).collect();
+        let mut own = Vec::new();
         for (state, values) in &partials {
             for (slot, piece) in slots::split(values, self.slots) {
                 let owner =
                     owners.owner(state, slot).with_context(|| format!("slot {slot} of state {state} has no owner"))?;
-                if let Some(pieces) = per_host.get_mut(owner.host.as_str()) {
+                if owner.host == host {
+                    own.push((state.clone(), piece));
+                } else if let Some(pieces) = per_host.get_mut(owner.host.as_str()) {
                     pieces.push((state.clone(), slots::encode(&piece)));
                 }
             }
         }
+        if owners.receivers().contains(host.as_str()) {
+            let header = PartialsHeader {
+                txid: start.txid,
+                attempt: start.attempt,
+                from: host.clone(),
+                chunk: 0,
+                chunks: 1,
+                read,
+                states: Vec::new(),
+            };
+            self.early.push((header, own));
+        }
         let client = self.nats.client.clone();
-        let host = self.cluster.host.clone();
         let messages: Vec<(String, Vec<u8>)> = per_host
             .into_iter()
             .map(|(to, pieces)| {
@@ -329,6 +348,7 @@ impl Worker {
                             from: host.clone(),
                             chunk: at as u32,
                             chunks: count,
+                            read,
                             states: chunk.iter().map(|(s, b)| (s.clone(), b.len() as u64)).collect(),
                         };
                         let bodies: Vec<Vec<u8>> = chunk.into_iter().map(|(_, b)| b).collect();
@@ -369,6 +389,7 @@ impl Worker {
         let senders: BTreeSet<String> = owners.senders().into_iter().map(str::to_owned).collect();
         let mut chunks: BTreeMap<String, (u32, BTreeSet<u32>)> = BTreeMap::new();
         let mut merged: BTreeMap<String, BTreeMap<Vec<u8>, Value>> = BTreeMap::new();
+        let mut read: BTreeMap<String, u64> = BTreeMap::new();
         let complete = |chunks: &BTreeMap<String, (u32, BTreeSet<u32>)>| {
             senders.iter().all(|s| chunks.get(s).is_some_and(|(n, got)| got.len() as u32 == *n))
         };
@@ -412,6 +433,7 @@ impl Worker {
             if entry.0 != header.chunks || !entry.1.insert(header.chunk) {
                 continue;
             }
+            read.insert(header.from.clone(), header.read);
             for (state, values) in states {
                 let aggregate = self.plan.aggregate(&state).with_context(|| {
                     format!("host {} sent partials of state {state:?}, which the topology does not have", header.from)
@@ -434,6 +456,19 @@ impl Worker {
             }
         }
         self.early.extend(early);
+        // Every message of the span read once: fewer means a partition's
+        // read came up short (a consumer a restarted server forgot, say),
+        // and a batch missing messages must not be committed.
+        let total: u64 = read.values().sum();
+        if total != start.until - start.after {
+            bail!(
+                "txid {}: the partitions' owners read {total} of the {} messages of sequences {}..={} ({read:?})",
+                start.txid,
+                start.until - start.after,
+                start.after + 1,
+                start.until
+            );
+        }
         Ok(merged
             .into_iter()
             .map(|(state, values)| {
@@ -563,30 +598,64 @@ impl Worker {
             bail!("txid {}: the assignment moved on from epoch {}; nothing is published", start.txid, start.epoch);
         }
         let mut keys = 0;
+        let mut slots: BTreeMap<(&str, u32), Vec<Write>> = BTreeMap::new();
         for (state, values) in &merged {
-            let mut per_slot: BTreeMap<u32, Vec<Write>> = BTreeMap::new();
-            for (key, _) in values.iter() {
-                let stored = self.db.stored(&name, state, key)?;
-                per_slot
-                    .entry(slots::slot_of(key, self.slots))
-                    .or_default()
-                    .push((key.to_vec(), stored.map(|s| s.encode())));
-            }
-            for (slot, writes) in per_slot {
-                let since = owners.owner(state, slot).map_or(start.epoch, |o| o.since);
-                keys += writes.len() as u64;
-                let published = self.nats.runtime.block_on(async {
-                    tokio::time::timeout(
-                        CHANGELOG_TIMEOUT,
-                        self.changelog.publish(state, slot, since, start.txid, &writes),
-                    )
-                    .await
-                });
-                published.map_err(|_| {
-                    anyhow!("the changelog did not take slot {slot}'s records within {CHANGELOG_TIMEOUT:?}")
-                })??;
+            let stored = self.db.stored_each(&name, state, values.iter().map(|(key, _)| key))?;
+            for ((key, _), stored) in values.iter().zip(stored) {
+                let slot = slots::slot_of(key, self.slots);
+                slots.entry((state.as_str(), slot)).or_default().push((key.to_vec(), stored.map(|s| s.encode())));
+                keys += 1;
             }
         }
+        let slots: Vec<SlotWrites> = slots
+            .into_iter()
+            .map(|((state, slot), records)| SlotWrites {
+                state: state.to_owned(),
+                slot,
+                epoch: owners.owner(state, slot).map_or(start.epoch, |o| o.since),
+                records,
+            })
+            .collect();
+        self.to_changelog(start.txid, |changelog| changelog.publish(start.txid, &slots))?;
+        if start.txid.is_multiple_of(self.cluster.snapshot_every.max(1)) {
+            let whole = self.whole_slots(owners)?;
+            self.to_changelog(start.txid, |changelog| changelog.snapshot(start.txid, &whole))?;
+        }
         Ok(keys)
+    }
+
+    /// Every slot this host owns, whole, as its copy holds it.
+    fn whole_slots(&self, owners: &Owners) -> Result<Vec<SlotWrites>> {
+        let owned = owners.owned_by(&self.cluster.host);
+        let mut whole = Vec::new();
+        for aggregate in &self.plan.aggregates {
+            let state = &aggregate.state;
+            let mine: BTreeMap<u32, u64> =
+                owned.iter().filter(|((s, _), _)| s == state).map(|((_, slot), since)| (*slot, *since)).collect();
+            let mut records: BTreeMap<u32, Vec<Write>> = mine.keys().map(|slot| (*slot, Vec::new())).collect();
+            let keep = |key: &[u8]| mine.contains_key(&slots::slot_of(key, self.slots));
+            for (key, stored) in self.db.stored_page(&self.plan.name, state, None, usize::MAX, &keep)? {
+                let slot = slots::slot_of(&key, self.slots);
+                records.entry(slot).or_default().push((key, Some(stored.encode())));
+            }
+            whole.extend(records.into_iter().map(|(slot, records)| SlotWrites {
+                state: state.clone(),
+                slot,
+                epoch: mine[&slot],
+                records,
+            }));
+        }
+        Ok(whole)
+    }
+
+    /// Runs `put` against the changelog, bounded by [`CHANGELOG_TIMEOUT`].
+    fn to_changelog<'a, F>(&'a self, txid: u64, put: impl FnOnce(&'a Changelog) -> F) -> Result<()>
+    where
+        F: Future<Output = Result<()>>,
+    {
+        self.nats
+            .runtime
+            .block_on(async { tokio::time::timeout(CHANGELOG_TIMEOUT, put(&self.changelog)).await })
+            .map_err(|_| anyhow!("the changelog did not take txid {txid}'s records within {CHANGELOG_TIMEOUT:?}"))?
     }
 }

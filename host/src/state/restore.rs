@@ -23,11 +23,19 @@ impl Db {
     /// The record of encoded key `key` in `state`; `None` when the state
     /// has no table yet.
     pub fn stored(&self, topology: &str, state: &str, key: &[u8]) -> Result<Option<Stored>> {
+        Ok(self.stored_each(topology, state, [key])?.pop().flatten())
+    }
+
+    /// The record of each of `keys` in `state`, read in one transaction.
+    pub fn stored_each<'k>(
+        &self,
+        topology: &str,
+        state: &str,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<Vec<Option<Stored>>> {
         let txn = self.db.begin_read()?;
-        match ReadTable::open(&txn, &state_table(topology, state))? {
-            Some(table) => table.get(key),
-            None => Ok(None),
-        }
+        let table = ReadTable::open(&txn, &state_table(topology, state))?;
+        keys.into_iter().map(|key| table.as_ref().map_or(Ok(None), |table| table.get(key))).collect()
     }
 
     /// Up to `limit` records of `state` after encoded key `after` whose keys

@@ -96,10 +96,10 @@ impl SpanReader {
         Ok(SpanReader { nats: connection, reader, stream: def.stream.clone() })
     }
 
-    /// The stream's last sequence.
-    pub fn last_sequence(&mut self) -> Result<u64> {
-        let last = self.nats.runtime.block_on(self.reader.last_sequence());
-        last.map_err(|e| self.lost(e)).with_context(|| format!("asking for stream {}'s last sequence", self.stream))
+    /// The stream's first and last sequences.
+    pub fn sequences(&mut self) -> Result<(u64, u64)> {
+        let got = self.nats.runtime.block_on(self.reader.sequences());
+        got.map_err(|e| self.lost(e)).with_context(|| format!("asking for stream {}'s sequences", self.stream))
     }
 
     /// The messages of `partitions` in the span `after+1..=until`.

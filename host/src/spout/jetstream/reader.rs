@@ -183,11 +183,12 @@ impl Reader {
     }
 
     /// The stream's subjects and last sequence, asked afresh.
-    async fn stream_state(&mut self) -> Result<(Vec<String>, u64), Failure> {
+    /// The stream's subjects, and its first and last sequences.
+    async fn stream_state(&mut self) -> Result<(Vec<String>, u64, u64), Failure> {
         let doing = format!("asking for stream {}'s state", self.name);
         let stream = self.stream().await?;
         let info = match tokio::time::timeout(NATS_REQUEST_TIMEOUT, stream.info()).await {
-            Ok(Ok(info)) => Ok((info.config.subjects.clone(), info.state.last_sequence)),
+            Ok(Ok(info)) => Ok((info.config.subjects.clone(), info.state.first_sequence, info.state.last_sequence)),
             Ok(Err(e)) => Err(e),
             Err(_) => return Err(self.no_answer(&doing)),
         };
@@ -197,7 +198,7 @@ impl Reader {
     /// Looks the stream up and resolves its partitions: what a spout
     /// checks when it opens.
     pub async fn prepare(&mut self) -> Result<(), Failure> {
-        let (subjects, _) = self.stream_state().await?;
+        let (subjects, _, _) = self.stream_state().await?;
         self.resolve(&subjects).await
     }
 
@@ -380,7 +381,7 @@ impl Reader {
     /// Reads the next batch: up to the per-partition limit from each
     /// partition, each from where `before` left it (its start when absent).
     pub async fn emit(&mut self, before: &[Position]) -> Result<Read, Failure> {
-        let (subjects, last) = self.stream_state().await?;
+        let (subjects, _, last) = self.stream_state().await?;
         if self.partitions.is_none() || self.dynamic {
             self.resolve(&subjects).await?;
         }
@@ -408,9 +409,10 @@ impl Reader {
         Ok(Read::Batch { positions, batch: writer.finish_batch(), pending })
     }
 
-    /// The stream's last sequence now.
-    pub async fn last_sequence(&mut self) -> Result<u64, Failure> {
-        Ok(self.stream_state().await?.1)
+    /// The stream's first and last sequences now.
+    pub async fn sequences(&mut self) -> Result<(u64, u64), Failure> {
+        let (_, first, last) = self.stream_state().await?;
+        Ok((first, last))
     }
 
     /// Reads every message of `partitions` with a sequence past `after`
