@@ -26,7 +26,8 @@ pub fn weir() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
     command.env("WEIR_CACHE_DIR", Path::new(GUEST_TARGET_DIR).join("compiled-cache"));
     command.env("CARGO_TARGET_DIR", GUEST_TARGET_DIR);
-    command.env("WEIR_LOG", "weir=info");
+    // WEIR_TEST_LOG (say `weir=debug`) sets the processes' log filter.
+    command.env("WEIR_LOG", std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "weir=info".into()));
     command
 }
 
