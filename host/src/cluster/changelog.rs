@@ -272,6 +272,10 @@ impl Changelog {
         format!("{}.{}.{slot}", self.prefix, token(state.as_bytes()))
     }
 
+    fn fence_subject(&self, state: &str, slot: u32) -> String {
+        format!("{}.fence", self.slot_subject(state, slot))
+    }
+
     fn log_subject(&self, state: &str, slot: u32, kind: Kind) -> String {
         let tail = match kind {
             Kind::Delta => "d",
@@ -355,8 +359,7 @@ impl Changelog {
 
     /// The slot's latest fence.
     async fn fence_of(&self, stream: &stream::Stream, state: &str, slot: u32) -> Result<Option<Fence>> {
-        let subject = format!("{}.fence", self.slot_subject(state, slot));
-        match stream.get_last_raw_message_by_subject(&subject).await {
+        match stream.get_last_raw_message_by_subject(&self.fence_subject(state, slot)).await {
             Ok(last) => {
                 let epoch: u64 = serde_json::from_slice(&last.payload).context("a fence")?;
                 Ok(Some(Fence { epoch, sequence: last.sequence }))
@@ -378,9 +381,14 @@ impl Changelog {
         {
             return Ok(fence);
         }
-        let subject = format!("{}.fence", self.slot_subject(state, slot));
         let payload = serde_json::to_vec(&epoch)?;
-        let ack = self.js.publish(subject, payload.into()).await.with_context(doing)?.await.with_context(doing)?;
+        let ack = self
+            .js
+            .publish(self.fence_subject(state, slot), payload.into())
+            .await
+            .with_context(doing)?
+            .await
+            .with_context(doing)?;
         Ok(Fence { epoch, sequence: ack.sequence })
     }
 
@@ -401,6 +409,7 @@ impl Changelog {
         let mut remaining = consumer.info().await.with_context(doing)?.num_pending;
         let mut messages: Vec<(u64, Message)> = Vec::new();
         let mut fence: Option<Fence> = None;
+        let fence_subject = self.fence_subject(state, slot);
         while remaining > 0 {
             let mut batch = consumer
                 .fetch()
@@ -414,7 +423,7 @@ impl Changelog {
                 let info = message.info().map_err(|e| anyhow::anyhow!("{e}")).with_context(doing)?;
                 let sequence = info.stream_sequence;
                 got += 1;
-                if message.subject.ends_with(".fence") {
+                if message.subject.as_str() == fence_subject {
                     // The highest epoch's first fence holds.
                     let epoch: u64 = serde_json::from_slice(&message.payload).with_context(doing)?;
                     if fence.is_none_or(|f| epoch > f.epoch) {

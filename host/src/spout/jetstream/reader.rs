@@ -182,8 +182,7 @@ impl Reader {
         Ok(self.stream.as_mut().expect("looked up above"))
     }
 
-    /// The stream's subjects and last sequence, asked afresh.
-    /// The stream's subjects, and its first and last sequences.
+    /// The stream's subjects, and its first and last sequences, asked afresh.
     async fn stream_state(&mut self) -> Result<(Vec<String>, u64, u64), Failure> {
         let doing = format!("asking for stream {}'s state", self.name);
         let stream = self.stream().await?;
