@@ -714,6 +714,31 @@ fn a_cluster_topology_starts_at_its_streams_first_message_when_earlier_ones_are_
     wait_for_counts(&host, &truth, Duration::from_secs(120));
 }
 
+#[test]
+fn a_cluster_topology_over_a_stream_taking_a_wildcard_counts_exactly() {
+    let etcd = EtcdServer::start();
+    let nats = NatsServer::start();
+    let corpus = corpus_halves(20_000);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts: Vec<(String, Server)> =
+        ["h1", "h2"].iter().map(|id| (id.to_string(), cluster_host(&dir.path().join(id), &etcd, &nats, id))).collect();
+    agreed(&all(&hosts), &["h1", "h2"]);
+    // Which subjects hold messages is not fixed: the spout's pattern is its
+    // partition, and its owner reads every subject the pattern matches.
+    nats.create_stream("corpus", &["corpus.*"]);
+    nats.publish_file("corpus", PARTITIONS, &corpus.first);
+    nats.publish_file("corpus", PARTITIONS, &corpus.second);
+
+    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
+    let (status, deployed) = hosts[0].1.api("POST", "/v1/topologies", &bytes);
+    assert_eq!(status, 201, "{deployed}");
+    assert_eq!(deployed["cluster"]["units"], 65, "one partition and 64 slots of counts: {deployed}");
+    // Before, the owner kept no message of the span (none is named
+    // `corpus.*`), and every try failed.
+    wait_for_counts(&hosts[1].1, &corpus.truth, Duration::from_secs(120));
+    assert_exact_on_every_host(&all(&hosts), &corpus.truth);
+}
+
 /// Splits `file`'s lines into `n` files of about equal length in `dir`.
 fn slices(file: &Path, n: usize, dir: &Path) -> Vec<std::path::PathBuf> {
     let text = std::fs::read_to_string(file).unwrap();

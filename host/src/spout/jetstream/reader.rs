@@ -431,7 +431,12 @@ impl Reader {
         if max == 0 {
             return Ok(writer.finish_batch());
         }
-        let wanted: BTreeSet<&str> = partitions.iter().map(String::as_str).collect();
+        // A partition may be a pattern (a stream taking a wildcard, whose
+        // subjects are not known ahead): its owner reads what it matches.
+        let (patterns, literals): (Vec<&str>, Vec<&str>) =
+            partitions.iter().map(String::as_str).partition(|p| subject::is_wildcard(p));
+        let literals: BTreeSet<&str> = literals.into_iter().collect();
+        let wanted = |s: &str| literals.contains(s) || patterns.iter().any(|p| subject::matches(p, s));
         let start = after + 1;
         let consumer = self.consumer(WHOLE_STREAM, start).await?.cached_info().name.clone();
         let pulled = pull::read(&self.client, &self.name, &consumer, max, Some(until)).await;
@@ -460,7 +465,7 @@ impl Reader {
         }
         for delivered in pulled.messages {
             let subject = delivered.message.subject.as_str();
-            if !wanted.contains(subject) {
+            if !wanted(subject) {
                 continue;
             }
             let sequence = delivered.sequence;
