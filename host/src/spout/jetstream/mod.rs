@@ -81,7 +81,8 @@ pub fn fixed_partitions(def: &JetStreamDef, topology: &str, nats: &NatsConfig) -
 /// hosts read their partitions of a batch whose metadata the leader cut.
 pub struct SpanReader {
     nats: Nats,
-    reader: Reader,
+    /// The reader, but while a read holds it.
+    reader: Option<Reader>,
     stream: String,
 }
 
@@ -93,24 +94,38 @@ impl SpanReader {
         let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
         let mut reader = Reader::new(&connection, def, 1);
         connection.runtime.block_on(reader.prepare()).map_err(Failure::into_error).with_context(doing)?;
-        Ok(SpanReader { nats: connection, reader, stream: def.stream.clone() })
+        Ok(SpanReader { nats: connection, reader: Some(reader), stream: def.stream.clone() })
     }
 
     /// The stream's first and last sequences.
     pub fn sequences(&mut self) -> Result<(u64, u64)> {
-        let got = self.nats.runtime.block_on(self.reader.sequences());
+        let reader = self.reader.as_mut().expect("a read gives the reader back");
+        let got = self.nats.runtime.block_on(reader.sequences());
         got.map_err(|e| self.lost(e)).with_context(|| format!("asking for stream {}'s sequences", self.stream))
     }
 
     /// The messages of `partitions` in the span `after+1..=until`.
     pub fn read(&mut self, partitions: &[String], after: u64, until: u64) -> Result<Batch<'static>> {
-        let read = self.nats.runtime.block_on(self.reader.read_span(partitions, after, until));
+        // Read on the client's runtime, where the messages arrive, rather
+        // than handed over to this thread one by one: on a busy core each
+        // handover is a wake-up and a switch of threads.
+        let mut reader = self.reader.take().expect("a read gives the reader back");
+        let partitions = partitions.to_vec();
+        let task = self.nats.runtime.spawn(async move {
+            let read = reader.read_span(&partitions, after, until).await;
+            (reader, read)
+        });
+        let (reader, read) = match self.nats.runtime.block_on(task) {
+            Ok(done) => done,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        self.reader = Some(reader);
         read.map_err(|e| self.lost(e))
             .with_context(|| format!("reading sequences {}..={until} of stream {}", after + 1, self.stream))
     }
 
     fn lost(&mut self, failure: Failure) -> anyhow::Error {
-        self.reader.forget_consumers();
+        self.reader.as_mut().expect("a read gives the reader back").forget_consumers();
         failure.into_error()
     }
 }
