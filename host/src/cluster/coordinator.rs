@@ -3,7 +3,9 @@
 //! the stream and records it in etcd before any host processes it (a replay
 //! reads the same span), starts the batch under the assignment's epoch,
 //! waits for every slot owner's commit, and moves the commit record on.
-//! One batch is in flight at a time, so commits go strictly in txid order.
+//! One batch is in flight at a time, so commits go strictly in txid order;
+//! the next batch's span is recorded as a batch starts, so that its
+//! partition owners read it while this one commits.
 //! A batch a host fails, or that is not done within the batch timeout, or
 //! whose assignment moves on, replays under the same txid, after a
 //! back-off.
@@ -53,6 +55,9 @@ pub struct Coordinator {
     done: Subscriber,
     /// Most messages of the stream in one batch.
     span: u64,
+    /// A batch recorded while the one before it was under way, and not
+    /// tried yet.
+    recorded_ahead: Option<u64>,
     timeout: Duration,
     figures: Arc<Mutex<LeaderFigures>>,
 }
@@ -93,6 +98,7 @@ impl Coordinator {
             subjects,
             done,
             span: span.max(1),
+            recorded_ahead: None,
             timeout,
             figures,
         })
@@ -127,8 +133,11 @@ impl Coordinator {
         let progress = self.log.progress(&name)?;
         let txid = progress.last_committed + 1;
         let recorded = |t: u64| progress.batches.iter().find(|(at, _)| *at == t).map(|(_, r)| r);
-        let record = match recorded(txid) {
-            Some(tried) => BatchRecord { attempt: tried.attempt + 1, ..tried.clone() },
+        // A batch recorded ahead and not tried yet is tried first as it is.
+        let untried = self.recorded_ahead == Some(txid);
+        let (record, already_recorded) = match recorded(txid) {
+            Some(ahead) if untried => (ahead.clone(), true),
+            Some(tried) => (BatchRecord { attempt: tried.attempt + 1, ..tried.clone() }, false),
             None => {
                 let (first, last) = self.reader.sequences()?;
                 let after = match recorded(txid - 1) {
@@ -141,12 +150,10 @@ impl Coordinator {
                         txid - 1
                     ),
                 };
-                if last <= after {
-                    return Ok(false);
+                match self.cut(after, last) {
+                    Some(record) => (record, false),
+                    None => return Ok(false),
                 }
-                let until = last.min(after.saturating_add(self.span));
-                let time_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-                BatchRecord { attempt: 0, time_ms, spout: encode_span(after, until) }
             }
         };
         let (after, until) = decode_span(&record.spout)?;
@@ -156,8 +163,18 @@ impl Coordinator {
             .block_on(super::catalog::assignment(&mut self.etcd, &self.cluster.name, &name))?
             .context("the topology has no assignment yet")?;
         let owners = Owners::of(&assignment.assignment, self.slots);
-        self.log.record_batch(&name, txid, &record)?;
-        let start = Start { txid, attempt: record.attempt, epoch: owners.epoch, after, until, time_ms: record.time_ms };
+        if !already_recorded {
+            self.log.record_batch(&name, txid, &record)?;
+        }
+        if untried {
+            self.recorded_ahead = None;
+        }
+        let next = match recorded(txid + 1) {
+            Some(next) => Some(decode_span(&next.spout)?),
+            None => self.record_ahead(&name, txid + 1, until),
+        };
+        let start =
+            Start { txid, attempt: record.attempt, epoch: owners.epoch, after, until, time_ms: record.time_ms, next };
         self.announce(&start)?;
         let tuples = self.wait(&start, &owners, stop)?;
         self.log.commit(&name, txid)?;
@@ -166,6 +183,41 @@ impl Coordinator {
         figures.batches += 1;
         figures.tuples += tuples;
         Ok(true)
+    }
+
+    /// The first try at a batch of the messages after sequence `after`, up
+    /// to the stream's last, `last`: `None` when there are none.
+    fn cut(&self, after: u64, last: u64) -> Option<BatchRecord> {
+        if last <= after {
+            return None;
+        }
+        let until = last.min(after.saturating_add(self.span));
+        let time_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        Some(BatchRecord { attempt: 0, time_ms, spout: encode_span(after, until) })
+    }
+
+    /// Cuts and records batch `txid`, after sequence `after`, while the
+    /// batch before it is under way, so that its partition owners read it
+    /// while that one commits: its span, or `None` when the stream holds
+    /// nothing past `after` yet or the record failed (it is cut when it
+    /// comes, then).
+    fn record_ahead(&mut self, name: &str, txid: u64, after: u64) -> Option<(u64, u64)> {
+        let recorded = (|| {
+            let (_, last) = self.reader.sequences()?;
+            let Some(record) = self.cut(after, last) else { return Ok(None) };
+            self.log.record_batch(name, txid, &record)?;
+            anyhow::Ok(Some(decode_span(&record.spout)?))
+        })();
+        match recorded {
+            Ok(span) => {
+                self.recorded_ahead = span.map(|_| txid);
+                span
+            }
+            Err(e) => {
+                tracing::debug!("topology {name}: txid {txid} was not recorded ahead: {e:#}");
+                None
+            }
+        }
     }
 
     /// Tells every host that `start` starts.

@@ -51,7 +51,8 @@ pub fn reads(cluster: &str, host: &str) -> String {
 
 /// The leader's word: batch `txid`, attempt `attempt`, is the stream's
 /// span `after+1..=until`, processed and committed under assignment
-/// `epoch`.
+/// `epoch`; `next`, the span recorded already for `txid + 1`, which a
+/// partition owner may read while this batch commits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Start {
     pub txid: u64,
@@ -60,6 +61,8 @@ pub struct Start {
     pub after: u64,
     pub until: u64,
     pub time_ms: u64,
+    #[serde(default)]
+    pub next: Option<(u64, u64)>,
 }
 
 impl Start {

@@ -6,7 +6,8 @@
 //! - for its partitions: reads their messages in the batch's span, runs
 //!   the process phase, cuts the partials (combined on this host first) by
 //!   slot and sends each slot owner its share, every owner a message even
-//!   when empty, so that it knows when it has heard from every host;
+//!   when empty, so that it knows when it has heard from every host; then
+//!   starts reading the next batch's span, when the leader gave it;
 //! - for its slots: gathers every partition owner's partials, combines
 //!   them, commits them to its own redb by Trident's rules (a replay finds
 //!   the txid stored and skips the key), publishes the keys' records to the
@@ -50,6 +51,9 @@ pub struct HostFigures {
     /// Batches whose partitions this host processed, and their tuples.
     pub batches_processed: u64,
     pub tuples_processed: u64,
+    /// Of those, the batches whose messages were read ahead, while the
+    /// batch before them committed.
+    pub batches_read_ahead: u64,
     /// Batches whose slots this host committed, and the keys written.
     pub batches_committed: u64,
     pub keys_committed: u64,
@@ -246,9 +250,15 @@ impl Worker {
             tracing::debug!("topology {}: txid {}: {tuples} tuples processed", self.plan.name, start.txid);
             self.send(&start, &owners, tuples, partials)?;
             self.report(&start, Outcome::Processed { tuples });
+            // The next batch's messages, read on the client's thread while
+            // this one is gathered and committed.
+            if let Some((after, until)) = start.next {
+                self.reader.read_ahead(partitions, after, until);
+            }
             let mut figures = self.figures.lock().unwrap_or_else(|e| e.into_inner());
             figures.batches_processed += 1;
             figures.tuples_processed += tuples;
+            figures.batches_read_ahead = self.reader.taken_ahead();
             let seconds = started.elapsed().as_secs_f64().max(1e-6);
             figures.tuples_per_s = 0.8 * figures.tuples_per_s + 0.2 * (tuples as f64 / seconds);
         }

@@ -222,6 +222,7 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
                     "slots": share.slots,
                     "tuples_per_s": rate,
                     "tuples_processed": of(host, "tuples_processed"),
+                    "batches_read_ahead": of(host, "batches_read_ahead"),
                     "batches_committed": of(host, "batches_committed"),
                     "last_committed": of(host, "last_committed"),
                 }),
