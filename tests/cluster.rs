@@ -578,6 +578,15 @@ fn cluster_host(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) -> S
     host_with_nats_and(dir, etcd, nats, id, &flags)
 }
 
+/// Hosts `ids` of cluster `c1` (each a [`cluster_host`] under `dir`),
+/// once they agree on a leader.
+fn cluster_of(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, ids: &[&str]) -> Vec<(String, Server)> {
+    let hosts: Vec<(String, Server)> =
+        ids.iter().map(|id| (id.to_string(), cluster_host(&dir.join(id), etcd, nats, id))).collect();
+    agreed(&all(&hosts), ids);
+    hosts
+}
+
 /// `weir` with `args` against `server`, having succeeded: its output.
 fn weir_against(server: &Server, args: &[&str]) -> String {
     let output = weir().env("WEIR_TOKEN", common::server::TOKEN).args(args).args(["--server", &server.url()]).output();
@@ -647,11 +656,7 @@ fn a_word_count_served_by_three_hosts_counts_exactly_and_a_host_added_mid_run_ta
     let nats = NatsServer::start();
     let corpus = corpus_halves(200_000);
     let dir = tempfile::tempdir().unwrap();
-    let mut hosts: Vec<(String, Server)> = ["h1", "h2", "h3"]
-        .iter()
-        .map(|id| (id.to_string(), cluster_host(&dir.path().join(id), &etcd, &nats, id)))
-        .collect();
-    agreed(&all(&hosts), &["h1", "h2", "h3"]);
+    let mut hosts = cluster_of(dir.path(), &etcd, &nats, &["h1", "h2", "h3"]);
     eight_partitions(&nats);
     nats.publish_file("corpus", PARTITIONS, &corpus.first);
 
@@ -725,9 +730,7 @@ fn a_cluster_topology_over_a_stream_taking_a_wildcard_counts_exactly() {
     let nats = NatsServer::start();
     let corpus = corpus_halves(20_000);
     let dir = tempfile::tempdir().unwrap();
-    let hosts: Vec<(String, Server)> =
-        ["h1", "h2"].iter().map(|id| (id.to_string(), cluster_host(&dir.path().join(id), &etcd, &nats, id))).collect();
-    agreed(&all(&hosts), &["h1", "h2"]);
+    let hosts = cluster_of(dir.path(), &etcd, &nats, &["h1", "h2"]);
     // Which subjects hold messages is not fixed: the spout's pattern is its
     // partition, and its owner reads every subject the pattern matches.
     nats.create_stream("corpus", &["corpus.*"]);

@@ -193,7 +193,6 @@ impl SpanReader {
     }
 
     fn lost(&mut self, failure: Failure) -> anyhow::Error {
-        self.give_up_ahead();
         self.reader.as_mut().expect("a read gives the reader back").forget_consumers();
         failure.into_error()
     }
