@@ -1,11 +1,10 @@
-//! A state's hash slots: the slot each key belongs to, a batch's partials
-//! cut by slot to go to the slots' owners, and the partials' encoding
-//! between hosts. What another host sent is read as hostile: every length
+//! A state's hash slots: the slot each key belongs to, and the encoding
+//! of the partials that go to the slots' owners, in pieces that fit a
+//! message. What another host sent is read as hostile: every length
 //! is checked against the bytes there, and keys must come sorted and once.
 
 use crate::state::keyed::KeyedValues;
 use anyhow::{Result, bail};
-use std::collections::BTreeMap;
 use weir_sdk::codec::{read_value, write_value};
 
 /// The slot of encoded key `key` among `slots`: FNV-1a, 64 bits, of its
@@ -20,26 +19,37 @@ pub fn slot_of(key: &[u8], slots: u32) -> u32 {
     (hash % u64::from(slots.max(1))) as u32
 }
 
-/// `partials` cut by slot, each slot's keys in their order.
-pub fn split(partials: &KeyedValues, slots: u32) -> BTreeMap<u32, KeyedValues> {
-    let mut out: BTreeMap<u32, KeyedValues> = BTreeMap::new();
-    for (key, value) in partials.iter() {
-        out.entry(slot_of(key, slots)).or_default().push(key, value.clone());
-    }
-    out
-}
-
 /// `partials` as bytes: their count, then each key (length first) and
 /// value, in order.
 pub fn encode(partials: &KeyedValues) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&(partials.len() as u32).to_le_bytes());
+    encode_cut(partials, usize::MAX).pop().unwrap_or_else(|| 0u32.to_le_bytes().to_vec())
+}
+
+/// `partials` encoded as [`encode`] does, cut into pieces of at most
+/// `most` bytes (a key and value larger alone make a piece of their
+/// own), each piece a run of the keys in order; none for no keys.
+pub fn encode_cut(partials: &KeyedValues, most: usize) -> Vec<Vec<u8>> {
+    let mut pieces = Vec::new();
+    let mut piece = 0u32.to_le_bytes().to_vec();
+    let mut count = 0u32;
     for (key, value) in partials.iter() {
-        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        out.extend_from_slice(key);
-        write_value(&mut out, value.as_ref());
+        let before = piece.len();
+        piece.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        piece.extend_from_slice(key);
+        write_value(&mut piece, value.as_ref());
+        if piece.len() > most && count > 0 {
+            let entry = piece.split_off(before);
+            piece[..4].copy_from_slice(&count.to_le_bytes());
+            pieces.push(std::mem::replace(&mut piece, [&0u32.to_le_bytes()[..], &entry].concat()));
+            count = 0;
+        }
+        count += 1;
     }
-    out
+    if count > 0 {
+        piece[..4].copy_from_slice(&count.to_le_bytes());
+        pieces.push(piece);
+    }
+    pieces
 }
 
 fn take<'a>(bytes: &mut &'a [u8], n: usize, what: &str) -> Result<&'a [u8]> {
@@ -108,18 +118,23 @@ mod tests {
     }
 
     #[test]
-    fn partials_split_by_slot_keep_every_key_once_in_order() {
+    fn partials_cut_in_pieces_keep_every_key_once_in_order() {
         let all = partials(500);
-        let cut = split(&all, 8);
-        assert_eq!(cut.values().map(KeyedValues::len).sum::<usize>(), 500);
-        for (slot, part) in &cut {
-            let keys: Vec<&[u8]> = part.iter().map(|(k, _)| k).collect();
-            assert!(keys.windows(2).all(|w| w[0] < w[1]), "slot {slot}'s keys out of order");
-            assert!(keys.iter().all(|k| slot_of(k, 8) == *slot));
-            for (key, value) in part.iter() {
-                assert_eq!(all.get(all.find(key).unwrap()).1, value);
-            }
-        }
+        let whole = encode(&all);
+        let pieces = encode_cut(&all, 1000);
+        assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= 1000), "{} pieces", pieces.len());
+        let decoded: Vec<KeyedValues> = pieces.iter().map(|p| decode(p).unwrap()).collect();
+        let keys: Vec<&[u8]> = decoded.iter().flat_map(|d| d.iter().map(|(k, _)| k)).collect();
+        assert_eq!(keys, all.iter().map(|(k, _)| k).collect::<Vec<_>>());
+        assert_eq!(KeyedValues::merge(decoded, |_, _| unreachable!("no key twice")).unwrap(), all);
+        assert_eq!(encode_cut(&all, usize::MAX), vec![whole]);
+        // A key larger than a piece is a piece of its own.
+        let big: KeyedValues =
+            [(vec![b'k'; 3000], Value::I64(1)), (b"z".to_vec(), Value::I64(2))].into_iter().collect();
+        let cut = encode_cut(&big, 1000);
+        assert_eq!(cut.len(), 2);
+        assert_eq!(decode(&cut[1]).unwrap().key(0), b"z");
+        assert!(encode_cut(&KeyedValues::default(), 1000).is_empty());
     }
 
     #[test]

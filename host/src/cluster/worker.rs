@@ -40,7 +40,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use weir_sdk::codec::Value;
 
 /// Longest a slot's restore or publish to the changelog may take.
 const CHANGELOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -309,14 +308,30 @@ impl Worker {
         let mut per_host: BTreeMap<&str, Vec<(String, Vec<u8>)>> =
             owners.receivers().into_iter().filter(|h| *h != host).map(|h| (h, Vec::new())).collect();
         let mut own = Vec::new();
-        for (state, values) in &partials {
-            for (slot, piece) in slots::split(values, self.slots) {
-                let owner =
-                    owners.owner(state, slot).with_context(|| format!("slot {slot} of state {state} has no owner"))?;
-                if owner.host == host {
-                    own.push((state.clone(), piece));
-                } else if let Some(pieces) = per_host.get_mut(owner.host.as_str()) {
-                    pieces.push((state.clone(), slots::encode(&piece)));
+        for (state, values) in partials {
+            // Each slot's owner, looked up once rather than once a key.
+            let owner_of = (0..self.slots.max(1))
+                .map(|slot| {
+                    let owner = owners.owner(&state, slot);
+                    owner.map(|o| o.host.as_str()).with_context(|| format!("slot {slot} of state {state} has no owner"))
+                })
+                .collect::<Result<Vec<&str>>>()?;
+            if owner_of.iter().all(|owner| *owner == host) {
+                own.push((state, values));
+                continue;
+            }
+            // Each owner's share, its keys in order as the partials hold them.
+            let mut shares: BTreeMap<&str, KeyedValues> = BTreeMap::new();
+            for (key, value) in values.iter() {
+                let owner = owner_of[slots::slot_of(key, self.slots) as usize];
+                shares.entry(owner).or_default().push(key, value.clone());
+            }
+            for (owner, share) in shares {
+                if owner == host {
+                    own.push((state.clone(), share));
+                } else if let Some(pieces) = per_host.get_mut(owner) {
+                    let cut = slots::encode_cut(&share, wire::CHUNK_BYTES);
+                    pieces.extend(cut.into_iter().map(|piece| (state.clone(), piece)));
                 }
             }
         }
@@ -398,7 +413,9 @@ impl Worker {
     fn gather(&mut self, start: &Start, owners: &Owners) -> Result<BTreeMap<String, KeyedValues>> {
         let senders: BTreeSet<String> = owners.senders().into_iter().map(str::to_owned).collect();
         let mut chunks: BTreeMap<String, (u32, BTreeSet<u32>)> = BTreeMap::new();
-        let mut merged: BTreeMap<String, BTreeMap<Vec<u8>, Value>> = BTreeMap::new();
+        // Each state's runs of partials, keys in order, merged once all came.
+        let mut runs: BTreeMap<String, Vec<KeyedValues>> = BTreeMap::new();
+        let mut owned: BTreeMap<String, Vec<bool>> = BTreeMap::new();
         let mut read: BTreeMap<String, u64> = BTreeMap::new();
         let complete = |chunks: &BTreeMap<String, (u32, BTreeSet<u32>)>| {
             senders.iter().all(|s| chunks.get(s).is_some_and(|(n, got)| got.len() as u32 == *n))
@@ -445,24 +462,18 @@ impl Worker {
             }
             read.insert(header.from.clone(), header.read);
             for (state, values) in states {
-                let aggregate = self.plan.aggregate(&state).with_context(|| {
-                    format!("host {} sent partials of state {state:?}, which the topology does not have", header.from)
-                })?;
-                let combined = merged.entry(state.clone()).or_default();
-                for (key, value) in values.into_pairs() {
-                    let slot = slots::slot_of(&key, self.slots);
-                    if owners.owner(&state, slot).is_none_or(|o| o.host != self.cluster.host) {
-                        bail!(
-                            "host {} sent a key of slot {slot} of state {state}, which is not this host's",
-                            header.from
-                        );
-                    }
-                    let value = match combined.remove(&key) {
-                        Some(before) => aggregate.builtin.combine(before, value).map_err(|e| anyhow!("{e}"))?,
-                        None => value,
-                    };
-                    combined.insert(key, value);
+                if self.plan.aggregate(&state).is_none() {
+                    bail!("host {} sent partials of state {state:?}, which the topology does not have", header.from);
                 }
+                let owned = owned.entry(state.clone()).or_insert_with(|| {
+                    let mine = |slot| owners.owner(&state, slot).is_some_and(|o| o.host == self.cluster.host);
+                    (0..self.slots.max(1)).map(mine).collect()
+                });
+                let stray = values.iter().map(|(key, _)| slots::slot_of(key, self.slots)).find(|s| !owned[*s as usize]);
+                if let Some(slot) = stray {
+                    bail!("host {} sent a key of slot {slot} of state {state}, which is not this host's", header.from);
+                }
+                runs.entry(state).or_default().push(values);
             }
         }
         self.early.extend(early);
@@ -479,16 +490,14 @@ impl Worker {
                 start.until
             );
         }
-        Ok(merged
-            .into_iter()
-            .map(|(state, values)| {
-                let mut keyed = KeyedValues::with_capacity(values.len(), 0);
-                for (key, value) in values {
-                    keyed.push(&key, value);
-                }
-                (state, keyed)
+        runs.into_iter()
+            .map(|(state, runs)| {
+                let aggregate = self.plan.aggregate(&state).expect("checked as it came");
+                let combine = |before, value| aggregate.builtin.combine(before, value).map_err(|e| anyhow!("{e}"));
+                let merged = KeyedValues::merge(runs, combine).with_context(|| format!("partials of state {state}"))?;
+                Ok((state, merged))
             })
-            .collect())
+            .collect()
     }
 
     /// A start for a later try than `start`, if one came.

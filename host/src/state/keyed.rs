@@ -3,6 +3,9 @@
 //! after the commit, and a buffer for each of thousands of keys cost both
 //! threads an allocation or a free each.
 
+use anyhow::{Result, bail};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use weir_sdk::codec::Value;
 
 /// Encoded keys, each with a value, in the order they were pushed.
@@ -86,6 +89,45 @@ impl KeyedValues {
         let keys: Vec<Vec<u8>> = (0..self.len()).map(|i| self.key(i).to_vec()).collect();
         keys.into_iter().zip(self.values)
     }
+
+    /// `runs`, each in strictly increasing key order, merged into one in
+    /// key order; a key in several runs gets their values through
+    /// `combine`, in the runs' order. A run out of order is refused.
+    pub fn merge(
+        mut runs: Vec<KeyedValues>,
+        mut combine: impl FnMut(Value, Value) -> Result<Value>,
+    ) -> Result<KeyedValues> {
+        for (at, run) in runs.iter().enumerate() {
+            if let Some(n) = (1..run.len()).find(|&n| run.key(n - 1) >= run.key(n)) {
+                bail!("run {at}'s key {n} is not after the key before it");
+            }
+        }
+        runs.retain(|run| !run.is_empty());
+        if runs.len() <= 1 {
+            return Ok(runs.pop().unwrap_or_default());
+        }
+        let mut values: Vec<std::vec::IntoIter<Value>> =
+            runs.iter_mut().map(|run| std::mem::take(&mut run.values).into_iter()).collect();
+        let (keys, bytes) = runs.iter().fold((0, 0), |(n, b), run| (n + run.ends.len(), b + run.keys.len()));
+        let mut out = KeyedValues::with_capacity(keys, bytes);
+        // Each run's next key, least first; a tie goes to the earlier run.
+        let mut heads: BinaryHeap<Reverse<(&[u8], usize, usize)>> =
+            runs.iter().enumerate().map(|(at, run)| Reverse((run.key(0), at, 0))).collect();
+        while let Some(Reverse((key, at, index))) = heads.pop() {
+            let value = values[at].next().expect("a value for each key");
+            if index + 1 < runs[at].ends.len() {
+                heads.push(Reverse((runs[at].key(index + 1), at, index + 1)));
+            }
+            match out.len().checked_sub(1) {
+                Some(last) if out.key(last) == key => {
+                    let before = std::mem::replace(&mut out.values[last], Value::Null);
+                    out.values[last] = combine(before, value)?;
+                }
+                _ => out.push(key, value),
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl<K: AsRef<[u8]>> FromIterator<(K, Value)> for KeyedValues {
@@ -113,5 +155,36 @@ mod tests {
         assert_eq!(keyed.clone().into_values(), pairs.clone().map(|(_, v)| v));
         assert_eq!(keyed.into_pairs().collect::<Vec<_>>(), pairs);
         assert!(KeyedValues::default().is_empty());
+    }
+
+    fn run(pairs: &[(&str, i64)]) -> KeyedValues {
+        pairs.iter().map(|(k, v)| (k.as_bytes(), Value::I64(*v))).collect()
+    }
+
+    fn sum(a: Value, b: Value) -> Result<Value> {
+        match (a, b) {
+            (Value::I64(a), Value::I64(b)) => Ok(Value::I64(a + b)),
+            other => bail!("not two numbers: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn runs_merge_in_key_order_and_a_shared_key_is_combined_once_per_run() {
+        let merged = KeyedValues::merge(
+            vec![run(&[("a", 1), ("c", 2), ("e", 3)]), run(&[]), run(&[("b", 10), ("c", 20)]), run(&[("c", 100)])],
+            sum,
+        )
+        .unwrap();
+        assert_eq!(merged, run(&[("a", 1), ("b", 10), ("c", 122), ("e", 3)]));
+        assert_eq!(KeyedValues::merge(vec![run(&[("x", 1)])], sum).unwrap(), run(&[("x", 1)]));
+        assert_eq!(KeyedValues::merge(Vec::new(), sum).unwrap(), KeyedValues::default());
+    }
+
+    #[test]
+    fn a_run_out_of_order_or_a_failed_combine_is_refused() {
+        let refused = KeyedValues::merge(vec![run(&[("a", 1)]), run(&[("b", 1), ("b", 2)])], sum).unwrap_err();
+        assert!(refused.to_string().contains("run 1's key 1"), "{refused}");
+        let mixed = vec![run(&[("a", 1)]), [(b"a", Value::Null)].into_iter().collect()];
+        assert!(KeyedValues::merge(mixed, sum).unwrap_err().to_string().contains("not two numbers"));
     }
 }
