@@ -117,16 +117,7 @@ impl Message {
     /// length (4) and the key, and the value's length (4) and the value
     /// after a 1, or a 0 for a removal.
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(25 + self.records.iter().map(record_len).sum::<usize>());
-        bytes.push(u8::from(self.kind == Kind::Snapshot));
-        bytes.extend_from_slice(&self.epoch.to_be_bytes());
-        bytes.extend_from_slice(&self.txid.to_be_bytes());
-        bytes.extend_from_slice(&self.index.to_be_bytes());
-        bytes.extend_from_slice(&self.count.to_be_bytes());
-        for (key, value) in &self.records {
-            encode_record(&mut bytes, key, value.as_deref());
-        }
-        bytes
+        encode_message(self.kind, self.epoch, self.txid, (self.index, self.count), &self.records)
     }
 
     /// A message read back from the changelog; anything else is an error.
@@ -161,6 +152,21 @@ impl Message {
 
 fn record_len((key, value): &Write) -> usize {
     9 + key.len() + value.as_ref().map_or(0, |v| 4 + v.len())
+}
+
+/// The bytes of a message of `records` (see [`Message::encode`]), made
+/// from them where they are.
+fn encode_message(kind: Kind, epoch: u64, txid: u64, (index, count): (u32, u32), records: &[Write]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(25 + records.iter().map(record_len).sum::<usize>());
+    bytes.push(u8::from(kind == Kind::Snapshot));
+    bytes.extend_from_slice(&epoch.to_be_bytes());
+    bytes.extend_from_slice(&txid.to_be_bytes());
+    bytes.extend_from_slice(&index.to_be_bytes());
+    bytes.extend_from_slice(&count.to_be_bytes());
+    for (key, value) in records {
+        encode_record(&mut bytes, key, value.as_deref());
+    }
+    bytes
 }
 
 fn encode_record(bytes: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
@@ -333,8 +339,7 @@ impl Changelog {
             let pieces = chunks(&writes.records);
             let count = pieces.len() as u32;
             for (index, records) in pieces.into_iter().enumerate() {
-                let message =
-                    Message { kind, epoch: writes.epoch, txid, index: index as u32, count, records: records.to_vec() };
+                let message = encode_message(kind, writes.epoch, txid, (index as u32, count), records);
                 let mut headers = HeaderMap::new();
                 // The epoch is in the id: a fenced host's message must not be
                 // taken for the new owner's of the same txid.
@@ -342,7 +347,7 @@ impl Changelog {
                     .insert("Nats-Msg-Id", format!("{}.{}.{index}.{txid}.{}", subject, writes.epoch, count).as_str());
                 let ack = self
                     .js
-                    .publish_with_headers(subject.clone(), headers, message.encode().into())
+                    .publish_with_headers(subject.clone(), headers, message.into())
                     .await
                     .with_context(|| what(writes))?;
                 in_flight.push_back((ack, at, index == 0));
