@@ -29,21 +29,51 @@ pub struct Pulled {
     pub beyond: bool,
 }
 
+/// How a read given each message as it came ended.
+#[derive(Default)]
+pub struct Taken {
+    pub count: usize,
+    /// The last message's stream sequence.
+    pub last: Option<u64>,
+    /// A message past the end of the range was met (and not given).
+    pub beyond: bool,
+}
+
 /// Reads up to `max` messages of consumer `consumer` of stream `stream`,
 /// stopping before any message past sequence `until`; fewer when the
 /// consumer has no more now.
 pub async fn read(client: &Client, stream: &str, consumer: &str, max: usize, until: Option<u64>) -> Result<Pulled> {
+    let mut messages = Vec::with_capacity(max.min(PULL_MAX));
+    let taken = read_each(client, stream, consumer, max, until, |delivered| {
+        messages.push(delivered);
+        Ok(())
+    })
+    .await?;
+    Ok(Pulled { messages, beyond: taken.beyond })
+}
+
+/// As [`read`], giving `each` every message as it comes, so that none is
+/// held past its use (each holds a piece of the client's read buffer,
+/// which can then be used again); an error from `each` ends the read.
+pub async fn read_each(
+    client: &Client,
+    stream: &str,
+    consumer: &str,
+    max: usize,
+    until: Option<u64>,
+    mut each: impl FnMut(Delivered) -> Result<()>,
+) -> Result<Taken> {
     let api = format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}");
     // Each request answers on an inbox of its own, so that the status that
     // ends one is never taken for the end of the next.
     let inbox = client.new_inbox();
     let mut subscription = client.subscribe(format!("{inbox}.*")).await?;
-    let mut pulled = Pulled { messages: Vec::with_capacity(max.min(PULL_MAX)), beyond: false };
+    let mut taken = Taken::default();
     let mut request = 0u64;
-    while pulled.messages.len() < max {
+    while taken.count < max {
         request += 1;
         let reply = format!("{inbox}.{request}");
-        let asked = (max - pulled.messages.len()).min(PULL_MAX);
+        let asked = (max - taken.count).min(PULL_MAX);
         let body = format!(r#"{{"batch":{asked},"no_wait":true}}"#);
         client.publish_with_reply(api.clone(), reply.clone(), body.into()).await?;
         let mut got = 0;
@@ -63,7 +93,7 @@ pub async fn read(client: &Client, stream: &str, consumer: &str, max: usize, unt
                 Some(_) if message.subject.as_str() != reply => continue,
                 Some(StatusCode::IDLE_HEARTBEAT) => continue,
                 // Nothing more now.
-                Some(StatusCode::NOT_FOUND | StatusCode::TIMEOUT) => return Ok(pulled),
+                Some(StatusCode::NOT_FOUND | StatusCode::TIMEOUT) => return Ok(taken),
                 Some(status) => {
                     bail!(
                         "the server answered {status} ({})",
@@ -73,14 +103,16 @@ pub async fn read(client: &Client, stream: &str, consumer: &str, max: usize, unt
             }
             let delivered = delivered(message)?;
             if until.is_some_and(|until| delivered.sequence > until) {
-                pulled.beyond = true;
-                return Ok(pulled);
+                taken.beyond = true;
+                return Ok(taken);
             }
-            pulled.messages.push(delivered);
+            taken.last = Some(delivered.sequence);
+            taken.count += 1;
+            each(delivered)?;
             got += 1;
         }
     }
-    Ok(pulled)
+    Ok(taken)
 }
 
 fn delivered(message: Message) -> Result<Delivered> {

@@ -439,34 +439,14 @@ impl Reader {
         let wanted = |s: &str| literals.contains(s) || patterns.iter().any(|p| subject::matches(p, s));
         let start = after + 1;
         let consumer = self.consumer(WHOLE_STREAM, start).await?.cached_info().name.clone();
-        let pulled = pull::read(&self.client, &self.name, &consumer, max, Some(until)).await;
-        match &pulled {
-            Ok(pulled) if !pulled.beyond => {
-                let cached = self.consumers.get_mut(WHOLE_STREAM).expect("made by consumer()");
-                cached.next = pulled.messages.last().map_or(start, |m| m.sequence + 1);
-                cached.used = Instant::now();
-            }
-            _ => {
-                self.consumers.remove(WHOLE_STREAM);
-            }
-        }
-        let doing = format!("reading stream {} on the NATS server at {}", self.name, self.server);
-        let pulled = pulled.map_err(|e| Failure::Lost(e.context(doing)))?;
-        // The span's every sequence must be read: fewer means the consumer
-        // went (a restarted server forgets it) or the stream lost messages,
-        // and a batch missing messages must not be committed.
-        if pulled.messages.len() != max {
-            self.consumers.remove(WHOLE_STREAM);
-            return Err(Failure::Lost(anyhow!(
-                "read {} of the {max} messages of sequences {start}..={until} of stream {}",
-                pulled.messages.len(),
-                self.name
-            )));
-        }
-        for delivered in pulled.messages {
+        // Each message goes into the batch as it comes, rather than all of
+        // the span's held until the read ends.
+        let mut refused = None;
+        let (shape, name) = (&mut self.shape, &self.name);
+        let taken = pull::read_each(&self.client, name, &consumer, max, Some(until), |delivered| {
             let subject = delivered.message.subject.as_str();
             if !wanted(subject) {
-                continue;
+                return Ok(());
             }
             let sequence = delivered.sequence;
             let message = Message {
@@ -475,9 +455,38 @@ impl Reader {
                 sequence,
                 timestamp_ms: delivered.timestamp_ms,
             };
-            self.shape.push(&mut writer, &message).map_err(|e| {
-                Failure::Fatal(e.context(format!("stream {}, partition {subject}, sequence {sequence}", self.name)))
-            })?;
+            shape.push(&mut writer, &message).map_err(|e| {
+                let e = e.context(format!("stream {name}, partition {subject}, sequence {sequence}"));
+                refused = Some(e);
+                anyhow!("a message was refused")
+            })
+        })
+        .await;
+        match &taken {
+            Ok(taken) if !taken.beyond && refused.is_none() => {
+                let cached = self.consumers.get_mut(WHOLE_STREAM).expect("made by consumer()");
+                cached.next = taken.last.map_or(start, |last| last + 1);
+                cached.used = Instant::now();
+            }
+            _ => {
+                self.consumers.remove(WHOLE_STREAM);
+            }
+        }
+        if let Some(refused) = refused {
+            return Err(Failure::Fatal(refused));
+        }
+        let doing = format!("reading stream {} on the NATS server at {}", self.name, self.server);
+        let taken = taken.map_err(|e| Failure::Lost(e.context(doing)))?;
+        // The span's every sequence must be read: fewer means the consumer
+        // went (a restarted server forgets it) or the stream lost messages,
+        // and a batch missing messages must not be committed.
+        if taken.count != max {
+            self.consumers.remove(WHOLE_STREAM);
+            return Err(Failure::Lost(anyhow!(
+                "read {} of the {max} messages of sequences {start}..={until} of stream {}",
+                taken.count,
+                self.name
+            )));
         }
         Ok(writer.finish_batch())
     }
