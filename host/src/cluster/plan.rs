@@ -128,7 +128,13 @@ impl Owners {
 
     /// The owner of slot `slot` of `state`.
     pub fn owner(&self, state: &str, slot: u32) -> Option<&Owner> {
-        self.slots.get(state)?.get(slot as usize)?.as_ref()
+        self.of_state(state).get(slot as usize)?.as_ref()
+    }
+
+    /// The owners of `state`'s slots, by slot (none for a state with none):
+    /// looked up once for the keys of a batch rather than once a key.
+    pub fn of_state(&self, state: &str) -> &[Option<Owner>] {
+        self.slots.get(state).map_or(&[], Vec::as_slice)
     }
 
     /// The slots `host` owns, with the epoch it got each at.

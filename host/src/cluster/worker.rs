@@ -309,22 +309,18 @@ impl Worker {
             owners.receivers().into_iter().filter(|h| *h != host).map(|h| (h, Vec::new())).collect();
         let mut own = Vec::new();
         for (state, values) in partials {
-            // Each slot's owner, looked up once rather than once a key.
-            let owner_of = (0..self.slots.max(1))
-                .map(|slot| {
-                    let owner = owners.owner(&state, slot);
-                    owner.map(|o| o.host.as_str()).with_context(|| format!("slot {slot} of state {state} has no owner"))
-                })
-                .collect::<Result<Vec<&str>>>()?;
-            if owner_of.iter().all(|owner| *owner == host) {
+            let owned = owners.of_state(&state);
+            if !owned.is_empty() && owned.iter().all(|owner| owner.as_ref().is_some_and(|o| o.host == host)) {
                 own.push((state, values));
                 continue;
             }
             // Each owner's share, its keys in order as the partials hold them.
             let mut shares: BTreeMap<&str, KeyedValues> = BTreeMap::new();
             for (key, value) in values.iter() {
-                let owner = owner_of[slots::slot_of(key, self.slots) as usize];
-                shares.entry(owner).or_default().push(key, value.clone());
+                let slot = slots::slot_of(key, self.slots);
+                let owner = owned.get(slot as usize).and_then(Option::as_ref);
+                let owner = owner.with_context(|| format!("slot {slot} of state {state} has no owner"))?;
+                shares.entry(owner.host.as_str()).or_default().push(key, value.clone());
             }
             for (owner, share) in shares {
                 if owner == host {
@@ -412,10 +408,10 @@ impl Worker {
     /// Every partition owner's partials for this try, combined by state.
     fn gather(&mut self, start: &Start, owners: &Owners) -> Result<BTreeMap<String, KeyedValues>> {
         let senders: BTreeSet<String> = owners.senders().into_iter().map(str::to_owned).collect();
+        let me = self.cluster.host.clone();
         let mut chunks: BTreeMap<String, (u32, BTreeSet<u32>)> = BTreeMap::new();
         // Each state's runs of partials, keys in order, merged once all came.
         let mut runs: BTreeMap<String, Vec<KeyedValues>> = BTreeMap::new();
-        let mut owned: BTreeMap<String, Vec<bool>> = BTreeMap::new();
         let mut read: BTreeMap<String, u64> = BTreeMap::new();
         let complete = |chunks: &BTreeMap<String, (u32, BTreeSet<u32>)>| {
             senders.iter().all(|s| chunks.get(s).is_some_and(|(n, got)| got.len() as u32 == *n))
@@ -465,11 +461,9 @@ impl Worker {
                 if self.plan.aggregate(&state).is_none() {
                     bail!("host {} sent partials of state {state:?}, which the topology does not have", header.from);
                 }
-                let owned = owned.entry(state.clone()).or_insert_with(|| {
-                    let mine = |slot| owners.owner(&state, slot).is_some_and(|o| o.host == self.cluster.host);
-                    (0..self.slots.max(1)).map(mine).collect()
-                });
-                let stray = values.iter().map(|(key, _)| slots::slot_of(key, self.slots)).find(|s| !owned[*s as usize]);
+                let owned = owners.of_state(&state);
+                let mine = |slot: u32| owned.get(slot as usize).and_then(Option::as_ref).is_some_and(|o| o.host == me);
+                let stray = values.iter().map(|(key, _)| slots::slot_of(key, self.slots)).find(|slot| !mine(*slot));
                 if let Some(slot) = stray {
                     bail!("host {} sent a key of slot {slot} of state {state}, which is not this host's", header.from);
                 }
