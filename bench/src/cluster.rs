@@ -108,14 +108,18 @@ impl Host {
         Ok(ureq::get(format!("{}{path}", self.url)).call()?.body_mut().read_json()?)
     }
 
-    /// CPU seconds the process has used.
     fn cpu_seconds(&self) -> Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
-        let fields: Vec<&str> = stat.rsplit_once(')').context("/proc stat")?.1.split_whitespace().collect();
-        let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-        // SAFETY: sysconf reads a constant of the system.
-        Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+        cpu_seconds(self.child.id())
     }
+}
+
+/// CPU seconds process `pid` has used.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat.rsplit_once(')').context("/proc stat")?.1.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    // SAFETY: sysconf reads a constant of the system.
+    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
 }
 
 /// One run's figures: from the deploy to the last commit, and over the
@@ -125,6 +129,8 @@ struct Run {
     cpu: f64,
     steady_wall: Duration,
     steady_cpu: f64,
+    /// nats-server's and etcd's, over the steady part.
+    steady_service_cpu: f64,
     steady_sentences: u64,
 }
 
@@ -150,7 +156,14 @@ impl CommitRecord {
 
 /// One run: `hosts` hosts of a cluster, or one `weir serve` outside any
 /// (`hosts` 0), over `nats`'s stream of `sentences` sentences.
-fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: u64, hosts: usize) -> Result<Run> {
+fn run_once(
+    bench: &Bench,
+    bundle: &Path,
+    nats: &NatsServer,
+    corpus: &Path,
+    sentences: u64,
+    hosts: usize,
+) -> Result<Run> {
     // A cluster of its own each run: the changelog and commit log start empty.
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -159,7 +172,7 @@ fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: 
     let mut servers = Vec::new();
     for at in 0..hosts.max(1) {
         let data = bench.work.join(format!("data-cluster-{hosts}-{at}"));
-        let mut extra: Vec<String> = ["--nats", nats].map(str::to_owned).to_vec();
+        let mut extra: Vec<String> = ["--nats", &nats.url].map(str::to_owned).to_vec();
         match &etcd {
             Some(etcd) => {
                 let id = format!("h{at}");
@@ -191,17 +204,19 @@ fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: 
         })
     };
     let cpu = |servers: &[Host]| servers.iter().map(Host::cpu_seconds).sum::<Result<f64>>();
+    let services = [Some(nats.pid()), etcd.as_ref().map(|e| e.child.id())];
+    let service_cpu = || services.iter().flatten().map(|pid| cpu_seconds(*pid)).sum::<Result<f64>>();
     let cpu_before = cpu(&servers)?;
     let started = Instant::now();
     let mut answer = ureq::post(format!("{}/v1/topologies", servers[0].url))
         .header("content-type", "application/octet-stream")
         .send(std::fs::read(bundle)?)?;
     let deployed: Json = answer.body_mut().read_json()?;
-    let mut first: Option<(Instant, f64, u64)> = None;
+    let mut first: Option<(Instant, f64, f64, u64)> = None;
     loop {
         let done = committed()?;
         if first.is_none() && done > 0 {
-            first = Some((Instant::now(), cpu(&servers)?, done));
+            first = Some((Instant::now(), cpu(&servers)?, service_cpu()?, done));
         }
         if done >= sentences {
             break;
@@ -211,8 +226,8 @@ fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: 
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (ended, cpu_after) = (Instant::now(), cpu(&servers)?);
-    let (first_at, first_cpu, first_done) = first.context("no commit was seen")?;
+    let (ended, cpu_after, service_cpu_after) = (Instant::now(), cpu(&servers)?, service_cpu()?);
+    let (first_at, first_cpu, first_service_cpu, first_done) = first.context("no commit was seen")?;
     let scanned = servers[0].get("/v1/topologies/word-count/states/counts")?;
     let counts: BTreeMap<String, i64> = scanned
         .as_array()
@@ -226,6 +241,7 @@ fn run_once(bench: &Bench, bundle: &Path, nats: &str, corpus: &Path, sentences: 
         cpu: cpu_after - cpu_before,
         steady_wall: ended - first_at,
         steady_cpu: cpu_after - first_cpu,
+        steady_service_cpu: service_cpu_after - first_service_cpu,
         steady_sentences: sentences - first_done,
     })
 }
@@ -254,7 +270,7 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize) -> Result<(
     for round in 0..runs {
         for (at, (name, hosts)) in configurations.iter().enumerate() {
             eprintln!("cluster round {} of {runs}: {name}", round + 1);
-            measured[at].push(run_once(bench, &bundle, &nats.url, &corpus, sentences, *hosts)?);
+            measured[at].push(run_once(bench, &bundle, &nats, &corpus, sentences, *hosts)?);
         }
     }
     // The corpus's sentences hold eight words on average.
@@ -268,9 +284,10 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize) -> Result<(
         let rate = words(sentences) / run.wall.as_secs_f64();
         let steady_rate = words(run.steady_sentences) / run.steady_wall.as_secs_f64();
         let cpu_per_million = run.steady_cpu / (words(run.steady_sentences) / 1e6);
+        let service_cpu_per_million = run.steady_service_cpu / (words(run.steady_sentences) / 1e6);
         steady.push((steady_rate, cpu_per_million));
         rows.push(format!(
-            "| {name} | {:.2} | {:.2} M | {:.2} M | {:.2} | {cpu_per_million:.3} |",
+            "| {name} | {:.2} | {:.2} M | {:.2} M | {:.2} | {cpu_per_million:.3} | {service_cpu_per_million:.3} |",
             run.wall.as_secs_f64(),
             rate / 1e6,
             steady_rate / 1e6,
@@ -285,6 +302,7 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize) -> Result<(
                 "cpu_s": run.cpu,
                 "steady_words_per_s": steady_rate,
                 "steady_cpu_s_per_million_words": cpu_per_million,
+                "steady_service_cpu_s_per_million_words": service_cpu_per_million,
             }),
         );
     }
@@ -302,9 +320,9 @@ pub fn print(sentences: u64, runs: usize, rows: &[String], figures: &Json) {
     );
     println!(
         "| served by | wall s, from the deploy | words/s, from the deploy | words/s, steady | weir CPU s | \
-         CPU s per million words, steady |"
+         CPU s per million words, steady | nats-server and etcd CPU s per million words, steady |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for row in rows {
         println!("{row}");
     }

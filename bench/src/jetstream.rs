@@ -42,6 +42,11 @@ fn binary() -> Result<PathBuf> {
 }
 
 impl NatsServer {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts a server storing its streams under `dir`, on a free port.
     pub fn start(dir: &Path) -> Result<NatsServer> {
         let _ = std::fs::remove_dir_all(dir);
