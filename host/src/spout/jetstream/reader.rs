@@ -76,6 +76,28 @@ struct Got {
     pending: u64,
 }
 
+/// Puts a message of `partition` of `stream` into the batch as its tuple; a
+/// message the tuple shape refuses is named by stream, partition and
+/// sequence.
+fn push_delivered(
+    shape: &mut TupleShape,
+    writer: &mut BatchWriter,
+    stream: &str,
+    partition: &str,
+    delivered: &pull::Delivered,
+) -> anyhow::Result<()> {
+    let sequence = delivered.sequence;
+    let message = Message {
+        subject: delivered.message.subject.as_str(),
+        payload: &delivered.message.payload,
+        sequence,
+        timestamp_ms: delivered.timestamp_ms,
+    };
+    shape
+        .push(writer, &message)
+        .map_err(|e| e.context(format!("stream {stream}, partition {partition}, sequence {sequence}")))
+}
+
 /// Reads the stream a JetStream spout declares.
 pub struct Reader {
     client: async_nats::Client,
@@ -356,17 +378,8 @@ impl Reader {
             let mut got = Got::default();
             for delivered in pulled?.messages {
                 let sequence = delivered.sequence;
-                let message = Message {
-                    subject: delivered.message.subject.as_str(),
-                    payload: &delivered.message.payload,
-                    sequence,
-                    timestamp_ms: delivered.timestamp_ms,
-                };
-                self.shape.push(writer, &message).map_err(|e| {
-                    Failure::Fatal(
-                        e.context(format!("stream {}, partition {}, sequence {sequence}", self.name, part.subject)),
-                    )
-                })?;
+                push_delivered(&mut self.shape, writer, &self.name, &part.subject, &delivered)
+                    .map_err(Failure::Fatal)?;
                 got.first.get_or_insert(sequence);
                 got.last = Some(sequence);
                 got.count += 1;
@@ -448,15 +461,7 @@ impl Reader {
             if !wanted(subject) {
                 return Ok(());
             }
-            let sequence = delivered.sequence;
-            let message = Message {
-                subject,
-                payload: &delivered.message.payload,
-                sequence,
-                timestamp_ms: delivered.timestamp_ms,
-            };
-            shape.push(&mut writer, &message).map_err(|e| {
-                let e = e.context(format!("stream {name}, partition {subject}, sequence {sequence}"));
+            push_delivered(shape, &mut writer, name, subject, &delivered).map_err(|e| {
                 refused = Some(e);
                 anyhow!("a message was refused")
             })
