@@ -587,13 +587,26 @@ impl Worker {
 
     /// Commits this host's slots' share of the batch and publishes it to
     /// the changelog; returns the keys written.
-    fn commit(&mut self, start: &Start, owners: &Owners, merged: BTreeMap<String, KeyedValues>) -> Result<u64> {
+    fn commit(&mut self, start: &Start, owners: &Owners, mut merged: BTreeMap<String, KeyedValues>) -> Result<u64> {
         let name = self.plan.name.clone();
         let local = self.prepare_slots(owners, start.txid - 1)?;
+        // Each written key's record, by state and slot, as the commit leaves it.
+        let mut slots: BTreeMap<String, BTreeMap<u32, Vec<Write>>> = BTreeMap::new();
+        let mut keys = 0;
+        let slot_count = self.slots;
+        let mut tell = |state: &str, key: &[u8], stored: Option<&Stored>| {
+            let by_slot = match slots.get_mut(state) {
+                Some(by_slot) => by_slot,
+                None => slots.entry(state.to_owned()).or_default(),
+            };
+            let slot = slots::slot_of(key, slot_count);
+            by_slot.entry(slot).or_default().push((key.to_vec(), stored.map(Stored::encode)));
+            keys += 1;
+        };
         if local + 1 == start.txid {
             let mut partials = HashMap::new();
             for aggregate in &self.plan.aggregates {
-                let values = merged.get(&aggregate.state).cloned().unwrap_or_default();
+                let values = merged.remove(&aggregate.state).unwrap_or_default();
                 partials.insert(aggregate.node, Partials::Values(values));
             }
             let record = BatchRecord {
@@ -604,28 +617,27 @@ impl Worker {
             self.committer
                 .prepare(&*self.db, start.txid, &record, Handover::of_partials(partials))
                 .map_err(|e| anyhow!("{e}"))?;
-            self.committer.commit_group(&*self.db).map_err(|f| anyhow!("{}", f.error))?;
+            self.committer.commit_group_telling(&*self.db, &mut tell).map_err(|f| anyhow!("{}", f.error))?;
+        } else {
+            // Committed here before: its records are read back.
+            for (state, values) in &merged {
+                let stored = self.db.stored_each(&name, state, values.iter().map(|(key, _)| key))?;
+                for ((key, _), stored) in values.iter().zip(stored) {
+                    tell(state, key, stored.as_ref());
+                }
+            }
         }
         // Published only while the slots are still this host's.
         if self.owners()?.is_none_or(|now| now.epoch != start.epoch) {
             bail!("txid {}: the assignment moved on from epoch {}; nothing is published", start.txid, start.epoch);
         }
-        let mut keys = 0;
-        let mut slots: BTreeMap<(&str, u32), Vec<Write>> = BTreeMap::new();
-        for (state, values) in &merged {
-            let stored = self.db.stored_each(&name, state, values.iter().map(|(key, _)| key))?;
-            for ((key, _), stored) in values.iter().zip(stored) {
-                let slot = slots::slot_of(key, self.slots);
-                slots.entry((state.as_str(), slot)).or_default().push((key.to_vec(), stored.map(|s| s.encode())));
-                keys += 1;
-            }
-        }
         let slots: Vec<SlotWrites> = slots
             .into_iter()
-            .map(|((state, slot), records)| SlotWrites {
-                state: state.to_owned(),
+            .flat_map(|(state, by_slot)| by_slot.into_iter().map(move |(slot, records)| (state.clone(), slot, records)))
+            .map(|(state, slot, records)| SlotWrites {
+                epoch: owners.owner(&state, slot).map_or(start.epoch, |o| o.since),
+                state,
                 slot,
-                epoch: owners.owner(state, slot).map_or(start.epoch, |o| o.since),
                 records,
             })
             .collect();

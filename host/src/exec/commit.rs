@@ -12,7 +12,7 @@ use crate::plan::{Op, Phase, Plan};
 use crate::sink;
 use crate::state::BatchRecord;
 use crate::state::pending::Pending;
-use crate::state::store::{BatchCommit, OtherRecords, Store};
+use crate::state::store::{BatchCommit, OtherRecords, Store, Written};
 use crate::state::view::{StateCache, StateWrites, Views, refresh_caches};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -136,6 +136,24 @@ impl Committer {
     /// one by one, in order, up to the one that fails: the failure names
     /// how many did.
     pub fn commit_group(&mut self, store: &dyn Store) -> Result<usize, GroupFailure> {
+        self.commit_group_with(store, None)
+    }
+
+    /// [`Committer::commit_group`], telling `written` what
+    /// [`Store::commit_group_telling`] tells, for the batches committed.
+    pub fn commit_group_telling(
+        &mut self,
+        store: &dyn Store,
+        written: &mut Written<'_>,
+    ) -> Result<usize, GroupFailure> {
+        self.commit_group_with(store, Some(written))
+    }
+
+    fn commit_group_with(
+        &mut self,
+        store: &dyn Store,
+        mut written: Option<&mut Written<'_>>,
+    ) -> Result<usize, GroupFailure> {
         let group = std::mem::take(&mut self.group);
         let topology = self.plan.stored_as.as_str();
         let commits: Vec<BatchCommit<'_>> = group
@@ -148,17 +166,21 @@ impl Committer {
                 others: &b.others,
             })
             .collect();
-        let mut outcome = store.commit_group(&commits).map_err(|e| (0, e));
+        let mut commit = |batches: &[BatchCommit<'_>]| match written.as_mut() {
+            Some(written) => store.commit_group_telling(batches, *written),
+            None => store.commit_group(batches),
+        };
+        let mut outcome = commit(&commits).map_err(|e| (0, e));
         if outcome.is_err() && group.len() > 1 {
-            let mut written = 0;
+            let mut count = 0;
             outcome = commits
                 .iter()
                 .enumerate()
                 .try_for_each(|(at, batch)| {
-                    written += store.commit_batch(batch).map_err(|e| (at, e))?;
+                    count += commit(std::slice::from_ref(batch)).map_err(|e| (at, e))?;
                     Ok(())
                 })
-                .map(|()| written);
+                .map(|()| count);
         }
         drop(commits);
         let committed = outcome.as_ref().map_or_else(|(at, _)| *at, |_| group.len());

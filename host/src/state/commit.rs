@@ -7,8 +7,8 @@
 
 use super::merge::BatchPartials;
 use super::rules::Stored;
-use super::store::BatchCommit;
-use super::table::{Layout, WriteTable};
+use super::store::{BatchCommit, Written};
+use super::table::{Layout, Told, WriteTable};
 use super::view::StateWrites;
 use super::{
     Db, LAST_COMMITTED, StateError, batches_def, batches_table, kinds_def, kinds_table, meta_def, meta_table,
@@ -31,8 +31,13 @@ enum Gathered<'a> {
 
 impl Db {
     /// The commit of [`Store::commit_group`](super::store::Store::commit_group),
-    /// in one durable write transaction, keys in order.
-    pub(super) fn commit_group_in_redb(&self, group: &[BatchCommit<'_>]) -> Result<usize> {
+    /// in one durable write transaction, keys in order, telling `written`
+    /// (when given) what [`Store::commit_group_telling`](super::store::Store::commit_group_telling) tells.
+    pub(super) fn commit_group_in_redb(
+        &self,
+        group: &[BatchCommit<'_>],
+        mut written: Option<&mut Written<'_>>,
+    ) -> Result<usize> {
         let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(0) };
         let topology = first.topology;
         if let Some(other) = group.iter().find(|b| b.topology != topology) {
@@ -40,7 +45,7 @@ impl Db {
         }
         let txn = self.db.begin_write()?;
         let meta_name = meta_table(topology);
-        let mut written = 0;
+        let mut count = 0;
         {
             let mut meta = txn.open_table(meta_def(&meta_name))?;
             let mut committed = meta.get(LAST_COMMITTED)?.map_or(0, |v| v.value());
@@ -83,7 +88,8 @@ impl Db {
                 let removed_later: Vec<Vec<(&[u8], &[u8])>> =
                     (0..runs.len()).map(|at| ranges_in(&runs[at + 1..])).collect();
                 for (at, run) in runs.into_iter().enumerate() {
-                    written += write_gathered(&txn, topology, state, run, layout, &removed_later[at], &mut encoded)
+                    let except = &removed_later[at];
+                    count += write_gathered(&txn, topology, state, run, layout, except, &mut encoded, &mut written)
                         .with_context(|| format!("state {state}"))?;
                 }
             }
@@ -96,7 +102,7 @@ impl Db {
             format!("txids {}..={}", first.txid, last.txid)
         };
         txn.commit().with_context(|| format!("committing {txids} of topology {topology}"))?;
-        Ok(written)
+        Ok(count)
     }
 }
 
@@ -164,7 +170,9 @@ fn layout(runs: &[Gathered<'_>]) -> Layout {
 
 /// Writes what a group gathered for `state` into its table (created in
 /// `layout` when missing), keys in order, but for
-/// partials of keys in the ranges `except`. Returns the keys written.
+/// partials of keys in the ranges `except`, telling `written` each key's
+/// record. Returns the keys written.
+#[allow(clippy::too_many_arguments)]
 fn write_gathered(
     txn: &WriteTransaction,
     topology: &str,
@@ -173,6 +181,7 @@ fn write_gathered(
     layout: Layout,
     except: &[(&[u8], &[u8])],
     encoded: &mut Vec<u8>,
+    written: &mut Option<&mut Written<'_>>,
 ) -> Result<usize> {
     let name = state_table(topology, state);
     match gathered {
@@ -182,6 +191,9 @@ fn write_gathered(
                 match stored {
                     Some(stored) => table.insert(key, stored, encoded)?,
                     None => table.remove(key)?,
+                }
+                if let Some(written) = written {
+                    written(state, key, *stored);
                 }
             }
             Ok(latest.len())
@@ -195,7 +207,10 @@ fn write_gathered(
             Ok(removed)
         }
         Gathered::Partials(batches) => {
-            WriteTable::open(txn, &name, layout)?.combine_in_place_except(&batches, except, encoded)
+            let mut told =
+                written.as_mut().map(|written| move |key: &[u8], stored: &Stored| written(state, key, Some(stored)));
+            let told = told.as_mut().map(|t| t as &mut Told<'_>);
+            WriteTable::open(txn, &name, layout)?.combine_in_place_except(&batches, except, encoded, told)
         }
     }
 }

@@ -37,7 +37,7 @@ use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable,
 use rules::{Stored, kind_name};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
+use store::{BatchCommit, CommitLog, Snapshot, StateReader, Store, Written};
 use table::ReadTable;
 use view::StateWrites;
 use weir_sdk::codec::Value;
@@ -488,7 +488,11 @@ impl Store for Db {
     }
 
     fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize> {
-        self.commit_group_in_redb(group)
+        self.commit_group_in_redb(group, None)
+    }
+
+    fn commit_group_telling(&self, group: &[BatchCommit<'_>], written: &mut Written<'_>) -> Result<usize> {
+        self.commit_group_in_redb(group, Some(written))
     }
 
     fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {

@@ -70,6 +70,10 @@ pub struct BatchCommit<'a> {
     pub others: &'a [OtherRecords],
 }
 
+/// Told, by [`Store::commit_group_telling`], a state, an encoded key and
+/// its record as a commit leaves it.
+pub type Written<'a> = dyn FnMut(&str, &[u8], Option<&Stored>) + 'a;
+
 /// A commit log and a state store that commit batches.
 pub trait Store: CommitLog + Sync {
     /// A snapshot of everything committed.
@@ -94,6 +98,27 @@ pub trait Store: CommitLog + Sync {
     /// [`StateError::NotNext`](super::StateError::NotNext).
     fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize>;
 
+    /// [`Store::commit_group`], telling `written` each key the group wrote
+    /// or removed (by key; not those a range removed) with its record as
+    /// the commit leaves it (`None`: removed), so that a
+    /// caller passing the records on need not read them back. Told before
+    /// the commit is durable: what it was told holds only once this
+    /// returns `Ok`. A store that cannot tell as it writes reads them back.
+    fn commit_group_telling(&self, group: &[BatchCommit<'_>], written: &mut Written<'_>) -> Result<usize> {
+        let count = self.commit_group(group)?;
+        let snapshot = self.snapshot()?;
+        let topology = group.first().map_or("", |b| b.topology);
+        for writes in group.iter().flat_map(|b| b.writes) {
+            let Some(reader) = snapshot.state(topology, &writes.state)? else { continue };
+            let records = writes.records.iter().map(|(key, _)| key.as_slice());
+            let partials = writes.combines.iter().flat_map(|c| c.partials.iter().map(|(key, _)| key));
+            for key in records.chain(writes.removed.iter().map(Vec::as_slice)).chain(partials) {
+                written(&writes.state, key, reader.get(key)?.as_ref());
+            }
+        }
+        Ok(count)
+    }
+
     /// Removes the records `keys` of table `table` of `topology` that
     /// batches committed (a sink's published outbox entries), durably, all
     /// or none; keys it does not hold are passed over.
@@ -106,6 +131,7 @@ mod tests {
     use crate::state::memory::MemoryStore;
     use crate::state::view::Combines;
     use crate::state::{Db, StateError, keys};
+    use std::collections::BTreeMap;
     use weir_sdk::codec::{Value, ValueRef};
     use weir_sdk::operator::Builtin;
     use weir_sdk::topology::StateKind;
@@ -255,6 +281,70 @@ mod tests {
             store.commit_group(&group).unwrap();
             assert_eq!(stored(store, "a"), Some(tx(3, 21)));
             assert_eq!(stored(store, "b"), Some(tx(4, 7)));
+        });
+    }
+
+    #[test]
+    fn a_commit_tells_each_key_it_wrote_as_the_commit_left_it() {
+        each_store(|store| {
+            let records = batch_records(4);
+            let tx = |txid, n| Stored::Transactional { txid, value: Value::I64(n) };
+            // A state of each layout: counts, opaque counts, and sums (records).
+            let combines = |state: &str, kind, builtin, words: &[(&str, i64)]| StateWrites {
+                state: state.into(),
+                records: Vec::new(),
+                removed: Vec::new(),
+                removed_ranges: Vec::new(),
+                combines: Some(Combines {
+                    kind,
+                    builtin,
+                    partials: words.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect(),
+                }),
+            };
+            let counts = |words: &[(&str, i64)]| combines("counts", StateKind::Transactional, Builtin::Count, words);
+            let opaque = |words: &[(&str, i64)]| combines("opaque", StateKind::Opaque, Builtin::Count, words);
+            let sums = |words: &[(&str, i64)]| combines("sums", StateKind::Transactional, Builtin::Sum, words);
+            let first = [counts(&[("a", 1), ("b", 1)]), opaque(&[("a", 2)]), sums(&[("a", 5)])];
+            commit(store, 1, &first, &[]).unwrap();
+            let set_x_remove_b = StateWrites {
+                state: "counts".into(),
+                records: vec![(key("x"), tx(2, 5))],
+                removed: vec![key("b")],
+                removed_ranges: Vec::new(),
+                combines: None,
+            };
+            let writes = [
+                vec![set_x_remove_b],
+                vec![counts(&[("a", 1), ("x", 1)]), opaque(&[("a", 3), ("c", 1)])],
+                vec![counts(&[("a", 1)]), sums(&[("a", 2), ("d", 7)])],
+            ];
+            let group: Vec<BatchCommit<'_>> =
+                (2..=4).map(|txid| batch_of(txid, &records, &writes[txid as usize - 2])).collect();
+            let mut told: BTreeMap<(String, Vec<u8>), Option<Stored>> = BTreeMap::new();
+            store
+                .commit_group_telling(&group, &mut |state, key, stored| {
+                    told.insert((state.to_owned(), key.to_vec()), stored.cloned());
+                })
+                .unwrap();
+            let expected: BTreeMap<(String, Vec<u8>), Option<Stored>> = [
+                ("counts", "a", Some(tx(4, 3))),
+                ("counts", "b", None),
+                ("counts", "x", Some(tx(3, 6))),
+                ("opaque", "a", Some(Stored::Opaque { txid: 3, curr: Value::I64(5), prev: Some(Value::I64(2)) })),
+                ("opaque", "c", Some(Stored::Opaque { txid: 3, curr: Value::I64(1), prev: None })),
+                ("sums", "a", Some(tx(4, 7))),
+                ("sums", "d", Some(tx(4, 7))),
+            ]
+            .into_iter()
+            .map(|(state, word, stored)| ((state.to_owned(), key(word)), stored))
+            .collect();
+            assert_eq!(told, expected);
+            // As the store holds them.
+            let snapshot = store.snapshot().unwrap();
+            for ((state, key), stored) in &told {
+                let reader = snapshot.state("t", state).unwrap().unwrap();
+                assert_eq!(&reader.get(key).unwrap(), stored, "{state} {key:?}");
+            }
         });
     }
 

@@ -315,6 +315,9 @@ pub enum WriteTable<'t> {
     OpaqueCounts(Table<'t, StateKey, OpaqueCount>),
 }
 
+/// Told, by [`WriteTable::combine_in_place_except`], a key and its record.
+pub type Told<'a> = dyn FnMut(&[u8], &Stored) + 'a;
+
 impl<'t> WriteTable<'t> {
     /// The table `name`, in whichever layout it has; created in `layout`
     /// when it does not exist yet.
@@ -420,16 +423,19 @@ impl<'t> WriteTable<'t> {
     /// most one write per key for the whole group, the value replaced in
     /// place. Returns the keys written.
     pub fn combine_in_place(&mut self, batches: &[BatchPartials<'_>], encoded: &mut Vec<u8>) -> Result<usize> {
-        self.combine_in_place_except(batches, &[], encoded)
+        self.combine_in_place_except(batches, &[], encoded, None)
     }
 
     /// [`WriteTable::combine_in_place`], leaving out the keys in the
-    /// ranges `[from, to)` of `except` (which a later write removes).
+    /// ranges `[from, to)` of `except` (which a later write removes), and
+    /// telling `told` (when given) each key it combined with the record it
+    /// holds after, changed or not.
     pub fn combine_in_place_except(
         &mut self,
         batches: &[BatchPartials<'_>],
         except: &[(&[u8], &[u8])],
         encoded: &mut Vec<u8>,
+        mut told: Option<&mut Told<'_>>,
     ) -> Result<usize> {
         let Some((_, first)) = batches.first() else { return Ok(0) };
         let (kind, builtin) = (first.kind, first.builtin);
@@ -456,8 +462,8 @@ impl<'t> WriteTable<'t> {
                 WriteTable::Records(table) => {
                     let guard = if may_exist { table.get_mut(key)? } else { None };
                     let stored = guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
-                    let changed = combined(kind, builtin, stored, partials).with_context(context)?;
-                    if let Some(stored) = &changed {
+                    let (stored, changed) = combined(kind, builtin, stored, partials).with_context(context)?;
+                    if let (true, Some(stored)) = (changed, &stored) {
                         encoded.clear();
                         stored.encode_into(encoded);
                         // Replaced in place, or inserted when the key had no value.
@@ -465,19 +471,25 @@ impl<'t> WriteTable<'t> {
                             table.insert(key, encoded.as_slice())?;
                         }
                     }
-                    changed.is_some()
+                    if let (Some(told), Some(stored)) = (told.as_mut(), &stored) {
+                        told(key, stored);
+                    }
+                    changed
                 }
                 WriteTable::OpaqueCounts(table) => {
                     let guard = if may_exist { table.get_mut(key)? } else { None };
                     let stored = guard.as_ref().map(|g| stored_opaque(g.value()));
-                    let changed = combined(kind, builtin, stored, partials).with_context(context)?;
-                    if let Some(stored) = &changed {
+                    let (stored, changed) = combined(kind, builtin, stored, partials).with_context(context)?;
+                    if let (true, Some(stored)) = (changed, &stored) {
                         let count = opaque_count_of(stored).ok_or_else(|| not_a_count("opaque", stored))?;
                         if guard.map(|mut g| g.insert(count)).transpose()?.is_none() {
                             table.insert(key, count)?;
                         }
                     }
-                    changed.is_some()
+                    if let (Some(told), Some(stored)) = (told.as_mut(), &stored) {
+                        told(key, stored);
+                    }
+                    changed
                 }
                 WriteTable::Counts(table) => {
                     // Trident's transactional rule, on the record as stored.
@@ -514,6 +526,9 @@ impl<'t> WriteTable<'t> {
                     {
                         table.insert(key, record)?;
                     }
+                    if let (Some(told), Some(record)) = (told.as_mut(), record) {
+                        told(key, &stored_count(record));
+                    }
                     changed
                 }
             };
@@ -525,13 +540,13 @@ impl<'t> WriteTable<'t> {
 }
 
 /// `stored` with a key's `partials` (by txid, in order) combined into it by
-/// Trident's rules; `None` when no partial changed it.
+/// Trident's rules, and whether any partial changed it.
 fn combined(
     kind: StateKind,
     builtin: Builtin,
     mut stored: Option<Stored>,
     partials: &[(u64, &Value)],
-) -> Result<Option<Stored>> {
+) -> Result<(Option<Stored>, bool)> {
     let mut changed = false;
     for &(txid, partial) in partials {
         let value_for = |base| rules::with_partial(builtin, base, partial);
@@ -540,7 +555,7 @@ fn combined(
             changed = true;
         }
     }
-    Ok(stored.filter(|_| changed))
+    Ok((stored, changed))
 }
 
 fn not_a_count(kind: &str, stored: &Stored) -> anyhow::Error {
