@@ -500,14 +500,15 @@ impl Concat {
         Concat { buf, arity, row_starts: Vec::new() }
     }
 
-    /// Appends `part`'s rows, their tags raised by `offset`. Room is made
-    /// for `parts_left` more parts of its size, so that the buffer grows
-    /// about once.
+    /// Appends `part`'s rows, their tags raised by `offset`. When it does
+    /// not fit, room is made for it and `parts_left` more parts of its size,
+    /// and an eighth more: parts differ a little, and each time a large
+    /// buffer grows it is copied into fresh pages.
     pub fn push(&mut self, part: &Batch<'_>, offset: u32, parts_left: usize) {
         assert_eq!(part.arity, self.arity, "a part of another arity");
         let bytes = part.buf.len() - HEADER_LEN;
-        self.buf.reserve(bytes * (1 + parts_left));
-        self.row_starts.reserve(part.len() * (1 + parts_left));
+        reserve_for_parts(&mut self.buf, bytes, parts_left);
+        reserve_for_parts(&mut self.row_starts, part.len(), parts_left);
         let base = self.buf.len() - HEADER_LEN;
         self.buf.extend_from_slice(&part.buf[HEADER_LEN..]);
         for &start in &part.row_starts {
@@ -523,6 +524,15 @@ impl Concat {
         let rows = self.row_starts.len() as u32;
         self.buf[..4].copy_from_slice(&rows.to_le_bytes());
         Batch { buf: Cow::Owned(self.buf), arity: self.arity, row_starts: self.row_starts }
+    }
+}
+
+/// Makes room in `vec` for `items` and, when they do not fit, for
+/// `parts_left` more parts of as many, and an eighth more.
+fn reserve_for_parts<T>(vec: &mut Vec<T>, items: usize, parts_left: usize) {
+    if vec.capacity() - vec.len() < items {
+        let wanted = items * (1 + parts_left);
+        vec.reserve_exact(wanted + wanted / 8);
     }
 }
 
