@@ -162,7 +162,12 @@ impl SpanReader {
             // Not read ahead, or that read failed (its consumer stands
             // nowhere known): read it now.
             failed_or_none => {
-                if failed_or_none.is_some() {
+                if let Some(Err(Failure::Lost(e) | Failure::Fatal(e))) = &failed_or_none {
+                    tracing::warn!(
+                        "stream {}: reading sequences {}..={until} ahead failed, reading them again: {e:#}",
+                        self.stream,
+                        after + 1
+                    );
                     self.reader.as_mut().expect("a read gives the reader back").forget_consumers();
                 }
                 let task = self.spawn_read(span.0, after, until);
