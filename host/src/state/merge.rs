@@ -3,17 +3,19 @@
 //! that the commit looks each key up and writes it once for the whole group
 //! rather than once for each of its batches.
 
+use super::keyed::KeyedValues;
 use super::view::Combines;
-use anyhow::Result;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use anyhow::{Result, bail};
+use std::cmp::Ordering;
 use weir_sdk::codec::Value;
 
 /// One batch's partials for a state, with the batch's txid.
 pub type BatchPartials<'a> = (u64, &'a Combines);
 
 /// Calls `each` with every key of `batches` (given in txid order), in key
-/// order, and its partials, in txid order.
+/// order, and its partials, in txid order. Each batch's partials are in
+/// key order (as [`Views::combine_at_commit`](super::view::Views::combine_at_commit)
+/// takes them); a batch's out of order are refused.
 pub fn for_each_key<'a>(
     batches: &[BatchPartials<'a>],
     mut each: impl FnMut(&'a [u8], &[(u64, &'a Value)]) -> Result<()>,
@@ -24,59 +26,73 @@ pub fn for_each_key<'a>(
         }
         return Ok(());
     }
-    // Each distinct key with the first and last of its partials, which are
-    // chained in the order they were gathered: batch by batch.
-    let entries: usize = batches.iter().map(|(_, c)| c.partials.len()).sum();
-    let mut index: HashMap<&[u8], usize, foldhash::fast::RandomState> =
-        HashMap::with_capacity_and_hasher(entries, Default::default());
-    let mut keys: Vec<Key<'a>> = Vec::with_capacity(entries);
-    let mut chain: Vec<Link<'a>> = Vec::with_capacity(entries);
-    for &(txid, combines) in batches {
-        for (key, partial) in combines.partials.iter() {
-            let at = chain.len();
-            chain.push(Link { txid, partial, next: None });
-            match index.entry(key) {
-                Entry::Occupied(known) => {
-                    let known = &mut keys[*known.get()];
-                    chain[known.last].next = Some(at);
-                    known.last = at;
-                }
-                Entry::Vacant(new) => {
-                    new.insert(keys.len());
-                    keys.push(Key { prefix: super::keys::prefix(key), key, first: at, last: at });
-                }
+    // The batches' runs merged: the least of their next keys, with every
+    // batch's partials for it. A group holds a few dozen batches at most,
+    // so the least is found by looking at each, in one pass over memory
+    // that stays in cache, where hashing every key of the group and
+    // sorting them missed it.
+    let mut heads: Vec<Head<'a>> = batches.iter().filter_map(|&(txid, c)| Head::first(txid, &c.partials)).collect();
+    let mut partials = Vec::with_capacity(batches.len());
+    while let Some(least) = heads.iter().min_by(|a, b| a.cmp(b)) {
+        let (prefix, key) = (least.prefix, least.key());
+        partials.clear();
+        for head in &mut heads {
+            while !head.done() && head.prefix == prefix && head.key() == key {
+                partials.push((head.txid, head.value()));
+                head.advance()?;
             }
         }
-    }
-    drop(index);
-    keys.sort_unstable_by(|a, b| a.prefix.cmp(&b.prefix).then_with(|| a.key.cmp(b.key)));
-    let mut partials = Vec::with_capacity(batches.len());
-    for key in &keys {
-        partials.clear();
-        let mut link = Some(key.first);
-        while let Some(at) = link {
-            partials.push((chain[at].txid, chain[at].partial));
-            link = chain[at].next;
-        }
-        each(key.key, &partials)?;
+        heads.retain(|head| !head.done());
+        each(key, &partials)?;
     }
     Ok(())
 }
 
-/// A distinct key of a group, with its first 16 bytes as one number (most
-/// keys differ there) and the ends of its chain of partials.
-struct Key<'a> {
+/// Where the merge stands in one batch's partials: its next key, with the
+/// key's first 16 bytes as one number (most keys differ there).
+struct Head<'a> {
+    txid: u64,
+    partials: &'a KeyedValues,
+    at: usize,
     prefix: u128,
-    key: &'a [u8],
-    first: usize,
-    last: usize,
 }
 
-/// One batch's partial for a key, and the next batch's, if any.
-struct Link<'a> {
-    txid: u64,
-    partial: &'a Value,
-    next: Option<usize>,
+impl<'a> Head<'a> {
+    fn first(txid: u64, partials: &'a KeyedValues) -> Option<Head<'a>> {
+        let prefix = super::keys::prefix((!partials.is_empty()).then(|| partials.key(0))?);
+        Some(Head { txid, partials, at: 0, prefix })
+    }
+
+    fn done(&self) -> bool {
+        self.at == self.partials.len()
+    }
+
+    fn key(&self) -> &'a [u8] {
+        self.partials.key(self.at)
+    }
+
+    fn value(&self) -> &'a Value {
+        self.partials.get(self.at).1
+    }
+
+    /// Key order: by prefix, then by the whole key.
+    fn cmp(&self, other: &Head<'_>) -> Ordering {
+        self.prefix.cmp(&other.prefix).then_with(|| self.key().cmp(other.key()))
+    }
+
+    /// Moves to the next key, which may not come before this one.
+    fn advance(&mut self) -> Result<()> {
+        let key = self.key();
+        self.at += 1;
+        if !self.done() {
+            let next = self.key();
+            self.prefix = super::keys::prefix(next);
+            if next < key {
+                bail!("batch {}'s partials are not in key order at key {}", self.txid, self.at);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -124,6 +140,13 @@ mod tests {
         let b = partials(&[("ab\0", 3), (&x, 4)]);
         let keys: Vec<String> = merged(&[(1, &a), (2, &b)]).into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, ["ab", "ab\0", y.as_str(), x.as_str()]);
+    }
+
+    #[test]
+    fn a_batch_whose_partials_are_out_of_key_order_is_refused() {
+        let (a, b) = (partials(&[("a", 1)]), partials(&[("c", 1), ("b", 2)]));
+        let err = for_each_key(&[(1, &a), (2, &b)], |_, _| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("batch 2's partials are not in key order"), "{err}");
     }
 
     #[test]
