@@ -27,9 +27,9 @@ use crate::state::store::Store;
 use anyhow::{Context, Result, bail};
 use queue::{Closing, WorkQueue};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use weir_sdk::codec::Batch;
 
@@ -147,8 +147,8 @@ struct Helper {
     processor: Option<Processor>,
     time: CoordinatorTime,
     /// The linear memory the instances that processed the last batch held
-    /// after it (`None` before the first): about what the coordinator's own
-    /// hold or would add.
+    /// after it (before the first, once they are made; `None` before
+    /// then): about what the coordinator's own hold or would add.
     memory: Option<usize>,
 }
 
@@ -246,11 +246,17 @@ pub fn run(
     crate::clock::check()?;
     let queue = WorkQueue::<Work>::new();
     let (done_tx, done_rx) = mpsc::channel::<Done>();
+    let instantiated = OnceLock::new();
     std::thread::scope(|scope| {
         let (processor_plan, processor_source, waiting) = (Arc::clone(&plan), source.clone(), &queue);
         let process_phase = std::thread::Builder::new().name("weir-process".into());
+        let instantiated = &instantiated;
         process_phase.spawn_scoped(scope, move || {
             let mut processor = Processor::new(processor_plan, processor_source);
+            // While the first batch is read: then the coordinator knows
+            // whether it may help before that batch is processed.
+            processor.instantiate_guests();
+            let _ = instantiated.set(processor.memory_bytes());
             while let Some(work) = waiting.take_oldest() {
                 if done_tx.send(work.process(&mut processor)).is_err() {
                     break;
@@ -270,6 +276,7 @@ pub fn run(
                 memory: None,
             },
             queue: &queue,
+            instantiated,
             kind: spout.kind(),
             spout,
             sinks,
@@ -301,6 +308,9 @@ struct Coordinator<'a> {
     helper: Helper,
     /// Batches waiting for the process phase.
     queue: &'a WorkQueue<Work>,
+    /// The linear memory of the process phase's instances once made,
+    /// before its first batch.
+    instantiated: &'a OnceLock<usize>,
     spout: &'a mut dyn Spout,
     sinks: Option<&'a mut Publisher>,
     kind: SpoutKind,
@@ -478,6 +488,9 @@ impl Coordinator<'_> {
             {
                 return Ok(Some(done));
             }
+            if self.helper.memory.is_none() {
+                self.helper.memory = self.instantiated.get().copied();
+            }
             if let Some(work) = self.helper.may_help().then(|| self.take_waiting(id)).flatten() {
                 let processor = self
                     .helper
@@ -501,9 +514,13 @@ impl Coordinator<'_> {
     /// wait idle, the coordinator processes it itself. When batches are
     /// large, commits take a small part of a batch's time, and this uses
     /// the core they leave; when commits are the bound, the coordinator is
-    /// rarely idle enough to take one.
+    /// rarely idle enough to take one. One batch is left for the process
+    /// phase while the spout has more, which the coordinator cannot emit
+    /// while it processes: at batch 100,000 taking the last left the
+    /// process thread idle for a fifth of the run.
     fn take_waiting(&self, awaited: BatchId) -> Option<Work> {
-        self.queue.take_newest_if(|work| work.id != awaited)
+        let leave = usize::from(!self.exhausted);
+        self.queue.take_newest_if(leave, |work| work.id != awaited)
     }
 
     /// Batch `id`, if it is processed already and did not fail: no waiting.

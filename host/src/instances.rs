@@ -99,6 +99,20 @@ impl Instances {
         self.guests.values().map(Guest::memory_bytes).sum()
     }
 
+    /// Instantiates `operator`'s guest, unless it has one: done by its
+    /// first call, or earlier, so that its memory is known before then.
+    pub fn instantiate(&mut self, operator: &str) -> Result<(), BatchError> {
+        let OperatorSource::Wasm(components) = &self.source else { return Ok(()) };
+        if !self.guests.contains_key(operator) {
+            let guest = components
+                .for_operator(operator)
+                .instantiate(&self.plan.stored_as, operator, self.plan.sandboxes.of(operator))
+                .map_err(|e| BatchError::of_call(operator, &e))?;
+            self.guests.insert(operator.to_owned(), guest);
+        }
+        Ok(())
+    }
+
     /// Calls `operator` on partition `at` of a batch; the error
     /// names the operator.
     pub fn call(
@@ -118,14 +132,8 @@ impl Instances {
         };
         let started = Instant::now();
         let result = match &self.source {
-            OperatorSource::Wasm(components) => {
-                if !self.guests.contains_key(operator) {
-                    let guest = components
-                        .for_operator(operator)
-                        .instantiate(&self.plan.stored_as, operator, self.plan.sandboxes.of(operator))
-                        .map_err(|e| BatchError::of_call(operator, &e))?;
-                    self.guests.insert(operator.to_owned(), guest);
-                }
+            OperatorSource::Wasm(_) => {
+                self.instantiate(operator)?;
                 let guest = self.guests.get_mut(operator).expect("instantiated above");
                 match request {
                     Request::Function(input) => guest.run_function(&ctx, input),

@@ -1,6 +1,6 @@
 //! The batches waiting for the process phase. Its thread takes the oldest;
 //! the coordinator, rather than wait idle for a batch, may take the newest
-//! to process itself, never the one it waits for.
+//! to process itself, never the one it waits for, and leaving some.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -43,10 +43,11 @@ impl<T> WorkQueue<T> {
         }
     }
 
-    /// The newest item, if there is one and `wanted` accepts it; no waiting.
-    pub fn take_newest_if(&self, wanted: impl FnOnce(&T) -> bool) -> Option<T> {
+    /// The newest item, if more than `leave` are queued and `wanted`
+    /// accepts it; no waiting.
+    pub fn take_newest_if(&self, leave: usize, wanted: impl FnOnce(&T) -> bool) -> Option<T> {
         let mut state = self.lock();
-        if state.items.back().is_some_and(wanted) { state.items.pop_back() } else { None }
+        if state.items.len() > leave && state.items.back().is_some_and(wanted) { state.items.pop_back() } else { None }
     }
 
     /// No more items: what is left is dropped (the run that would have
@@ -80,12 +81,13 @@ mod tests {
         for i in 1..=3 {
             queue.push(i);
         }
-        assert_eq!(queue.take_newest_if(|&i| i != 3), None);
-        assert_eq!(queue.take_newest_if(|&i| i == 3), Some(3));
+        assert_eq!(queue.take_newest_if(0, |&i| i != 3), None);
+        assert_eq!(queue.take_newest_if(3, |_| true), None, "leaves 3");
+        assert_eq!(queue.take_newest_if(2, |&i| i == 3), Some(3));
         assert_eq!(queue.take_oldest(), Some(1));
         drop(Closing(&queue));
         assert_eq!(queue.take_oldest(), None);
-        assert_eq!(queue.take_newest_if(|_| true), None);
+        assert_eq!(queue.take_newest_if(0, |_| true), None);
     }
 
     #[test]

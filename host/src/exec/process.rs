@@ -61,6 +61,20 @@ impl Processor {
         Processor { instances: per_partition(&plan, &source), plan, nodes, readers }
     }
 
+    /// Instantiates the guests of the process phase's functions and
+    /// filters, as its first batch would; one that fails to is left to
+    /// that batch, which reports it.
+    pub fn instantiate_guests(&mut self) {
+        for &i in &self.nodes {
+            let node = &self.plan.nodes[i];
+            if node.phase == Phase::Process && matches!(node.op, Op::Function { .. } | Op::Filter { .. }) {
+                for instances in self.instances.iter_mut().take(node.parallelism) {
+                    let _ = instances.instantiate(&node.id);
+                }
+            }
+        }
+    }
+
     /// The linear memory its operator instances hold, in bytes.
     pub fn memory_bytes(&self) -> usize {
         self.instances.iter().map(Instances::memory_bytes).sum()
