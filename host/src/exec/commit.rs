@@ -140,7 +140,9 @@ impl Committer {
     }
 
     /// [`Committer::commit_group`], telling `written` what
-    /// [`Store::commit_group_telling`] tells, for the batches committed.
+    /// [`Store::commit_group_telling`] tells. Where the group's write
+    /// failed and its batches committed one by one, a key may be told
+    /// again: the last told is what holds.
     pub fn commit_group_telling(
         &mut self,
         store: &dyn Store,
