@@ -271,12 +271,24 @@ fn extend_short(out: &mut Vec<u8>, bytes: &[u8]) {
 /// check, a call per string.
 #[inline]
 pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
-    if bytes.is_ascii() {
+    if is_ascii(bytes) {
         // SAFETY: ASCII is UTF-8.
         Ok(unsafe { std::str::from_utf8_unchecked(bytes) })
     } else {
         std::str::from_utf8(bytes)
     }
+}
+
+/// Whether `bytes` are ASCII, checked eight bytes at a time, the last
+/// eight overlapping the others: `<[u8]>::is_ascii` reads words of a
+/// `usize`, four bytes in a Wasm guest, and walks a short string's ends a
+/// byte at a time.
+#[inline]
+fn is_ascii(bytes: &[u8]) -> bool {
+    let Some(last) = bytes.last_chunk::<8>() else { return bytes.is_ascii() };
+    let (chunks, _) = bytes.as_chunks::<8>();
+    let high = chunks.iter().fold(u64::from_le_bytes(*last), |high, chunk| high | u64::from_le_bytes(*chunk));
+    high & 0x8080_8080_8080_8080 == 0
 }
 
 /// Decodes the value at the start of `buf`, returning it and the bytes after it.
@@ -790,6 +802,21 @@ fn encoded_len(buf: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_past_ascii_anywhere_in_a_string_of_any_length_is_found() {
+        for len in 0..40 {
+            let plain = vec![b'a'; len];
+            assert!(is_ascii(&plain), "{len} bytes of ASCII");
+            for at in 0..len {
+                let mut one_high = plain.clone();
+                one_high[at] = 0x80;
+                assert!(!is_ascii(&one_high), "a high byte at {at} of {len}");
+            }
+        }
+        assert!(utf8("é".repeat(9).as_bytes()).is_ok());
+        assert!(utf8(&[b'a', b'b', b'c', b'd', b'e', b'f', b'g', b'h', 0xff]).is_err());
+    }
 
     fn sample_values() -> Vec<Value> {
         vec![
