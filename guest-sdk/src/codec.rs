@@ -395,7 +395,10 @@ impl<'a> EncodedValue<'a> {
 pub struct BatchWriter {
     buf: Vec<u8>,
     arity: u32,
-    row_starts: Vec<u32>,
+    rows: u32,
+    /// Where each row starts, for [`BatchWriter::finish_batch`]; `None`
+    /// where only the bytes are wanted ([`BatchWriter::for_bytes`]).
+    row_starts: Option<Vec<u32>>,
     values_in_row: u32,
 }
 
@@ -407,10 +410,21 @@ impl BatchWriter {
 
     /// Starts a batch with room for `bytes` bytes.
     pub fn with_capacity(arity: usize, bytes: usize) -> BatchWriter {
+        BatchWriter::starting(arity, bytes, Some(Vec::new()))
+    }
+
+    /// Starts a batch that will be sent as bytes ([`BatchWriter::finish`]),
+    /// with room for `bytes` bytes: where rows start is not kept as they
+    /// are written (a guest function writes a row per word it emits).
+    pub fn for_bytes(arity: usize, bytes: usize) -> BatchWriter {
+        BatchWriter::starting(arity, bytes, None)
+    }
+
+    fn starting(arity: usize, bytes: usize, row_starts: Option<Vec<u32>>) -> BatchWriter {
         let mut buf = Vec::with_capacity(HEADER_LEN + bytes);
         buf.extend_from_slice(&0u32.to_le_bytes());
         buf.extend_from_slice(&(arity as u32).to_le_bytes());
-        BatchWriter { buf, arity: arity as u32, row_starts: Vec::new(), values_in_row: arity as u32 }
+        BatchWriter { buf, arity: arity as u32, rows: 0, row_starts, values_in_row: arity as u32 }
     }
 
     /// Number of values each row holds.
@@ -420,16 +434,24 @@ impl BatchWriter {
 
     /// Number of rows started so far.
     pub fn rows(&self) -> usize {
-        self.row_starts.len()
+        self.rows as usize
     }
 
     /// Starts a row with `tag`; push exactly `arity` values after it.
     #[inline]
     pub fn begin_row(&mut self, tag: u32) {
         assert_eq!(self.values_in_row, self.arity, "previous row is incomplete");
-        self.row_starts.push(self.buf.len() as u32);
+        self.row_started(self.buf.len());
         self.buf.extend_from_slice(&tag.to_le_bytes());
         self.values_in_row = 0;
+    }
+
+    #[inline]
+    fn row_started(&mut self, at: usize) {
+        self.rows += 1;
+        if let Some(row_starts) = &mut self.row_starts {
+            row_starts.push(at as u32);
+        }
     }
 
     /// Appends a value to the current row.
@@ -452,35 +474,50 @@ impl BatchWriter {
     /// written, and the error says how many it had.
     #[inline]
     pub fn push_row<'v>(&mut self, tag: u32, values: impl IntoIterator<Item = ValueRef<'v>>) -> Result<(), ArityError> {
+        assert_eq!(self.values_in_row, self.arity, "previous row is incomplete");
         let row_start = self.buf.len();
-        self.begin_row(tag);
+        self.buf.extend_from_slice(&tag.to_le_bytes());
         let mut found = 0usize;
         for value in values {
             found += 1;
             if found <= self.arity as usize {
-                self.push(value);
+                write_value(&mut self.buf, value);
             }
         }
         if found != self.arity as usize {
             self.buf.truncate(row_start);
-            self.row_starts.pop();
-            self.values_in_row = self.arity;
             return Err(ArityError { expected: self.arity as usize, found });
         }
+        self.row_started(row_start);
         Ok(())
     }
 
     /// Finishes the batch and returns its bytes.
-    pub fn finish(self) -> Vec<u8> {
-        self.finish_batch().into_bytes()
+    pub fn finish(mut self) -> Vec<u8> {
+        assert_eq!(self.values_in_row, self.arity, "last row is incomplete");
+        self.buf[..4].copy_from_slice(&self.rows.to_le_bytes());
+        self.buf
     }
 
     /// Finishes the batch, ready to read without decoding it again.
     pub fn finish_batch(mut self) -> Batch<'static> {
-        assert_eq!(self.values_in_row, self.arity, "last row is incomplete");
-        let rows = self.row_starts.len() as u32;
-        self.buf[..4].copy_from_slice(&rows.to_le_bytes());
-        Batch { buf: Cow::Owned(self.buf), arity: self.arity as usize, row_starts: self.row_starts }
+        let row_starts = self.row_starts.take().unwrap_or_else(|| self.find_row_starts());
+        let arity = self.arity as usize;
+        Batch { buf: Cow::Owned(self.finish()), arity, row_starts }
+    }
+
+    /// Where each row written starts, found by walking them.
+    fn find_row_starts(&self) -> Vec<u32> {
+        let mut pos = HEADER_LEN;
+        let mut row_starts = Vec::with_capacity(self.rows as usize);
+        for _ in 0..self.rows {
+            row_starts.push(pos as u32);
+            pos += 4;
+            for _ in 0..self.arity {
+                pos += encoded_len(&self.buf[pos..]);
+            }
+        }
+        row_starts
     }
 }
 
@@ -861,6 +898,23 @@ mod tests {
         let tags: Vec<u32> = batch.rows().map(|r| r.tag()).collect();
         assert_eq!(tags, [0, 10, 20]);
         assert_eq!(batch.row(1).get(2), Some(ValueRef::F64(2.5)));
+    }
+
+    #[test]
+    fn a_writer_for_bytes_writes_the_same_batch_and_finds_its_rows_when_asked() {
+        let values = sample_values();
+        let (mut kept, mut bytes_only) = (BatchWriter::new(3), BatchWriter::for_bytes(3, 0));
+        for writer in [&mut kept, &mut bytes_only] {
+            for (i, chunk) in values.chunks(3).enumerate() {
+                writer.push_row(i as u32, chunk.iter().map(Value::as_ref)).unwrap();
+            }
+            assert!(writer.push_row(9, [ValueRef::Null]).is_err());
+            assert_eq!(writer.rows(), 3);
+        }
+        let (kept, bytes_only) = (kept.finish_batch(), bytes_only.finish_batch());
+        assert_eq!(bytes_only.bytes(), kept.bytes());
+        assert_eq!(bytes_only.row_starts, kept.row_starts);
+        assert_eq!(Batch::decode(bytes_only.bytes()).unwrap().row_starts, kept.row_starts);
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub fn run_function(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> 
     let function = topology.function(&info.operator).ok_or_else(|| missing("function", info))?;
     let arity = topology.output_arity(&info.operator).ok_or_else(|| missing("function", info))?;
     let batch = decode(input, info)?;
-    let mut out = BatchWriter::with_capacity(arity, input.len());
+    let mut out = BatchWriter::for_bytes(arity, input.len());
     for (index, row) in batch.rows().enumerate() {
         function.execute(&Tuple::new(row, info), &mut Emitter::new(&mut out, index as u32))?;
     }
@@ -52,7 +52,7 @@ fn spout_topology<'t>(topologies: &'t [Topology], info: &SpoutInfo) -> Result<&'
 }
 
 fn spout_writer(topology: &Topology) -> BatchWriter {
-    BatchWriter::new(topology.definition().spout().map_or(0, |s| s.fields().len()))
+    BatchWriter::for_bytes(topology.definition().spout().map_or(0, |s| s.fields().len()), 0)
 }
 
 /// Emits batch `info.txid` of the topology's batch spout.
