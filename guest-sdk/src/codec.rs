@@ -543,10 +543,18 @@ pub struct Concat {
 impl Concat {
     /// An empty batch of rows of `arity` values.
     pub fn new(arity: usize) -> Concat {
-        let mut buf = Vec::with_capacity(HEADER_LEN);
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        buf.extend_from_slice(&(arity as u32).to_le_bytes());
-        Concat { buf, arity, row_starts: Vec::new() }
+        Concat::reusing(arity, Buffers::default())
+    }
+
+    /// An empty batch of rows of `arity` values, written into `buffers`
+    /// (a dropped batch's, [`Batch::into_buffers`]): a buffer of megabytes
+    /// allocated afresh for each batch has its pages faulted in again.
+    pub fn reusing(arity: usize, Buffers { mut bytes, mut row_starts }: Buffers) -> Concat {
+        bytes.clear();
+        row_starts.clear();
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&(arity as u32).to_le_bytes());
+        Concat { buf: bytes, arity, row_starts }
     }
 
     /// Appends `part`'s rows, their tags raised by `offset`. When it does
@@ -582,6 +590,20 @@ fn reserve_for_parts<T>(vec: &mut Vec<T>, items: usize, parts_left: usize) {
     if vec.capacity() - vec.len() < items {
         let wanted = items * (1 + parts_left);
         vec.reserve_exact(wanted + wanted / 8);
+    }
+}
+
+/// The buffers of a batch that is no longer read, to write another into.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    bytes: Vec<u8>,
+    row_starts: Vec<u32>,
+}
+
+impl Buffers {
+    /// The room they have, in bytes.
+    pub fn capacity(&self) -> usize {
+        self.bytes.capacity() + 4 * self.row_starts.capacity()
     }
 }
 
@@ -662,6 +684,15 @@ impl<'a> Batch<'a> {
     /// The encoded batch, owned.
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf.into_owned()
+    }
+
+    /// Its buffers, where it owns them, for another batch to be written
+    /// into ([`Concat::reusing`]).
+    pub fn into_buffers(self) -> Option<Buffers> {
+        match self.buf {
+            Cow::Owned(bytes) => Some(Buffers { bytes, row_starts: self.row_starts }),
+            Cow::Borrowed(_) => None,
+        }
     }
 
     /// Number of rows.
@@ -915,6 +946,36 @@ mod tests {
         assert_eq!(bytes_only.bytes(), kept.bytes());
         assert_eq!(bytes_only.row_starts, kept.row_starts);
         assert_eq!(Batch::decode(bytes_only.bytes()).unwrap().row_starts, kept.row_starts);
+    }
+
+    #[test]
+    fn a_batch_joined_into_a_dropped_batchs_buffers_holds_only_its_own_rows() {
+        let batch_of = |words: &[&str]| {
+            let mut writer = BatchWriter::new(1);
+            for (i, word) in words.iter().enumerate() {
+                writer.push_row(i as u32, [ValueRef::Str(word)]).unwrap();
+            }
+            writer.finish_batch()
+        };
+        let old = batch_of(&["a long word left over"; 50]);
+        let parts = [batch_of(&["x", "y"]), batch_of(&["z"])];
+        let join = |mut joined: Concat| {
+            for (i, part) in parts.iter().enumerate() {
+                joined.push(part, 10 * i as u32, parts.len() - i - 1);
+            }
+            joined.finish()
+        };
+        let buffers = old.into_buffers().expect("an owned batch");
+        assert!(buffers.capacity() > 1000);
+        let (fresh, reused) = (join(Concat::new(1)), join(Concat::reusing(1, buffers)));
+        assert_eq!(reused.bytes(), fresh.bytes());
+        assert_eq!(reused.row_starts, fresh.row_starts);
+        let rows: Vec<(u32, Option<ValueRef<'_>>)> = reused.rows().map(|r| (r.tag(), r.get(0))).collect();
+        assert_eq!(
+            rows,
+            [(0, Some(ValueRef::Str("x"))), (1, Some(ValueRef::Str("y"))), (10, Some(ValueRef::Str("z")))]
+        );
+        assert!(Batch::decode(&[0, 0, 0, 0, 1, 0, 0, 0]).unwrap().into_buffers().is_none(), "a borrowed batch");
     }
 
     #[test]

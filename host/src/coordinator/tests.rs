@@ -533,6 +533,23 @@ fn a_function_and_a_filter_over_a_batch_larger_than_a_call_see_each_row_once_wit
 }
 
 #[test]
+fn batches_larger_than_a_call_one_after_another_each_count_only_their_own_rows() {
+    // Three batches of 8,000 sentences: each function's output is joined
+    // from its calls into the buffers the batch before it left.
+    let lines: Vec<String> = (0..3).flat_map(|_| sentences()).collect();
+    let config = RunConfig { max_pending: 1, ..RunConfig::default() };
+    let store = run_native("sentence-words", &lines, 8000, config);
+    let mut want = BTreeMap::new();
+    for line in lines.iter().filter(|l| l.len() % 2 == 0) {
+        for word in line.split_whitespace() {
+            *want.entry(keys::encode([ValueRef::Str(line), ValueRef::Str(word)])).or_insert(0) += 1;
+        }
+    }
+    assert!(want.values().all(|&n| n % 3 == 0));
+    assert_eq!(stored_counts(&store, "sentence-words"), want.into_iter().collect::<Vec<_>>());
+}
+
+#[test]
 fn the_coordinator_processes_waiting_batches_while_the_process_phase_is_the_bound() {
     // Commits take nothing and each batch 20 ms to process: the coordinator
     // would wait most of its time, and takes batches to process itself.

@@ -106,7 +106,7 @@ impl Processor {
                 for &p in &plan.nodes[done].inputs {
                     readers[p] -= 1;
                     if readers[p] == 0 {
-                        outputs[p] = None;
+                        keep_buffers(exec.instances, outputs[p].take());
                     }
                 }
             }
@@ -138,6 +138,19 @@ impl Processor {
             let out = exec.run(i, &inputs)?;
             outputs[i] = Some(Arc::new(out));
         }
+        for output in outputs {
+            keep_buffers(exec.instances, output);
+        }
         Ok(handover)
+    }
+}
+
+/// Gives the buffers of a node's output that nothing reads any more to the
+/// instances of each partition, for a later batch to be written into.
+fn keep_buffers(instances: &mut [Instances], output: Option<Arc<Parts>>) {
+    if let Some(parts) = output.and_then(|parts| Arc::try_unwrap(parts).ok()) {
+        for (instances, batch) in instances.iter_mut().zip(parts) {
+            instances.keep_buffers(batch);
+        }
     }
 }

@@ -28,7 +28,7 @@ pub(super) fn function(
     let guest_in = guest_rows(batch, input);
     let runs = guest_in.runs(CALL_INPUT_BYTES);
     // One run's output is the node's as it is; several are joined.
-    let (mut one, mut joined) = (None, (runs.len() > 1).then(|| Concat::new(outputs)));
+    let (mut one, mut joined) = (None, (runs.len() > 1).then(|| Concat::reusing(outputs, instances.take_buffers())));
     let limits = instances.sandbox(id);
     let (max_bytes, max_tuples) = (limits.output_bytes, limits.output_tuples);
     let (mut bytes_out, mut tuples_out) = (0u64, 0u64);
