@@ -521,14 +521,17 @@ impl BatchWriter {
     }
 }
 
-/// Rows of a batch, from its row `first`, encoded as a batch of their own.
-pub struct Run<'a> {
+/// Rows of a batch, from its row `first`, to be encoded as a batch of
+/// their own ([`Batch::run_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
     /// The index of its first row in the batch.
     pub first: usize,
     /// How many rows it holds.
     pub rows: usize,
-    /// The rows, encoded as a batch.
-    pub bytes: Cow<'a, [u8]>,
+    /// Where its rows' bytes lie in the batch's.
+    start: usize,
+    end: usize,
 }
 
 /// The rows of several batches in order, in one, each batch's tags raised
@@ -710,12 +713,12 @@ impl<'a> Batch<'a> {
         self.arity
     }
 
-    /// The rows cut into runs of whole rows, each encoded as a batch of at
-    /// most `max_bytes` (a larger row alone): a batch that fits is one run,
-    /// borrowed.
-    pub fn runs(&self, max_bytes: usize) -> Vec<Run<'_>> {
+    /// The rows cut into runs of whole rows, each to be encoded as a batch
+    /// of at most `max_bytes` (a larger row alone): a batch that fits is
+    /// one run.
+    pub fn runs(&self, max_bytes: usize) -> Vec<Run> {
         if self.buf.len() <= max_bytes || self.len() <= 1 {
-            return vec![Run { first: 0, rows: self.len(), bytes: Cow::Borrowed(&self.buf[..]) }];
+            return vec![Run { first: 0, rows: self.len(), start: HEADER_LEN, end: self.buf.len() }];
         }
         let end_of = |row: usize| self.row_starts.get(row + 1).map_or(self.buf.len(), |&e| e as usize);
         let room = max_bytes.saturating_sub(HEADER_LEN);
@@ -727,14 +730,24 @@ impl<'a> Batch<'a> {
             while end < self.len() && end_of(end) - start <= room {
                 end += 1;
             }
-            let mut run = Vec::with_capacity(HEADER_LEN + end_of(end - 1) - start);
-            run.extend_from_slice(&((end - first) as u32).to_le_bytes());
-            run.extend_from_slice(&(self.arity as u32).to_le_bytes());
-            run.extend_from_slice(&self.buf[start..end_of(end - 1)]);
-            runs.push(Run { first, rows: end - first, bytes: Cow::Owned(run) });
+            runs.push(Run { first, rows: end - first, start, end: end_of(end - 1) });
             first = end;
         }
         runs
+    }
+
+    /// The rows of `run` encoded as a batch: the batch itself where the run
+    /// is all of it, else written into `scratch`, which the next run reuses
+    /// (a copy of each run at once would be a second batch, in fresh pages).
+    pub fn run_bytes<'s>(&'s self, run: &Run, scratch: &'s mut Vec<u8>) -> &'s [u8] {
+        if run.rows == self.len() {
+            return &self.buf;
+        }
+        scratch.clear();
+        scratch.extend_from_slice(&(run.rows as u32).to_le_bytes());
+        scratch.extend_from_slice(&(self.arity as u32).to_le_bytes());
+        scratch.extend_from_slice(&self.buf[run.start..run.end]);
+        scratch
     }
 
     /// The row at `index`.
@@ -1102,17 +1115,21 @@ mod tests {
             writer.push_row(i % 7, [ValueRef::I64(i64::from(i)), ValueRef::Str(&"w".repeat(i as usize))]).unwrap();
         }
         let batch = writer.finish_batch();
+        let mut scratch = Vec::new();
         let whole = batch.runs(batch.bytes().len());
-        assert!(matches!(whole.as_slice(), [Run { first: 0, rows: 50, bytes: Cow::Borrowed(_) }]));
+        assert!(matches!(whole.as_slice(), [Run { first: 0, rows: 50, .. }]));
+        assert_eq!(batch.run_bytes(&whole[0], &mut scratch), batch.bytes());
+        assert!(scratch.is_empty(), "one run is the batch, not a copy");
         let runs = batch.runs(200);
         assert!(runs.len() > 5, "{} runs", runs.len());
         let mut parts = Vec::new();
-        for Run { first, rows, bytes } in &runs {
+        for run in &runs {
             // A long row alone may pass the bound; two rows never do.
-            let run = Batch::decode(bytes).unwrap();
-            assert_eq!(run.len(), *rows);
-            assert!(bytes.len() <= 200 || run.len() == 1, "a run of {} bytes", bytes.len());
-            parts.push((*first as u32, run));
+            let bytes = batch.run_bytes(run, &mut scratch);
+            let decoded = Batch::decode_owned(bytes.to_vec()).unwrap();
+            assert_eq!(decoded.len(), run.rows);
+            assert!(bytes.len() <= 200 || decoded.len() == 1, "a run of {} bytes", bytes.len());
+            parts.push((run.first as u32, decoded));
         }
         assert_eq!(parts.iter().map(|(_, p)| p.len()).sum::<usize>(), 50);
         // The tags each run's rows would carry as a call's output: their

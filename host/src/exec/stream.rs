@@ -32,7 +32,9 @@ pub(super) fn function(
     let limits = instances.sandbox(id);
     let (max_bytes, max_tuples) = (limits.output_bytes, limits.output_tuples);
     let (mut bytes_out, mut tuples_out) = (0u64, 0u64);
-    for (i, Run { first, rows, bytes }) in runs.iter().enumerate() {
+    let mut scratch = Vec::new();
+    for (i, run @ Run { first, rows, .. }) in runs.iter().enumerate() {
+        let bytes = guest_in.run_bytes(run, &mut scratch);
         let out = instances.call(id, batch_id, &input.names, Request::Function(bytes))?;
         if kind == FunctionKind::Peek {
             continue;
@@ -93,8 +95,10 @@ pub(super) fn filter(
 ) -> Result<Batch<'static>, BatchError> {
     let guest_in = guest_rows(batch, input);
     let mut keep = Vec::with_capacity(batch.len());
-    for Run { first, rows, bytes } in guest_in.runs(CALL_INPUT_BYTES) {
-        let verdicts = instances.call(&node.id, batch_id, &input.names, Request::Filter(&bytes))?;
+    let mut scratch = Vec::new();
+    for run @ Run { first, rows, .. } in guest_in.runs(CALL_INPUT_BYTES) {
+        let bytes = guest_in.run_bytes(&run, &mut scratch);
+        let verdicts = instances.call(&node.id, batch_id, &input.names, Request::Filter(bytes))?;
         if verdicts.len() != rows {
             return Err(malformed(
                 &node.id,
