@@ -361,6 +361,11 @@ impl Coordinator<'_> {
         }
         loop {
             let stopping = self.stop.load(Ordering::Relaxed);
+            if self.config.follow.is_some() && self.spout.asks_cheaply() {
+                // Input that came while batches were in flight goes out
+                // after this commit, not after the last of them.
+                self.exhausted = false;
+            }
             while !stopping && !self.exhausted && self.room_for_another() {
                 let txid = self.next_txid;
                 match self.emit(txid)? {

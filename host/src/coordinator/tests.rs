@@ -583,3 +583,98 @@ fn the_coordinator_helps_only_when_mostly_idle_and_a_second_set_of_instances_is_
     }
     assert!(!helper.may_help(), "the coordinator is mostly busy");
 }
+
+/// What happened in a run, in order: each emission asked of a spout and
+/// each batch committed.
+type Events = Arc<Mutex<Vec<String>>>;
+
+/// A followed spout over [`LINES`], a line a batch, that has nothing
+/// once after its fourth line, as a file has nothing until more is
+/// appended; asking it again costs little.
+struct Trickle {
+    dried: bool,
+    events: Events,
+}
+
+impl Spout for Trickle {
+    fn kind(&self) -> SpoutKind {
+        SpoutKind::Transactional
+    }
+
+    fn asks_cheaply(&self) -> bool {
+        true
+    }
+
+    fn emit(&mut self, txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+        let at = previous.map_or(0, index);
+        if at == 4 && !self.dried {
+            self.dried = true;
+            return Ok(None);
+        }
+        let Some(line) = LINES.get(at as usize) else { return Ok(None) };
+        self.events.lock().unwrap().push(format!("emit {txid}"));
+        Ok(Some(Emitted { meta: (at + 1).to_le_bytes().to_vec(), batch: one_line(line) }))
+    }
+
+    fn replay(&mut self, _txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
+        Ok(one_line(LINES[index(meta) as usize - 1]))
+    }
+}
+
+/// A store that notes each batch it commits.
+struct NotingStore {
+    inner: MemoryStore,
+    events: Events,
+}
+
+impl CommitLog for NotingStore {
+    fn progress(&self, topology: &str) -> Result<crate::state::Progress> {
+        self.inner.progress(topology)
+    }
+
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+        self.inner.record_batch(topology, txid, record)
+    }
+}
+
+impl Store for NotingStore {
+    fn snapshot(&self) -> Result<Box<dyn crate::state::store::Snapshot + '_>> {
+        self.inner.snapshot()
+    }
+
+    fn commit_group(&self, group: &[crate::state::store::BatchCommit<'_>]) -> Result<usize> {
+        let committed = self.inner.commit_group(group)?;
+        self.events.lock().unwrap().extend(group.iter().map(|batch| format!("commit {}", batch.txid)));
+        Ok(committed)
+    }
+
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
+        self.inner.remove_others(topology, table, keys)
+    }
+}
+
+#[test]
+fn a_followed_spout_that_asks_cheaply_is_asked_again_after_each_commit() {
+    // Four batches in flight, each 20 ms to process and committed one at a
+    // time, when the spout has nothing for a moment: the fifth line goes
+    // out after the first of them commits, not after the last.
+    let events = Events::default();
+    let store = NotingStore { inner: MemoryStore::new(), events: Arc::clone(&events) };
+    let topology = pairs_and_slow_words().remove(1);
+    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
+    let mut spout = Trickle { dried: false, events: Arc::clone(&events) };
+    let follow = Some(Duration::from_millis(1));
+    let config = RunConfig { max_pending: 8, group_max: 1, follow, ..RunConfig::default() };
+    let stop = AtomicBool::new(false);
+    let on_report = &mut |report: &RunReport| {
+        if report.last_committed == LINES.len() as u64 {
+            stop.store(true, Ordering::Relaxed);
+        }
+    };
+    let source = OperatorSource::Native(pairs_and_slow_words);
+    run(&store, plan, source, &mut spout, None, &config, &stop, on_report).unwrap();
+    let events = events.lock().unwrap().clone();
+    let at = |event: &str| events.iter().position(|e| e == event).unwrap_or_else(|| panic!("no {event}: {events:?}"));
+    assert!(at("emit 5") < at("commit 4"), "{events:?}");
+    assert_eq!(stored_counts(&store.inner, "slow-words"), counted(&LINES));
+}

@@ -116,6 +116,10 @@ impl Spout for FileLines {
         SpoutKind::Transactional
     }
 
+    fn asks_cheaply(&self) -> bool {
+        true
+    }
+
     fn emit(&mut self, txid: u64, _attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
         let previous = previous.map(LineRange::decode).transpose()?;
         if let Some(previous) = &previous {

@@ -96,6 +96,14 @@ pub trait Spout: Send {
         BTreeMap::new()
     }
 
+    /// Whether asking it again soon after it had nothing costs little (a
+    /// file's read): a followed topology then asks again after each commit
+    /// rather than once every batch in flight has committed, so that input
+    /// that came meanwhile need not wait for them all.
+    fn asks_cheaply(&self) -> bool {
+        false
+    }
+
     /// Waits up to `timeout` for more input, once the spout had nothing
     /// (a followed topology that has caught up); returns early when more
     /// has come, where the spout can tell.
