@@ -67,6 +67,11 @@ pub enum Request<'a> {
     ExecuteQuery(&'a [u8], &'a [u8]),
 }
 
+/// The most buffer room [`Instances::keep_buffers`] keeps between batches:
+/// what a guest emitted beyond it (the output limit may be raised) is
+/// freed with its batch, not held while the topology idles.
+const KEPT_BUFFERS_MAX: usize = 32 << 20;
+
 /// The operator instances of one thread: for components, one store per
 /// operator, created on first use and replaced after a trap (a trapped
 /// instance cannot be entered again).
@@ -102,6 +107,7 @@ impl Instances {
     pub fn keep_buffers(&mut self, batch: Batch<'static>) {
         if let Some(buffers) = batch.into_buffers()
             && buffers.capacity() > self.spare.capacity()
+            && buffers.capacity() <= KEPT_BUFFERS_MAX
         {
             self.spare = buffers;
         }

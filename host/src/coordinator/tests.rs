@@ -678,3 +678,17 @@ fn a_followed_spout_that_asks_cheaply_is_asked_again_after_each_commit() {
     assert!(at("emit 5") < at("commit 4"), "{events:?}");
     assert_eq!(stored_counts(&store.inner, "slow-words"), counted(&LINES));
 }
+
+#[test]
+fn instances_keep_the_largest_buffers_of_dropped_batches_up_to_a_bound() {
+    let topology = pairs_and_slow_words().remove(0);
+    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
+    let mut instances = crate::instances::Instances::new(OperatorSource::Native(pairs_and_slow_words), plan);
+    let room = |bytes: usize| BatchWriter::with_capacity(1, bytes).finish_batch();
+    instances.keep_buffers(room(1 << 20));
+    instances.keep_buffers(room(1 << 10));
+    instances.keep_buffers(room(64 << 20));
+    let kept = instances.take_buffers().capacity();
+    assert!((1 << 20..2 << 20).contains(&kept), "kept {kept} bytes");
+    assert_eq!(instances.take_buffers().capacity(), 0, "taken once");
+}
