@@ -257,10 +257,18 @@ fn a_report_keeps_the_recent_failures_and_cuts_long_errors() {
 }
 
 /// A [`MemoryStore`] whose durable writes take `delay`, as a flush does:
-/// batches processed meanwhile gather into the next commit group.
+/// batches processed meanwhile gather into the next commit group. It notes
+/// each batch it commits in `events`.
 struct SlowStore {
     inner: MemoryStore,
     delay: Duration,
+    events: Events,
+}
+
+impl SlowStore {
+    fn new(delay: Duration) -> SlowStore {
+        SlowStore { inner: MemoryStore::new(), delay, events: Events::default() }
+    }
 }
 
 impl CommitLog for SlowStore {
@@ -280,7 +288,9 @@ impl Store for SlowStore {
 
     fn commit_group(&self, group: &[crate::state::store::BatchCommit<'_>]) -> Result<usize> {
         std::thread::sleep(self.delay);
-        self.inner.commit_group(group)
+        let committed = self.inner.commit_group(group)?;
+        self.events.lock().unwrap().extend(group.iter().map(|batch| format!("commit {}", batch.txid)));
+        Ok(committed)
     }
 
     fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
@@ -365,7 +375,7 @@ fn run_native_over(
 /// Runs the native topology `name` over [`LINES`], a line a batch, all
 /// eight in flight, into a store whose commits take `delay`.
 fn run_tally(name: &str, delay: Duration, group_max: usize) -> (MemoryStore, RunReport) {
-    let store = SlowStore { inner: MemoryStore::new(), delay };
+    let store = SlowStore::new(delay);
     let config =
         RunConfig { max_pending: 8, group_max, retry_backoff: Duration::from_millis(1), ..RunConfig::default() };
     let report = run_native_over(tallies, name, &store, &LINES, 1, config, &SandboxConfig::default()).unwrap();
@@ -411,7 +421,7 @@ fn long_lines_hold_back_batches_past_max_pending_bytes() {
     // Eight batches of a line of 1,000 bytes each, commits slow enough that
     // all eight would be in flight: the bytes let three through at most.
     let lines: Vec<String> = (0..8).map(|i| format!("{i:0>1000}")).collect();
-    let store = SlowStore { inner: MemoryStore::new(), delay: Duration::from_millis(50) };
+    let store = SlowStore::new(Duration::from_millis(50));
     let config = RunConfig { max_pending: 8, max_pending_bytes: 2500, group_max: 8, ..RunConfig::default() };
     let report = run_native_over(tallies, "tally", &store, &lines, 1, config, &SandboxConfig::default()).unwrap();
     let groups = store.inner.groups("tally");
@@ -621,45 +631,13 @@ impl Spout for Trickle {
     }
 }
 
-/// A store that notes each batch it commits.
-struct NotingStore {
-    inner: MemoryStore,
-    events: Events,
-}
-
-impl CommitLog for NotingStore {
-    fn progress(&self, topology: &str) -> Result<crate::state::Progress> {
-        self.inner.progress(topology)
-    }
-
-    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
-        self.inner.record_batch(topology, txid, record)
-    }
-}
-
-impl Store for NotingStore {
-    fn snapshot(&self) -> Result<Box<dyn crate::state::store::Snapshot + '_>> {
-        self.inner.snapshot()
-    }
-
-    fn commit_group(&self, group: &[crate::state::store::BatchCommit<'_>]) -> Result<usize> {
-        let committed = self.inner.commit_group(group)?;
-        self.events.lock().unwrap().extend(group.iter().map(|batch| format!("commit {}", batch.txid)));
-        Ok(committed)
-    }
-
-    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
-        self.inner.remove_others(topology, table, keys)
-    }
-}
-
 #[test]
 fn a_followed_spout_that_asks_cheaply_is_asked_again_after_each_commit() {
     // Four batches in flight, each 20 ms to process and committed one at a
     // time, when the spout has nothing for a moment: the fifth line goes
     // out after the first of them commits, not after the last.
     let events = Events::default();
-    let store = NotingStore { inner: MemoryStore::new(), events: Arc::clone(&events) };
+    let store = SlowStore { events: Arc::clone(&events), ..SlowStore::new(Duration::ZERO) };
     let topology = pairs_and_slow_words().remove(1);
     let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
     let mut spout = Trickle { dried: false, events: Arc::clone(&events) };
