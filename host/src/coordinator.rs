@@ -160,8 +160,16 @@ struct Helper {
 const HELPER_MEMORY: usize = 8 << 20;
 
 impl Helper {
-    fn may_help(&self) -> bool {
-        self.time.mostly_spare() && self.memory.is_some_and(|bytes| bytes <= HELPER_MEMORY)
+    /// Whether the coordinator may process a batch itself while it awaits
+    /// one due by `deadline`. Only if any one call of the batch would end
+    /// (or be abandoned) before then: a guest spinning on the coordinator's
+    /// thread must not keep it from failing the awaited batch at its
+    /// deadline. Calls unlimited in time (`--max-call-ms 0`) bound no
+    /// thread, the process phase's neither, so they do not stop it.
+    fn may_help(&self, deadline: Instant) -> bool {
+        self.time.mostly_spare()
+            && self.memory.is_some_and(|bytes| bytes <= HELPER_MEMORY)
+            && self.plan.sandboxes.longest_call().is_none_or(|call| Instant::now() + call <= deadline)
     }
 }
 
@@ -496,7 +504,7 @@ impl Coordinator<'_> {
             if self.helper.memory.is_none() {
                 self.helper.memory = self.instantiated.get().copied();
             }
-            if let Some(work) = self.helper.may_help().then(|| self.take_waiting(id)).flatten() {
+            if let Some(work) = self.helper.may_help(deadline).then(|| self.take_waiting(id)).flatten() {
                 let processor = self
                     .helper
                     .processor

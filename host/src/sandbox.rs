@@ -2,9 +2,11 @@
 //! for, capped by the host) and its capabilities (none, unless granted).
 
 use crate::config::{LogLimits, SandboxConfig, StateLimits};
+use crate::runtime::call_deadline;
 use anyhow::{Context, Result, bail};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::time::Duration;
 use weir_sdk::topology::{SandboxDef, TopologyDef};
 
 const MIB: u64 = 1024 * 1024;
@@ -53,6 +55,16 @@ impl Sandboxes {
     /// The sandbox of operator `id`.
     pub fn of(&self, id: &str) -> &OperatorSandbox {
         self.operators.get(id).unwrap_or(&self.default)
+    }
+
+    /// The longest any one call may hold its thread before it is abandoned
+    /// (its call deadline), or `None` if some operator's calls are not
+    /// limited in time.
+    pub fn longest_call(&self) -> Option<Duration> {
+        std::iter::once(&self.default)
+            .chain(self.operators.values())
+            .map(|sandbox| call_deadline(sandbox.call_ms))
+            .try_fold(Duration::ZERO, |longest, call| Some(longest.max(call?)))
     }
 }
 
@@ -159,6 +171,16 @@ mod tests {
         assert_eq!(s.of("op").memory_bytes, 16 * MIB);
         assert_eq!(s.of("op").call_ms, config.max_call_ms);
         assert_eq!(s.of("other").memory_bytes, config.max_memory_mib * MIB);
+    }
+
+    #[test]
+    fn the_longest_call_is_the_longest_call_deadline_of_any_operator_or_none_if_one_is_unlimited() {
+        let config = SandboxConfig { max_call_ms: 1000, ..Default::default() };
+        let lower = topology(SandboxDef { call_ms: Some(300), ..Default::default() });
+        let deadline = |call_ms| call_deadline(call_ms).unwrap();
+        assert_eq!(sandboxes(&lower, &["op"], &config).unwrap().longest_call(), Some(deadline(1000)));
+        let unlimited = SandboxConfig { max_call_ms: 0, ..Default::default() };
+        assert_eq!(sandboxes(&topology(SandboxDef::default()), &["op"], &unlimited).unwrap().longest_call(), None);
     }
 
     #[test]

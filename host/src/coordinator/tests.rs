@@ -574,24 +574,37 @@ fn the_coordinator_processes_waiting_batches_while_the_process_phase_is_the_boun
 }
 
 #[test]
-fn the_coordinator_helps_only_when_mostly_idle_and_a_second_set_of_instances_is_small() {
-    let topology = pairs_and_slow_words().remove(0);
-    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
-    let source = OperatorSource::Native(pairs_and_slow_words);
-    let mut helper = Helper { plan, source, processor: None, time: CoordinatorTime::default(), memory: None };
+fn the_coordinator_helps_only_when_mostly_idle_a_second_set_of_instances_is_small_and_calls_end_in_time() {
+    let helper_with_calls_of = |call_ms| {
+        let topology = pairs_and_slow_words().remove(0);
+        let sandbox = SandboxConfig { max_call_ms: call_ms, ..SandboxConfig::default() };
+        let plan = Arc::new(crate::plan::plan(topology.definition(), &sandbox).unwrap());
+        let source = OperatorSource::Native(pairs_and_slow_words);
+        Helper { plan, source, processor: None, time: CoordinatorTime::default(), memory: None }
+    };
+    let mut helper = helper_with_calls_of(1500);
     let (busy, spare) = (Duration::from_millis(1), Duration::from_millis(9));
     for _ in 0..5 {
         helper.time.record(busy, spare);
     }
-    assert!(!helper.may_help(), "no batch processed yet: the instances' memory is unknown");
+    let later = Instant::now() + Duration::from_secs(60);
+    assert!(!helper.may_help(later), "no batch processed yet: the instances' memory is unknown");
     helper.memory = Some(HELPER_MEMORY + 1);
-    assert!(!helper.may_help(), "instances as large as an interpreter's");
+    assert!(!helper.may_help(later), "instances as large as an interpreter's");
     helper.memory = Some(2 << 20);
-    assert!(helper.may_help());
+    assert!(helper.may_help(later));
+    // A call spinning on the coordinator's thread would be stopped only
+    // after the awaited batch's deadline (1.5 s of CPU time, abandoned at
+    // 3 s).
+    let soon = Instant::now() + Duration::from_millis(200);
+    assert!(!helper.may_help(soon), "the awaited deadline is nearer than a call's");
+    let mut unlimited = helper_with_calls_of(0);
+    unlimited.memory = helper.memory;
+    assert!(unlimited.may_help(soon), "calls unlimited in time bound no thread");
     for _ in 0..5 {
         helper.time.record(spare, busy);
     }
-    assert!(!helper.may_help(), "the coordinator is mostly busy");
+    assert!(!helper.may_help(later), "the coordinator is mostly busy");
 }
 
 /// What happened in a run, in order: each emission asked of a spout and

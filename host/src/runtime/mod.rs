@@ -14,7 +14,7 @@ pub use call::CallError;
 pub use component::LoadedComponent;
 pub use guest_output::{GuestLine, recent_lines};
 pub use instance::Guest;
-pub use limits::Limit;
+pub use limits::{Limit, call_deadline};
 
 use anyhow::Result;
 use wasmtime::{Config, Engine, OptLevel};
