@@ -410,20 +410,30 @@ impl BatchWriter {
 
     /// Starts a batch with room for `bytes` bytes.
     pub fn with_capacity(arity: usize, bytes: usize) -> BatchWriter {
-        BatchWriter::starting(arity, bytes, Some(Vec::new()))
+        BatchWriter::reusing(arity, bytes, Buffers::default())
+    }
+
+    /// Starts a batch with room for `bytes` bytes, written into `buffers`
+    /// (a dropped batch's, [`Batch::into_buffers`]), as [`Concat::reusing`].
+    pub fn reusing(arity: usize, bytes: usize, Buffers { bytes: buf, row_starts }: Buffers) -> BatchWriter {
+        BatchWriter::starting(arity, bytes, buf, Some(row_starts))
     }
 
     /// Starts a batch that will be sent as bytes ([`BatchWriter::finish`]),
     /// with room for `bytes` bytes: where rows start is not kept as they
     /// are written (a guest function writes a row per word it emits).
     pub fn for_bytes(arity: usize, bytes: usize) -> BatchWriter {
-        BatchWriter::starting(arity, bytes, None)
+        BatchWriter::starting(arity, bytes, Vec::new(), None)
     }
 
-    fn starting(arity: usize, bytes: usize, row_starts: Option<Vec<u32>>) -> BatchWriter {
-        let mut buf = Vec::with_capacity(HEADER_LEN + bytes);
+    fn starting(arity: usize, bytes: usize, mut buf: Vec<u8>, mut row_starts: Option<Vec<u32>>) -> BatchWriter {
+        buf.clear();
+        buf.reserve(HEADER_LEN + bytes);
         buf.extend_from_slice(&0u32.to_le_bytes());
         buf.extend_from_slice(&(arity as u32).to_le_bytes());
+        if let Some(row_starts) = &mut row_starts {
+            row_starts.clear();
+        }
         BatchWriter { buf, arity: arity as u32, rows: 0, row_starts, values_in_row: arity as u32 }
     }
 
@@ -962,15 +972,18 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_joined_into_a_dropped_batchs_buffers_holds_only_its_own_rows() {
-        let batch_of = |words: &[&str]| {
-            let mut writer = BatchWriter::new(1);
+    fn a_batch_joined_or_written_into_a_dropped_batchs_buffers_holds_only_its_own_rows() {
+        let write = |mut writer: BatchWriter, words: &[&str]| {
             for (i, word) in words.iter().enumerate() {
                 writer.push_row(i as u32, [ValueRef::Str(word)]).unwrap();
             }
             writer.finish_batch()
         };
-        let old = batch_of(&["a long word left over"; 50]);
+        let batch_of = |words: &[&str]| write(BatchWriter::new(1), words);
+        let dropped = || batch_of(&["a long word left over"; 50]).into_buffers().expect("an owned batch");
+        let written = write(BatchWriter::reusing(1, 0, dropped()), &["x", "y"]);
+        assert_eq!(written.bytes(), batch_of(&["x", "y"]).bytes());
+        assert_eq!(written.row_starts, batch_of(&["x", "y"]).row_starts);
         let parts = [batch_of(&["x", "y"]), batch_of(&["z"])];
         let join = |mut joined: Concat| {
             for (i, part) in parts.iter().enumerate() {
@@ -978,7 +991,7 @@ mod tests {
             }
             joined.finish()
         };
-        let buffers = old.into_buffers().expect("an owned batch");
+        let buffers = dropped();
         assert!(buffers.capacity() > 1000);
         let (fresh, reused) = (join(Concat::new(1)), join(Concat::reusing(1, buffers)));
         assert_eq!(reused.bytes(), fresh.bytes());

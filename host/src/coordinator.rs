@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use weir_sdk::codec::Batch;
+use weir_sdk::codec::{Batch, Buffers};
 
 /// Failed attempts a report keeps, the most recent: what went wrong
 /// lately, not a record of every failure.
@@ -135,7 +135,8 @@ impl Work {
     fn process(self, processor: &mut Processor) -> Done {
         let result = processor.process(self.id, self.batch);
         fault::at(Point::AfterProcess, self.id.txid);
-        Done { id: self.id, result, times: processor.take_times(), memory: processor.memory_bytes() }
+        let (times, memory, spare) = (processor.take_times(), processor.memory_bytes(), processor.take_input_buffers());
+        Done { id: self.id, result, times, memory, spare }
     }
 }
 
@@ -214,6 +215,8 @@ struct Done {
     times: BTreeMap<String, Duration>,
     /// The linear memory of the instances that processed it, after.
     memory: usize,
+    /// Buffers the process phase is done with, for the spout.
+    spare: Buffers,
 }
 
 /// A batch processed, ready for its commit phase.
@@ -551,7 +554,8 @@ impl Coordinator<'_> {
     }
 
     /// Keeps a result that came, unless it is of an attempt superseded.
-    fn arrive(&mut self, done: Done) {
+    fn arrive(&mut self, mut done: Done) {
+        self.spout.recycle(std::mem::take(&mut done.spare));
         self.helper.memory = Some(done.memory);
         self.report.first_batch_ready.get_or_insert_with(|| self.started.elapsed());
         if self.pending.iter().any(|p| p.id == done.id) {

@@ -67,9 +67,10 @@ pub enum Request<'a> {
     ExecuteQuery(&'a [u8], &'a [u8]),
 }
 
-/// The most buffer room [`Instances::keep_buffers`] keeps between batches:
-/// what a guest emitted beyond it (the output limit may be raised) is
-/// freed with its batch, not held while the topology idles.
+/// The most buffer room [`Instances::keep_buffers`] keeps between batches,
+/// both buffers together: what a guest emitted beyond it (the output limit
+/// may be raised) is freed with its batch, not held while the topology
+/// idles.
 const KEPT_BUFFERS_MAX: usize = 32 << 20;
 
 /// The operator instances of one thread: for components, one store per
@@ -82,9 +83,9 @@ pub struct Instances {
     native: Option<Vec<Topology>>,
     /// Time spent in each operator since the last `take_times`.
     times: BTreeMap<String, Duration>,
-    /// The buffers of a batch this thread processed before, for the next
-    /// to be written into ([`Instances::keep_buffers`]).
-    spare: Buffers,
+    /// The buffers of batches this thread processed before, for the next
+    /// to be written into ([`Instances::keep_buffers`]), the larger first.
+    spare: [Buffers; 2],
 }
 
 impl Instances {
@@ -96,26 +97,47 @@ impl Instances {
             guests: HashMap::new(),
             native: None,
             times: BTreeMap::new(),
-            spare: Buffers::default(),
+            spare: Default::default(),
         }
     }
 
     /// Keeps the buffers of `batch`, which is no longer read, where they
-    /// are larger than those kept: at batch 100,000 a function's joined
-    /// output runs to some 11 MB, whose pages a fresh allocation for each
-    /// batch faults in again (a tenth of the run's CPU time).
+    /// are among the two largest: at batch 100,000 a function's joined
+    /// output runs to some 11 MB and the spout's batch to 6, whose pages a
+    /// fresh allocation for each batch faults in again (a tenth of the
+    /// run's CPU time).
     pub fn keep_buffers(&mut self, batch: Batch<'static>) {
-        if let Some(buffers) = batch.into_buffers()
-            && buffers.capacity() > self.spare.capacity()
-            && buffers.capacity() <= KEPT_BUFFERS_MAX
-        {
-            self.spare = buffers;
+        let Some(buffers) = batch.into_buffers().filter(|b| b.capacity() <= KEPT_BUFFERS_MAX) else {
+            return;
+        };
+        let [larger, smaller] = &mut self.spare;
+        if buffers.capacity() > smaller.capacity() {
+            *smaller = buffers;
+            if smaller.capacity() > larger.capacity() {
+                std::mem::swap(larger, smaller);
+            }
+            if larger.capacity() + smaller.capacity() > KEPT_BUFFERS_MAX {
+                *smaller = Buffers::default();
+            }
         }
     }
 
-    /// The buffers kept, empty where there are none.
+    /// The larger of the buffers kept (empty where there are none), for a
+    /// function's output.
     pub fn take_buffers(&mut self) -> Buffers {
-        std::mem::take(&mut self.spare)
+        let larger = std::mem::take(&mut self.spare[0]);
+        self.spare.swap(0, 1);
+        larger
+    }
+
+    /// The smaller of the buffers kept, where there are two and it has
+    /// room for `min` bytes (empty otherwise): for the spout's next batch,
+    /// the larger staying for a function's output.
+    pub fn take_second_buffers(&mut self, min: usize) -> Buffers {
+        match &mut self.spare[1] {
+            second if second.capacity() >= min => std::mem::take(second),
+            _ => Buffers::default(),
+        }
     }
 
     /// The limits `operator` runs under.

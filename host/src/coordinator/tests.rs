@@ -549,14 +549,62 @@ fn batches_larger_than_a_call_one_after_another_each_count_only_their_own_rows()
     let lines: Vec<String> = (0..3).flat_map(|_| sentences()).collect();
     let config = RunConfig { max_pending: 1, ..RunConfig::default() };
     let store = run_native("sentence-words", &lines, 8000, config);
+    assert_eq!(stored_counts(&store, "sentence-words"), sentence_word_counts(&lines, 3));
+}
+
+/// What `sentence-words` counts over `lines`, each sentence `copies` times.
+fn sentence_word_counts(lines: &[String], copies: i64) -> Vec<(Vec<u8>, i64)> {
     let mut want = BTreeMap::new();
     for line in lines.iter().filter(|l| l.len() % 2 == 0) {
         for word in line.split_whitespace() {
             *want.entry(keys::encode([ValueRef::Str(line), ValueRef::Str(word)])).or_insert(0) += 1;
         }
     }
-    assert!(want.values().all(|&n| n % 3 == 0));
-    assert_eq!(stored_counts(&store, "sentence-words"), want.into_iter().collect::<Vec<_>>());
+    assert!(want.values().all(|&n| n % copies == 0));
+    want.into_iter().collect()
+}
+
+/// A file's lines, noting the buffers it is given back.
+struct Recycled {
+    lines: FileLines,
+    given: usize,
+}
+
+impl Spout for Recycled {
+    fn kind(&self) -> SpoutKind {
+        self.lines.kind()
+    }
+
+    fn emit(&mut self, txid: u64, attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+        self.lines.emit(txid, attempt, previous)
+    }
+
+    fn replay(&mut self, txid: u64, attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
+        self.lines.replay(txid, attempt, meta)
+    }
+
+    fn recycle(&mut self, buffers: weir_sdk::codec::Buffers) {
+        self.given += usize::from(buffers.capacity() > 0);
+        self.lines.recycle(buffers);
+    }
+}
+
+#[test]
+fn the_spout_writes_batches_into_the_buffers_of_batches_processed_and_they_count_exactly() {
+    // Three batches of 24,000 sentences, 1.5 MB each: large enough to be
+    // given back.
+    let lines: Vec<String> = (0..9).flat_map(|_| sentences()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let mut spout = Recycled { lines: FileLines::open(&input, 24_000).unwrap(), given: 0 };
+    let topology = pairs_and_slow_words().into_iter().find(|t| t.definition().name == "sentence-words").unwrap();
+    let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
+    let (store, config) = (MemoryStore::new(), RunConfig { max_pending: 1, ..RunConfig::default() });
+    let source = OperatorSource::Native(pairs_and_slow_words);
+    run(&store, plan, source, &mut spout, None, &config, &AtomicBool::new(false), &mut |_| {}).unwrap();
+    assert!(spout.given >= 2, "buffers given back {} times", spout.given);
+    assert_eq!(stored_counts(&store, "sentence-words"), sentence_word_counts(&lines, 9));
 }
 
 #[test]
@@ -671,15 +719,27 @@ fn a_followed_spout_that_asks_cheaply_is_asked_again_after_each_commit() {
 }
 
 #[test]
-fn instances_keep_the_largest_buffers_of_dropped_batches_up_to_a_bound() {
+fn instances_keep_the_two_largest_buffers_of_dropped_batches_up_to_a_bound() {
     let topology = pairs_and_slow_words().remove(0);
     let plan = Arc::new(crate::plan::plan(topology.definition(), &SandboxConfig::default()).unwrap());
     let mut instances = crate::instances::Instances::new(OperatorSource::Native(pairs_and_slow_words), plan);
     let room = |bytes: usize| BatchWriter::with_capacity(1, bytes).finish_batch();
-    instances.keep_buffers(room(1 << 20));
-    instances.keep_buffers(room(1 << 10));
-    instances.keep_buffers(room(64 << 20));
-    let kept = instances.take_buffers().capacity();
-    assert!((1 << 20..2 << 20).contains(&kept), "kept {kept} bytes");
-    assert_eq!(instances.take_buffers().capacity(), 0, "taken once");
+    let mib = |buffers: weir_sdk::codec::Buffers| buffers.capacity() >> 20;
+    for bytes in [1 << 20, 2 << 20, 64 << 20, 512] {
+        instances.keep_buffers(room(bytes));
+    }
+    assert_eq!(mib(instances.take_second_buffers(2 << 20)), 0, "smaller than asked");
+    assert_eq!(mib(instances.take_second_buffers(0)), 1, "the smaller for the spout");
+    assert_eq!(mib(instances.take_second_buffers(0)), 0, "taken once");
+    for bytes in [3 << 20, 5 << 20] {
+        instances.keep_buffers(room(bytes));
+    }
+    assert_eq!(mib(instances.take_buffers()), 5, "the larger for a function's output");
+    assert_eq!(mib(instances.take_buffers()), 3, "then the other");
+    assert_eq!(instances.take_buffers().capacity(), 0);
+    for bytes in [30 << 20, 8 << 20] {
+        instances.keep_buffers(room(bytes));
+    }
+    assert_eq!(mib(instances.take_second_buffers(0)), 0, "both together would pass the bound");
+    assert_eq!(mib(instances.take_buffers()), 30);
 }

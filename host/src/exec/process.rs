@@ -12,7 +12,7 @@ use crate::plan::{Op, Phase, Plan};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
-use weir_sdk::codec::Batch;
+use weir_sdk::codec::{Batch, Buffers};
 
 /// What one batch's process phase hands its commit phase.
 #[derive(Default)]
@@ -80,6 +80,15 @@ impl Processor {
         self.instances.iter().map(Instances::memory_bytes).sum()
     }
 
+    /// Buffers of this batch's or an earlier one's, for the spout's next
+    /// batch (see [`Instances::take_second_buffers`]), where they are
+    /// large: a smaller buffer allocated afresh comes from memory the heap
+    /// already holds, and sending it to the spout's thread cost a fifth
+    /// more page faults at batch 1,000.
+    pub fn take_input_buffers(&mut self) -> Buffers {
+        self.instances.first_mut().map(|instances| instances.take_second_buffers(RECYCLED_MIN)).unwrap_or_default()
+    }
+
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
         take_times(&mut self.instances)
@@ -144,6 +153,9 @@ impl Processor {
         Ok(handover)
     }
 }
+
+/// The least room in buffers worth sending back to the spout.
+const RECYCLED_MIN: usize = 1 << 20;
 
 /// Gives the buffers of a node's output that nothing reads any more to the
 /// instances of each partition, for a later batch to be written into.

@@ -10,7 +10,7 @@ use super::input::{InputDir, InputScope};
 use super::{Emitted, Spout, SpoutKind};
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
-use weir_sdk::codec::Batch;
+use weir_sdk::codec::{Batch, Buffers};
 
 /// Reads batches of lines from the files of a directory.
 pub struct DirectoryLines {
@@ -116,6 +116,12 @@ impl Spout for DirectoryLines {
     fn replay(&mut self, _txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
         let (file, range) = decode(meta)?;
         self.file(&file)?.read_range(&range)
+    }
+
+    fn recycle(&mut self, buffers: Buffers) {
+        if let Some((_, lines)) = &mut self.open {
+            lines.recycle(buffers);
+        }
     }
 }
 

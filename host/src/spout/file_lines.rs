@@ -19,7 +19,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use weir_sdk::codec::{Batch, BatchWriter, ValueRef};
+use weir_sdk::codec::{Batch, BatchWriter, Buffers, ValueRef};
 
 /// Bytes at the end of a range whose hash its metadata keeps.
 const TAIL: u64 = 1024;
@@ -109,6 +109,8 @@ pub struct FileLines {
     /// The file may still grow (the topology follows it): a last line
     /// without its newline may be half written, and waits for it.
     follows: bool,
+    /// Buffers for the next batch ([`Spout::recycle`]).
+    spare: Buffers,
 }
 
 impl Spout for FileLines {
@@ -131,6 +133,12 @@ impl Spout for FileLines {
 
     fn replay(&mut self, _txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
         self.read_range(&LineRange::decode(meta)?)
+    }
+
+    fn recycle(&mut self, buffers: Buffers) {
+        if buffers.capacity() > self.spare.capacity() {
+            self.spare = buffers;
+        }
     }
 
     fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
@@ -163,6 +171,7 @@ impl FileLines {
             batch_size,
             known: None,
             follows: false,
+            spare: Buffers::default(),
         }
     }
 
@@ -257,11 +266,16 @@ impl FileLines {
         Ok(n > 0)
     }
 
+    /// A writer for a batch of about `bytes` bytes, into the spare buffers.
+    fn writer(&mut self, bytes: usize) -> BatchWriter {
+        BatchWriter::reusing(1, bytes, std::mem::take(&mut self.spare))
+    }
+
     /// The next batch: up to `max_lines` lines from byte `start`, packed one
     /// line per tuple. `None` when no line is left.
     pub fn next_batch(&mut self, start: u64, max_lines: usize) -> Result<Option<(LineRange, Batch<'static>)>> {
         self.seek(start)?;
-        let mut writer = BatchWriter::with_capacity(1, max_lines * 64);
+        let mut writer = self.writer(max_lines * 64);
         while writer.rows() < max_lines && self.push_next_line(&mut writer)? {}
         if writer.rows() == 0 {
             return Ok(None);
@@ -275,7 +289,7 @@ impl FileLines {
     /// The batch of a recorded range, exactly as first emitted.
     pub fn read_range(&mut self, range: &LineRange) -> Result<Batch<'static>> {
         self.seek(range.start)?;
-        let mut writer = BatchWriter::with_capacity(1, (range.end - range.start) as usize + 16 * range.lines as usize);
+        let mut writer = self.writer((range.end - range.start) as usize + 16 * range.lines as usize);
         while self.position < range.end && self.push_next_line(&mut writer)? {}
         let changed = self.position != range.end
             || writer.rows() as u64 != range.lines
@@ -337,11 +351,22 @@ mod tests {
         let (first, batch1) = spout.next_batch(0, 2).unwrap().unwrap();
         assert_eq!(first, LineRange { start: 0, end: 7, lines: 2, tail: Some(hash(b"a b\r\nc\n")) });
         assert_eq!(lines(&batch1), ["Str(\"a b\")", "Str(\"c\")"]);
+        // Later batches are written into the buffers of dropped ones.
+        let dropped = || {
+            let mut writer = BatchWriter::new(1);
+            for tag in 0..20 {
+                writer.push_row(tag, [ValueRef::Str("a line left over")]).unwrap();
+            }
+            writer.finish_batch().into_buffers().expect("an owned batch")
+        };
+        spout.recycle(dropped());
         let (second, batch2) = spout.next_batch(first.end, 2).unwrap().unwrap();
         assert_eq!(second, LineRange { start: 7, end: 12, lines: 2, tail: Some(hash(b"\nlast")) });
         assert_eq!(lines(&batch2), ["Str(\"\")", "Str(\"last\")"]);
         assert!(spout.next_batch(second.end, 2).unwrap().is_none());
-        assert_eq!(spout.read_range(&first).unwrap().bytes(), batch1.bytes());
+        spout.recycle(dropped());
+        let replayed = spout.read_range(&first).unwrap();
+        assert_eq!((replayed.bytes(), replayed.len()), (batch1.bytes(), 2));
         assert_eq!(LineRange::decode(&second.encode()).unwrap(), second);
     }
 

@@ -25,7 +25,7 @@ use weir_sdk::topology::{GuestSpoutKind, JetStreamKind};
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
-use weir_sdk::codec::Batch;
+use weir_sdk::codec::{Batch, Buffers};
 use weir_sdk::topology::SpoutDef;
 
 /// What a spout promises when a batch is replayed.
@@ -103,6 +103,11 @@ pub trait Spout: Send {
     fn asks_cheaply(&self) -> bool {
         false
     }
+
+    /// Buffers of a batch the process phase is done with, for the spout's
+    /// next batch to be written into where it writes its own: a batch of
+    /// megabytes allocated afresh each time has its pages faulted in again.
+    fn recycle(&mut self, _buffers: Buffers) {}
 
     /// Waits up to `timeout` for more input, once the spout had nothing
     /// (a followed topology that has caught up); returns early when more
