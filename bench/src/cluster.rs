@@ -107,10 +107,6 @@ impl Host {
     fn get(&self, path: &str) -> Result<Json> {
         Ok(ureq::get(format!("{}{path}", self.url)).call()?.body_mut().read_json()?)
     }
-
-    fn cpu_seconds(&self) -> Result<f64> {
-        cpu_seconds(self.child.id())
-    }
 }
 
 /// CPU seconds process `pid` has used.
@@ -203,7 +199,7 @@ fn run_once(
             None => servers[0].get("/v1/topologies/word-count")?["tuples"].as_u64().unwrap_or(0),
         })
     };
-    let cpu = |servers: &[Host]| servers.iter().map(Host::cpu_seconds).sum::<Result<f64>>();
+    let cpu = |servers: &[Host]| servers.iter().map(|host| cpu_seconds(host.child.id())).sum::<Result<f64>>();
     let services = [Some(nats.pid()), etcd.as_ref().map(|e| e.child.id())];
     let service_cpu = || services.iter().flatten().map(|pid| cpu_seconds(*pid)).sum::<Result<f64>>();
     let cpu_before = cpu(&servers)?;
