@@ -12,6 +12,8 @@ const OTHER_SIZES: [u64; 2] = [1000, 100_000];
 #[derive(Clone, Copy)]
 pub struct AtSize {
     pub batch_size: u64,
+    /// The max pending it ran at.
+    pub max_pending: u64,
     pub wasm: f64,
     pub limit: f64,
     pub wasm_rss_mib: f64,
@@ -26,9 +28,13 @@ fn mib(m: &Measured) -> f64 {
 /// and returns them with `at_10k` (from the main table) in batch-size order.
 pub fn measure(bench: &Bench, sentences: u64, runs: usize, at_10k: AtSize) -> Result<Vec<AtSize>> {
     // Weir's default max pending at each size, for the limit's pipeline too.
-    let config = |engine, batch_size, sentences| {
-        let max_pending = weir::config::default_max_pending(batch_size as usize) as u64;
-        Config { engine, sentences, batch_size, max_pending, parallelism: 1 }
+    let pending = |batch_size: u64| weir::config::default_max_pending(batch_size as usize) as u64;
+    let config = |engine, batch_size, sentences| Config {
+        engine,
+        sentences,
+        batch_size,
+        max_pending: pending(batch_size),
+        parallelism: 1,
     };
     let cells: Vec<(u64, Engine)> =
         OTHER_SIZES.iter().flat_map(|&size| [(size, Engine::Wasm), (size, Engine::Limit)]).collect();
@@ -46,7 +52,14 @@ pub fn measure(bench: &Bench, sentences: u64, runs: usize, at_10k: AtSize) -> Re
         (cell, steady(sentences, &big, &small), mib(&big))
     });
     while let (Some(((size, _), wasm, wasm_rss)), Some((_, limit, limit_rss))) = (medians.next(), medians.next()) {
-        sizes.push(AtSize { batch_size: size, wasm, limit, wasm_rss_mib: wasm_rss, limit_rss_mib: limit_rss });
+        sizes.push(AtSize {
+            batch_size: size,
+            max_pending: pending(size),
+            wasm,
+            limit,
+            wasm_rss_mib: wasm_rss,
+            limit_rss_mib: limit_rss,
+        });
     }
     sizes.sort_by_key(|s| s.batch_size);
     Ok(sizes)
@@ -55,9 +68,7 @@ pub fn measure(bench: &Bench, sentences: u64, runs: usize, at_10k: AtSize) -> Re
 /// The table of [`measure`]'s figures.
 pub fn print(sizes: &[AtSize], runs: usize) {
     let at_10k = sizes.iter().find(|s| s.batch_size == 10_000).map_or(f64::NAN, |s| s.wasm);
-    let pending = sizes
-        .iter()
-        .map(|s| format!("{} at {}", weir::config::default_max_pending(s.batch_size as usize), s.batch_size));
+    let pending = sizes.iter().map(|s| format!("{} at {}", s.max_pending, s.batch_size));
     let pending = pending.collect::<Vec<_>>().join(", ");
     println!(
         "The guest and the limit program by batch size, max pending {pending}, steady words/s, median of {runs} runs"
@@ -85,6 +96,7 @@ pub fn json(sizes: &[AtSize]) -> Json {
             .map(|s| {
                 json!({
                     "batch_size": s.batch_size,
+                    "max_pending": s.max_pending,
                     "wasm_steady_words_per_s": s.wasm,
                     "limit_steady_words_per_s": s.limit,
                     "wasm_peak_rss_mib": s.wasm_rss_mib,

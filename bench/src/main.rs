@@ -326,6 +326,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     let rss = |engine: Engine| results[engine.name()]["full"]["peak_rss_mib"].as_f64().unwrap_or(f64::NAN);
     let at_10k = AtSize {
         batch_size: 10_000,
+        max_pending: main(Engine::Wasm, sentences).max_pending,
         wasm: steady_rates["wasm"],
         limit: steady_rates["limit"],
         wasm_rss_mib: rss(Engine::Wasm),

@@ -56,7 +56,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     batch_size: usize,
     /// Batches processing at once per topology, holding at most 64 MiB of
-    /// input beyond the first [default: 32,000 divided by the batch size,
+    /// input beyond the first [default: 128,000 divided by the batch size,
     /// from 4 to 32].
     #[arg(long)]
     max_pending: Option<usize>,
