@@ -5,13 +5,20 @@
 use crate::state::keyed::KeyedValues;
 use crate::state::keys;
 use std::collections::HashMap;
-use weir_sdk::codec::{Batch, Value, read_value};
+use weir_sdk::codec::{Batch, Value, ValueKind, read_value};
 
 /// Keys the map of a batch's counts has room for before it grows: 12,288
 /// keys take 16,384 buckets of 24 bytes, most of a core's 512 KiB of L2
 /// cache. At batch 100,000 a room of a key per eight rows spread a word
 /// count's 10,000 keys over 3 MiB, and each probe missed the cache.
 const MAX_INITIAL_KEYS: usize = 12 * 1024;
+
+thread_local! {
+    /// Short keys the thread's last batch counted: most batches of a
+    /// stream have about as many, and a map made with room for them
+    /// never grows (at batch 1,000 a word count's map grew twice a batch).
+    static LAST_DISTINCT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// Counts per key, the commonest aggregation, in one pass. Tuples are
 /// counted by their group values' packed bytes, read in place; a key of one
@@ -32,12 +39,13 @@ pub(super) fn count_rows_by_key(
     fn field(row: weir_sdk::codec::Row<'_>, p: usize) -> &[u8] {
         row.encoded_values().nth(p).expect("position within arity").bytes()
     }
-    // Per short key, its count and its first row (a batch's rows are
-    // counted in u32): 24 bytes an entry, so that more of the map stays in
-    // cache. Room for a key per eight rows up front, as growing the map
-    // moves every key counted so far, up to what a core's cache holds.
-    let mut short: KeyMapOf<ShortKey, (u32, u32)> =
-        KeyMapOf::with_capacity_and_hasher((rows.len() / 8).min(MAX_INITIAL_KEYS), Default::default());
+    // Per short key, its count (a batch's rows are counted in u32): 24
+    // bytes an entry, so that more of the map stays in cache. Room up
+    // front for as many keys as the thread's last batch had, or a key per
+    // eight rows, as growing the map moves every key counted so far; no
+    // more than a core's cache holds.
+    let room = (rows.len() / 8).max(LAST_DISTINCT.get()).min(MAX_INITIAL_KEYS);
+    let mut short: KeyMapOf<ShortKey, u32> = KeyMapOf::with_capacity_and_hasher(room, Default::default());
     let mut long: KeyMapOf<Vec<u8>, i64> = KeyMapOf::default();
     let mut packed = Vec::new();
     for r in rows {
@@ -45,7 +53,7 @@ pub(super) fn count_rows_by_key(
         if let [p] = group
             && let Some(key) = ShortKey::of(field(row, *p))
         {
-            short.entry(key).or_insert((0, r as u32)).0 += 1;
+            *short.entry(key).or_insert(0) += 1;
             continue;
         }
         packed.clear();
@@ -60,23 +68,25 @@ pub(super) fn count_rows_by_key(
         }
     }
     let distinct = short.len() + long.len();
+    LAST_DISTINCT.set(short.len());
     let mut counted = KeyedValues::with_capacity(distinct, 16 * distinct);
     let mut key = Vec::with_capacity(32);
-    for (count, r) in short.into_values() {
+    for (short_key, count) in short {
+        // The value is read back from the key itself: a row found again
+        // by its index was a cache miss per key at large batches.
         key.clear();
-        keys::encode_value(&mut key, batch.row(r as usize).get(group[0]).expect("position within arity"));
+        short_key.encode(&mut key);
         counted.push(&key, Value::I64(i64::from(count)));
     }
     for (packed, count) in long {
         counted.push(&store_key(&packed, group.len()), Value::I64(count));
     }
-    // Sorted by each key's first 16 bytes as an integer, then by the whole
-    // key: most comparisons are one integer comparison, and what moves is
-    // the integer and an index.
-    let mut order: Vec<(u128, u32)> =
-        counted.iter().enumerate().map(|(i, (k, _))| (keys::prefix(k), i as u32)).collect();
+    // Sorted by each key's first 8 bytes as an integer, then by the whole
+    // key: what moves is the integer and an index, 16 bytes.
+    let mut order: Vec<(u64, u32)> =
+        counted.iter().enumerate().map(|(i, (k, _))| ((keys::prefix(k) >> 64) as u64, i as u32)).collect();
     sort_by_prefix(&mut order);
-    // Keys longer than 16 bytes may share their prefix: order those runs by
+    // Keys longer than 8 bytes may share their prefix: order those runs by
     // the whole key.
     for run in order.chunk_by_mut(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
         run.sort_unstable_by(|a, b| counted.key(a.1 as usize).cmp(counted.key(b.1 as usize)));
@@ -105,6 +115,20 @@ impl std::hash::Hash for ShortKey {
 }
 
 impl ShortKey {
+    /// Appends the store's key for the value: a string's bytes as they
+    /// are (the batch they came from was checked), other values decoded.
+    #[inline]
+    fn encode(self, key: &mut Vec<u8>) {
+        let padded = (u128::from(self.0) | u128::from(self.1) << 64).to_le_bytes();
+        match ValueKind::from_byte(padded[0]) {
+            Some(kind @ (ValueKind::Str | ValueKind::Bytes)) => {
+                let len = u32::from_le_bytes(padded[1..5].try_into().expect("4 bytes")) as usize;
+                keys::encode_escaped(key, kind, &padded[5..5 + len]);
+            }
+            _ => keys::encode_value(key, read_value(&padded).expect("a short key holds a whole value").0),
+        }
+    }
+
     /// Reads the bytes as overlapping fixed-size chunks, shifting off the
     /// bytes one chunk shares with the other.
     #[inline]
@@ -125,21 +149,22 @@ impl ShortKey {
 
 /// Sorts `(prefix, index)` pairs by prefix, equal prefixes in index order:
 /// a radix sort, a byte at a time from the last, that skips the bytes every
-/// prefix shares (a key's kind, the zeros past a short key's end). A few
-/// passes over the pairs cost less than the comparisons of a sort, but for
-/// fewer than [`RADIX_FROM`] pairs, whose passes cost more.
-fn sort_by_prefix(pairs: &mut Vec<(u128, u32)>) {
+/// prefix shares (a key's kind, the zeros past a short key's end). Every
+/// byte's counts come from one pass, then a pass a byte moves the pairs;
+/// for fewer than [`RADIX_FROM`] pairs a comparison sort costs less.
+fn sort_by_prefix(pairs: &mut Vec<(u64, u32)>) {
     if pairs.len() < RADIX_FROM {
         pairs.sort_unstable();
         return;
     }
-    let mut sorted = vec![(0u128, 0u32); pairs.len()];
-    for shift in (0..128).step_by(8) {
-        let digit = |prefix: u128| (prefix >> shift) as u8 as usize;
-        let mut starts = [0usize; 256];
-        for &(prefix, _) in pairs.iter() {
-            starts[digit(prefix)] += 1;
+    let mut counts = [[0usize; 256]; 8];
+    for &(prefix, _) in pairs.iter() {
+        for (byte, counts) in prefix.to_le_bytes().into_iter().zip(counts.iter_mut()) {
+            counts[usize::from(byte)] += 1;
         }
+    }
+    let mut sorted = vec![(0u64, 0u32); pairs.len()];
+    for (at_byte, mut starts) in counts.into_iter().enumerate() {
         if starts.contains(&pairs.len()) {
             continue;
         }
@@ -147,6 +172,7 @@ fn sort_by_prefix(pairs: &mut Vec<(u128, u32)>) {
         for start in starts.iter_mut() {
             (*start, next) = (next, next + *start);
         }
+        let digit = |prefix: u64| usize::from(prefix.to_le_bytes()[at_byte]);
         for &pair in pairs.iter() {
             let at = &mut starts[digit(pair.0)];
             sorted[*at] = pair;
@@ -157,9 +183,9 @@ fn sort_by_prefix(pairs: &mut Vec<(u128, u32)>) {
 }
 
 /// Pairs from which the radix sort is the faster: a batch of 1,000
-/// sentences has about 2,400 words, which a comparison sort orders in
-/// three quarters of the radix sort's time; at 8,000 they are even.
-const RADIX_FROM: usize = 4096;
+/// sentences has about 2,400 words, which the radix sort orders in half
+/// of a comparison sort's time, and a third at 8,000.
+const RADIX_FROM: usize = 512;
 
 /// Counts by key, seeded per map as [`super::aggregate::KeyMap`] is. foldhash rather than Fx:
 /// with Fx, probing past keys that share a bucket took most of the counting
@@ -212,9 +238,9 @@ mod tests {
     #[test]
     fn pairs_sort_by_prefix_then_index() {
         // Below and above the size the radix sort takes over from.
-        for n in [2000u32, 2 * RADIX_FROM as u32] {
-            let mut pairs: Vec<(u128, u32)> = (0..n).map(|i| ((u128::from(i % 700) * 0x0101_0003) << 40, i)).collect();
-            pairs.push((u128::MAX, n));
+        for n in [RADIX_FROM as u32 / 2, 4 * RADIX_FROM as u32] {
+            let mut pairs: Vec<(u64, u32)> = (0..n).map(|i| ((u64::from(i % 700) * 0x0101_0003) << 24, i)).collect();
+            pairs.push((u64::MAX, n));
             pairs.push((0, n + 1));
             let mut expected = pairs.clone();
             expected.sort_unstable();

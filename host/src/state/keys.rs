@@ -32,7 +32,7 @@ pub fn encode_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
     }
 }
 
-fn encode_escaped(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
+pub(crate) fn encode_escaped(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
     out.push(kind.byte());
     // Most keys hold no zero byte: copy them whole.
     if !bytes.contains(&0) {

@@ -49,12 +49,14 @@ pub fn for_each_key<'a>(
 }
 
 /// Where the merge stands in one batch's partials: its next key, with the
-/// key's first 16 bytes as one number (most keys differ there).
+/// key's first 16 bytes as one number (most keys differ there), both kept
+/// as the merge compares them many times.
 struct Head<'a> {
     txid: u64,
     partials: &'a KeyedValues,
     at: usize,
     prefix: u128,
+    key: &'a [u8],
 }
 
 /// A key with its first 16 bytes as one number.
@@ -81,16 +83,12 @@ impl Next<'_> {
 
 impl<'a> Head<'a> {
     fn first(txid: u64, partials: &'a KeyedValues) -> Option<Head<'a>> {
-        let prefix = super::keys::prefix((!partials.is_empty()).then(|| partials.key(0))?);
-        Some(Head { txid, partials, at: 0, prefix })
+        let key = (!partials.is_empty()).then(|| partials.key(0))?;
+        Some(Head { txid, partials, at: 0, prefix: super::keys::prefix(key), key })
     }
 
     fn done(&self) -> bool {
         self.at == self.partials.len()
-    }
-
-    fn key(&self) -> &'a [u8] {
-        self.partials.key(self.at)
     }
 
     fn value(&self) -> &'a Value {
@@ -98,7 +96,7 @@ impl<'a> Head<'a> {
     }
 
     fn next(&self) -> Next<'a> {
-        Next { prefix: self.prefix, key: self.key() }
+        Next { prefix: self.prefix, key: self.key }
     }
 
     fn cmp(&self, other: &Head<'_>) -> Ordering {
@@ -110,7 +108,8 @@ impl<'a> Head<'a> {
         let before = self.next();
         self.at += 1;
         if !self.done() {
-            self.prefix = super::keys::prefix(self.key());
+            self.key = self.partials.key(self.at);
+            self.prefix = super::keys::prefix(self.key);
             if self.next().cmp(&before) == Ordering::Less {
                 bail!("batch {}'s partials are not in key order at key {}", self.txid, self.at);
             }
