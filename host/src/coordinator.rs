@@ -1,7 +1,9 @@
 //! The coordinator: cuts the input into batches with txids, keeps up to
 //! `max_pending` of them processing while earlier ones commit, commits
 //! strictly in txid order, and replays failed batches. Batches processed by
-//! the time the oldest one commits commit with it, as a group ([`group`]).
+//! the time the oldest one commits commit with it, as a group ([`group`]);
+//! while the input is backed up and few are processed, the coordinator
+//! first processes a waiting batch itself, so that groups grow.
 //!
 //! The process phase runs on a thread of its own, so that batch n+1 is
 //! processed while batch n commits; and when the coordinator has mostly
@@ -168,8 +170,21 @@ impl Helper {
     /// deadline. Calls unlimited in time (`--max-call-ms 0`) bound no
     /// thread, the process phase's neither, so they do not stop it.
     fn may_help(&self, deadline: Instant) -> bool {
-        self.time.mostly_spare()
-            && self.memory.is_some_and(|bytes| bytes <= HELPER_MEMORY)
+        self.time.mostly_spare() && self.may_process(deadline)
+    }
+
+    /// Processes `work` with the coordinator's own instances, made the
+    /// first time.
+    fn process(&mut self, work: Work) -> Done {
+        let processor =
+            self.processor.get_or_insert_with(|| Processor::new(Arc::clone(&self.plan), self.source.clone()));
+        work.process(processor)
+    }
+
+    /// Whether a batch processed on the coordinator's thread costs little
+    /// memory and ends (or is abandoned) by `deadline`.
+    fn may_process(&self, deadline: Instant) -> bool {
+        self.memory.is_some_and(|bytes| bytes <= HELPER_MEMORY)
             && self.plan.sandboxes.longest_call().is_none_or(|call| Instant::now() + call <= deadline)
     }
 }
@@ -233,6 +248,8 @@ struct InFlight {
     time_ms: u64,
     tuples: u64,
     bytes: usize,
+    /// When it was handed to the process phase (this attempt).
+    dispatched: Instant,
     deadline: Instant,
 }
 
@@ -396,7 +413,16 @@ impl Coordinator<'_> {
                 }
             };
             let (id, deadline) = (front.id, front.deadline);
-            let failed = match self.wait_for(id, deadline)? {
+            let mut done = self.wait_for(id, deadline)?;
+            if let Some(processed) = done.take_if(|d| d.result.is_ok() && !stopping) {
+                // Back among the arrived, where the group is gathered from.
+                self.arrived.insert(id.txid, processed);
+                if self.grow_group(id, deadline) {
+                    continue;
+                }
+                done = self.arrived.remove(&id.txid);
+            }
+            let failed = match done {
                 Some(Done { id, result: Ok(handover), times, .. }) => {
                     self.commit_group(Ready { id, handover, times }, on_report)?
                 }
@@ -481,8 +507,17 @@ impl Coordinator<'_> {
         }
         let (tuples, bytes) = (emitted.batch.len() as u64, emitted.batch.bytes().len());
         self.queue.push(Work { id, batch: emitted.batch });
-        let deadline = Instant::now() + self.config.batch_timeout;
-        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), time_ms, tuples, bytes, deadline });
+        let dispatched = Instant::now();
+        let deadline = dispatched + self.config.batch_timeout;
+        self.pending.push_back(InFlight {
+            id,
+            meta: emitted.meta.clone(),
+            time_ms,
+            tuples,
+            bytes,
+            dispatched,
+            deadline,
+        });
         self.last_meta = Some(emitted.meta);
         self.next_txid = id.txid + 1;
         Ok(())
@@ -508,11 +543,7 @@ impl Coordinator<'_> {
                 self.helper.memory = self.instantiated.get().copied();
             }
             if let Some(work) = self.helper.may_help(deadline).then(|| self.take_waiting(id)).flatten() {
-                let processor = self
-                    .helper
-                    .processor
-                    .get_or_insert_with(|| Processor::new(Arc::clone(&self.helper.plan), self.helper.source.clone()));
-                let done = work.process(processor);
+                let done = self.helper.process(work);
                 self.arrive(done);
                 continue;
             }
@@ -523,6 +554,49 @@ impl Coordinator<'_> {
                 Err(mpsc::RecvTimeoutError::Disconnected) => bail!("the process phase stopped"),
             }
         }
+    }
+
+    /// Processes a waiting batch on the coordinator's thread rather than
+    /// commit now, while the input is backed up (the spout has more than
+    /// max pending lets out) and the batches processed from the front
+    /// (`front` first) would make a small group: a group's keys are
+    /// written once for all its batches, so small batches committed as
+    /// soon as a few are ready write each hot key many times over. Never
+    /// once the front batch was dispatched `group_time` ago. Returns
+    /// whether it processed one.
+    fn grow_group(&mut self, front: BatchId, deadline: Instant) -> bool {
+        // Half of max pending, so that the process phase has batches to go
+        // on with while a group commits; and not at all below 8 (large
+        // batches), where a group of two saves little and a batch
+        // processed here holds the commit back a long while.
+        let target = self.group_max().min(self.config.max_pending / 2);
+        let waited = self.pending.front().map_or(Duration::ZERO, |p| p.dispatched.elapsed());
+        if self.exhausted || target < 4 || waited >= self.config.group_time {
+            return false;
+        }
+        while let Ok(done) = self.done.try_recv() {
+            self.arrive(done);
+        }
+        let ready = self
+            .pending
+            .iter()
+            .take_while(|p| self.arrived.get(&p.id.txid).is_some_and(|d| d.id == p.id && d.result.is_ok()))
+            .count();
+        if ready == 0 || ready >= target || !self.helper.may_process(deadline) {
+            return false;
+        }
+        let Some(work) = self.take_waiting(front) else { return false };
+        let done = self.helper.process(work);
+        self.arrive(done);
+        true
+    }
+
+    /// Batches one commit group may hold: a sink's outbox holds what one
+    /// commit wrote until it is published, one batch, so that a host down
+    /// past JetStream's duplicate window publishes no more than one
+    /// batch's output twice.
+    fn group_max(&self) -> usize {
+        if self.sinks.is_some() { 1 } else { self.config.group_max }
     }
 
     /// The newest batch the process phase has not started, unless it is

@@ -23,10 +23,7 @@ impl Coordinator<'_> {
         on_report: &mut dyn FnMut(&RunReport),
     ) -> Result<Option<(BatchId, BatchError)>> {
         let started = Instant::now();
-        // A sink's outbox holds what one commit wrote until it is published:
-        // one batch, so that a host down past JetStream's duplicate window
-        // publishes no more than one batch's output twice.
-        let group_max = if self.sinks.is_some() { 1 } else { self.config.group_max };
+        let group_max = self.group_max();
         let mut process_times = Vec::new();
         let mut failed = None;
         let mut next = Some(first);

@@ -622,6 +622,25 @@ fn the_coordinator_processes_waiting_batches_while_the_process_phase_is_the_boun
 }
 
 #[test]
+fn while_input_is_backed_up_the_coordinator_processes_waiting_batches_before_a_small_group_commits() {
+    // 48 batches, 16 in flight, each 20 ms to process and each commit 30
+    // ms: the coordinator is busy committing, never mostly idle, and on
+    // its own would commit the one or two batches processed meanwhile.
+    // Rather than commit so few, it processes waiting batches (from the
+    // newest) until half of max pending, 8, are processed from the first.
+    let lines: Vec<String> = (0..48).map(|i| format!("a b{} c{}", i % 3, i % 5)).collect();
+    let config =
+        RunConfig { max_pending: 16, group_max: 16, group_time: Duration::from_secs(10), ..RunConfig::default() };
+    let store = SlowStore::new(Duration::from_millis(30));
+    let sandbox = SandboxConfig::default();
+    run_native_over(pairs_and_slow_words, "slow-words", &store, &lines, 1, config, &sandbox).unwrap();
+    let groups = store.inner.groups("slow-words");
+    assert!(groups.len() <= 12, "{} groups: {groups:?}", groups.len());
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    assert_eq!(stored_counts(&store.inner, "slow-words"), counted(&lines));
+}
+
+#[test]
 fn the_coordinator_helps_only_when_mostly_idle_a_second_set_of_instances_is_small_and_calls_end_in_time() {
     let helper_with_calls_of = |call_ms| {
         let topology = pairs_and_slow_words().remove(0);
