@@ -624,10 +624,10 @@ fn the_coordinator_processes_waiting_batches_while_the_process_phase_is_the_boun
 #[test]
 fn while_input_is_backed_up_the_coordinator_processes_waiting_batches_before_a_small_group_commits() {
     // 48 batches, 16 in flight, each 20 ms to process and each commit 30
-    // ms: the coordinator is busy committing, never mostly idle, and on
-    // its own would commit the one or two batches processed meanwhile.
-    // Rather than commit so few, it processes waiting batches (from the
-    // newest) until half of max pending, 8, are processed from the first.
+    // ms, during which the process thread finishes one or two: rather than
+    // commit so few, the coordinator processes waiting batches (from the
+    // newest) until half of max pending, 8, are processed from the first,
+    // and the groups hold about that many.
     let lines: Vec<String> = (0..48).map(|i| format!("a b{} c{}", i % 3, i % 5)).collect();
     let config =
         RunConfig { max_pending: 16, group_max: 16, group_time: Duration::from_secs(10), ..RunConfig::default() };
