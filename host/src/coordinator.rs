@@ -248,9 +248,9 @@ struct InFlight {
     time_ms: u64,
     tuples: u64,
     bytes: usize,
-    /// When it was handed to the process phase (this attempt).
+    /// When it was handed to the process phase (this attempt); its batch
+    /// deadline is `batch_timeout` later.
     dispatched: Instant,
-    deadline: Instant,
 }
 
 /// Runs `plan` over what `spout` emits until it has nothing left (or, when
@@ -412,17 +412,13 @@ impl Coordinator<'_> {
                     _ => break,
                 }
             };
-            let (id, deadline) = (front.id, front.deadline);
-            let mut done = self.wait_for(id, deadline)?;
-            if let Some(processed) = done.take_if(|d| d.result.is_ok() && !stopping) {
-                // Back among the arrived, where the group is gathered from.
-                self.arrived.insert(id.txid, processed);
-                if self.grow_group(id, deadline) {
+            let (id, deadline) = (front.id, front.dispatched + self.config.batch_timeout);
+            let failed = match self.wait_for(id, deadline)? {
+                Some(done) if done.result.is_ok() && !stopping && self.grow_group(id, deadline) => {
+                    // It waits among the arrived while its group grows.
+                    self.arrived.insert(id.txid, done);
                     continue;
                 }
-                done = self.arrived.remove(&id.txid);
-            }
-            let failed = match done {
                 Some(Done { id, result: Ok(handover), times, .. }) => {
                     self.commit_group(Ready { id, handover, times }, on_report)?
                 }
@@ -508,16 +504,7 @@ impl Coordinator<'_> {
         let (tuples, bytes) = (emitted.batch.len() as u64, emitted.batch.bytes().len());
         self.queue.push(Work { id, batch: emitted.batch });
         let dispatched = Instant::now();
-        let deadline = dispatched + self.config.batch_timeout;
-        self.pending.push_back(InFlight {
-            id,
-            meta: emitted.meta.clone(),
-            time_ms,
-            tuples,
-            bytes,
-            dispatched,
-            deadline,
-        });
+        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), time_ms, tuples, bytes, dispatched });
         self.last_meta = Some(emitted.meta);
         self.next_txid = id.txid + 1;
         Ok(())
@@ -563,7 +550,8 @@ impl Coordinator<'_> {
     /// written once for all its batches, so small batches committed as
     /// soon as a few are ready write each hot key many times over. Never
     /// once the front batch was dispatched `group_time` ago. Returns
-    /// whether it processed one.
+    /// whether it processed one; `front` is processed, and not among the
+    /// arrived.
     fn grow_group(&mut self, front: BatchId, deadline: Instant) -> bool {
         // Half of max pending, so that the process phase has batches to go
         // on with while a group commits; and not at all below 8 (large
@@ -574,15 +562,9 @@ impl Coordinator<'_> {
         if self.exhausted || target < 4 || waited >= self.config.group_time {
             return false;
         }
-        while let Ok(done) = self.done.try_recv() {
-            self.arrive(done);
-        }
-        let ready = self
-            .pending
-            .iter()
-            .take_while(|p| self.arrived.get(&p.id.txid).is_some_and(|d| d.id == p.id && d.result.is_ok()))
-            .count();
-        if ready == 0 || ready >= target || !self.helper.may_process(deadline) {
+        self.arrive_all();
+        let ready = 1 + self.pending.iter().skip(1).take_while(|p| self.processed(p.id)).count();
+        if ready >= target || !self.helper.may_process(deadline) {
             return false;
         }
         let Some(work) = self.take_waiting(front) else { return false };
@@ -615,16 +597,24 @@ impl Coordinator<'_> {
 
     /// Batch `id`, if it is processed already and did not fail: no waiting.
     fn ready(&mut self, id: BatchId) -> Option<Ready> {
+        self.arrive_all();
+        if !self.processed(id) {
+            return None;
+        }
+        let Done { id, result, times, .. } = self.arrived.remove(&id.txid)?;
+        Some(Ready { id, handover: result.ok()?, times })
+    }
+
+    /// Keeps every result that came so far, without waiting.
+    fn arrive_all(&mut self) {
         while let Ok(done) = self.done.try_recv() {
             self.arrive(done);
         }
-        match self.arrived.get(&id.txid) {
-            Some(done) if done.id == id && done.result.is_ok() => {
-                let Done { id, result, times, .. } = self.arrived.remove(&id.txid)?;
-                Some(Ready { id, handover: result.ok()?, times })
-            }
-            _ => None,
-        }
+    }
+
+    /// Whether batch `id` arrived processed, and did not fail.
+    fn processed(&self, id: BatchId) -> bool {
+        self.arrived.get(&id.txid).is_some_and(|done| done.id == id && done.result.is_ok())
     }
 
     /// Keeps a result that came, unless it is of an attempt superseded.
