@@ -462,7 +462,8 @@ impl<'t> WriteTable<'t> {
                 WriteTable::Records(table) => {
                     let guard = if may_exist { table.get_mut(key)? } else { None };
                     let stored = guard.as_ref().map(|g| Stored::decode(g.value())).transpose().with_context(context)?;
-                    let (stored, changed) = combined(kind, builtin, stored, partials).with_context(context)?;
+                    let partials = partials.for_stored(stored.as_ref().and_then(Stored::txid));
+                    let (stored, changed) = combined(kind, builtin, stored, &partials).with_context(context)?;
                     if let (true, Some(stored)) = (changed, &stored) {
                         encoded.clear();
                         stored.encode_into(encoded);
@@ -479,7 +480,8 @@ impl<'t> WriteTable<'t> {
                 WriteTable::OpaqueCounts(table) => {
                     let guard = if may_exist { table.get_mut(key)? } else { None };
                     let stored = guard.as_ref().map(|g| stored_opaque(g.value()));
-                    let (stored, changed) = combined(kind, builtin, stored, partials).with_context(context)?;
+                    let partials = partials.for_stored(stored.as_ref().and_then(Stored::txid));
+                    let (stored, changed) = combined(kind, builtin, stored, &partials).with_context(context)?;
                     if let (true, Some(stored)) = (changed, &stored) {
                         let count = opaque_count_of(stored).ok_or_else(|| not_a_count("opaque", stored))?;
                         if guard.map(|mut g| g.insert(count)).transpose()?.is_none() {
@@ -496,7 +498,7 @@ impl<'t> WriteTable<'t> {
                     let guard = if may_exist { table.get_mut(key)? } else { None };
                     let mut record = guard.as_ref().map(|g| g.value());
                     let mut changed = false;
-                    for &(txid, partial) in partials {
+                    for &(txid, partial) in partials.for_stored(record.map(|(at, _)| at)).iter() {
                         let base = match record {
                             Some((at, count)) if rules::moves_on(at, txid).with_context(context)? => Some(count),
                             Some(_) => continue,
@@ -814,40 +816,84 @@ mod tests {
     #[test]
     fn a_group_combined_at_once_stores_what_its_batches_would_one_by_one() {
         let kinds = [StateKind::Transactional, StateKind::Opaque, StateKind::NonTransactional];
-        // Batch 1 is stored already: the group replays it, as after a crash
-        // between a state's write and its progress.
-        let batches: Vec<Vec<(&str, i64)>> =
-            vec![vec![("a", 5), ("c", 1)], vec![("a", 3), ("b", 2)], vec![], vec![("b", 4), ("c", 6), ("d", 1)]];
-        let each = |kind| {
-            batches.iter().map(move |partials| Combines {
-                kind,
-                builtin: Builtin::Count,
-                partials: partials.iter().map(|(word, n)| (key(word), Value::I64(*n))).collect(),
-            })
+        // Groups small (the batches' runs merged) and large (counts summed),
+        // of words drawn with a fixed seed, some in most batches.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut draw = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
         };
-        for kind in kinds {
-            let stored_after = |grouped: bool| {
-                let dir = tempfile::tempdir().unwrap();
-                let db = Db::open(dir.path()).unwrap();
-                commit(&db, 1, &count_writes(kind, &[("a", 2), ("c", 7)])).unwrap();
-                let txn = db.db.begin_write().unwrap();
-                let combines: Vec<Combines> = each(kind).collect();
-                let group: Vec<BatchPartials<'_>> = (1..).zip(&combines).collect();
-                let mut table = WriteTable::open(&txn, "state/t/counts", Layout::Records).unwrap();
-                let written = if grouped {
-                    table.combine_in_place(&group, &mut Vec::new()).unwrap()
-                } else {
-                    group.iter().map(|batch| table.combine_in_place(&[*batch], &mut Vec::new()).unwrap()).sum()
+        let words: Vec<String> = (0..40).map(|i| format!("w{i}")).collect();
+        let mut group_of = |batches: usize| -> Vec<Vec<(&str, i64)>> {
+            (0..batches)
+                .map(|_| {
+                    let mut batch = Vec::new();
+                    for word in &words {
+                        if draw(3) > 0 {
+                            batch.push((word.as_str(), 1 + draw(4) as i64));
+                        }
+                    }
+                    batch.sort_by_key(|(w, _)| key(w));
+                    batch
+                })
+                .collect()
+        };
+        let (small, large) = (group_of(4), group_of(24));
+        // (the group's first txid, the txid that stored a value before it):
+        // before the group; the group's first (a batch replayed after a
+        // crash between a state's write and its progress); a later one.
+        let cases = [(10, 7), (1, 1), (5, 9)];
+        for (batches, (first, written)) in [&small, &large].into_iter().flat_map(|g| cases.map(|c| (g, c))) {
+            for kind in kinds {
+                let stored_after = |grouped: bool| {
+                    let dir = tempfile::tempdir().unwrap();
+                    let db = Db::open(dir.path()).unwrap();
+                    let before = count_writes(kind, &[("w1", 2), ("w3", 7)]).remove(0).combines.unwrap();
+                    let txn = db.db.begin_write().unwrap();
+                    let layout = Layout::for_combines(&before);
+                    let mut table = WriteTable::open(&txn, "state/t/counts", layout).unwrap();
+                    table.combine_in_place(&[(written, &before)], &mut Vec::new()).unwrap();
+                    drop(table);
+                    txn.commit().unwrap();
+                    let txn = db.db.begin_write().unwrap();
+                    let combines: Vec<Combines> = batches
+                        .iter()
+                        .map(|partials| Combines {
+                            kind,
+                            builtin: Builtin::Count,
+                            partials: partials.iter().map(|(word, n)| (key(word), Value::I64(*n))).collect(),
+                        })
+                        .collect();
+                    let group: Vec<BatchPartials<'_>> = (first..).zip(&combines).collect();
+                    let mut table = WriteTable::open(&txn, "state/t/counts", Layout::Records).unwrap();
+                    let written = if grouped {
+                        table.combine_in_place(&group, &mut Vec::new())
+                    } else {
+                        group.iter().map(|batch| table.combine_in_place(&[*batch], &mut Vec::new())).sum()
+                    };
+                    drop(table);
+                    txn.commit().unwrap();
+                    written.map(|written| (written, db.scan("t", "counts").unwrap()))
                 };
-                drop(table);
-                txn.commit().unwrap();
-                (written, db.scan("t", "counts").unwrap())
-            };
-            let (grouped, one_by_one) = (stored_after(true), stored_after(false));
-            assert_eq!(grouped.1, one_by_one.1, "{kind:?}");
-            assert_eq!(grouped.1.len(), 4, "{kind:?}");
-            // Each key is written once for the group.
-            assert_eq!(grouped.0, 4, "{kind:?}");
+                let (grouped, one_by_one) = (stored_after(true), stored_after(false));
+                let case = format!("{kind:?}, {} batches from txid {first}, stored by {written}", batches.len());
+                if written > first && kind != StateKind::NonTransactional {
+                    // A value written after a batch of the group is refused.
+                    let err = grouped.unwrap_err();
+                    assert!(format!("{err:#}").contains("is ahead of batch txid"), "{case}: {err:#}");
+                    assert!(one_by_one.is_err(), "{case}");
+                    continue;
+                }
+                let (grouped, one_by_one) = (grouped.unwrap(), one_by_one.unwrap());
+                assert_eq!(grouped.1, one_by_one.1, "{case}");
+                let keys: std::collections::BTreeSet<&str> = batches.iter().flatten().map(|(w, _)| *w).collect();
+                assert_eq!(grouped.1.len(), keys.union(&["w1", "w3"].into()).count(), "{case}");
+                // Each key is written once for the group, but for the stored
+                // ones a replayed batch leaves as they are.
+                assert!(grouped.0 <= keys.len() && grouped.0 + 2 >= keys.len(), "{case}: {} written", grouped.0);
+            }
         }
         let a = Combines { kind: StateKind::Opaque, builtin: Builtin::Count, partials: Default::default() };
         let b = Combines { kind: StateKind::Transactional, builtin: Builtin::Count, partials: Default::default() };
