@@ -209,7 +209,7 @@ impl Instances {
             }
         };
         *self.times.entry(operator.to_owned()).or_default() += started.elapsed();
-        if let Some(bytes) = self.guests.get(operator).and_then(Guest::nearly_full) {
+        if let Some(bytes) = self.guests.get(operator).and_then(Guest::should_replace) {
             // The next call gets a fresh instance rather than a trap.
             tracing::debug!("operator {operator}: replacing its instance, which holds {} MiB", bytes >> 20);
             self.guests.remove(operator);

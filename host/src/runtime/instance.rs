@@ -66,6 +66,7 @@ impl Guest {
             Ok(Err(OperatorError::Fatal(m))) => Err(CallError::Fatal(m)),
             Err(trap) => Err(trap),
         };
+        self.store.data_mut().limiter.call_ended();
         // Whatever the call's end, the next one starts afresh: its own
         // lines to quote, its own log budget.
         self.stderr.clear_recent();
@@ -106,11 +107,11 @@ impl Guest {
         Ok(output)
     }
 
-    /// The size of the instance's largest memory, in bytes, when it passed
-    /// three quarters of its limit.
-    pub fn nearly_full(&self) -> Option<usize> {
+    /// The size of the instance's largest memory, in bytes, when the
+    /// instance is better replaced ([`MemoryLimiter::should_replace`](super::limits::MemoryLimiter::should_replace)).
+    pub fn should_replace(&self) -> Option<usize> {
         let limiter = &self.store.data().limiter;
-        limiter.nearly_full().then_some(limiter.largest)
+        limiter.should_replace().then_some(limiter.largest)
     }
 
     /// The size of the instance's largest memory, in bytes.

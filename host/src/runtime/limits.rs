@@ -39,12 +39,19 @@ pub struct MemoryLimiter {
     pub exceeded: Option<usize>,
     /// Size of the instance's largest linear memory.
     pub largest: usize,
+    /// `largest` when the instance's first call ended.
+    after_first_call: Option<usize>,
 }
 
 impl MemoryLimiter {
     /// A limiter allowing `max_bytes` of linear memory.
     pub fn new(max_bytes: u64) -> MemoryLimiter {
-        MemoryLimiter { max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX), exceeded: None, largest: 0 }
+        MemoryLimiter {
+            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+            exceeded: None,
+            largest: 0,
+            after_first_call: None,
+        }
     }
 }
 
@@ -66,11 +73,22 @@ impl ResourceLimiter for MemoryLimiter {
 }
 
 impl MemoryLimiter {
-    /// Whether a memory of the instance passed three quarters of the limit: a
-    /// guest whose heap only grows (a garbage-collected language that never
-    /// collects between calls) is better replaced before it traps.
-    pub fn nearly_full(&self) -> bool {
-        self.largest > self.max_bytes / 4 * 3
+    /// Notes the end of a call.
+    pub fn call_ended(&mut self) {
+        self.after_first_call.get_or_insert(self.largest);
+    }
+
+    /// Whether the instance is better replaced by a fresh one before its
+    /// next call: its memory passed three quarters of the limit, or grew by
+    /// a quarter of the limit since its first call. A garbage-collected
+    /// language's heap grows from call to call without being given back
+    /// (the JavaScript word count's by about 5 MiB a batch of 10,000), and
+    /// a fresh instance, made from the component's initial memory, holds
+    /// a fraction of it; a guest that needs a large memory in every call
+    /// has it from its first call on, and keeps its instance.
+    pub fn should_replace(&self) -> bool {
+        let grown = self.after_first_call.map_or(0, |first| self.largest.saturating_sub(first));
+        self.largest > self.max_bytes / 4 * 3 || grown > self.max_bytes / 4
     }
 }
 
@@ -105,4 +123,38 @@ pub fn start_epoch_ticker(engine: &Engine) -> Result<()> {
         bail!("cannot start the epoch ticker: {e}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    fn grow(limiter: &mut MemoryLimiter, mib: usize) {
+        assert!(limiter.memory_growing(limiter.largest, mib * MIB, None).unwrap());
+    }
+
+    #[test]
+    fn an_instance_is_replaced_once_it_grew_a_quarter_of_the_limit_since_its_first_call_or_passed_three_quarters() {
+        // A heap that grows 5 MiB a call from 10 MiB after the first.
+        let mut growing = MemoryLimiter::new(64 << 20);
+        grow(&mut growing, 8);
+        assert!(!growing.should_replace(), "instantiated");
+        for (mib, replace) in [(10, false), (15, false), (20, false), (26, false), (27, true)] {
+            grow(&mut growing, mib);
+            growing.call_ended();
+            assert_eq!(growing.should_replace(), replace, "at {mib} MiB");
+        }
+        // A large memory from the first call on is kept, up to three
+        // quarters of the limit.
+        let mut large = MemoryLimiter::new(64 << 20);
+        grow(&mut large, 40);
+        large.call_ended();
+        for (mib, replace) in [(40, false), (48, false), (49, true)] {
+            grow(&mut large, mib);
+            large.call_ended();
+            assert_eq!(large.should_replace(), replace, "at {mib} MiB");
+        }
+    }
 }
