@@ -108,7 +108,7 @@ impl Guest {
     }
 
     /// The size of the instance's largest memory, in bytes, when the
-    /// instance is better replaced ([`MemoryLimiter::should_replace`](super::limits::MemoryLimiter::should_replace)).
+    /// instance is better replaced (`MemoryLimiter::should_replace`).
     pub fn should_replace(&self) -> Option<usize> {
         let limiter = &self.store.data().limiter;
         limiter.should_replace().then_some(limiter.largest)

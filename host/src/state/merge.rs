@@ -134,10 +134,7 @@ fn summed_counts<'a>(batches: &[BatchPartials<'a>]) -> Result<Option<Vec<Summed<
         let mut before: Option<Next<'a>> = None;
         for (at, (key, partial)) in combines.partials.iter().enumerate() {
             let &Value::I64(count @ 1..) = partial else { return Ok(None) };
-            let next = Next::of(key);
-            if before.is_some_and(|before| next.cmp(&before) != Ordering::Greater) {
-                bail!("batch {txid}'s partials are not in key order at key {at}");
-            }
+            let next = in_order(txid, at, before, Next::of(key))?;
             before = Some(next);
             match entries.entry(GroupKey(next)) {
                 Entry::Occupied(entry) => {
@@ -228,16 +225,21 @@ impl<'a> Head<'a> {
 
     /// Moves to the next key, which must come after this one.
     fn advance(&mut self) -> Result<()> {
-        let before = self.next;
         self.at += 1;
         if !self.done() {
-            self.next = Next::of(self.partials.key(self.at));
-            if self.next.cmp(&before) != Ordering::Greater {
-                bail!("batch {}'s partials are not in key order at key {}", self.txid, self.at);
-            }
+            self.next = in_order(self.txid, self.at, Some(self.next), Next::of(self.partials.key(self.at)))?;
         }
         Ok(())
     }
+}
+
+/// `next`, the key at `at` of batch `txid`'s partials, if it comes after
+/// the key `before` it.
+fn in_order<'a>(txid: u64, at: usize, before: Option<Next<'_>>, next: Next<'a>) -> Result<Next<'a>> {
+    if before.is_some_and(|before| next.cmp(&before) != Ordering::Greater) {
+        bail!("batch {txid}'s partials are not in key order at key {at}");
+    }
+    Ok(next)
 }
 
 #[cfg(test)]
