@@ -334,7 +334,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     };
     let sizes = batch_sizes::measure(&bench, sentences, runs, at_10k)?;
     let at_1k = sizes.iter().find(|s| s.batch_size == latency::BATCH).expect("measured at the latency's batch size");
-    let latency = latency::measure(&bench, sentences, at_1k.wasm)?;
+    let latency_runs = latency::measure(&bench, sentences, at_1k.wasm, runs)?;
     eprintln!("sweeping parallelism (1 run each)");
     let mut parallel_rows = Vec::new();
     let mut parallel = Vec::new();
@@ -367,7 +367,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     println!();
     batch_sizes::print(&sizes, runs);
     println!();
-    latency::print(&latency);
+    latency::print(&latency_runs);
     println!();
     println!("Parallelism (weir run --parallelism: instances per operator), batch 10,000, max pending 4, 1 run each");
     println!("| engine | parallelism | wall s | words/s |");
@@ -389,7 +389,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
     windows::print(&windowed, runs);
 
     let targets =
-        targets::Figures { sizes: &sizes, latency: &latency, languages: &language_figures, windowed: &windowed };
+        targets::Figures { sizes: &sizes, latency: &latency_runs, languages: &language_figures, windowed: &windowed };
     println!();
     targets::print(&targets);
 
@@ -409,7 +409,7 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
         "cpu_limit_cost": epoch_cost,
         "counts_check": { "words": words, "exact": true },
         "by_batch_size": batch_sizes::json(&sizes),
-        "latency": latency.report,
+        "latency": { "median": latency::median(&latency_runs).report, "runs": latency_runs.iter().map(|m| &m.report).collect::<Vec<_>>() },
         "parallelism": parallel,
         "targets": targets::json(&targets),
         "languages": { "sentences": sentences, "guests": language_figures },
