@@ -612,6 +612,23 @@ fn a_stalled_header_or_body_is_closed_after_its_timeout() {
 }
 
 #[test]
+fn clients_past_the_connection_limit_wait_and_leave_the_topologies_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    // 128 open files: the server serves 32 connections at once, each idle
+    // one closed a second after it is taken.
+    let server = Server::start_with_open_files(dir.path(), 128, &["--header-timeout-ms", "1000"]);
+    let idle: Vec<TcpStream> = (0..300).map(|_| TcpStream::connect(&server.address).unwrap()).collect();
+    // Behind them, a deployment: its upload, its bundle and state written,
+    // its input opened, all need files the idle clients would have taken.
+    server.deploy_word_count(dir.path());
+    server.assert_word_count_exact();
+    drop(idle);
+    let log = std::fs::read_to_string(dir.path().join("weir.log")).unwrap();
+    assert!(log.contains("serving at most 32 connections at once, not 512: the open-file limit is 128"), "{log}");
+    assert!(!log.contains("Too many open files"), "{log}");
+}
+
+#[test]
 fn one_topology_deployed_under_two_names_keeps_two_states() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("in")).unwrap();

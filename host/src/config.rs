@@ -262,6 +262,13 @@ pub const DEFAULT_MAX_UPLOAD_MIB: usize = 64;
 /// kept-alive connection is closed after it too.
 pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
 
+/// Client connections a server serves at once (`--max-connections`);
+/// further clients wait in the listen queue until one closes, so that idle
+/// or slow clients cannot take the file descriptors the topologies need
+/// (their input files, bundles, state). Never more than a quarter of the
+/// process's open-file limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
 /// Time a client may take to send a request's body, in milliseconds
 /// (`--body-timeout-ms`): a full-size upload at about 1 MiB/s; past it the
 /// call gets 408 and the connection is closed.

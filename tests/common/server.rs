@@ -32,18 +32,40 @@ impl Server {
     /// may replace the tests' usual upload limit, poll interval and batch size.
     pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
         std::fs::write(dir.join("token"), TOKEN).unwrap();
-        Server::spawn(dir, &[&["--token-file", "token"], extra].concat())
+        Server::spawn(dir, &[&["--token-file", "token"], extra].concat(), None)
+    }
+
+    /// [`Server::start_with`], the process allowed `files` open files (soft
+    /// and hard limit).
+    pub fn start_with_open_files(dir: &Path, files: u64, extra: &[&str]) -> Server {
+        std::fs::write(dir.join("token"), TOKEN).unwrap();
+        Server::spawn(dir, &[&["--token-file", "token"], extra].concat(), Some(files))
     }
 
     /// Starts `weir serve` in `dir` as [`Server::start`] does, but with no
     /// token.
     pub fn start_without_token(dir: &Path) -> Server {
-        Server::spawn(dir, &[])
+        Server::spawn(dir, &[], None)
     }
 
-    fn spawn(dir: &Path, extra: &[&str]) -> Server {
+    fn spawn(dir: &Path, extra: &[&str], open_files: Option<u64>) -> Server {
         std::fs::create_dir_all(dir.join("in")).unwrap();
-        let mut child = weir()
+        let mut command = weir();
+        if let Some(files) = open_files {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit { rlim_cur: files, rlim_max: files };
+            // SAFETY: setrlimit is async-signal-safe; `limit` is a copy.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = command
             .current_dir(dir)
             .args(["serve", "--data", "data", "--listen", "127.0.0.1:0", "--input-dir", "in"])
             .args(

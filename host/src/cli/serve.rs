@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CALL_MS,
-    DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_UPLOAD_MIB,
-    DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig, default_max_pending,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES,
+    DEFAULT_MAX_UPLOAD_MIB, DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig, default_max_pending,
 };
 use weir::runtime::{self, ComponentCache};
 use weir::server::deployments::Host;
@@ -40,6 +40,12 @@ pub struct ServeArgs {
     /// milliseconds; past it the connection is closed.
     #[arg(long, default_value_t = DEFAULT_HEADER_TIMEOUT_MS)]
     header_timeout_ms: u64,
+    /// Client connections served at once; further clients wait until one
+    /// closes, so that idle or slow clients cannot take the file
+    /// descriptors the topologies need. At most a quarter of the open-file
+    /// limit, which the server raises to its hard limit at start.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
     /// Time a client may take to send a request's body, in milliseconds;
     /// past it the call gets 408 and the connection is closed.
     #[arg(long, default_value_t = DEFAULT_BODY_TIMEOUT_MS)]
@@ -142,6 +148,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         token,
         max_upload: args.max_upload_mib.saturating_mul(1 << 20),
         header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
+        max_connections: args.max_connections.max(1),
         body_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
         shutdown_timeout: Duration::from_millis(args.shutdown_timeout_ms),
         cluster: args.cluster.config()?,

@@ -49,6 +49,8 @@ pub struct ServeConfig {
     pub max_upload: usize,
     /// Time a client may take to send a request's headers.
     pub header_timeout: Duration,
+    /// Client connections served at once.
+    pub max_connections: usize,
     /// Time a client may take to send a request's body.
     pub body_timeout: Duration,
     /// Time the topologies get to stop at a batch boundary on SIGTERM or
@@ -580,18 +582,26 @@ async fn interrupted() {
     }
 }
 
-/// Serves HTTP/1 connections on `listener` until interrupted; returns the
-/// connections still open, told to close once their request is answered.
+/// Serves HTTP/1 connections on `listener`, at most `max_connections` at
+/// once (the others wait in the listen queue), until interrupted; returns
+/// the connections still open, told to close once their request is
+/// answered.
 async fn accept(
     listener: tokio::net::TcpListener,
     router: Router,
     header_timeout: Duration,
+    max_connections: usize,
 ) -> tokio::task::JoinSet<()> {
     let (closing_tx, closing_rx) = tokio::sync::watch::channel(());
     let mut connections = tokio::task::JoinSet::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let interrupted = interrupted();
     tokio::pin!(interrupted);
     loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut interrupted => break,
+        };
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -607,6 +617,7 @@ async fn accept(
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
         let mut closing = closing_rx.clone();
         connections.spawn(async move {
+            let _slot = slot;
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout)
@@ -624,6 +635,31 @@ async fn accept(
     }
     drop(closing_tx);
     connections
+}
+
+/// The connections to serve at once: `wanted`, but at most a quarter of the
+/// open-file limit, first raised to its hard limit (a shell's soft limit is
+/// often 1,024), so that the rest stays for the topologies' files.
+fn connection_limit(wanted: usize) -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit with a valid pointer to a local.
+    let files = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return wanted;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+        limit.rlim_cur
+    };
+    let allowed = usize::try_from(files / 4).unwrap_or(usize::MAX).max(1);
+    if allowed < wanted {
+        tracing::warn!("serving at most {allowed} connections at once, not {wanted}: the open-file limit is {files}");
+    }
+    wanted.min(allowed)
 }
 
 /// Serves until interrupted (SIGINT or SIGTERM), then stops every topology
@@ -664,7 +700,8 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
             tokio::spawn(clustered::share_figures(Arc::clone(&app)));
         }
         tokio::spawn(sample(Arc::clone(&app)));
-        anyhow::Ok(accept(listener, router(Arc::clone(&app)), config.header_timeout).await)
+        let max_connections = connection_limit(config.max_connections);
+        anyhow::Ok(accept(listener, router(Arc::clone(&app)), config.header_timeout, max_connections).await)
     })?;
     if let Some(membership) = app.cluster.get() {
         runtime.block_on(membership.leave());
