@@ -566,23 +566,77 @@ fn read_until_closed(mut stream: TcpStream, within: Duration) -> String {
 }
 
 #[test]
-fn an_over_limit_declared_length_gets_413_before_the_body_is_sent() {
+fn an_over_limit_or_unauthorized_upload_is_refused_before_the_body_is_sent() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    for token in [TOKEN, "wrong"] {
+    for (token, length, status, why) in [
+        (TOKEN, 100 << 20, "413", "over the server's limit of 1048576 bytes"),
+        ("wrong", 100 << 20, "401", "a valid `Authorization: Bearer <token>` header is required"),
+        // Within the limit: not even held in memory for a caller without
+        // the token.
+        ("wrong", 1 << 20, "401", "a valid `Authorization: Bearer <token>` header is required"),
+    ] {
         let mut stream = TcpStream::connect(&server.address).unwrap();
         let head = format!(
-            "POST /v1/topologies HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n",
+            "POST /v1/topologies HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Length: {length}\r\n\r\n",
             server.address,
-            100 << 20
         );
         stream.write_all(head.as_bytes()).unwrap();
         // The server's body timeout is a minute: an answer within 30 s is
         // one given without waiting for the body.
         let answer = read_until_closed(stream, Duration::from_secs(30));
-        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-        assert!(answer.contains("over the server's limit of 1048576 bytes"), "{answer}");
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{answer}");
+        assert!(answer.contains(why), "{answer}");
     }
+    // Outside /v1 no call reads a body: a large one is refused too.
+    let mut stream = TcpStream::connect(&server.address).unwrap();
+    let head = format!("POST /health HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n", server.address, 1 << 20);
+    stream.write_all(head.as_bytes()).unwrap();
+    let answer = read_until_closed(stream, Duration::from_secs(30));
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
+
+#[test]
+fn uploads_past_the_room_for_bodies_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--body-timeout-ms", "3000"]);
+    let upload = |then: &str| {
+        let mut stream = TcpStream::connect(&server.address).unwrap();
+        let head = format!(
+            "POST /v1/topologies HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{then}",
+            server.address,
+            1 << 20
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream
+    };
+    // Four uploads of the largest size the server takes (1 MiB here) fill
+    // the room for bodies, and stall.
+    let stalled: Vec<TcpStream> = (0..4).map(|_| upload("")).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // A fifth, sent whole, is read only once one of them has given its
+    // room back, at its body timeout.
+    let mut whole = upload("");
+    whole.write_all(&vec![b'x'; 1 << 20]).unwrap();
+    let answered = |stream| {
+        std::thread::spawn(move || {
+            let answer = read_until_closed(stream, Duration::from_secs(30));
+            (Instant::now(), answer)
+        })
+    };
+    let stalled: Vec<_> = stalled.into_iter().map(answered).collect();
+    let (whole_at, whole) = answered(whole).join().unwrap();
+    assert!(whole.starts_with("HTTP/1.1 400"), "{whole}");
+    let first_timeout = stalled
+        .into_iter()
+        .map(|thread| {
+            let (at, answer) = thread.join().unwrap();
+            assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+            at
+        })
+        .min()
+        .unwrap();
+    assert!(whole_at >= first_timeout, "the fifth upload was read while four filled the room");
 }
 
 #[test]

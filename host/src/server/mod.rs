@@ -68,6 +68,8 @@ struct App {
     token: Option<[u8; 32]>,
     max_upload: usize,
     body_timeout: Duration,
+    /// Room for the request bodies held at once.
+    bodies: BodyRoom,
     /// Set once the runtime runs, in cluster mode.
     cluster: std::sync::OnceLock<Membership>,
     /// The cluster's bundles this host has loaded, or failed to.
@@ -84,6 +86,37 @@ type Shared = Arc<App>;
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+/// Largest uploads the server holds at once: their bytes stay in memory
+/// from the first byte read until the call is answered (a deployment's
+/// compile included), and many clients at once must not take the host's
+/// memory. More wait for room, within their body timeout.
+const BODIES_AT_ONCE: usize = 4;
+
+/// Room for request bodies, in KiB: a call takes room for its body before
+/// reading it and gives it back once answered.
+struct BodyRoom {
+    room: Arc<tokio::sync::Semaphore>,
+    kib: u32,
+}
+
+impl BodyRoom {
+    fn new(bytes: usize) -> BodyRoom {
+        let kib = Self::kib(bytes);
+        BodyRoom { room: Arc::new(tokio::sync::Semaphore::new(kib as usize)), kib }
+    }
+
+    fn kib(bytes: usize) -> u32 {
+        u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+    }
+
+    /// Waits until `bytes` fit beside the bodies held (never more than all
+    /// of the room).
+    async fn reserve(&self, bytes: usize) -> tokio::sync::OwnedSemaphorePermit {
+        let kib = Self::kib(bytes).min(self.kib);
+        Arc::clone(&self.room).acquire_many_owned(kib).await.expect("the room is never closed")
+    }
 }
 
 /// An error that ends the connection: its request was not read whole.
@@ -169,13 +202,12 @@ fn refuse_web_pages(method: &Method, headers: &HeaderMap) -> Result<(), String> 
     Ok(())
 }
 
-/// Every /v1 call: the token, where there is one; else nothing a web page
-/// could have sent.
-async fn guard(State(app): State<Shared>, request: Request, next: Next) -> Response {
-    let verdict = match &app.token {
+/// Whether a /v1 call may be made: the token, where there is one; else
+/// nothing a web page could have sent. The refusal's status and why.
+fn authorized(app: &App, method: &Method, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+    match &app.token {
         Some(token) => {
-            let presented = request
-                .headers()
+            let presented = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
@@ -183,43 +215,63 @@ async fn guard(State(app): State<Shared>, request: Request, next: Next) -> Respo
             if bool::from(sha256(presented.as_bytes()).ct_eq(token)) {
                 Ok(())
             } else {
-                Err(error(StatusCode::UNAUTHORIZED, "a valid `Authorization: Bearer <token>` header is required"))
+                Err((StatusCode::UNAUTHORIZED, "a valid `Authorization: Bearer <token>` header is required".into()))
             }
         }
-        None => refuse_web_pages(request.method(), request.headers()).map_err(|why| error(StatusCode::FORBIDDEN, why)),
-    };
-    match verdict {
-        Ok(()) => next.run(request).await,
-        Err(refused) => refused,
+        None => refuse_web_pages(method, headers).map_err(|why| (StatusCode::FORBIDDEN, why)),
     }
 }
 
-/// Reads a request's body whole before it is handled: a body declared over
-/// the limit is refused before any of it is read, one that grows over it
-/// when it does, and one that does not arrive in time ends the connection.
+/// Every /v1 call passes [`authorized`].
+async fn guard(State(app): State<Shared>, request: Request, next: Next) -> Response {
+    match authorized(&app, request.method(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err((status, why)) => error(status, why),
+    }
+}
+
+/// Largest body of a call outside /v1 (the dashboard, /health, /metrics):
+/// none of them reads one.
+const OTHER_BODY_LIMIT: usize = 64 << 10;
+
+/// Reads a request's body whole before it is handled, once the call is
+/// [`authorized`] (a /v1 call; others may send [`OTHER_BODY_LIMIT`]) and
+/// the bodies read at once leave room for it ([`App::bodies`]): a body
+/// declared over the limit is refused before any of it is read, one that
+/// grows over it when it does, and one that does not arrive in time (room
+/// for it included) ends the connection.
 async fn read_body(State(app): State<Shared>, request: Request, next: Next) -> Response {
+    let api = request.uri().path().starts_with("/v1/");
+    if let (true, Err((status, why))) = (api, authorized(&app, request.method(), request.headers())) {
+        return closing(status, why);
+    }
+    let limit = if api { app.max_upload } else { OTHER_BODY_LIMIT };
     let too_large = || {
+        let flag = if api { " (--max-upload-mib)" } else { "" };
         closing(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request's body is over the server's limit of {} bytes (--max-upload-mib)", app.max_upload),
+            format!("the request's body is over the server's limit of {limit} bytes{flag}"),
         )
     };
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > app.max_upload as u64) {
+    if declared.is_some_and(|length| length > limit as u64) {
         return too_large();
     }
+    let timed_out = || {
+        closing(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the request's body did not arrive within {} ms (--body-timeout-ms)", app.body_timeout.as_millis()),
+        )
+    };
+    let deadline = tokio::time::Instant::now() + app.body_timeout;
+    // Room for the body as declared, or, sent in chunks, for the largest
+    // allowed; a request with neither header has none.
+    let chunked = request.headers().contains_key(header::TRANSFER_ENCODING);
+    let room = declared.map_or(if chunked { limit } else { 0 }, |length| length as usize);
+    let Ok(_room) = tokio::time::timeout_at(deadline, app.bodies.reserve(room)).await else { return timed_out() };
     let (parts, body) = request.into_parts();
-    let read = tokio::time::timeout(app.body_timeout, Limited::new(body, app.max_upload).collect()).await;
-    let bytes = match read {
-        Err(_) => {
-            return closing(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request's body did not arrive within {} ms (--body-timeout-ms)",
-                    app.body_timeout.as_millis()
-                ),
-            );
-        }
+    let bytes = match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
+        Err(_) => return timed_out(),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
         Ok(Err(e)) => return closing(StatusCode::BAD_REQUEST, format!("the request's body cannot be read: {e}")),
         Ok(Ok(collected)) => collected.to_bytes(),
@@ -677,6 +729,7 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         token: config.token.as_deref().map(|t| sha256(t.as_bytes())),
         max_upload: config.max_upload,
         body_timeout: config.body_timeout,
+        bodies: BodyRoom::new(config.max_upload.saturating_mul(BODIES_AT_ONCE)),
         cluster: std::sync::OnceLock::new(),
         cluster_bundles: Default::default(),
         cluster_plans: Default::default(),
