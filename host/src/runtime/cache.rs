@@ -11,6 +11,14 @@ use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+/// Held while a component compiles: one compiles at a time in a process.
+/// Compiling takes memory in proportion to a function's control flow (a
+/// 7.5 MB function of nested blocks, the most a function may hold, took
+/// 2 GB, on each core Wasmtime compiles with), so uploads compiling side
+/// by side would multiply what one hostile bundle can take; one at a time
+/// they lose little, as each compile already uses every core.
+static COMPILING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Where compiled components are kept.
 #[derive(Clone, Debug)]
 pub struct ComponentCache {
@@ -61,15 +69,13 @@ impl ComponentCache {
     /// The compiled form of `wasm`, from the cache when it is there.
     pub fn load(&self, engine: &Engine, wasm: &[u8]) -> Result<(Component, CacheOutcome)> {
         let path = self.entry_path(engine, wasm);
-        if path.exists() {
-            // SAFETY: entries are written only by `store` below, from
-            // `Engine::precompile_component`, under a name that covers the
-            // source bytes and the engine's compatibility hash; the rename
-            // makes each entry appear whole or not at all.
-            match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(component) => return Ok((component, CacheOutcome::Hit)),
-                Err(e) => tracing::warn!("ignoring unreadable cache entry {}: {e}", path.display()),
-            }
+        if let Some(component) = Self::cached(engine, &path) {
+            return Ok((component, CacheOutcome::Hit));
+        }
+        let _one_at_a_time = COMPILING.lock().unwrap_or_else(|e| e.into_inner());
+        // The same component may have compiled while this load waited.
+        if let Some(component) = Self::cached(engine, &path) {
+            return Ok((component, CacheOutcome::Hit));
         }
         let compiled = engine.precompile_component(wasm)?;
         // SAFETY: the bytes were produced just now by this engine.
@@ -78,6 +84,24 @@ impl ComponentCache {
             tracing::warn!("could not cache the compiled component in {}: {e:#}", self.dir.display());
         }
         Ok((component, CacheOutcome::Miss))
+    }
+
+    /// The entry at `path`, if there is a readable one.
+    fn cached(engine: &Engine, path: &Path) -> Option<Component> {
+        if !path.exists() {
+            return None;
+        }
+        // SAFETY: entries are written only by `store` below, from
+        // `Engine::precompile_component`, under a name that covers the
+        // source bytes and the engine's compatibility hash; the rename
+        // makes each entry appear whole or not at all.
+        match unsafe { Component::deserialize_file(engine, path) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!("ignoring unreadable cache entry {}: {e}", path.display());
+                None
+            }
+        }
     }
 
     fn store(&self, path: &Path, compiled: &[u8]) -> Result<()> {
@@ -101,5 +125,30 @@ pub fn default_cache_dir() -> PathBuf {
     match std::env::var_os("HOME") {
         Some(home) => PathBuf::from(home).join(".cache").join("weir"),
         None => std::env::temp_dir().join("weir-cache"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_component_loaded_by_two_threads_at_once_compiles_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(dir.path());
+        let engine = crate::runtime::engine(true).unwrap();
+        let wasm = std::fs::read(weir_test_guests::WORD_COUNT).unwrap();
+        let start = std::sync::Barrier::new(2);
+        let outcomes: Vec<CacheOutcome> = std::thread::scope(|scope| {
+            let load = || {
+                start.wait();
+                cache.load(&engine, &wasm).unwrap().1
+            };
+            let threads = [scope.spawn(load), scope.spawn(load)];
+            threads.map(|thread| thread.join().unwrap()).into()
+        });
+        let mut sorted = outcomes.clone();
+        sorted.sort_by_key(|outcome| *outcome == CacheOutcome::Hit);
+        assert_eq!(sorted, [CacheOutcome::Miss, CacheOutcome::Hit], "{outcomes:?}");
     }
 }
