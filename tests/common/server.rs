@@ -31,15 +31,18 @@ impl Server {
     /// `dir/in`, the token in `dir/token`), with `extra` arguments, which
     /// may replace the tests' usual upload limit, poll interval and batch size.
     pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
-        std::fs::write(dir.join("token"), TOKEN).unwrap();
-        Server::spawn(dir, &[&["--token-file", "token"], extra].concat(), None)
+        Server::start_with_token(dir, extra, None)
     }
 
     /// [`Server::start_with`], the process allowed `files` open files (soft
     /// and hard limit).
     pub fn start_with_open_files(dir: &Path, files: u64, extra: &[&str]) -> Server {
+        Server::start_with_token(dir, extra, Some(files))
+    }
+
+    fn start_with_token(dir: &Path, extra: &[&str], open_files: Option<u64>) -> Server {
         std::fs::write(dir.join("token"), TOKEN).unwrap();
-        Server::spawn(dir, &[&["--token-file", "token"], extra].concat(), Some(files))
+        Server::spawn(dir, &[&["--token-file", "token"], extra].concat(), open_files)
     }
 
     /// Starts `weir serve` in `dir` as [`Server::start`] does, but with no

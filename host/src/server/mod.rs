@@ -222,25 +222,18 @@ fn authorized(app: &App, method: &Method, headers: &HeaderMap) -> Result<(), (St
     }
 }
 
-/// Every /v1 call passes [`authorized`].
-async fn guard(State(app): State<Shared>, request: Request, next: Next) -> Response {
-    match authorized(&app, request.method(), request.headers()) {
-        Ok(()) => next.run(request).await,
-        Err((status, why)) => error(status, why),
-    }
-}
-
 /// Largest body of a call outside /v1 (the dashboard, /health, /metrics):
 /// none of them reads one.
 const OTHER_BODY_LIMIT: usize = 64 << 10;
 
-/// Reads a request's body whole before it is handled, once the call is
-/// [`authorized`] (a /v1 call; others may send [`OTHER_BODY_LIMIT`]) and
+/// Admits a request: a /v1 call only if [`authorized`], before any of its
+/// body is read; then reads the body whole before the call is handled
+/// (a /v1 call's up to the upload limit, others' [`OTHER_BODY_LIMIT`]), once
 /// the bodies read at once leave room for it ([`App::bodies`]): a body
 /// declared over the limit is refused before any of it is read, one that
 /// grows over it when it does, and one that does not arrive in time (room
 /// for it included) ends the connection.
-async fn read_body(State(app): State<Shared>, request: Request, next: Next) -> Response {
+async fn admit(State(app): State<Shared>, request: Request, next: Next) -> Response {
     let api = request.uri().path().starts_with("/v1/");
     if let (true, Err((status, why))) = (api, authorized(&app, request.method(), request.headers())) {
         return closing(status, why);
@@ -597,8 +590,9 @@ async fn metrics(State(app): State<Shared>) -> Response {
     }
 }
 
-/// The API's routes, every call under /v1 passing [`guard`], and the
-/// dashboard's; every answer carries [`dashboard::secure`]'s headers.
+/// The API's routes, every call (all under /v1/) passing [`admit`]'s
+/// authorization, and the dashboard's; every answer carries
+/// [`dashboard::secure`]'s headers.
 fn router(app: Shared) -> Router {
     let api = Router::new()
         .route("/v1/topologies", post(deploy).get(list))
@@ -611,8 +605,7 @@ fn router(app: Shared) -> Router {
         .route("/v1/topologies/{name}/definition", get(definition))
         .route("/v1/topologies/{name}/states/{state}", get(state))
         .route("/v1/topologies/{name}/queries/{query}", post(query))
-        .route("/v1/cluster", get(cluster))
-        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard));
+        .route("/v1/cluster", get(cluster));
     Router::new()
         .route("/", get(dashboard::page))
         .route("/assets/{name}", get(dashboard::asset))
@@ -620,7 +613,7 @@ fn router(app: Shared) -> Router {
         .route("/metrics", get(metrics))
         .merge(api)
         .layer(DefaultBodyLimit::max(app.max_upload))
-        .layer(middleware::from_fn_with_state(Arc::clone(&app), read_body))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), admit))
         .layer(middleware::from_fn(dashboard::secure))
         .with_state(app)
 }
