@@ -568,3 +568,55 @@ fn a_served_guest_blocked_in_wasi_fails_while_a_sibling_counts_exactly_and_is_de
     let peak = peak_rss_kib(server.child.id()).unwrap();
     assert!(peak <= MAX_RSS_KIB, "the server reached {} MiB of resident memory", peak / 1024);
 }
+
+#[test]
+fn a_component_whose_compiling_takes_gigabytes_is_refused_and_the_host_stays_small() {
+    let dir = tempfile::tempdir().unwrap();
+    // A million nested blocks, 3 MB: compiling took more than 2 GiB.
+    let path = dir.path().join("nested-blocks.wasm");
+    std::fs::write(&path, hand_made::nested_blocks(1_000_000)).unwrap();
+    let (output, peak) = weir_contained_peak("compile bomb", &["inspect", path.to_str().unwrap()]);
+    let error =
+        assert_refused("compile bomb", &output, "nested-blocks.wasm cannot be compiled within this host's bounds");
+    assert!(error.contains("needs more than the 1024 MiB this host allows (--compile-memory-mib)"), "{error}");
+    assert!(peak < 128, "the host's memory peaked at {peak} MiB while a child compiled");
+}
+
+#[test]
+fn a_component_whose_compiling_takes_too_long_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // 7.5 MB of one function's instructions: most of a second to compile.
+    let path = dir.path().join("long.wasm");
+    std::fs::write(&path, hand_made::dropped_constants(2_500_000)).unwrap();
+    let output = weir_contained("slow compile", &["inspect", path.to_str().unwrap(), "--compile-timeout-ms", "50"]);
+    assert_refused(
+        "slow compile",
+        &output,
+        "long.wasm cannot be compiled within this host's bounds: compiling it took longer than the 50 ms this host allows (--compile-timeout-ms)",
+    );
+}
+
+#[test]
+fn a_compile_bomb_deployed_to_a_server_is_refused_and_its_sibling_ends_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--compile-memory-mib", "256"]);
+    server.deploy_word_count(dir.path());
+    // The word count's bundle, its component swapped for 300,000 nested
+    // blocks (900 KB, within the server's 1 MiB uploads).
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let manifest = weir::bundle::Bundle::from_bytes(std::path::Path::new("wc.weir"), &word_count).unwrap().manifest;
+    let component = manifest.components[0].name.clone();
+    let bomb =
+        weir::bundle::Bundle::new(vec![(component.clone(), hand_made::nested_blocks(300_000))], manifest.topologies);
+    let (status, body) = server.api("POST", "/v1/topologies?input=in/corpus.txt&name=bomb", &bomb.to_bytes().unwrap());
+    assert_eq!(status, 400, "{body}");
+    let error = body["error"].as_str().unwrap();
+    let _ = writeln!(std::io::stderr().lock(), "attack compile bomb served: {error}");
+    assert!(error.contains(&format!("{component} cannot be compiled within this host's bounds")), "{error}");
+    assert!(error.contains("needs more than the 256 MiB this host allows"), "{error}");
+    let (_, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    server.assert_word_count_exact();
+    let peak = peak_rss_kib(server.child.id()).unwrap() >> 10;
+    assert!(peak < 256, "the server's memory peaked at {peak} MiB");
+}

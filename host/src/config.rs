@@ -112,6 +112,16 @@ impl Default for RunConfig {
 /// host is configured otherwise (`--max-memory-mib`).
 pub const DEFAULT_MAX_MEMORY_MIB: u64 = 64;
 
+/// Memory compiling one component may take, in MiB (`--compile-memory-mib`):
+/// the Python and JavaScript guests' interpreters took about 420 MiB on two
+/// cores, a hand-made function of 2.5 million nested blocks 2 GiB per core.
+pub const DEFAULT_COMPILE_MEMORY_MIB: u64 = 1024;
+
+/// Time compiling one component may take, in milliseconds
+/// (`--compile-timeout-ms`): the Python and JavaScript guests took 6 s on
+/// two cores.
+pub const DEFAULT_COMPILE_TIMEOUT_MS: u64 = 120_000;
+
 /// CPU time one operator call may take, in milliseconds (`--max-call-ms`).
 /// A call handles a whole batch: word count spends about a millisecond on
 /// 10,000 sentences, so this only stops a guest that has lost its way.

@@ -5,6 +5,7 @@
 
 pub mod browser;
 pub mod etcd;
+pub mod hand_made;
 pub mod kill;
 pub mod nats;
 pub mod server;

@@ -5,7 +5,6 @@ use clap::Args;
 use std::path::PathBuf;
 use weir::bundle::{Bundle, BundledTopology, is_bundle};
 use weir::config::SandboxConfig;
-use weir::runtime::{self, ComponentCache};
 use weir::{guest_build, load, plan};
 
 #[derive(Args, Debug)]
@@ -17,9 +16,8 @@ pub struct BundleArgs {
     /// Where to write the bundle [default: <name>.weir in the current directory].
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    compile: super::compile::CompileArgs,
     #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
 }
@@ -28,8 +26,7 @@ pub fn run(args: BundleArgs) -> Result<()> {
     let wasm = if args.path.is_dir() { guest_build::build(&args.path)? } else { args.path.clone() };
     // The engine `weir run` uses by default: describing compiles the
     // component, and that compilation then serves the run from the cache.
-    let engine = runtime::engine(true)?;
-    let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
+    let (engine, cache) = args.compile.engine_and_cache(true)?;
     let config = SandboxConfig { topology: args.topology_limits.limits(), ..SandboxConfig::default() };
     let stem = args.path.file_stem().and_then(|s| s.to_str()).unwrap_or("topology").to_owned();
     let output = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}.weir")));

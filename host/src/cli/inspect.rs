@@ -9,7 +9,6 @@ use weir::bundle::{Bundle, BundledTopology, ComponentEntry, Manifest, is_bundle,
 use weir::config::SandboxConfig;
 use weir::load;
 use weir::plan::{self, builtin_name};
-use weir::runtime::{self, ComponentCache};
 use weir::spout::SpoutKind;
 use weir::state::rules::kind_name;
 use weir_sdk::topology::{
@@ -24,9 +23,8 @@ pub struct InspectArgs {
     /// Print the manifest as JSON.
     #[arg(long)]
     json: bool,
-    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    compile: super::compile::CompileArgs,
     #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
 }
@@ -51,8 +49,7 @@ fn read_manifest(args: &InspectArgs) -> Result<Manifest> {
     }
     // With the CPU limit, as `weir run` describes: a description that
     // spins is interrupted, and the compiled component serves a later run.
-    let engine = runtime::engine(true)?;
-    let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
+    let (engine, cache) = args.compile.engine_and_cache(true)?;
     let name = args.path.file_name().and_then(|n| n.to_str()).unwrap_or("component.wasm").to_owned();
     let topologies = load::describe_all(&engine, &cache, &args.path, &SandboxConfig::default())?
         .into_iter()

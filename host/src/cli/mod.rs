@@ -3,6 +3,7 @@
 mod bundle;
 mod client;
 mod cluster;
+mod compile;
 mod delete;
 mod deploy;
 mod inspect;
@@ -98,6 +99,9 @@ enum Command {
     /// Publish the lines of a file into a NATS JetStream stream, spread over
     /// its partition subjects, each acknowledged.
     Publish(publish::PublishArgs),
+    /// Compile a component for a parent `weir`, within its bounds.
+    #[command(name = weir::runtime::compile::COMPILE_COMMAND, hide = true)]
+    CompileComponent(compile::CompileComponentArgs),
 }
 
 /// Sends logs to stderr, filtered by `WEIR_LOG` (default: info for Weir).
@@ -137,5 +141,6 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
         Command::Delete(args) => delete::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Publish(args) => publish::run(args),
+        Command::CompileComponent(args) => compile::run(args),
     }
 }

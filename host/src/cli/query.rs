@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use weir::config::SandboxConfig;
 use weir::instances::OperatorSource;
 use weir::json::to_json;
-use weir::runtime::{self, ComponentCache};
 use weir::state::Db;
 use weir::{exec, load};
 
@@ -33,10 +32,8 @@ pub struct QueryArgs {
     /// the one `weir run` last ran the topology with on --data].
     #[arg(long)]
     component: Option<PathBuf>,
-    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else
-    /// ~/.cache/weir].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    compile: super::compile::CompileArgs,
     #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
 }
@@ -60,8 +57,7 @@ fn local(args: &QueryArgs) -> Result<Vec<serde_json::Value>> {
         Some(path) => path.clone(),
         None => load::remembered_source(data, &args.topology)?,
     };
-    let engine = runtime::engine(true)?;
-    let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
+    let (engine, cache) = args.compile.engine_and_cache(true)?;
     let config = SandboxConfig { topology: args.topology_limits.limits(), ..SandboxConfig::default() };
     let mut loaded = load::topologies(&engine, &cache, &source, std::slice::from_ref(&args.topology), &config)?;
     let loaded = loaded.pop().context("no topology loaded")?;

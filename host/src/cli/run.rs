@@ -15,7 +15,6 @@ use weir::config::{
 };
 use weir::coordinator::{self, RunReport};
 use weir::instances::OperatorSource;
-use weir::runtime::{self, ComponentCache};
 use weir::sink::Publisher;
 use weir::spout;
 use weir::state::Db;
@@ -105,10 +104,8 @@ pub struct RunArgs {
     /// process's peak resident memory) to this file, as JSON.
     #[arg(long)]
     report_json: Option<PathBuf>,
-    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else
-    /// ~/.cache/weir].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    compile: super::compile::CompileArgs,
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
@@ -171,8 +168,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
             args.parallelism
         );
     }
-    let engine = runtime::engine(args.max_call_ms > 0)?;
-    let cache = ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir));
+    let (engine, cache) = args.compile.engine_and_cache(args.max_call_ms > 0)?;
     let mut topologies = load::topologies(&engine, &cache, &wasm, &args.topology, &sandbox)?;
     if args.parallelism > 1 {
         for loaded in &mut topologies {

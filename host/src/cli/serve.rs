@@ -11,7 +11,6 @@ use weir::config::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES,
     DEFAULT_MAX_UPLOAD_MIB, DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig, default_max_pending,
 };
-use weir::runtime::{self, ComponentCache};
 use weir::server::deployments::Host;
 use weir::server::{ServeConfig, serve};
 use weir::spout::InputScope;
@@ -93,9 +92,8 @@ pub struct ServeArgs {
     /// Limits on what guests may read and write through states and log.
     #[command(flatten)]
     hold: super::limits::HoldLimitArgs,
-    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else ~/.cache/weir].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    compile: super::compile::CompileArgs,
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
@@ -117,11 +115,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let db = Arc::new(Db::open(&args.data)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.
     let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
+    let (engine, cache) = args.compile.engine_and_cache(args.max_call_ms > 0)?;
     let host = Host {
         db,
         bundles: data.join("bundles"),
-        engine: runtime::engine(args.max_call_ms > 0)?,
-        cache: ComponentCache::new(args.cache_dir.clone().unwrap_or_else(runtime::default_cache_dir)),
+        engine,
+        cache,
         sandbox: SandboxConfig {
             max_memory_mib: args.max_memory_mib,
             max_call_ms: args.max_call_ms,

@@ -11,18 +11,22 @@ use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use super::compile::{self, CompileBounds};
+
 /// Held while a component compiles: one compiles at a time in a process.
-/// Compiling takes memory in proportion to a function's control flow (a
-/// 7.5 MB function of nested blocks, the most a function may hold, took
-/// 2 GB, on each core Wasmtime compiles with), so uploads compiling side
-/// by side would multiply what one hostile bundle can take; one at a time
-/// they lose little, as each compile already uses every core.
+/// Compiling takes memory in proportion to a function's control flow (see
+/// `compile`), so uploads compiling side by side would multiply what one
+/// hostile bundle can take; one at a time they lose little, as each
+/// compile already uses every core.
 static COMPILING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Where compiled components are kept.
+/// Where compiled components are kept, and how a missing one is compiled.
 #[derive(Clone, Debug)]
 pub struct ComponentCache {
     dir: PathBuf,
+    /// In a bounded child process (see `compile`), or with `None` in this
+    /// one, for components this process's user wrote.
+    child: Option<CompileBounds>,
 }
 
 /// Whether a load found the component already compiled.
@@ -47,9 +51,15 @@ impl Hasher for ShaHasher {
 }
 
 impl ComponentCache {
-    /// A cache in `dir`, created on first use.
+    /// A cache in `dir`, created on first use, compiling in this process.
     pub fn new(dir: impl Into<PathBuf>) -> ComponentCache {
-        ComponentCache { dir: dir.into() }
+        ComponentCache { dir: dir.into(), child: None }
+    }
+
+    /// This cache compiling what it misses in a child `weir` process
+    /// within `bounds`.
+    pub fn compiling_in_child(self, bounds: CompileBounds) -> ComponentCache {
+        ComponentCache { child: Some(bounds), ..self }
     }
 
     /// The cache directory.
@@ -77,8 +87,12 @@ impl ComponentCache {
         if let Some(component) = Self::cached(engine, &path) {
             return Ok((component, CacheOutcome::Hit));
         }
-        let compiled = engine.precompile_component(wasm)?;
-        // SAFETY: the bytes were produced just now by this engine.
+        let compiled = match &self.child {
+            Some(bounds) => compile::in_child(wasm, bounds)?,
+            None => engine.precompile_component(wasm)?,
+        };
+        // SAFETY: the bytes were produced just now, by this engine or by a
+        // child with its settings (a mismatch fails the compatibility check).
         let component = unsafe { Component::deserialize(engine, &compiled)? };
         if let Err(e) = self.store(&path, &compiled) {
             tracing::warn!("could not cache the compiled component in {}: {e:#}", self.dir.display());

@@ -4,6 +4,7 @@
 
 use super::cache::{CacheOutcome, ComponentCache};
 use super::call::{CallError, settle, within};
+use super::compile::CompileRefused;
 use super::guest_output::GuestOutput;
 use super::instance::Guest;
 use super::limits::{MemoryLimiter, call_deadline, deadline_ticks};
@@ -118,8 +119,12 @@ impl LoadedComponent {
     /// errors name it by `path`.
     pub fn from_bytes(engine: &Engine, cache: &ComponentCache, path: &Path, wasm: &[u8]) -> Result<LoadedComponent> {
         check_header(path, wasm)?;
-        let (component, cache_outcome) =
-            cache.load(engine, wasm).with_context(|| format!("{} is not a valid component", path.display()))?;
+        let (component, cache_outcome) = cache.load(engine, wasm).map_err(|e| {
+            let refused = e.is::<CompileRefused>();
+            let what =
+                if refused { "cannot be compiled within this host's bounds" } else { "is not a valid component" };
+            e.context(format!("{} {what}", path.display()))
+        })?;
         refuse_unknown_imports(path, engine, &component)?;
         let mut linker = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;

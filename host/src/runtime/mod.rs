@@ -3,6 +3,7 @@
 
 mod cache;
 mod call;
+pub mod compile;
 mod component;
 mod guest_output;
 mod instance;
@@ -11,6 +12,7 @@ mod random;
 
 pub use cache::{CacheOutcome, ComponentCache, default_cache_dir};
 pub use call::CallError;
+pub use compile::{CompileBounds, CompileRefused};
 pub use component::LoadedComponent;
 pub use guest_output::{GuestLine, recent_lines};
 pub use instance::Guest;
@@ -22,6 +24,15 @@ use wasmtime::{Config, Engine, OptLevel};
 /// The engine every component of a host process is compiled for; with
 /// `cpu_limit`, calls can be bounded in CPU time (see `limits`).
 pub fn engine(cpu_limit: bool) -> Result<Engine> {
+    let engine = Engine::new(&config(cpu_limit))?;
+    if cpu_limit {
+        limits::start_epoch_ticker(&engine)?;
+    }
+    Ok(engine)
+}
+
+/// The settings of `engine(cpu_limit)`, which a compiling child shares.
+fn config(cpu_limit: bool) -> Config {
     let mut config = Config::new();
     config.cranelift_opt_level(OptLevel::Speed);
     // Backtraces with function names and source lines, where the guest
@@ -30,9 +41,5 @@ pub fn engine(cpu_limit: bool) -> Result<Engine> {
     // Bounds each call's CPU time; checked at loop heads and calls, a few
     // percent of a batch call's cost.
     config.epoch_interruption(cpu_limit);
-    let engine = Engine::new(&config)?;
-    if cpu_limit {
-        limits::start_epoch_ticker(&engine)?;
-    }
-    Ok(engine)
+    config
 }
