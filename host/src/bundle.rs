@@ -17,6 +17,12 @@ use weir_sdk::topology::{OperationDef, TopologyDef};
 const MAGIC: &[u8; 8] = b"WEIRBNDL";
 const FORMAT_VERSION: u32 = 1;
 
+/// Components a bundle may hold: each is compiled and asked to describe
+/// itself when the bundle loads, one at a time, so their number bounds how
+/// long one upload holds the server's compiling. A topology in several
+/// languages needs one per language.
+pub const MAX_COMPONENTS: usize = 16;
+
 /// WIT packages (by major: for 0.x versions, the minor) this host runs.
 pub const SUPPORTED_WIT: &[&str] = &["weir:topology@0.1"];
 
@@ -172,6 +178,13 @@ impl Bundle {
                 SUPPORTED_WIT.iter().map(|w| format!("{w}.x")).collect::<Vec<_>>().join(", ")
             );
         }
+        if manifest.components.len() > MAX_COMPONENTS {
+            bail!(
+                "{} holds {} components; a bundle may hold at most {MAX_COMPONENTS}",
+                at_fault(),
+                manifest.components.len()
+            );
+        }
         let mut rest = &bytes[16 + manifest_len..];
         let mut components = Vec::new();
         for entry in &manifest.components {
@@ -247,6 +260,9 @@ mod tests {
                 .contains("targets weir:topology@2.0.0, which this host does not run; it supports weir:topology@0.1.x"),
             "{message}"
         );
+        let many = (0..=MAX_COMPONENTS).map(|i| (format!("c{i}.wasm"), b"\0asm".to_vec())).collect();
+        let message = err(&Bundle::new(many, vec![]).to_bytes().unwrap());
+        assert!(message.contains("bundle b.weir holds 17 components; a bundle may hold at most 16"), "{message}");
     }
 
     #[test]
