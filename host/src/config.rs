@@ -108,8 +108,8 @@ impl Default for RunConfig {
     }
 }
 
-/// Largest linear memory an operator instance may have, in MiB, unless the
-/// host is configured otherwise (`--max-memory-mib`).
+/// Linear memory an operator instance may have, all its memories together,
+/// in MiB, unless the host is configured otherwise (`--max-memory-mib`).
 pub const DEFAULT_MAX_MEMORY_MIB: u64 = 64;
 
 /// Memory compiling one component may take, in MiB (`--compile-memory-mib`):

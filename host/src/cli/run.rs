@@ -75,8 +75,8 @@ pub struct RunArgs {
     /// coordinator: one failing does not stop the others.
     #[arg(long)]
     topology: Vec<String>,
-    /// Largest linear memory of an operator instance, in MiB. Topologies may
-    /// ask for less; one asking for more is refused.
+    /// Linear memory of an operator instance, all its memories together, in
+    /// MiB. Topologies may ask for less; one asking for more is refused.
     #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
     max_memory_mib: u64,
     /// CPU time one operator call (a whole batch) may take, in milliseconds;

@@ -72,7 +72,7 @@ pub struct ServeArgs {
     /// How often a topology that has caught up asks its spout for more, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
-    /// Largest linear memory of an operator instance, in MiB.
+    /// Linear memory of an operator instance, all its memories together, in MiB.
     #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB)]
     max_memory_mib: u64,
     /// CPU time one operator call may take, in milliseconds; a call still

@@ -107,16 +107,16 @@ impl Guest {
         Ok(output)
     }
 
-    /// The size of the instance's largest memory, in bytes, when the
-    /// instance is better replaced (`MemoryLimiter::should_replace`).
+    /// The size of the instance's memories, in bytes, when the instance is
+    /// better replaced (`MemoryLimiter::should_replace`).
     pub fn should_replace(&self) -> Option<usize> {
         let limiter = &self.store.data().limiter;
-        limiter.should_replace().then_some(limiter.largest)
+        limiter.should_replace().then_some(limiter.memory)
     }
 
-    /// The size of the instance's largest memory, in bytes.
+    /// The size of the instance's memories, in bytes.
     pub fn memory_bytes(&self) -> usize {
-        self.store.data().limiter.largest
+        self.store.data().limiter.memory
     }
 
     /// Readies the instance for a spout call; returns the call's deadline.

@@ -28,19 +28,73 @@ pub enum Limit {
     Log,
 }
 
-/// Tables a guest may grow to: far above what compiled languages use, low
-/// enough that a runaway table cannot take the host's memory.
+/// Table elements an instance may have, all its tables together: far
+/// above what compiled languages use (the Python guest's interpreter has
+/// two tables), low enough that a runaway table cannot take the host's
+/// memory.
 const MAX_TABLE_ELEMENTS: usize = 1_000_000;
 
-/// Caps one instance's linear memory, and remembers whether it was hit.
+/// Core instances, linear memories and tables an operator instance may
+/// create. The Python guest's component instantiates 14 core modules with
+/// one memory and two tables between them; each instance holds host memory
+/// of its own (its globals and tables, up to megabytes) and each memory an
+/// address-space reservation, so a component of thousands (Wasmtime
+/// allows 10,000 of each) could take the host's memory or address space.
+const MAX_CORE_INSTANCES: usize = 64;
+const MAX_MEMORIES: usize = 8;
+const MAX_TABLES: usize = 32;
+
+/// Caps one instance's linear memory, all its memories together, and
+/// remembers whether it was hit.
 pub struct MemoryLimiter {
     max_bytes: usize,
-    /// Size the guest tried to grow to past the limit, if it did.
+    /// Size the guest tried to grow its memories to past the limit, if it did.
     pub exceeded: Option<usize>,
-    /// Size of the instance's largest linear memory.
-    pub largest: usize,
-    /// `largest` when the instance's first call ended.
+    /// Bytes of the instance's linear memories, added up.
+    pub memory: usize,
+    /// `memory` when the instance's first call ended.
     after_first_call: Option<usize>,
+    /// Elements of the instance's tables, added up.
+    table_elements: usize,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|maximum| desired > maximum) {
+            // Past the memory's own maximum: Wasmtime refuses the growth.
+            return Ok(false);
+        }
+        let memory = self.memory - current + desired;
+        if memory > self.max_bytes {
+            self.exceeded = Some(memory);
+            // Trap rather than fail the growth: a guest's allocator would
+            // abort anyway, with a less helpful message.
+            wasmtime::bail!("memory limit of {} MiB exceeded", self.max_bytes >> 20);
+        }
+        self.memory = memory;
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let elements = self.table_elements - current + desired;
+        if maximum.is_some_and(|maximum| desired > maximum) || elements > MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        self.table_elements = elements;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_CORE_INSTANCES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
 }
 
 impl MemoryLimiter {
@@ -49,33 +103,15 @@ impl MemoryLimiter {
         MemoryLimiter {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             exceeded: None,
-            largest: 0,
+            memory: 0,
             after_first_call: None,
+            table_elements: 0,
         }
     }
-}
 
-impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
-            self.exceeded = Some(desired);
-            // Trap rather than fail the growth: a guest's allocator would
-            // abort anyway, with a less helpful message.
-            wasmtime::bail!("memory limit of {} MiB exceeded", self.max_bytes >> 20);
-        }
-        self.largest = self.largest.max(desired);
-        Ok(true)
-    }
-
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
-    }
-}
-
-impl MemoryLimiter {
     /// Notes the end of a call.
     pub fn call_ended(&mut self) {
-        self.after_first_call.get_or_insert(self.largest);
+        self.after_first_call.get_or_insert(self.memory);
     }
 
     /// Whether the instance is better replaced by a fresh one before its
@@ -87,8 +123,8 @@ impl MemoryLimiter {
     /// a fraction of it; a guest that needs a large memory in every call
     /// has it from its first call on, and keeps its instance.
     pub fn should_replace(&self) -> bool {
-        let grown = self.after_first_call.map_or(0, |first| self.largest.saturating_sub(first));
-        self.largest > self.max_bytes / 4 * 3 || grown > self.max_bytes / 4
+        let grown = self.after_first_call.map_or(0, |first| self.memory.saturating_sub(first));
+        self.memory > self.max_bytes / 4 * 3 || grown > self.max_bytes / 4
     }
 }
 
@@ -132,7 +168,67 @@ mod tests {
     const MIB: usize = 1 << 20;
 
     fn grow(limiter: &mut MemoryLimiter, mib: usize) {
-        assert!(limiter.memory_growing(limiter.largest, mib * MIB, None).unwrap());
+        assert!(limiter.memory_growing(limiter.memory, mib * MIB, None).unwrap());
+    }
+
+    /// A core module of `memories` memories of `pages` pages each and
+    /// `tables` funcref tables of `elements` elements each.
+    fn module(memories: usize, pages: usize, tables: usize, elements: usize) -> Vec<u8> {
+        fn leb(mut n: usize, out: &mut Vec<u8>) {
+            while n >= 0x80 {
+                out.push((n as u8 & 0x7f) | 0x80);
+                n >>= 7;
+            }
+            out.push(n as u8);
+        }
+        let mut module = b"\0asm\x01\0\0\0".to_vec();
+        for (id, count, entry_prefix, size) in
+            [(4u8, tables, &[0x70u8, 0][..], elements), (5, memories, &[0][..], pages)]
+        {
+            let mut payload = Vec::new();
+            leb(count, &mut payload);
+            for _ in 0..count {
+                payload.extend(entry_prefix);
+                leb(size, &mut payload);
+            }
+            module.push(id);
+            leb(payload.len(), &mut module);
+            module.extend(payload);
+        }
+        module
+    }
+
+    /// Instantiates `wasm` `times` times in one store under a 64 MiB limit;
+    /// the first error, if any.
+    fn instantiate(wasm: &[u8], times: usize) -> Option<String> {
+        let engine = Engine::default();
+        let module = wasmtime::Module::new(&engine, wasm).unwrap();
+        let mut store = wasmtime::Store::new(&engine, MemoryLimiter::new(64 << 20));
+        store.limiter(|limiter| limiter);
+        (0..times).find_map(|_| wasmtime::Instance::new(&mut store, &module, &[]).err().map(|e| format!("{e:#}")))
+    }
+
+    #[test]
+    fn an_instance_is_held_to_its_limits_across_all_its_memories_tables_and_core_instances() {
+        // 40 MiB is within the limit; two memories of 40 MiB are not.
+        assert_eq!(instantiate(&module(1, 640, 0, 0), 1), None);
+        let error = instantiate(&module(2, 640, 0, 0), 1).unwrap();
+        assert!(error.contains("memory limit of 64 MiB exceeded"), "{error}");
+        // Nor are two instances of one 40 MiB memory each, in one store.
+        let error = instantiate(&module(1, 640, 0, 0), 2).unwrap();
+        assert!(error.contains("memory limit of 64 MiB exceeded"), "{error}");
+        let error = instantiate(&module(MAX_MEMORIES + 1, 0, 0, 0), 1).unwrap();
+        assert!(error.contains("memory count too high"), "{error}");
+        // Tables: their elements added up, and their number.
+        assert_eq!(instantiate(&module(0, 0, 1, 600_000), 1), None);
+        let error = instantiate(&module(0, 0, 2, 600_000), 1).unwrap();
+        assert!(error.contains("table"), "{error}");
+        let error = instantiate(&module(0, 0, MAX_TABLES + 1, 1), 1).unwrap();
+        assert!(error.contains("table count too high"), "{error}");
+        // Core instances.
+        assert_eq!(instantiate(&module(0, 0, 0, 0), MAX_CORE_INSTANCES), None);
+        let error = instantiate(&module(0, 0, 0, 0), MAX_CORE_INSTANCES + 1).unwrap();
+        assert!(error.contains("instance count too high"), "{error}");
     }
 
     #[test]
