@@ -487,7 +487,7 @@ fn hostile_topologies_bundle() -> Vec<u8> {
 
 /// What each hostile description gets when it loads, by topology.
 const HOSTILE_DESCRIPTIONS: &[(&str, &str)] = &[
-    ("deep-chain", "topology deep-chain has 200000 nodes, more than this host allows (1000; see --max-nodes)"),
+    ("deep-chain", "topology deep-chain has 15000 nodes, more than this host allows (1000; see --max-nodes)"),
     (
         "huge-parallelism",
         "topology huge-parallelism: operator split asks for a parallelism of 4294967295, more than this host \
@@ -498,7 +498,7 @@ const HOSTILE_DESCRIPTIONS: &[(&str, &str)] = &[
 
 #[test]
 fn hostile_descriptions_are_refused_at_load() {
-    assert_eq!(hostile_description::DEPTH, 200_000);
+    assert_eq!(hostile_description::DEPTH, 15_000);
     for (topology, cause) in HOSTILE_DESCRIPTIONS {
         load_refused(topology, HOSTILE_TOPOLOGIES, &["--topology", topology], cause);
     }
@@ -519,6 +519,15 @@ fn hostile_descriptions_deployed_to_a_server_are_refused_and_the_sibling_stays_e
         assert!(error.contains(cause), "{topology}: expected {cause:?} in {body}");
         let _ = writeln!(std::io::stderr().lock(), "attack {topology} (served): {error}");
     }
+    // A manifest of 5 MiB (parsed whole it could take a hundred times that).
+    let mut huge_manifest = b"WEIRBNDL".to_vec();
+    huge_manifest.extend(1u32.to_le_bytes());
+    huge_manifest.extend((5u32 << 20).to_le_bytes());
+    huge_manifest.resize(huge_manifest.len() + (5 << 20), b' ');
+    let (status, body) = server.api("POST", "/v1/topologies?input=in/hostile.txt", &huge_manifest);
+    assert_eq!(status, 400, "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains("its manifest is 5242880 bytes, more than the 4 MiB a host reads"), "{body}");
     server.assert_word_count_exact();
     let (status, listed) = server.api("GET", "/v1/topologies", b"");
     assert_eq!(status, 200);

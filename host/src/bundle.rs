@@ -23,6 +23,12 @@ const FORMAT_VERSION: u32 = 1;
 /// languages needs one per language.
 pub const MAX_COMPONENTS: usize = 16;
 
+/// Bytes of a bundle's manifest: it is parsed whole, into several times
+/// its size in memory (a list of one-letter names, 22 times), so one the
+/// size of an upload would take gigabytes. A topology's description at
+/// every cap of a host's defaults takes less than 3 MiB.
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
 /// WIT packages (by major: for 0.x versions, the minor) this host runs.
 pub const SUPPORTED_WIT: &[&str] = &["weir:topology@0.1"];
 
@@ -166,6 +172,13 @@ impl Bundle {
             bail!("{} has format version {version}; this host reads version {FORMAT_VERSION}", at_fault());
         }
         let manifest_len = header(12)? as usize;
+        if manifest_len > MAX_MANIFEST_BYTES {
+            bail!(
+                "{}: its manifest is {manifest_len} bytes, more than the {} MiB a host reads",
+                at_fault(),
+                MAX_MANIFEST_BYTES >> 20
+            );
+        }
         let manifest_bytes =
             bytes.get(16..16 + manifest_len).with_context(|| format!("{} is truncated in its manifest", at_fault()))?;
         let manifest: Manifest = serde_json::from_slice(manifest_bytes)
@@ -260,6 +273,11 @@ mod tests {
                 .contains("targets weir:topology@2.0.0, which this host does not run; it supports weir:topology@0.1.x"),
             "{message}"
         );
+        let mut huge = sample();
+        huge.manifest.components[0].name = "a".repeat(MAX_MANIFEST_BYTES);
+        let message = err(&huge.to_bytes().unwrap());
+        assert!(message.contains("bundle b.weir: its manifest is 4194"), "{message}");
+        assert!(message.ends_with("bytes, more than the 4 MiB a host reads"), "{message}");
         let many = (0..=MAX_COMPONENTS).map(|i| (format!("c{i}.wasm"), b"\0asm".to_vec())).collect();
         let message = err(&Bundle::new(many, vec![]).to_bytes().unwrap());
         assert!(message.contains("bundle b.weir holds 17 components; a bundle may hold at most 16"), "{message}");

@@ -2,7 +2,7 @@
 //! definitions the components describe, checked into plans; and the copy a
 //! data dir keeps of what ran on it, for its queries.
 
-use crate::bundle::{Bundle, BundledTopology, Manifest};
+use crate::bundle::{Bundle, BundledTopology, MAX_MANIFEST_BYTES, Manifest};
 use crate::config::SandboxConfig;
 use crate::instances::Components;
 use crate::plan::{Plan, plan};
@@ -86,7 +86,7 @@ fn describe_source(
         let json = described.map_err(|e| {
             anyhow::Error::new(e).context(format!("{}: the component's describe call failed", label.display()))
         })?;
-        let definitions = parse_description(&json)
+        let definitions = read_description(&json)
             .with_context(|| format!("{} describes its topologies in a form this host cannot read", label.display()))?;
         let mapped: Vec<Option<&BundledTopology>> = match &source.manifest {
             Some(_) => {
@@ -114,6 +114,16 @@ fn describe_source(
             Ok(Described { components: Arc::new(Components { default, by_operator }), definition })
         })
         .collect()
+}
+
+/// The topologies a component's `describe` returned. Parsed whole, a
+/// description takes several times its size in memory, so it is held to
+/// the bound a bundle's manifest, which holds it, is held to.
+fn read_description(json: &str) -> Result<Vec<TopologyDef>> {
+    if json.len() > MAX_MANIFEST_BYTES {
+        bail!("the description is {} bytes, more than the {} MiB a host reads", json.len(), MAX_MANIFEST_BYTES >> 20);
+    }
+    Ok(parse_description(json)?)
 }
 
 /// Every topology the component or bundle at `path` defines, with the
@@ -200,4 +210,24 @@ pub fn remembered_source(data: &Path, topology: &str) -> Result<PathBuf> {
         );
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A description of one topology whose one function lists `outputs`
+    /// one-letter output fields.
+    fn description(outputs: usize) -> String {
+        let fields = serde_json::to_string(&vec!["a"; outputs]).unwrap();
+        format!(r#"[{{"name":"t","nodes":[{{"id":"f","op":{{"op":"each","input":["a"],"output":{fields}}}}}]}}]"#)
+    }
+
+    #[test]
+    fn a_description_past_the_manifests_bound_is_refused_before_it_is_parsed() {
+        assert_eq!(read_description(&description(3)).unwrap().len(), 1);
+        let huge = description(MAX_MANIFEST_BYTES / 4);
+        let error = read_description(&huge).unwrap_err().to_string();
+        assert_eq!(error, format!("the description is {} bytes, more than the 4 MiB a host reads", huge.len()));
+    }
 }

@@ -3,7 +3,7 @@
 //! this file too, to bundle exactly what the component describes.
 
 /// Nodes of the `deep-chain` topology.
-pub const DEPTH: usize = 200_000;
+pub const DEPTH: usize = 15_000;
 
 const SPOUT: &str = r#"{"id":"spout","op":{"op":"spout","spout":{"kind":"file-lines","field":"sentence"}}}"#;
 

@@ -1,6 +1,6 @@
 //! Implements the `topology` world without the SDK, to describe topologies
 //! the SDK would never write and a host must refuse when it loads them: a
-//! chain of 200,000 nodes, a parallelism hint of 4 billion, a state name
+//! chain of 15,000 nodes, a parallelism hint of 4 billion, a state name
 //! that climbs out of its table. Its operators never run.
 
 pub mod description;
