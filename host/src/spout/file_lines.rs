@@ -24,6 +24,17 @@ use weir_sdk::codec::{Batch, BatchWriter, Buffers, ValueRef};
 /// Bytes at the end of a range whose hash its metadata keeps.
 const TAIL: u64 = 1024;
 
+/// Bytes of one line. A line is one tuple, which a guest must hold in its
+/// memory (64 MiB by default) with what it makes of it; without a bound, an
+/// input with no newline (a binary file, or a hostile one) would be read
+/// whole into the host's memory.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// Bytes of input one batch takes: a batch of long lines ends short of its
+/// line count here, so that a batch, like the batches in flight together
+/// (`RunConfig::max_pending_bytes`), holds a bounded share of the input.
+const MAX_BATCH_BYTES: u64 = 64 << 20;
+
 /// The input no longer holds what earlier batches read from it: neither a
 /// replay nor a retry can cure it, and the topology halts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,13 +264,25 @@ impl FileLines {
         // The line runs past the buffer, or is the last one and has no
         // newline: gather it.
         self.line.clear();
-        let n = self.reader.read_until(b'\n', &mut self.line)?;
+        // Until the read ends, where the reader stands is unknown: a
+        // failure leaves the next batch to seek.
+        self.position = u64::MAX;
+        let n = (&mut self.reader).take(MAX_LINE_BYTES as u64 + 1).read_until(b'\n', &mut self.line)?;
+        self.position = start + n as u64;
+        if n > MAX_LINE_BYTES && self.line.last() != Some(&b'\n') {
+            bail!(
+                "input {}: the line at byte {start} is longer than {} MiB",
+                self.path.display(),
+                MAX_LINE_BYTES >> 20
+            );
+        }
         if self.follows && n > 0 && self.line.last() != Some(&b'\n') {
             // Perhaps half written: read it again when its newline comes.
+            self.position = u64::MAX;
             self.reader.seek_relative(-(n as i64))?;
+            self.position = start;
             return Ok(false);
         }
-        self.position += n as u64;
         if n > 0 {
             push_line(writer, &self.path, start, &self.line)?;
         }
@@ -276,7 +299,10 @@ impl FileLines {
     pub fn next_batch(&mut self, start: u64, max_lines: usize) -> Result<Option<(LineRange, Batch<'static>)>> {
         self.seek(start)?;
         let mut writer = self.writer(max_lines * 64);
-        while writer.rows() < max_lines && self.push_next_line(&mut writer)? {}
+        while writer.rows() < max_lines
+            && self.position - start < MAX_BATCH_BYTES
+            && self.push_next_line(&mut writer)?
+        {}
         if writer.rows() == 0 {
             return Ok(None);
         }
@@ -398,6 +424,31 @@ mod tests {
         let (range, batch) = spout.next_batch(0, 200_000).unwrap().unwrap();
         assert!(range.end > 1 << 20, "the file is larger than the read buffer");
         assert_eq!(lines(&batch), expected.iter().map(|l| format!("Str({l:?})")).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_line_past_the_bound_is_an_error_naming_its_offset_and_long_lines_end_a_batch_early() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        let longest = "x".repeat(MAX_LINE_BYTES);
+        std::fs::write(&path, format!("ok\n{longest}\n{longest}\n{longest}\n{longest}\n{longest}\nlast\n")).unwrap();
+        // Lines of the longest length are read; a batch of them ends once
+        // it has taken 64 MiB of input.
+        let mut spout = FileLines::open(&path, 10).unwrap();
+        let (first, batch) = spout.next_batch(0, 10).unwrap().unwrap();
+        assert_eq!(batch.len(), 5, "ok and four of the longest lines");
+        let (_, rest) = spout.next_batch(first.end, 10).unwrap().unwrap();
+        assert_eq!(lines(&rest).last().unwrap(), "Str(\"last\")");
+        // One byte longer, followed or not, newline or none: an error.
+        for (text, follows) in [(format!("ok\n{longest}x\n"), false), (format!("ok\n{longest}x"), true)] {
+            std::fs::write(&path, text).unwrap();
+            let mut spout = FileLines::open(&path, 10).unwrap().following(follows);
+            // A retry reads the same line again, and fails the same way.
+            for _ in 0..2 {
+                let err = spout.next_batch(3, 10).unwrap_err();
+                assert!(err.to_string().ends_with("the line at byte 3 is longer than 16 MiB"), "{err}");
+            }
+        }
     }
 
     #[test]
