@@ -400,3 +400,27 @@ fn a_served_topology_follows_the_stream_as_it_grows() {
     assert!(metrics.contains(partition), "{metrics}");
     assert_counts_eq(&server.counts("jetstream-follow"), &corpus_20k().truth);
 }
+
+#[test]
+fn a_batch_of_large_messages_ends_at_its_bytes_and_the_counts_are_exact() {
+    // A server of its own, so that its `corpus` stream holds these: 80
+    // messages of about 900 KB over four partitions, 72 MB in all, more
+    // than a batch's 64 MiB.
+    let nats = NatsServer::start();
+    let lines: Vec<String> = (0..80).map(|i| format!("{}{} ", "w".repeat(999), i % 7).repeat(900)).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    nats.publish("corpus", "corpus.{0..3}", &lines);
+    let data = tempfile::tempdir().unwrap();
+    // Each batch's words are about as many bytes as its messages.
+    let extra = ["--batch-size", "1000", "--max-output-mib", "128"];
+    let output = weir_ok(&run_args("jetstream-word-count", data.path(), &nats.url(), &extra));
+    let summary = text(&output);
+    let batches: u64 = summary
+        .split_once("committed ")
+        .and_then(|(_, rest)| rest.split_once(" batches (80 tuples)"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary of 80 tuples in:\n{summary}"));
+    // 1,000 messages a batch would take all 80 at once; 64 MiB take fewer.
+    assert!(batches >= 2, "{summary}");
+    assert_counts_eq(&counts(data.path(), "jetstream-word-count"), &count_words(&lines));
+}

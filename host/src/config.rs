@@ -327,6 +327,12 @@ pub const MAX_JETSTREAM_PARTITIONS: usize = 1024;
 /// with many partitions, each gives fewer than its `max_per_partition`.
 pub const MAX_JETSTREAM_BATCH_MESSAGES: usize = 1_000_000;
 
+/// Bytes of messages a JetStream spout's batch takes, shared among its
+/// partitions: a batch ends short of its message count here, so that large
+/// messages (up to the server's max_payload each) cannot make one batch
+/// hold gigabytes. At least one message of each partition is taken.
+pub const MAX_JETSTREAM_BATCH_BYTES: usize = 64 << 20;
+
 /// Publish acknowledgements `weir publish` and a sink wait on at once.
 pub const PUBLISH_ACKS_IN_FLIGHT: usize = 1024;
 

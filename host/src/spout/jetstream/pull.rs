@@ -27,6 +27,9 @@ pub struct Pulled {
     pub messages: Vec<Delivered>,
     /// A message past the end of the range was met (and not kept).
     pub beyond: bool,
+    /// The read reached its bytes and let the rest of its last request's
+    /// messages go by (not kept).
+    pub cut: bool,
 }
 
 /// How a read given each message as it came ended.
@@ -37,31 +40,52 @@ pub struct Taken {
     pub last: Option<u64>,
     /// A message past the end of the range was met (and not given).
     pub beyond: bool,
+    /// `each` asked for no more.
+    pub stopped: bool,
 }
 
 /// Reads up to `max` messages of consumer `consumer` of stream `stream`,
 /// stopping before any message past sequence `until`; fewer when the
-/// consumer has no more now.
-pub async fn read(client: &Client, stream: &str, consumer: &str, max: usize, until: Option<u64>) -> Result<Pulled> {
+/// consumer has no more now, or once the messages kept hold `max_bytes`
+/// (the first is kept whatever its size).
+pub async fn read(
+    client: &Client,
+    stream: &str,
+    consumer: &str,
+    max: usize,
+    until: Option<u64>,
+    max_bytes: usize,
+) -> Result<Pulled> {
     let mut messages = Vec::with_capacity(max.min(PULL_MAX));
+    let mut bytes = 0;
     let taken = read_each(client, stream, consumer, max, until, |delivered| {
+        bytes += delivered.message.length;
         messages.push(delivered);
-        Ok(())
+        Ok(if bytes >= max_bytes { Flow::Stop } else { Flow::More })
     })
     .await?;
-    Ok(Pulled { messages, beyond: taken.beyond })
+    Ok(Pulled { messages, beyond: taken.beyond, cut: taken.stopped })
+}
+
+/// Whether a read goes on after a message.
+pub enum Flow {
+    More,
+    /// No further message is wanted: the read ends at once, and the
+    /// messages its last request asked for are let go by.
+    Stop,
 }
 
 /// As [`read`], giving `each` every message as it comes, so that none is
 /// held past its use (each holds a piece of the client's read buffer,
-/// which can then be used again); an error from `each` ends the read.
+/// which can then be used again); an error from `each`, or its
+/// [`Flow::Stop`], ends the read.
 pub async fn read_each(
     client: &Client,
     stream: &str,
     consumer: &str,
     max: usize,
     until: Option<u64>,
-    mut each: impl FnMut(Delivered) -> Result<()>,
+    mut each: impl FnMut(Delivered) -> Result<Flow>,
 ) -> Result<Taken> {
     let api = format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}");
     // Each request answers on an inbox of its own, so that the status that
@@ -108,7 +132,10 @@ pub async fn read_each(
             }
             taken.last = Some(delivered.sequence);
             taken.count += 1;
-            each(delivered)?;
+            if let Flow::Stop = each(delivered)? {
+                taken.stopped = true;
+                return Ok(taken);
+            }
             got += 1;
         }
     }

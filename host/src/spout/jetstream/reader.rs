@@ -4,9 +4,11 @@
 //! last one ended.
 
 use super::meta::Position;
-use super::pull;
+use super::pull::{self, Flow};
 use super::tuples::{Message, TupleShape};
-use crate::config::{MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS, NATS_REQUEST_TIMEOUT};
+use crate::config::{
+    MAX_JETSTREAM_BATCH_BYTES, MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS, NATS_REQUEST_TIMEOUT,
+};
 use crate::nats::{Nats, is_stream_not_found, subject};
 use anyhow::anyhow;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull::Config as PullConfig};
@@ -65,6 +67,9 @@ struct Part {
     start: u64,
     max: usize,
     until: Option<u64>,
+    /// Bytes of messages past which the read ends (a replay reads all it
+    /// recorded).
+    max_bytes: usize,
 }
 
 /// What one partition's read found.
@@ -348,21 +353,20 @@ impl Reader {
         for part in parts {
             consumers.push(self.consumer(&part.subject, part.start).await?.cached_info().name.clone());
         }
-        let reads = parts
-            .iter()
-            .zip(&consumers)
-            .map(|(part, consumer)| pull::read(&self.client, &self.name, consumer, part.max, part.until));
+        let reads = parts.iter().zip(&consumers).map(|(part, consumer)| {
+            pull::read(&self.client, &self.name, consumer, part.max, part.until, part.max_bytes)
+        });
         let pulled = futures_util::future::join_all(reads).await;
         let mut read = Vec::with_capacity(parts.len());
         for (part, pulled) in parts.iter().zip(pulled) {
             match &pulled {
-                Ok(pulled) if !pulled.beyond => {
+                Ok(pulled) if !pulled.beyond && !pulled.cut => {
                     let cached = self.consumers.get_mut(&part.subject).expect("made by consumer()");
                     cached.next = pulled.messages.last().map_or(part.start, |m| m.sequence + 1);
                     cached.used = Instant::now();
                 }
-                // A consumer that went past the range, or whose read failed,
-                // stands nowhere known.
+                // A consumer that went past the range, whose read was cut
+                // short, or whose read failed, stands nowhere known.
                 _ => {
                     self.consumers.remove(&part.subject);
                 }
@@ -399,11 +403,12 @@ impl Reader {
         }
         let partitions = self.partitions.clone().unwrap_or_default();
         let max = self.per_partition.min((MAX_JETSTREAM_BATCH_MESSAGES / partitions.len().max(1)).max(1));
+        let max_bytes = MAX_JETSTREAM_BATCH_BYTES / partitions.len().max(1);
         let parts: Vec<Part> = partitions
             .into_iter()
             .map(|subject| {
                 let start = before.iter().find(|p| p.subject == subject).map_or(1, |p| p.next);
-                Part { subject, start, max, until: None }
+                Part { subject, start, max, until: None, max_bytes }
             })
             .collect();
         let mut writer = BatchWriter::new(self.shape.arity());
@@ -459,12 +464,13 @@ impl Reader {
         let taken = pull::read_each(&self.client, name, &consumer, max, Some(until), |delivered| {
             let subject = delivered.message.subject.as_str();
             if !wanted(subject) {
-                return Ok(());
+                return Ok(Flow::More);
             }
             push_delivered(shape, &mut writer, name, subject, &delivered).map_err(|e| {
                 refused = Some(e);
                 anyhow!("a message was refused")
-            })
+            })?;
+            Ok(Flow::More)
         })
         .await;
         match &taken {
@@ -507,6 +513,7 @@ impl Reader {
                 start: p.first,
                 max: usize::try_from(p.count).unwrap_or(usize::MAX),
                 until: Some(p.last()),
+                max_bytes: usize::MAX,
             })
             .collect();
         let mut writer = BatchWriter::new(self.shape.arity());
