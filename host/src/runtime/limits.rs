@@ -64,7 +64,8 @@ impl ResourceLimiter for MemoryLimiter {
             // Past the memory's own maximum: Wasmtime refuses the growth.
             return Ok(false);
         }
-        let memory = self.memory - current + desired;
+        // Saturating: a memory whose minimum overflows asks for the most.
+        let memory = (self.memory - current).saturating_add(desired);
         if memory > self.max_bytes {
             self.exceeded = Some(memory);
             // Trap rather than fail the growth: a guest's allocator would
@@ -76,7 +77,7 @@ impl ResourceLimiter for MemoryLimiter {
     }
 
     fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let elements = self.table_elements - current + desired;
+        let elements = (self.table_elements - current).saturating_add(desired);
         if maximum.is_some_and(|maximum| desired > maximum) || elements > MAX_TABLE_ELEMENTS {
             return Ok(false);
         }
