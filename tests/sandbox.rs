@@ -167,6 +167,46 @@ fn a_state_flood_deployed_to_a_server_fails_and_its_sibling_ends_exact() {
     assert!(peak < 768, "the server's memory peaked at {peak} MiB");
 }
 
+/// The `hoard` topology's sixteen filters each keep 40 MiB, within the
+/// 64 MiB of an instance: 640 MiB in all, past a topology's limit of 320.
+#[test]
+fn many_instances_each_within_its_own_limit_are_held_to_the_topologys_memory_limit() {
+    attack_bounded(
+        "hoard",
+        &["--max-topology-memory-mib", "320"],
+        "trap: the topology's memory limit of 320 MiB exceeded: its operator instances would hold",
+        480,
+    );
+}
+
+#[test]
+fn many_instances_each_within_its_own_limit_are_held_to_the_hosts_memory_limit_for_guests() {
+    attack_bounded(
+        "hoard",
+        &["--max-guest-memory-mib", "320"],
+        "trap: this host's memory limit for guests of 320 MiB exceeded",
+        480,
+    );
+}
+
+#[test]
+fn a_hoarding_topology_deployed_to_a_server_fails_and_its_sibling_ends_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::server::Server::start_with(dir.path(), &["--max-topology-memory-mib", "320"]);
+    server.deploy_word_count(dir.path());
+    std::fs::write(dir.path().join("in/hoard.txt"), "each filter keeps its memory\n").unwrap();
+    let bundle = common::server::bundle(dir.path(), HOSTILE, "hostile.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?input=in/hoard.txt&topology=hoard", &bundle);
+    assert_eq!(status, 201, "{body}");
+    let failed = server.wait_for_status("hoard", |s| s["state"] == "failed");
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(error.contains("trap: the topology's memory limit of 320 MiB exceeded"), "{failed}");
+    server.assert_word_count_exact();
+    let peak = peak_rss_kib(server.child.id()).unwrap() >> 10;
+    let _ = writeln!(std::io::stderr().lock(), "attack hoard served: {error:.80}; server peak RSS {peak} MiB");
+    assert!(peak < 480, "the server's memory peaked at {peak} MiB");
+}
+
 #[test]
 fn an_infinite_loop_hits_the_cpu_time_limit() {
     attack(HOSTILE, "infinite-loop", &["--max-call-ms", "200"], "CPU time limit of 200 ms per call exceeded");

@@ -112,6 +112,12 @@ impl Default for RunConfig {
 /// in MiB, unless the host is configured otherwise (`--max-memory-mib`).
 pub const DEFAULT_MAX_MEMORY_MIB: u64 = 64;
 
+/// Linear memory of all of a topology's operator instances together, in
+/// MiB (`--max-topology-memory-mib`): 64 instances at the default
+/// instance limit. A topology may have a thousand instances, each within
+/// its own limit; this bounds what one deployment can take from the others.
+pub const DEFAULT_MAX_TOPOLOGY_MEMORY_MIB: u64 = 4096;
+
 /// Memory compiling one component may take, in MiB (`--compile-memory-mib`):
 /// the Python and JavaScript guests' interpreters took about 420 MiB on two
 /// cores, a hand-made function of 2.5 million nested blocks 2 GiB per core.
@@ -229,6 +235,8 @@ impl Default for TopologyLimits {
 pub struct SandboxConfig {
     /// Linear memory per instance, in MiB.
     pub max_memory_mib: u64,
+    /// Linear memory of a topology's instances together, in MiB.
+    pub max_topology_memory_mib: u64,
     /// CPU time per call, in milliseconds.
     pub max_call_ms: u64,
     /// Bytes a call may return, in MiB.
@@ -250,6 +258,7 @@ impl Default for SandboxConfig {
     fn default() -> SandboxConfig {
         SandboxConfig {
             max_memory_mib: DEFAULT_MAX_MEMORY_MIB,
+            max_topology_memory_mib: DEFAULT_MAX_TOPOLOGY_MEMORY_MIB,
             max_call_ms: DEFAULT_MAX_CALL_MS,
             max_output_mib: DEFAULT_MAX_OUTPUT_MIB,
             max_output_tuples: DEFAULT_MAX_OUTPUT_TUPLES,

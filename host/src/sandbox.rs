@@ -3,6 +3,7 @@
 
 use crate::config::{LogLimits, SandboxConfig, StateLimits};
 use crate::runtime::call_deadline;
+use crate::runtime::memory_pool::TopologyMemory;
 use anyhow::{Context, Result, bail};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -26,10 +27,13 @@ pub struct OperatorSandbox {
     pub read_only_dirs: Vec<(PathBuf, String)>,
     /// What a call may write to stdout and stderr.
     pub log: LogLimits,
+    /// The pool the topology's instances draw their memory from.
+    pub memory_pool: TopologyMemory,
 }
 
 impl OperatorSandbox {
-    /// The host's own limits, and no capabilities.
+    /// The host's own limits, and no capabilities, in a topology pool of
+    /// its own.
     pub fn host_limits(config: &SandboxConfig) -> OperatorSandbox {
         OperatorSandbox {
             memory_bytes: config.max_memory_mib * MIB,
@@ -38,6 +42,7 @@ impl OperatorSandbox {
             output_tuples: config.max_output_tuples,
             read_only_dirs: Vec::new(),
             log: config.log,
+            memory_pool: TopologyMemory::new(config.max_topology_memory_mib.saturating_mul(MIB)),
         }
     }
 }
@@ -86,7 +91,13 @@ fn limit(topology: &str, operator: &str, what: &str, asked: Option<u64>, max: u6
     }
 }
 
-fn resolve(topology: &str, operator: &str, def: &SandboxDef, config: &SandboxConfig) -> Result<OperatorSandbox> {
+fn resolve(
+    topology: &str,
+    operator: &str,
+    def: &SandboxDef,
+    config: &SandboxConfig,
+    memory_pool: &TopologyMemory,
+) -> Result<OperatorSandbox> {
     let memory_mib =
         limit(topology, operator, "memory (MiB)", def.memory_mib, config.max_memory_mib, "--max-memory-mib")?;
     let call_ms =
@@ -132,10 +143,12 @@ fn resolve(topology: &str, operator: &str, def: &SandboxDef, config: &SandboxCon
         output_tuples,
         read_only_dirs,
         log: config.log,
+        memory_pool: memory_pool.clone(),
     })
 }
 
-/// Each operator's sandbox, or the reason the topology is refused.
+/// Each operator's sandbox, or the reason the topology is refused. The
+/// operators' instances draw their memory from one pool, the topology's.
 pub fn sandboxes(def: &TopologyDef, operator_ids: &[&str], config: &SandboxConfig) -> Result<Sandboxes> {
     let default = OperatorSandbox::host_limits(config);
     let known: HashSet<&str> = operator_ids.iter().copied().collect();
@@ -148,7 +161,8 @@ pub fn sandboxes(def: &TopologyDef, operator_ids: &[&str], config: &SandboxConfi
                 serde_json::to_string(id).unwrap_or_default()
             );
         }
-        let sandbox = resolve(&def.name, id, asked, config).with_context(|| format!("operator {id}"))?;
+        let sandbox =
+            resolve(&def.name, id, asked, config, &default.memory_pool).with_context(|| format!("operator {id}"))?;
         operators.insert(id.clone(), sandbox);
     }
     Ok(Sandboxes { default, operators, state: config.state })

@@ -9,7 +9,7 @@ use weir::config::{
     DEFAULT_MAX_BATCH_STATE_READ_MIB, DEFAULT_MAX_BATCH_STATE_READS, DEFAULT_MAX_BATCH_STATE_WRITE_MIB,
     DEFAULT_MAX_BATCH_STATE_WRITES, DEFAULT_MAX_CALL_STATE_READ_MIB, DEFAULT_MAX_CALL_STATE_READS,
     DEFAULT_MAX_CALL_STATE_WRITE_MIB, DEFAULT_MAX_CALL_STATE_WRITES, DEFAULT_MAX_LOG_KIB, DEFAULT_MAX_LOG_LINES,
-    DEFAULT_MAX_STATE_CACHE_MIB, LogLimits, StateLimits, StateQuota,
+    DEFAULT_MAX_STATE_CACHE_MIB, DEFAULT_MAX_TOPOLOGY_MEMORY_MIB, LogLimits, StateLimits, StateQuota,
 };
 use weir::config::{
     DEFAULT_MAX_FIELDS, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_NAME_LEN, DEFAULT_MAX_NODE_FIELDS, DEFAULT_MAX_NODES,
@@ -79,6 +79,16 @@ impl TopologyLimitArgs {
 
 #[derive(Args, Debug)]
 pub struct HoldLimitArgs {
+    /// Linear memory of all of one topology's operator instances together,
+    /// in MiB, however many operators and partitions it has; an instance
+    /// growing past it traps.
+    #[arg(long, default_value_t = DEFAULT_MAX_TOPOLOGY_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_topology_memory_mib: u64,
+    /// Linear memory of every guest instance of this host together (all its
+    /// topologies), in MiB; an instance growing past it traps [default:
+    /// half of this machine's memory].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_guest_memory_mib: Option<u64>,
     /// State entries one operator call may read (keys asked for); past it
     /// the call traps.
     #[arg(long, default_value_t = DEFAULT_MAX_CALL_STATE_READS, value_parser = clap::value_parser!(u64).range(1..))]
@@ -120,6 +130,18 @@ pub struct HoldLimitArgs {
 }
 
 impl HoldLimitArgs {
+    /// Linear memory of one topology's instances together, in MiB.
+    pub fn topology_memory_mib(&self) -> u64 {
+        self.max_topology_memory_mib
+    }
+
+    /// Holds every guest instance of this process to --max-guest-memory-mib.
+    pub fn limit_guest_memory(&self) {
+        let mib = self.max_guest_memory_mib.unwrap_or_else(weir::runtime::memory_pool::default_host_limit_mib);
+        weir::runtime::memory_pool::HOST_MEMORY
+            .set_limit(usize::try_from(mib.saturating_mul(MIB)).unwrap_or(usize::MAX));
+    }
+
     /// The state limits these flags set.
     pub fn state(&self) -> StateLimits {
         StateLimits {

@@ -151,8 +151,10 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         follow: None,
         ..RunConfig::default()
     };
+    args.hold.limit_guest_memory();
     let sandbox = SandboxConfig {
         max_memory_mib: args.max_memory_mib,
+        max_topology_memory_mib: args.hold.topology_memory_mib(),
         max_call_ms: args.max_call_ms,
         max_output_mib: args.max_output_mib,
         max_output_tuples: args.max_output_tuples,

@@ -112,6 +112,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    args.hold.limit_guest_memory();
     let db = Arc::new(Db::open(&args.data)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.
     let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
@@ -123,6 +124,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         cache,
         sandbox: SandboxConfig {
             max_memory_mib: args.max_memory_mib,
+            max_topology_memory_mib: args.hold.topology_memory_mib(),
             max_call_ms: args.max_call_ms,
             max_output_mib: args.max_output_mib,
             max_output_tuples: args.max_output_tuples,

@@ -90,14 +90,7 @@ pub(super) fn settle<T>(
                 call_deadline(sandbox.call_ms).unwrap_or_default().as_millis()
             ),
         ),
-        (Some(_), Some(bytes)) => (
-            Some(Limit::Memory),
-            format!(
-                "memory limit of {} MiB exceeded (the guest tried to grow its memory to {:.1} MiB)",
-                sandbox.memory_bytes >> 20,
-                bytes as f64 / f64::from(1 << 20)
-            ),
-        ),
+        (Some(_), Some(exceeded)) => (Some(Limit::Memory), exceeded.to_string()),
         (Some(error), None) => match error.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => {
                 (Some(Limit::Cpu), format!("CPU time limit of {} ms per call exceeded", sandbox.call_ms))

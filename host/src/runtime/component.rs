@@ -172,7 +172,7 @@ impl LoadedComponent {
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limiter: MemoryLimiter::new(sandbox.memory_bytes),
+            limiter: MemoryLimiter::new(sandbox.memory_bytes, sandbox.memory_pool.clone()),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);

@@ -305,6 +305,7 @@ mod tests {
             output_tuples: 100_000,
             read_only_dirs: Vec::new(),
             log: crate::config::LogLimits::default(),
+            memory_pool: crate::runtime::memory_pool::TopologyMemory::new(u64::MAX),
         }
     }
 

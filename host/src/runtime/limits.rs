@@ -2,6 +2,7 @@
 //! limiter, CPU time through epoch interruption, and a deadline on every
 //! call, however the guest spends it.
 
+use super::memory_pool::{HOST_MEMORY, MemoryExceeded, MemoryPool, TopologyMemory};
 use crate::config::{CALL_DEADLINE_FACTOR, EPOCH_TICK};
 use anyhow::{Result, bail};
 use std::time::Duration;
@@ -44,18 +45,23 @@ const MAX_CORE_INSTANCES: usize = 64;
 const MAX_MEMORIES: usize = 8;
 const MAX_TABLES: usize = 32;
 
-/// Caps one instance's linear memory, all its memories together, and
-/// remembers whether it was hit.
+/// Caps one instance's linear memory, all its memories together, draws it
+/// from its topology's pool and the host's, and remembers which limit it
+/// met.
 pub struct MemoryLimiter {
     max_bytes: usize,
-    /// Size the guest tried to grow its memories to past the limit, if it did.
-    pub exceeded: Option<usize>,
+    /// The limit the guest's last growth met, if it met one.
+    pub exceeded: Option<MemoryExceeded>,
     /// Bytes of the instance's linear memories, added up.
     pub memory: usize,
     /// `memory` when the instance's first call ended.
     after_first_call: Option<usize>,
     /// Elements of the instance's tables, added up.
     table_elements: usize,
+    topology: TopologyMemory,
+    host: &'static MemoryPool,
+    /// `memory` before the last growth, which Wasmtime may yet fail.
+    before_growth: usize,
 }
 
 impl ResourceLimiter for MemoryLimiter {
@@ -66,14 +72,34 @@ impl ResourceLimiter for MemoryLimiter {
         }
         // Saturating: a memory whose minimum overflows asks for the most.
         let memory = (self.memory - current).saturating_add(desired);
-        if memory > self.max_bytes {
-            self.exceeded = Some(memory);
+        let more = memory.saturating_sub(self.memory);
+        let exceeded = if memory > self.max_bytes {
+            Some(MemoryExceeded::Instance { limit: self.max_bytes, would: memory })
+        } else if let Err(would) = self.topology.pool().take(more) {
+            Some(MemoryExceeded::Topology { limit: self.topology.pool().limit(), would })
+        } else if let Err(would) = self.host.take(more) {
+            self.topology.pool().give_back(more);
+            Some(MemoryExceeded::Host { limit: self.host.limit(), would })
+        } else {
+            None
+        };
+        if let Some(exceeded) = exceeded {
+            self.exceeded = Some(exceeded);
             // Trap rather than fail the growth: a guest's allocator would
             // abort anyway, with a less helpful message.
-            wasmtime::bail!("memory limit of {} MiB exceeded", self.max_bytes >> 20);
+            wasmtime::bail!("{exceeded}");
         }
-        self.memory = memory;
+        (self.before_growth, self.memory) = (self.memory, memory);
         Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        // Allowed above, then failed in Wasmtime (no address space left):
+        // the pools get back what the growth took.
+        let taken = self.memory - self.before_growth;
+        self.give_back(taken);
+        self.memory = self.before_growth;
+        Ok(())
     }
 
     fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
@@ -99,15 +125,29 @@ impl ResourceLimiter for MemoryLimiter {
 }
 
 impl MemoryLimiter {
-    /// A limiter allowing `max_bytes` of linear memory.
-    pub fn new(max_bytes: u64) -> MemoryLimiter {
+    /// A limiter allowing `max_bytes` of linear memory, drawn from
+    /// `topology`'s pool and the host's.
+    pub fn new(max_bytes: u64, topology: TopologyMemory) -> MemoryLimiter {
+        MemoryLimiter::drawing_on(max_bytes, topology, &HOST_MEMORY)
+    }
+
+    /// [`MemoryLimiter::new`] with `host` for the host's pool.
+    fn drawing_on(max_bytes: u64, topology: TopologyMemory, host: &'static MemoryPool) -> MemoryLimiter {
         MemoryLimiter {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             exceeded: None,
             memory: 0,
             after_first_call: None,
             table_elements: 0,
+            topology,
+            host,
+            before_growth: 0,
         }
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.topology.pool().give_back(bytes);
+        self.host.give_back(bytes);
     }
 
     /// Notes the end of a call.
@@ -126,6 +166,13 @@ impl MemoryLimiter {
     pub fn should_replace(&self) -> bool {
         let grown = self.after_first_call.map_or(0, |first| self.memory.saturating_sub(first));
         self.memory > self.max_bytes / 4 * 3 || grown > self.max_bytes / 4
+    }
+}
+
+/// The instance's memory goes back to the pools with its store.
+impl Drop for MemoryLimiter {
+    fn drop(&mut self) {
+        self.give_back(self.memory);
     }
 }
 
@@ -168,6 +215,10 @@ mod tests {
 
     const MIB: usize = 1 << 20;
 
+    fn unpooled() -> TopologyMemory {
+        TopologyMemory::new(u64::MAX)
+    }
+
     fn grow(limiter: &mut MemoryLimiter, mib: usize) {
         assert!(limiter.memory_growing(limiter.memory, mib * MIB, None).unwrap());
     }
@@ -204,7 +255,7 @@ mod tests {
     fn instantiate(wasm: &[u8], times: usize) -> Option<String> {
         let engine = Engine::default();
         let module = wasmtime::Module::new(&engine, wasm).unwrap();
-        let mut store = wasmtime::Store::new(&engine, MemoryLimiter::new(64 << 20));
+        let mut store = wasmtime::Store::new(&engine, MemoryLimiter::new(64 << 20, unpooled()));
         store.limiter(|limiter| limiter);
         (0..times).find_map(|_| wasmtime::Instance::new(&mut store, &module, &[]).err().map(|e| format!("{e:#}")))
     }
@@ -235,7 +286,7 @@ mod tests {
     #[test]
     fn an_instance_is_replaced_once_it_grew_a_quarter_of_the_limit_since_its_first_call_or_passed_three_quarters() {
         // A heap that grows 5 MiB a call from 10 MiB after the first.
-        let mut growing = MemoryLimiter::new(64 << 20);
+        let mut growing = MemoryLimiter::new(64 << 20, unpooled());
         grow(&mut growing, 8);
         assert!(!growing.should_replace(), "instantiated");
         for (mib, replace) in [(10, false), (15, false), (20, false), (26, false), (27, true)] {
@@ -245,7 +296,7 @@ mod tests {
         }
         // A large memory from the first call on is kept, up to three
         // quarters of the limit.
-        let mut large = MemoryLimiter::new(64 << 20);
+        let mut large = MemoryLimiter::new(64 << 20, unpooled());
         grow(&mut large, 40);
         large.call_ended();
         for (mib, replace) in [(40, false), (48, false), (49, true)] {
@@ -253,5 +304,53 @@ mod tests {
             large.call_ended();
             assert_eq!(large.should_replace(), replace, "at {mib} MiB");
         }
+    }
+
+    #[test]
+    fn instances_draw_their_memory_from_their_topologys_pool_and_the_hosts_and_give_it_back() {
+        let host: &'static MemoryPool = Box::leak(Box::new(MemoryPool::with_limit(150 * MIB)));
+        let (a, b) = (TopologyMemory::new(100 << 20), TopologyMemory::new(100 << 20));
+        let limiter = |topology: &TopologyMemory| MemoryLimiter::drawing_on(64 << 20, topology.clone(), host);
+        let growth = |limiter: &mut MemoryLimiter, mib: usize| {
+            limiter.memory_growing(limiter.memory, mib * MIB, None).map_err(|e| (e.to_string(), limiter.exceeded))
+        };
+        let mut a1 = limiter(&a);
+        let mut a2 = limiter(&a);
+        grow(&mut a1, 60);
+        let (error, exceeded) = growth(&mut a2, 50).unwrap_err();
+        assert_eq!(exceeded, Some(MemoryExceeded::Topology { limit: 100 * MIB, would: 110 * MIB }));
+        assert!(error.contains("--max-topology-memory-mib"), "{error}");
+        assert_eq!((a.pool().used(), host.used()), (60 * MIB, 60 * MIB), "a refused growth takes nothing");
+        grow(&mut a2, 40);
+        // Topology b is within its own pool, but the host's is spent.
+        let mut b1 = limiter(&b);
+        let (error, exceeded) = growth(&mut b1, 60).unwrap_err();
+        assert_eq!(exceeded, Some(MemoryExceeded::Host { limit: 150 * MIB, would: 160 * MIB }));
+        assert!(error.contains("--max-guest-memory-mib"), "{error}");
+        assert_eq!(b.pool().used(), 0, "the topology's pool gets back what the host's refused");
+        // A dropped instance gives its memory back to both pools.
+        drop(a1);
+        assert_eq!((a.pool().used(), host.used()), (40 * MIB, 40 * MIB));
+        grow(&mut b1, 60);
+        assert_eq!(growth(&mut b1, 64).map_err(|(_, e)| e), Ok(true));
+        drop((a2, b1));
+        assert_eq!((a.pool().used(), b.pool().used(), host.used()), (0, 0, 0));
+    }
+
+    #[test]
+    fn instances_in_stores_of_their_own_share_their_topologys_pool() {
+        let engine = Engine::default();
+        let module = wasmtime::Module::new(&engine, module(1, 640, 0, 0)).unwrap();
+        let topology = TopologyMemory::new(64 << 20);
+        let instantiate = || {
+            let mut store = wasmtime::Store::new(&engine, MemoryLimiter::new(64 << 20, topology.clone()));
+            store.limiter(|limiter| limiter);
+            wasmtime::Instance::new(&mut store, &module, &[]).map(|_| store).map_err(|e| format!("{e:#}"))
+        };
+        let first = instantiate().expect("40 MiB within the topology's 64");
+        let error = instantiate().err().expect("another 40 MiB is past it");
+        assert!(error.contains("the topology's memory limit of 64 MiB exceeded"), "{error}");
+        drop(first);
+        assert!(instantiate().is_ok(), "the first store's memory went back to the pool");
     }
 }

@@ -8,6 +8,7 @@ mod component;
 mod guest_output;
 mod instance;
 mod limits;
+pub mod memory_pool;
 mod random;
 
 pub use cache::{CacheOutcome, ComponentCache, default_cache_dir};

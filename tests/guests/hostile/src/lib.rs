@@ -148,6 +148,30 @@ impl Function for Leaky {
     }
 }
 
+/// Keeps 40 MiB of its instance's memory, written to, from its first call
+/// on: under the 48 MiB at which an instance of 64 is replaced, so that
+/// each instance holds it for good.
+struct Hoard;
+
+impl Hoard {
+    const MIB: usize = 40;
+    /// Filters in a row in the `hoard` topology.
+    const FILTERS: usize = 16;
+}
+
+impl Filter for Hoard {
+    fn is_keep(&self, _tuple: &Tuple<'_>) -> Result<bool, Error> {
+        HOARD.with(|hoard| {
+            let mut hoard = hoard.borrow_mut();
+            if hoard.is_empty() {
+                *hoard = vec![1u8; Self::MIB << 20];
+            }
+            black_box(&hoard[..]);
+        });
+        Ok(true)
+    }
+}
+
 /// A batch spout of a few fixed sentences per batch, which blocks inside a
 /// WASI sleep from txid [`SleepySpout::BLOCKS_AT`] on.
 struct SleepySpout;
@@ -170,6 +194,8 @@ impl BatchSpout for SleepySpout {
 }
 
 std::thread_local! {
+    /// What a [`Hoard`] filter keeps.
+    static HOARD: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Txids whose first tuple leaked already.
     static LEAKED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -252,8 +278,21 @@ fn counted(stream: weir_sdk::Stream) -> Topology {
     stream.group_by(["word"]).persistent_aggregate(State::transactional("counts"), Count, ["count"]).build()
 }
 
+/// Word count behind [`Hoard::FILTERS`] hoarding filters, each an
+/// instance of its own: every instance within its own limit, the topology's
+/// instances together past what a host should give one topology.
+fn hoard(name: &str) -> Topology {
+    let mut stream = Topology::new(name).new_stream(FileLines::new("sentence"));
+    for at in 0..Hoard::FILTERS {
+        stream = stream.filter(["sentence"], Hoard).name(&format!("hoard-{at}"));
+    }
+    counted(stream.each(["sentence"], Hostile(Attack::None), ["word"]).name("split"))
+}
+
 fn topologies() -> Vec<Topology> {
     vec![
+        hoard("hoard"),
+        hoard("hoard-too"),
         counted(topology("steady", Attack::None)),
         counted(topology("infinite-loop", Attack::InfiniteLoop)),
         counted(topology("grow-memory", Attack::GrowMemory).limits(Limits::new().memory_mib(16))),
