@@ -27,6 +27,7 @@ use crate::spout::{Emitted, Spout, SpoutKind};
 use crate::state::BatchRecord;
 use crate::state::store::Store;
 use anyhow::{Context, Result, bail};
+use held::{Held, Holding};
 use queue::{Closing, WorkQueue};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -134,11 +135,14 @@ struct Work {
 }
 
 impl Work {
-    fn process(self, processor: &mut Processor) -> Done {
+    /// Processes the batch; its result holds its bytes in `held` until it
+    /// is dropped.
+    fn process(self, processor: &mut Processor, held: &Arc<Held>, by_process_phase: bool) -> Done {
         let result = processor.process(self.id, self.batch);
         fault::at(Point::AfterProcess, self.id.txid);
         let (times, memory, spare) = (processor.take_times(), processor.memory_bytes(), processor.take_input_buffers());
-        Done { id: self.id, result, times, memory, spare }
+        let holding = result.as_ref().ok().map(|handover| held.hold(handover.held_bytes(), by_process_phase));
+        Done { id: self.id, result, times, memory, spare, holding }
     }
 }
 
@@ -175,10 +179,10 @@ impl Helper {
 
     /// Processes `work` with the coordinator's own instances, made the
     /// first time.
-    fn process(&mut self, work: Work) -> Done {
+    fn process(&mut self, work: Work, held: &Arc<Held>) -> Done {
         let processor =
             self.processor.get_or_insert_with(|| Processor::new(Arc::clone(&self.plan), self.source.clone()));
-        work.process(processor)
+        work.process(processor, held, false)
     }
 
     /// Whether a batch processed on the coordinator's thread costs little
@@ -232,6 +236,8 @@ struct Done {
     memory: usize,
     /// Buffers the process phase is done with, for the spout.
     spare: Buffers,
+    /// What its result holds, while it is kept.
+    holding: Option<Holding>,
 }
 
 /// A batch processed, ready for its commit phase.
@@ -239,6 +245,7 @@ struct Ready {
     id: BatchId,
     handover: Handover,
     times: BTreeMap<String, Duration>,
+    holding: Option<Holding>,
 }
 
 struct InFlight {
@@ -273,10 +280,11 @@ pub fn run(
     fault::check()?;
     crate::clock::check()?;
     let queue = WorkQueue::<Work>::new();
+    let held = Held::new(config.max_pending_bytes);
     let (done_tx, done_rx) = mpsc::channel::<Done>();
     let instantiated = OnceLock::new();
     std::thread::scope(|scope| {
-        let (processor_plan, processor_source, waiting) = (Arc::clone(&plan), source.clone(), &queue);
+        let (processor_plan, processor_source, waiting, held) = (Arc::clone(&plan), source.clone(), &queue, &held);
         let process_phase = std::thread::Builder::new().name("weir-process".into());
         let instantiated = &instantiated;
         process_phase.spawn_scoped(scope, move || {
@@ -285,8 +293,10 @@ pub fn run(
             // whether it may help before that batch is processed.
             processor.instantiate_guests();
             let _ = instantiated.set(processor.memory_bytes());
-            while let Some(work) = waiting.take_oldest() {
-                if done_tx.send(work.process(&mut processor)).is_err() {
+            loop {
+                held.wait_for_room(|| waiting.is_closed());
+                let Some(work) = waiting.take_oldest() else { break };
+                if done_tx.send(work.process(&mut processor, held, true)).is_err() {
                     break;
                 }
             }
@@ -304,6 +314,7 @@ pub fn run(
                 memory: None,
             },
             queue: &queue,
+            held: Arc::clone(held),
             instantiated,
             kind: spout.kind(),
             spout,
@@ -336,6 +347,8 @@ struct Coordinator<'a> {
     helper: Helper,
     /// Batches waiting for the process phase.
     queue: &'a WorkQueue<Work>,
+    /// What processed batches hold until they commit.
+    held: Arc<Held>,
     /// The linear memory of the process phase's instances once made,
     /// before its first batch.
     instantiated: &'a OnceLock<usize>,
@@ -419,8 +432,8 @@ impl Coordinator<'_> {
                     self.arrived.insert(id.txid, done);
                     continue;
                 }
-                Some(Done { id, result: Ok(handover), times, .. }) => {
-                    self.commit_group(Ready { id, handover, times }, on_report)?
+                Some(Done { id, result: Ok(handover), times, holding, .. }) => {
+                    self.commit_group(Ready { id, handover, times, holding }, on_report)?
                 }
                 Some(Done { result: Err(e), .. }) => Some((id, e)),
                 None => Some((
@@ -487,7 +500,7 @@ impl Coordinator<'_> {
     /// Whether another batch may be emitted: fewer than max pending in
     /// flight, and fewer bytes than max pending bytes unless none is.
     fn room_for_another(&self) -> bool {
-        let bytes: usize = self.pending.iter().map(|p| p.bytes).sum();
+        let bytes = self.pending.iter().map(|p| p.bytes).sum::<usize>() + self.held.total();
         self.pending.len() < self.config.max_pending
             && (self.pending.is_empty() || bytes < self.config.max_pending_bytes)
     }
@@ -529,8 +542,9 @@ impl Coordinator<'_> {
             if self.helper.memory.is_none() {
                 self.helper.memory = self.instantiated.get().copied();
             }
-            if let Some(work) = self.helper.may_help(deadline).then(|| self.take_waiting(id)).flatten() {
-                let done = self.helper.process(work);
+            let may_help = self.helper.may_help(deadline) && self.held.has_room();
+            if let Some(work) = may_help.then(|| self.take_waiting(id)).flatten() {
+                let done = self.helper.process(work, &self.held);
                 self.arrive(done);
                 continue;
             }
@@ -564,11 +578,11 @@ impl Coordinator<'_> {
         }
         self.arrive_all();
         let ready = 1 + self.pending.iter().skip(1).take_while(|p| self.processed(p.id)).count();
-        if ready >= target || !self.helper.may_process(deadline) {
+        if ready >= target || !self.helper.may_process(deadline) || !self.held.has_room() {
             return false;
         }
         let Some(work) = self.take_waiting(front) else { return false };
-        let done = self.helper.process(work);
+        let done = self.helper.process(work, &self.held);
         self.arrive(done);
         true
     }
@@ -603,8 +617,8 @@ impl Coordinator<'_> {
         if !self.processed(id) {
             return None;
         }
-        let Done { id, result, times, .. } = self.arrived.remove(&id.txid)?;
-        Some(Ready { id, handover: result.ok()?, times })
+        let Done { id, result, times, holding, .. } = self.arrived.remove(&id.txid)?;
+        Some(Ready { id, handover: result.ok()?, times, holding })
     }
 
     /// Keeps every result that came so far, without waiting.
@@ -702,6 +716,7 @@ impl Coordinator<'_> {
 }
 
 mod group;
+mod held;
 mod queue;
 #[cfg(test)]
 mod tests;

@@ -2,10 +2,12 @@
 //! it that are processed already, in one durable write, so that they share
 //! its flush. A group never waits for a batch: it takes what is ready, up
 //! to `group_max` batches, and stops taking more once `group_time` has
-//! passed. A batch whose commit phase fails ends the group: those before
+//! passed or its batches' results hold max pending bytes (the commit writes
+//! them in one transaction, which holds what it wrote until it ends). A batch whose commit phase fails ends the group: those before
 //! it commit, and it fails as a batch alone would. A topology with sinks
 //! commits each batch alone.
 
+use super::held::Holding;
 use super::{Coordinator, Ready, RunReport};
 use crate::exec::{BatchError, BatchId, GroupFailure};
 use crate::fault::{self, Point};
@@ -26,8 +28,10 @@ impl Coordinator<'_> {
         let group_max = self.group_max();
         let mut process_times = Vec::new();
         let mut failed = None;
+        let mut group_bytes = 0;
         let mut next = Some(first);
-        while let Some(Ready { id, handover, times }) = next.take() {
+        while let Some(Ready { id, handover, times, holding }) = next.take() {
+            group_bytes += holding.as_ref().map_or(0, Holding::bytes);
             let in_flight = &self.pending[process_times.len()];
             let record = BatchRecord { attempt: id.attempt, time_ms: in_flight.time_ms, spout: in_flight.meta.clone() };
             fault::at(Point::BeforeCommit, id.txid);
@@ -37,7 +41,11 @@ impl Coordinator<'_> {
             }
             process_times.push(times);
             let grouped = process_times.len();
-            if grouped >= group_max || started.elapsed() >= self.config.group_time || fault::ends_group(id.txid) {
+            if grouped >= group_max
+                || started.elapsed() >= self.config.group_time
+                || group_bytes >= self.config.max_pending_bytes
+                || fault::ends_group(id.txid)
+            {
                 break;
             }
             // A fault point before a batch's commit promises every earlier

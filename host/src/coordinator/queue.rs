@@ -50,6 +50,11 @@ impl<T> WorkQueue<T> {
         if state.items.len() > leave && state.items.back().is_some_and(wanted) { state.items.pop_back() } else { None }
     }
 
+    /// Whether [`WorkQueue::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// No more items: what is left is dropped (the run that would have
     /// read its results is over), and [`WorkQueue::take_oldest`] returns
     /// `None`.

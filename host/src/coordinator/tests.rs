@@ -474,6 +474,20 @@ impl weir_sdk::operator::Function for SlowWords {
     }
 }
 
+/// What [`NotedWords`] processed and the store of the test that runs it
+/// committed, in order.
+static NOTED: std::sync::LazyLock<Events> = std::sync::LazyLock::new(Events::default);
+
+/// [`Words`], noting each batch it splits in [`NOTED`] (a line a batch).
+struct NotedWords;
+
+impl weir_sdk::operator::Function for NotedWords {
+    fn execute(&self, tuple: &weir_sdk::Tuple<'_>, out: &mut weir_sdk::Emitter<'_>) -> Result<(), weir_sdk::Error> {
+        NOTED.lock().unwrap().push(format!("process {}", tuple.batch().txid));
+        Words.execute(tuple, out)
+    }
+}
+
 fn pairs_and_slow_words() -> Vec<weir_sdk::Topology> {
     use weir_sdk::{Count, State, Topology};
     let pairs = Topology::new("sentence-words");
@@ -493,7 +507,15 @@ fn pairs_and_slow_words() -> Vec<weir_sdk::Topology> {
         .group_by(["word"])
         .persistent_aggregate(State::transactional("counts"), Count, ["count"])
         .name("count");
-    vec![pairs.build(), slow.build()]
+    let noted = Topology::new("noted-words");
+    noted
+        .new_stream(weir_sdk::FileLines::new("sentence"))
+        .each(["sentence"], NotedWords, ["word"])
+        .name("split")
+        .group_by(["word"])
+        .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+        .name("count");
+    vec![pairs.build(), slow.build(), noted.build()]
 }
 
 /// Runs the native topology `name` of [`pairs_and_slow_words`] over
@@ -642,6 +664,34 @@ fn while_input_is_backed_up_the_coordinator_processes_waiting_batches_before_a_s
     assert!(mean >= 6.0, "groups of {mean:.1} batches on average before the last batches: {groups:?}");
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
     assert_eq!(stored_counts(&store.inner, "slow-words"), counted(&lines));
+}
+
+#[test]
+fn results_holding_max_pending_bytes_hold_the_process_phase_back_until_they_commit() {
+    // 24 batches of a line, commits of 30 ms and processing of next to
+    // nothing: the 100 bytes allowed let a dozen lines of 7 bytes in
+    // flight, which the process phase would run through ahead of the
+    // commits. Each batch's partials hold more than 100 bytes, so it
+    // processes a batch only once the one before it commits, and a group
+    // holds one batch.
+    let lines: Vec<String> = (0..24).map(|i| format!("a b{} c{}", i % 3, i % 5)).collect();
+    let config = RunConfig { max_pending: 16, max_pending_bytes: 100, group_max: 16, ..RunConfig::default() };
+    let store = SlowStore { events: Arc::clone(&NOTED), ..SlowStore::new(Duration::from_millis(30)) };
+    let sandbox = SandboxConfig::default();
+    let report = run_native_over(pairs_and_slow_words, "noted-words", &store, &lines, 1, config, &sandbox).unwrap();
+    let events = NOTED.lock().unwrap().clone();
+    let mut ahead = 0i64;
+    let mut most_ahead = 0;
+    for event in &events {
+        ahead += if event.starts_with("process") { 1 } else { -1 };
+        most_ahead = most_ahead.max(ahead);
+    }
+    // The batch committing, the one processed after it, and one the
+    // coordinator may process while nothing is held.
+    assert!(most_ahead <= 3, "{most_ahead} batches processed ahead of the commits: {events:?}");
+    assert_eq!((report.commit_groups.batches, report.commit_groups.max), (24, 1));
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    assert_eq!(stored_counts(&store.inner, "noted-words"), counted(&lines));
 }
 
 #[test]

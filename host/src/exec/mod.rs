@@ -43,6 +43,11 @@ use weir_sdk::codec::{Batch, BatchWriter, Row};
 /// A node's output: one batch per partition.
 pub type Parts = Vec<Batch<'static>>;
 
+/// About the bytes `parts` hold: each batch's encoded rows and their starts.
+pub(crate) fn parts_bytes(parts: &Parts) -> usize {
+    parts.iter().map(|part| part.bytes().len() + 4 * part.len()).sum()
+}
+
 /// Which batch, and which try at it: a replay keeps the txid and takes the
 /// next attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -32,6 +32,16 @@ pub enum Partials {
     },
 }
 
+impl Partials {
+    /// About the bytes they hold.
+    pub fn held_bytes(&self) -> usize {
+        match self {
+            Partials::Values(values) => values.held_bytes(),
+            Partials::Rows { keys, rows } => keys.iter().map(|key| key.len() + 24).sum::<usize>() + rows.len(),
+        }
+    }
+}
+
 /// A persistent aggregate's partials for a batch: per key, a partial value
 /// (built-ins and combiners), or the rows to fold (reducers).
 pub(super) fn partials(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Partials, BatchError> {

@@ -37,6 +37,14 @@ impl Handover {
     pub fn into_partials(self) -> Option<HashMap<usize, Partials>> {
         (self.inputs.is_empty() && self.windows.is_empty()).then_some(self.partials)
     }
+
+    /// About the bytes it holds, until its batch commits.
+    pub fn held_bytes(&self) -> usize {
+        let inputs: usize = self.inputs.values().map(|parts| super::parts_bytes(parts)).sum();
+        let partials: usize = self.partials.values().map(Partials::held_bytes).sum();
+        let windows: usize = self.windows.values().map(Preassigned::held_bytes).sum();
+        inputs + partials + windows
+    }
 }
 
 /// Runs the process phase of a plan.

@@ -120,6 +120,13 @@ pub struct Preassigned {
     input: Arc<Parts>,
 }
 
+impl Preassigned {
+    /// About the bytes it holds.
+    pub fn held_bytes(&self) -> usize {
+        self.partials.held_bytes() + 8 * self.newest_ends.len() + super::parts_bytes(&self.input)
+    }
+}
+
 /// Whether `node`'s batches are assigned in the process phase: event-time
 /// windows whose aggregator makes one partial per window (a built-in or a
 /// combiner), which the commit phase only filters by the watermark.

@@ -33,6 +33,21 @@ impl KeyedValues {
         self.values.push(value);
     }
 
+    /// About the bytes it holds: its buffers, and the heap of its string
+    /// and bytes values.
+    pub fn held_bytes(&self) -> usize {
+        let heap: usize = self
+            .values
+            .iter()
+            .map(|value| match value {
+                Value::Str(s) => s.len(),
+                Value::Bytes(b) => b.len(),
+                _ => 0,
+            })
+            .sum();
+        self.keys.capacity() + 4 * self.ends.capacity() + std::mem::size_of::<Value>() * self.values.capacity() + heap
+    }
+
     /// Number of keys.
     pub fn len(&self) -> usize {
         self.values.len()
