@@ -40,9 +40,9 @@ pub struct RunArgs {
     /// Lines per batch.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE as u64, value_parser = clap::value_parser!(u64).range(1..))]
     batch_size: u64,
-    /// Batches processing at once, holding at most 64 MiB of input beyond
-    /// the first; commits stay in txid order [default: 128,000 divided by
-    /// the batch size, from 4 to 128].
+    /// Batches processing at once, holding at most 64 MiB of input and
+    /// results beyond the first; commits stay in txid order [default:
+    /// 128,000 divided by the batch size, from 4 to 128].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_pending: Option<u64>,
     /// Instances of each operator that run at once, each over its own

@@ -61,8 +61,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     batch_size: usize,
     /// Batches processing at once per topology, holding at most 64 MiB of
-    /// input beyond the first [default: 128,000 divided by the batch size,
-    /// from 4 to 128].
+    /// input and results beyond the first [default: 128,000 divided by the
+    /// batch size, from 4 to 128].
     #[arg(long)]
     max_pending: Option<usize>,
     /// Time a batch may take, in milliseconds, before it is replayed (in a
