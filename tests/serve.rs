@@ -742,6 +742,32 @@ fn one_topology_deployed_under_two_names_keeps_two_states() {
 }
 
 #[test]
+fn deploys_past_the_most_a_server_allows_are_refused_until_one_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let server = Server::start_with(dir.path(), &["--max-deployments", "2"]);
+    let deploy =
+        |name: &str| server.api("POST", &format!("/v1/topologies?name={name}&input=in/corpus.txt"), &word_count);
+    for name in ["one", "two"] {
+        let (status, body) = deploy(name);
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = deploy("three");
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("(--max-deployments 2)"), "{body}");
+    let (_, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "the refused deploy left nothing: {listed}");
+    let (status, _) = server.api("DELETE", "/v1/topologies/one?state=drop", b"");
+    assert_eq!(status, 204);
+    let (status, body) = deploy("three");
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_topology("three", 20);
+    assert_counts_eq(&server.counts("three"), &corpus_20k().truth);
+}
+
+#[test]
 fn the_client_verbs_escape_names_and_inputs() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("in")).unwrap();

@@ -301,6 +301,10 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 /// Longest name a topology may be deployed under, in characters.
 pub const MAX_DEPLOYMENT_NAME: usize = 128;
 
+/// Topologies one server runs, unless `--max-deployments` says otherwise:
+/// each holds threads, operator instances and cached state of its own.
+pub const DEFAULT_MAX_DEPLOYMENTS: usize = 64;
+
 /// How often `weir serve` samples each topology's figures for the
 /// dashboard's charts.
 pub const HISTORY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CALL_MS,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES,
-    DEFAULT_MAX_UPLOAD_MIB, DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig, default_max_pending,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_DEPLOYMENTS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB,
+    DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_UPLOAD_MIB, DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig,
+    default_max_pending,
 };
 use weir::server::deployments::Host;
 use weir::server::{ServeConfig, serve};
@@ -35,6 +36,10 @@ pub struct ServeArgs {
     /// Largest bundle upload, in MiB; a larger one gets 413 before it is read.
     #[arg(long, default_value_t = DEFAULT_MAX_UPLOAD_MIB)]
     max_upload_mib: usize,
+    /// Topologies this server runs at once, each with threads, operator
+    /// instances and cached state of its own; a deploy past it gets 409.
+    #[arg(long, default_value_t = DEFAULT_MAX_DEPLOYMENTS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_deployments: usize,
     /// Time a client may take to send a request's headers, in
     /// milliseconds; past it the connection is closed.
     #[arg(long, default_value_t = DEFAULT_HEADER_TIMEOUT_MS)]
@@ -142,6 +147,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         },
         inputs: InputScope::Under(args.input_dir.clone()),
         nats: args.nats.config()?,
+        max_deployments: args.max_deployments,
     };
     serve(ServeConfig {
         host,

@@ -86,6 +86,7 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
     if membership.topology(&name).is_some() {
         return Err(taken());
     }
+    app.deployments.refuse_past_max(membership.view().topologies.len())?;
     let partitions = partitions(app, definition);
     let nats = nats(app)?;
     let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;

@@ -82,6 +82,8 @@ pub struct Host {
     pub inputs: InputScope,
     /// The NATS server JetStream spouts read from.
     pub nats: Option<crate::nats::NatsConfig>,
+    /// Topologies deployed at once, at most.
+    pub max_deployments: usize,
 }
 
 impl Host {
@@ -329,9 +331,12 @@ impl Deployments {
                 "topology {name} is deployed already: upgrade or delete it, or deploy under another ?name="
             )));
         }
+        self.refuse_past_max(self.lock().len())?;
         let (staged, loaded) = self.stage_checked(&request, bytes, &topology, &name)?;
         let mut deployed = self.lock();
         self.refuse_when_closing()?;
+        // Again: other deploys may have ended while this one loaded.
+        self.refuse_past_max(deployed.len())?;
         let file = staged.keep(&self.host.bundles)?;
         let record = DeploymentRecord { bundle: file, topology: Some(topology), input: request.input, running: true };
         let mut deployment = Deployment { record, loaded: Some(loaded), status: Arc::default(), running: None };
@@ -345,6 +350,19 @@ impl Deployments {
         let status = self.status_of(&deployment).clone();
         deployed.insert(name, deployment);
         Ok(status)
+    }
+
+    /// Refuses a deploy where `deployed` topologies are as many as the host
+    /// allows.
+    pub fn refuse_past_max(&self, deployed: usize) -> Result<(), DeployError> {
+        let max = self.host.max_deployments;
+        if deployed >= max {
+            return Err(DeployError::Conflict(format!(
+                "{deployed} topologies are deployed, the most this server allows (--max-deployments {max}): \
+                 delete one first"
+            )));
+        }
+        Ok(())
     }
 
     /// Checks an upload as [`Deployments::deploy`] would, without running

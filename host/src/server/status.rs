@@ -134,6 +134,7 @@ mod tests {
             run: crate::config::RunConfig::default(),
             inputs: crate::spout::InputScope::default(),
             nats: None,
+            max_deployments: crate::config::DEFAULT_MAX_DEPLOYMENTS,
         }
     }
 
