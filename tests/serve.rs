@@ -768,6 +768,44 @@ fn deploys_past_the_most_a_server_allows_are_refused_until_one_is_deleted() {
 }
 
 #[test]
+fn a_state_of_large_values_is_answered_in_pages_that_fit_and_scanned_whole_by_the_client() {
+    // 70 lines of 1 MiB, each stored under its first word: 70 MiB of
+    // values, past what a whole answer may hold, 15 to a page of at most
+    // 16 MiB.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    let lines: Vec<String> = (0..70).map(|i| format!("{i:02} {}", "w".repeat(1 << 20))).collect();
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    write_lines(&dir.path().join("in/large.txt"), &refs);
+    let server = Server::start_with(dir.path(), &["--batch-size", "10"]);
+    let variants = bundle(dir.path(), TEST_TOPOLOGIES, "variants.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=first-lines&input=in/large.txt", &variants);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_topology("first-lines", 7);
+    let path = "/v1/topologies/first-lines/states/lines";
+    let (status, body) = server.api("GET", path, b"");
+    assert_eq!(status, 400, "{body:.200}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("read it in pages"), "{body:.200}");
+    let (status, body) = server.api("GET", &format!("{path}?limit=100"), b"");
+    assert_eq!(status, 400, "{body:.200}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("ask for fewer keys (?limit=15)"), "{body:.200}");
+    let (status, body) = server.api("GET", &format!("{path}?limit=15"), b"");
+    assert_eq!((status, body.as_array().map(Vec::len)), (200, Some(15)));
+    let output = weir()
+        .env("WEIR_TOKEN", TOKEN)
+        .args(["state", "scan", "--server", &server.url(), "--topology", "first-lines", "--state", "lines"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let scanned: Vec<serde_json::Value> =
+        String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let got: Vec<(&str, &str)> =
+        scanned.iter().map(|e| (e["key"][0].as_str().unwrap(), e["value"].as_str().unwrap())).collect();
+    let want: Vec<(&str, &str)> = refs.iter().map(|line| (&line[..2], *line)).collect();
+    assert!(got == want, "every key once, in order, with its line");
+}
+
+#[test]
 fn the_client_verbs_escape_names_and_inputs() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("in")).unwrap();

@@ -322,6 +322,17 @@ pub const DEFAULT_STATE_PAGE: usize = 100;
 
 /// Most keys in a page of a state's keys.
 pub const MAX_STATE_PAGE: usize = 1000;
+
+/// Bytes of keys and values a page of a state's keys may hold: a guest may
+/// store values of megabytes, and a page of a thousand of them would be
+/// held whole in memory. A page that would hold more is refused, naming
+/// how many keys to ask for.
+pub const MAX_STATE_PAGE_BYTES: usize = 16 << 20;
+
+/// Keys, and bytes of keys and values, of a state answered whole (no
+/// `?limit=`); past either the call is told to ask for pages.
+pub const MAX_STATE_ANSWER_KEYS: usize = 100_000;
+pub const MAX_STATE_ANSWER_BYTES: usize = 64 << 20;
 /// How long the host keeps trying to reach a NATS server, when a JetStream
 /// spout opens and after its connection is lost, before the topology halts,
 /// in milliseconds (`--nats-retry-ms`). Long enough to ride out a server's

@@ -5,6 +5,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
+use weir::config::MAX_STATE_PAGE;
 use weir::json::{entry, from_json};
 use weir::state::Db;
 use weir_sdk::codec::Value;
@@ -51,24 +52,55 @@ fn open(args: &StateArgs) -> Result<Db> {
     Db::open(data)
 }
 
-/// Reads the state from a server: one key, or every key.
+/// The longest key, as JSON, after which a page is asked for: a URL
+/// holds 64 KiB, and escaping may triple it.
+const MAX_AFTER_KEY: usize = 16 << 10;
+
+/// Reads the state from a server: one key, or every key, a page at a
+/// time, so that neither side holds a large state whole.
 fn remote(args: &StateArgs, server: &str, key: Option<&str>) -> Result<()> {
     if args.raw {
         bail!("--raw reads a data dir: a server answers keys and values only");
     }
     let server = ServerArgs::at(server);
     let path = ["v1", "topologies", &args.topology, "states", &args.state];
-    let answer = server.call("GET", &path, &key.map(|key| ("key", key)).into_iter().collect::<Vec<_>>(), b"")?;
     let mut out = std::io::stdout().lock();
-    match answer {
-        serde_json::Value::Array(entries) => {
-            for entry in entries {
-                writeln!(out, "{entry}")?;
-            }
-        }
-        entry => writeln!(out, "{entry}")?,
+    if let Some(key) = key {
+        writeln!(out, "{}", server.call("GET", &path, &[("key", key)], b"")?)?;
+        return Ok(());
     }
-    Ok(())
+    let mut after: Option<String> = None;
+    let mut limit = MAX_STATE_PAGE;
+    loop {
+        let limit_text = limit.to_string();
+        let mut query = vec![("limit", limit_text.as_str())];
+        query.extend(after.as_deref().map(|after| ("after", after)));
+        let page = match server.call("GET", &path, &query, b"") {
+            Ok(page) => page,
+            // Keys of large values: a page of fewer.
+            Err(e) if limit > 1 && format!("{e:#}").contains("ask for fewer keys") => {
+                limit /= 2;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(entries) = page.as_array() else { bail!("the server answered {page} for a page of keys") };
+        for entry in entries {
+            writeln!(out, "{entry}")?;
+        }
+        match entries.last() {
+            Some(last) if entries.len() == limit => after = Some(last["key"].to_string()),
+            _ => return Ok(()),
+        }
+        if let Some(key) = after.as_ref().filter(|key| key.len() > MAX_AFTER_KEY) {
+            bail!(
+                "a key of state {} is {} bytes long, too long to ask a server for the keys after it: read the data \
+                 dir with `weir state scan --data`",
+                args.state,
+                key.len()
+            );
+        }
+    }
 }
 
 pub fn run(command: StateCommand) -> Result<()> {

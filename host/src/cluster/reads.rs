@@ -99,6 +99,19 @@ impl ClusterState {
         Ok(all)
     }
 
+    /// The first `most` records, in key order (all of them, if fewer).
+    pub fn first(&self, state: &str, most: usize) -> Result<Vec<(Vec<u8>, Stored)>> {
+        let mut out: Vec<(Vec<u8>, Stored)> = Vec::new();
+        loop {
+            let page = self.page(state, out.last().map(|(key, _)| key.as_slice()), PAGE.min(most - out.len()))?;
+            let full = page.len() == PAGE;
+            out.extend(page);
+            if !full || out.len() >= most {
+                return Ok(out);
+            }
+        }
+    }
+
     /// Every record from `from` up to (not including) `to`; all of them
     /// without `to`.
     pub fn range(&self, state: &str, from: Option<&[u8]>, to: Option<&[u8]>) -> Result<Vec<(Vec<u8>, Stored)>> {

@@ -13,6 +13,7 @@ use crate::cluster::reads::{self, ClusterSnapshot, ClusterState};
 use crate::cluster::wire::{self, ReadAnswer, ReadRequest};
 use crate::cluster::worker::{HostFigures, Worker};
 use crate::cluster::{Membership, bundles};
+use crate::config::MAX_STATE_ANSWER_KEYS;
 use crate::instances::OperatorSource;
 use crate::nats::Nats;
 use crate::state::rules::Stored;
@@ -611,7 +612,8 @@ pub fn read_state(
     match (key, page) {
         (Some(key), _) => Ok(cluster.get(state, &key).map_err(unavailable)?.map(|s| (key, s)).into_iter().collect()),
         (None, Some((after, limit))) => cluster.page(state, after.as_deref(), limit).map_err(unavailable),
-        (None, None) => cluster.range(state, None, None).map_err(unavailable),
+        // A whole answer: one key past what it may hold tells it is more.
+        (None, None) => cluster.first(state, MAX_STATE_ANSWER_KEYS + 1).map_err(unavailable),
     }
 }
 

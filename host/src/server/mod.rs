@@ -17,7 +17,10 @@ pub mod registry;
 mod status;
 
 use crate::cluster::{ClusterConfig, Membership};
-use crate::config::{DEFAULT_STATE_PAGE, HISTORY_INTERVAL, MAX_STATE_PAGE};
+use crate::config::{
+    DEFAULT_STATE_PAGE, HISTORY_INTERVAL, MAX_STATE_ANSWER_BYTES, MAX_STATE_ANSWER_KEYS, MAX_STATE_PAGE,
+    MAX_STATE_PAGE_BYTES,
+};
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -535,13 +538,46 @@ fn read_state(app: &App, name: &str, state: &str, query: &StateQuery) -> Result<
                     let page = Some((after.as_deref().map(encode), limit));
                     Ok(entries(decoded(clustered::read_state(app, membership, name, state, None, page)?)?))
                 }
-                None => Ok(entries(db.page(name, state, after.as_deref(), limit).map_err(bad)?)),
+                None => {
+                    let (page, cut) =
+                        db.page_within(name, state, after.as_deref(), limit, MAX_STATE_PAGE_BYTES).map_err(bad)?;
+                    if cut {
+                        return Err(DeployError::BadRequest(format!(
+                            "the page of state {state} would hold more than {} MiB by its key {}: ask for fewer \
+                             keys (?limit={})",
+                            MAX_STATE_PAGE_BYTES >> 20,
+                            page.len() + 1,
+                            page.len()
+                        )));
+                    }
+                    Ok(entries(page))
+                }
             }
         }
-        None => match cluster {
-            Some(membership) => Ok(entries(decoded(clustered::read_state(app, membership, name, state, None, None)?)?)),
-            None => Ok(entries(db.scan(name, state).map_err(bad)?)),
-        },
+        None => {
+            let too_large = || {
+                DeployError::BadRequest(format!(
+                    "state {state} of topology {name} holds more than {MAX_STATE_ANSWER_KEYS} keys or {} MiB: \
+                     read it in pages, with ?after= and ?limit= (as `weir state scan --server` does)",
+                    MAX_STATE_ANSWER_BYTES >> 20
+                ))
+            };
+            let within = MAX_STATE_ANSWER_KEYS + 1;
+            let all = match cluster {
+                Some(membership) => decoded(clustered::read_state(app, membership, name, state, None, None)?)?,
+                None => {
+                    let (all, cut) = db.page_within(name, state, None, within, MAX_STATE_ANSWER_BYTES).map_err(bad)?;
+                    if cut {
+                        return Err(too_large());
+                    }
+                    all
+                }
+            };
+            if all.len() > MAX_STATE_ANSWER_KEYS {
+                return Err(too_large());
+            }
+            Ok(entries(all))
+        }
     }
 }
 

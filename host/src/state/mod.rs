@@ -232,6 +232,9 @@ fn batches_def(name: &str) -> TableDefinition<'_, u64, &'static [u8]> {
     TableDefinition::new(name)
 }
 
+/// Keys of a state with their stored values, sorted by key.
+pub type Entries = Vec<(Vec<Value>, Stored)>;
+
 impl Db {
     /// Opens (creating if needed) the database of `data_dir`. Fails with a
     /// clear message when another process has it open.
@@ -346,7 +349,7 @@ impl Db {
     }
 
     /// Every key of a state with its stored value, sorted by key.
-    pub fn scan(&self, topology: &str, state: &str) -> Result<Vec<(Vec<Value>, Stored)>> {
+    pub fn scan(&self, topology: &str, state: &str) -> Result<Entries> {
         let txn = self.db.begin_read()?;
         let name = state_table(topology, state);
         let table = self.open_state(&txn, topology, state, &name)?;
@@ -356,19 +359,29 @@ impl Db {
 
     /// At most `limit` keys of a state after `after` (from its first,
     /// without one) with their stored values, sorted by key.
-    pub fn page(
+    pub fn page(&self, topology: &str, state: &str, after: Option<&[Value]>, limit: usize) -> Result<Entries> {
+        Ok(self.page_within(topology, state, after, limit, usize::MAX)?.0)
+    }
+
+    /// [`Db::page`], ending before the key that would take its keys and
+    /// values past `max_bytes` (never before the first); with whether it
+    /// ended so.
+    pub fn page_within(
         &self,
         topology: &str,
         state: &str,
         after: Option<&[Value]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<Value>, Stored)>> {
+        max_bytes: usize,
+    ) -> Result<(Entries, bool)> {
         let txn = self.db.begin_read()?;
         let name = state_table(topology, state);
         let table = self.open_state(&txn, topology, state, &name)?;
         let after = after.map(|key| keys::encode(key.iter().map(Value::as_ref)));
-        let entries = table.page(after.as_deref(), limit)?;
-        entries.into_iter().map(|(key, stored)| Ok((keys::decode(&key)?, stored))).collect()
+        let read = table.page_within(after.as_deref(), limit, max_bytes)?;
+        let entries: Result<Vec<_>> =
+            read.entries.into_iter().map(|(key, stored)| Ok((keys::decode(&key)?, stored))).collect();
+        Ok((entries?, read.cut))
     }
 
     /// The stored value of one key.

@@ -219,13 +219,41 @@ fn decoded<'a, V: redb::Value + 'static>(
         Item = std::result::Result<(redb::AccessGuard<'a, StateKey>, redb::AccessGuard<'a, V>), redb::StorageError>,
     >,
     record: impl for<'v> Fn(V::SelfType<'v>) -> Stored,
-    out: &mut Vec<(Vec<u8>, Stored)>,
+    read: &mut Read,
 ) -> Result<()> {
     for entry in entries {
         let (key, value) = entry?;
-        out.push((key.value().to_vec(), record(value.value())));
+        if !read.has_room(key.value().len() + std::mem::size_of::<V::SelfType<'_>>()) {
+            break;
+        }
+        read.entries.push((key.value().to_vec(), record(value.value())));
     }
     Ok(())
+}
+
+/// Records read from a table, up to a budget of bytes.
+pub struct Read {
+    pub entries: Vec<(Vec<u8>, Stored)>,
+    /// Whether the budget ended the read before its bounds did.
+    pub cut: bool,
+    bytes_left: usize,
+}
+
+impl Read {
+    fn within(max_bytes: usize, limit: usize) -> Read {
+        Read { entries: Vec::with_capacity(limit.min(1024)), cut: false, bytes_left: max_bytes }
+    }
+
+    /// Whether a record of `bytes` fits what is left of the budget; the
+    /// first always does.
+    fn has_room(&mut self, bytes: usize) -> bool {
+        if bytes > self.bytes_left && !self.entries.is_empty() {
+            self.cut = true;
+            return false;
+        }
+        self.bytes_left = self.bytes_left.saturating_sub(bytes);
+        true
+    }
 }
 
 impl ReadTable {
@@ -272,36 +300,45 @@ impl ReadTable {
     /// with their records, sorted by key: a range scan that reads no more
     /// than it returns.
     pub fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Stored)>> {
+        Ok(self.page_within(after, limit, usize::MAX)?.entries)
+    }
+
+    /// [`ReadTable::page`], ending early, before the key that would take
+    /// its keys and records past `max_bytes` (never before the first).
+    pub fn page_within(&self, after: Option<&[u8]>, limit: usize, max_bytes: usize) -> Result<Read> {
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.range_of((from, Bound::Unbounded), limit)
+        self.range_of((from, Bound::Unbounded), limit, max_bytes)
     }
 
     /// The keys from `from` up to (not including) `to` with their
     /// records, sorted by key.
     pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
-        self.range_of((Bound::Included(from), Bound::Excluded(to)), usize::MAX)
+        Ok(self.range_of((Bound::Included(from), Bound::Excluded(to)), usize::MAX, usize::MAX)?.entries)
     }
 
-    fn range_of(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>), limit: usize) -> Result<Vec<(Vec<u8>, Stored)>> {
-        let mut out = Vec::with_capacity(limit.min(1024));
+    fn range_of(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>), limit: usize, max_bytes: usize) -> Result<Read> {
+        let mut read = Read::within(max_bytes, limit);
         match self {
             ReadTable::Records(table) => {
                 for entry in table.range::<&[u8]>(bounds)?.take(limit) {
                     let (key, value) = entry?;
-                    out.push((key.value().to_vec(), Stored::decode(value.value())?));
+                    if !read.has_room(key.value().len() + value.value().len()) {
+                        break;
+                    }
+                    read.entries.push((key.value().to_vec(), Stored::decode(value.value())?));
                 }
             }
-            ReadTable::Counts(table) => decoded(table.range::<&[u8]>(bounds)?.take(limit), stored_count, &mut out)?,
+            ReadTable::Counts(table) => decoded(table.range::<&[u8]>(bounds)?.take(limit), stored_count, &mut read)?,
             ReadTable::OpaqueCounts(table) => {
-                decoded(table.range::<&[u8]>(bounds)?.take(limit), stored_opaque, &mut out)?
+                decoded(table.range::<&[u8]>(bounds)?.take(limit), stored_opaque, &mut read)?
             }
         }
-        Ok(out)
+        Ok(read)
     }
 
     /// Every key with its record, sorted by key.
     pub fn entries(&self) -> Result<Vec<(Vec<u8>, Stored)>> {
-        self.range_of((Bound::Unbounded, Bound::Unbounded), usize::MAX)
+        Ok(self.range_of((Bound::Unbounded, Bound::Unbounded), usize::MAX, usize::MAX)?.entries)
     }
 }
 

@@ -76,6 +76,31 @@ fn a_state_is_paged_through_in_key_order_in_either_layout() {
 }
 
 #[test]
+fn a_page_ends_before_the_key_that_would_take_it_past_its_bytes_but_never_before_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path()).unwrap();
+    // Counts under keys of 1, 100 and 1,000 bytes.
+    let words: Vec<String> = [1, 100, 1000].iter().map(|n| "k".repeat(*n)).collect();
+    let partials = words.iter().map(|w| (key(w), Value::I64(1))).collect();
+    let writes = vec![StateWrites {
+        state: "counts".into(),
+        records: Vec::new(),
+        removed: Vec::new(),
+        removed_ranges: Vec::new(),
+        combines: Some(Combines { kind: StateKind::Transactional, builtin: Builtin::Count, partials }),
+    }];
+    db.commit("t", 1, &record(), &writes).unwrap();
+    let page = |max_bytes| {
+        let (entries, cut) = db.page_within("t", "counts", None, 10, max_bytes).unwrap();
+        (entries.len(), cut)
+    };
+    assert_eq!(page(usize::MAX), (3, false));
+    assert_eq!(page(500), (2, true));
+    assert_eq!(page(1), (1, true), "the first key is always given");
+    assert!(!db.page_within("t", "counts", None, 2, 500).unwrap().1, "the limit, not the bytes, ended it");
+}
+
+#[test]
 fn a_state_keeps_the_kind_of_its_first_commit() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path()).unwrap();

@@ -110,6 +110,15 @@ impl BatchSpout for FlakyNumbers {
     }
 }
 
+/// A line's first word.
+struct FirstWord;
+
+impl Function for FirstWord {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        out.emit([tuple.str("line")?.split_whitespace().next().unwrap_or_default()])
+    }
+}
+
 fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggregator) -> Topology {
     Topology::new(name)
         .new_stream(FileLines::new("sentence"))
@@ -332,6 +341,13 @@ fn topologies() -> Vec<Topology> {
         Topology::new("flaky-spout-total")
             .new_stream(GuestSpout::batch(FlakyNumbers, ["n"]))
             .persistent_aggregate_over(State::transactional("total"), ["n"], Sum, ["sum"])
+            .build(),
+        // Each line under its first word: values as long as the lines.
+        Topology::new("first-lines")
+            .new_stream(FileLines::new("line"))
+            .each(["line"], FirstWord, ["id"])
+            .group_by(["id"])
+            .persistent_aggregate_over(State::transactional("lines"), ["line"], First, ["line"])
             .build(),
         Topology::new("generated-total")
             .new_stream(Generator::new("n", 5000))
