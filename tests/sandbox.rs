@@ -148,23 +148,36 @@ fn a_guest_writing_megabytes_to_stderr_hits_the_log_output_limit() {
     attack_bounded("log-flood", &["--max-log-lines", "50"], "log output limit of 50 lines per call exceeded", 512);
 }
 
-#[test]
-fn a_state_flood_deployed_to_a_server_fails_and_its_sibling_ends_exact() {
+/// Deploys the hostile `topology` over the lines `input` to a server
+/// started with `flags`, beside a word count: it must fail with `cause`,
+/// the word count end exact, and the server stay within `max_mib`.
+fn attack_served(topology: &str, flags: &[&str], input: &str, cause: &str, max_mib: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::server::Server::start(dir.path());
+    let server = common::server::Server::start_with(dir.path(), flags);
     server.deploy_word_count(dir.path());
-    std::fs::write(dir.path().join("in/attack.txt"), "a quiet start\nthe attack begins\n").unwrap();
+    std::fs::write(dir.path().join("in/attack.txt"), input).unwrap();
     let bundle = common::server::bundle(dir.path(), HOSTILE, "hostile.weir");
-    let (status, body) = server.api("POST", "/v1/topologies?input=in/attack.txt&topology=state-write-flood", &bundle);
+    let path = format!("/v1/topologies?input=in/attack.txt&topology={topology}");
+    let (status, body) = server.api("POST", &path, &bundle);
     assert_eq!(status, 201, "{body}");
-    let failed = server.wait_for_status("state-write-flood", |s| s["state"] == "failed");
+    let failed = server.wait_for_status(topology, |s| s["state"] == "failed");
     let error = failed["error"].as_str().unwrap_or_default();
-    assert!(error.contains("operator attacker: trap: state write limit of 64 MiB per call exceeded"), "{failed}");
+    assert!(error.contains(cause), "{failed}");
     server.assert_word_count_exact();
     let peak = peak_rss_kib(server.child.id()).unwrap() >> 10;
-    let _ =
-        writeln!(std::io::stderr().lock(), "attack state-write-flood served: {error:.80}; server peak RSS {peak} MiB");
-    assert!(peak < 768, "the server's memory peaked at {peak} MiB");
+    let _ = writeln!(std::io::stderr().lock(), "attack {topology} served: {error:.80}; server peak RSS {peak} MiB");
+    assert!(peak < max_mib, "the server's memory peaked at {peak} MiB");
+}
+
+#[test]
+fn a_state_flood_deployed_to_a_server_fails_and_its_sibling_ends_exact() {
+    attack_served(
+        "state-write-flood",
+        &[],
+        "a quiet start\nthe attack begins\n",
+        "operator attacker: trap: state write limit of 64 MiB per call exceeded",
+        768,
+    );
 }
 
 /// The `hoard` topology's sixteen filters each keep 40 MiB, within the
@@ -191,20 +204,13 @@ fn many_instances_each_within_its_own_limit_are_held_to_the_hosts_memory_limit_f
 
 #[test]
 fn a_hoarding_topology_deployed_to_a_server_fails_and_its_sibling_ends_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = common::server::Server::start_with(dir.path(), &["--max-topology-memory-mib", "320"]);
-    server.deploy_word_count(dir.path());
-    std::fs::write(dir.path().join("in/hoard.txt"), "each filter keeps its memory\n").unwrap();
-    let bundle = common::server::bundle(dir.path(), HOSTILE, "hostile.weir");
-    let (status, body) = server.api("POST", "/v1/topologies?input=in/hoard.txt&topology=hoard", &bundle);
-    assert_eq!(status, 201, "{body}");
-    let failed = server.wait_for_status("hoard", |s| s["state"] == "failed");
-    let error = failed["error"].as_str().unwrap_or_default();
-    assert!(error.contains("trap: the topology's memory limit of 320 MiB exceeded"), "{failed}");
-    server.assert_word_count_exact();
-    let peak = peak_rss_kib(server.child.id()).unwrap() >> 10;
-    let _ = writeln!(std::io::stderr().lock(), "attack hoard served: {error:.80}; server peak RSS {peak} MiB");
-    assert!(peak < 480, "the server's memory peaked at {peak} MiB");
+    attack_served(
+        "hoard",
+        &["--max-topology-memory-mib", "320"],
+        "each filter keeps its memory\n",
+        "trap: the topology's memory limit of 320 MiB exceeded",
+        480,
+    );
 }
 
 #[test]

@@ -3,9 +3,10 @@
 //! its flush. A group never waits for a batch: it takes what is ready, up
 //! to `group_max` batches, and stops taking more once `group_time` has
 //! passed or its batches' results hold max pending bytes (the commit writes
-//! them in one transaction, which holds what it wrote until it ends). A batch whose commit phase fails ends the group: those before
-//! it commit, and it fails as a batch alone would. A topology with sinks
-//! commits each batch alone.
+//! them in one transaction, which holds what it wrote until it ends). A
+//! batch whose commit phase fails ends the group: those before it commit,
+//! and it fails as a batch alone would. A topology with sinks commits each
+//! batch alone.
 
 use super::held::Holding;
 use super::{Coordinator, Ready, RunReport};

@@ -23,7 +23,12 @@ fn key(word: &str) -> Vec<u8> {
 }
 
 fn counts(kind: StateKind) -> Vec<StateWrites> {
-    let partials = [(key("a"), Value::I64(1))].into_iter().collect();
+    counts_of(kind, &["a"])
+}
+
+/// A count of one for each of `words`, in the order given.
+fn counts_of(kind: StateKind, words: &[&str]) -> Vec<StateWrites> {
+    let partials = words.iter().map(|w| (key(w), Value::I64(1))).collect();
     vec![StateWrites {
         state: "counts".into(),
         records: Vec::new(),
@@ -47,16 +52,7 @@ fn a_state_is_paged_through_in_key_order_in_either_layout() {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path()).unwrap();
         // Written out of order.
-        let words = ["b", "a0", "c", "a", "bb"];
-        let partials = words.iter().map(|w| (key(w), Value::I64(1))).collect();
-        let writes = vec![StateWrites {
-            state: "counts".into(),
-            records: Vec::new(),
-            removed: Vec::new(),
-            removed_ranges: Vec::new(),
-            combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
-        }];
-        db.commit("t", 1, &record(), &writes).unwrap();
+        db.commit("t", 1, &record(), &counts_of(kind, &["b", "a0", "c", "a", "bb"])).unwrap();
         let mut seen = Vec::new();
         let mut after: Option<Vec<Value>> = None;
         loop {
@@ -81,15 +77,8 @@ fn a_page_ends_before_the_key_that_would_take_it_past_its_bytes_but_never_before
     let db = Db::open(dir.path()).unwrap();
     // Counts under keys of 1, 100 and 1,000 bytes.
     let words: Vec<String> = [1, 100, 1000].iter().map(|n| "k".repeat(*n)).collect();
-    let partials = words.iter().map(|w| (key(w), Value::I64(1))).collect();
-    let writes = vec![StateWrites {
-        state: "counts".into(),
-        records: Vec::new(),
-        removed: Vec::new(),
-        removed_ranges: Vec::new(),
-        combines: Some(Combines { kind: StateKind::Transactional, builtin: Builtin::Count, partials }),
-    }];
-    db.commit("t", 1, &record(), &writes).unwrap();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    db.commit("t", 1, &record(), &counts_of(StateKind::Transactional, &words)).unwrap();
     let page = |max_bytes| {
         let (entries, cut) = db.page_within("t", "counts", None, 10, max_bytes).unwrap();
         (entries.len(), cut)
