@@ -3,7 +3,7 @@
 //! baselines and tests) the same operators compiled into the host.
 
 use crate::bindings::BatchContext;
-use crate::exec::{BatchError, PartitionId};
+use crate::runtime::{BatchError, PartitionId};
 use crate::plan::Plan;
 use crate::runtime::{CallError, Guest, LoadedComponent};
 use crate::state::handle::StateHandle;

@@ -193,7 +193,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
     for loaded in &topologies {
-        db.check_state_kinds(&loaded.plan)?;
+        db.check_state_kinds(&loaded.plan.stored_as, &loaded.plan.states)?;
     }
     let loaded_after = started.elapsed();
     for loaded in &topologies {

@@ -24,7 +24,7 @@ mod window;
 mod window_tuples;
 
 pub use commit::{Committer, GroupFailure};
-pub use error::{BatchError, Cause, Origin};
+pub use crate::runtime::{BatchError, BatchId, Cause, Origin, PartitionId};
 pub use persistent_aggregate::Partials;
 pub use process::{Handover, Processor};
 pub use query::{query, query_over};
@@ -46,37 +46,6 @@ pub type Parts = Vec<Batch<'static>>;
 /// About the bytes `parts` hold: each batch's encoded rows and their starts.
 pub(crate) fn parts_bytes(parts: &Parts) -> usize {
     parts.iter().map(|part| part.bytes().len() + 4 * part.len()).sum()
-}
-
-/// Which batch, and which try at it: a replay keeps the txid and takes the
-/// next attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BatchId {
-    /// The batch's txid, the order it commits in.
-    pub txid: u64,
-    /// How many times it was tried before, 0 the first time.
-    pub attempt: u32,
-}
-
-impl BatchId {
-    /// The same batch, tried once more.
-    pub fn next_attempt(self) -> BatchId {
-        BatchId { attempt: self.attempt + 1, ..self }
-    }
-
-    /// One partition of this batch.
-    pub fn partition(self, partition: u32) -> PartitionId {
-        PartitionId { batch: self, partition }
-    }
-}
-
-/// One partition of a batch: what each guest call runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PartitionId {
-    /// The batch.
-    pub batch: BatchId,
-    /// The partition, from 0.
-    pub partition: u32,
 }
 
 /// Appends the encoded values at `positions` of `row` to the current row.

@@ -5,7 +5,7 @@
 
 use super::{Aggregator, Node, Op, Phase, Plan, builtin_name, json};
 use crate::config::{MAX_SINKS, TopologyLimits};
-use crate::spout::SpoutKind;
+use super::SpoutKind;
 use anyhow::{Result, bail};
 use std::collections::{BTreeMap, HashSet};
 use weir_sdk::topology::{

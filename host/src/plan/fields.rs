@@ -3,6 +3,7 @@
 //! with its fields resolved to positions.
 
 use super::checks::{check_aggregator, refused};
+use super::subject;
 use super::{Aggregator, FunctionKind, Input, Node, Op, Phase, json};
 use crate::config::TopologyLimits;
 use anyhow::{Result, bail};
@@ -383,7 +384,7 @@ fn logical_fields(
             inputs[0].to_vec()
         }
         OperationDef::Sink { sink: SinkDef::JetStream { subject, payload } } => {
-            crate::sink::check_subject(subject).map_err(|e| anyhow::anyhow!("topology {name}: sink {id}: {e:#}"))?;
+            subject::check_sink(subject).map_err(|e| anyhow::anyhow!("topology {name}: sink {id}: {e:#}"))?;
             if let SinkPayloadDef::Raw { field } = payload {
                 resolve_all(inputs[0], std::slice::from_ref(field))?;
             }

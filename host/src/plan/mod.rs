@@ -13,10 +13,13 @@ mod build;
 mod checks;
 mod fields;
 mod phases;
+mod spout_kind;
+pub mod subject;
 #[cfg(test)]
 mod tests;
 
 pub use checks::{allowed_name, check_limits};
+pub use spout_kind::SpoutKind;
 
 use crate::config::{SandboxConfig, TopologyLimits};
 use crate::sandbox::Sandboxes;

@@ -1,6 +1,7 @@
 //! Runs guest components: the engine, the compiled-component cache, and one
 //! sandboxed instance per operator.
 
+mod batch;
 mod cache;
 mod call;
 pub mod compile;
@@ -11,6 +12,7 @@ mod limits;
 pub mod memory_pool;
 mod random;
 
+pub use batch::{BatchError, BatchId, Cause, Origin, PartitionId};
 pub use cache::{CacheOutcome, ComponentCache, default_cache_dir};
 pub use call::CallError;
 pub use compile::{CompileBounds, CompileRefused};

@@ -245,7 +245,7 @@ impl Deployments {
         let loaded = loaded.remove(0);
         let mut plan = loaded.plan;
         Arc::make_mut(&mut plan).stored_as = name.to_owned();
-        host.db.check_state_kinds(&plan)?;
+        host.db.check_state_kinds(&plan.stored_as, &plan.states)?;
         Ok(Loaded { definition: loaded.definition, plan, components: loaded.components })
     }
 

@@ -4,7 +4,7 @@
 
 use super::{Emitted, Spout, SpoutKind};
 use crate::bindings::SpoutContext;
-use crate::exec::{BatchError, Cause, Origin};
+use crate::runtime::{BatchError, Cause, Origin};
 use crate::runtime::{CallError, Guest, LoadedComponent};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Result, bail};

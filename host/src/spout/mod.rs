@@ -21,45 +21,12 @@ use crate::sandbox::OperatorSandbox;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_sdk::topology::{GuestSpoutKind, JetStreamKind};
+pub use crate::plan::SpoutKind;
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use weir_sdk::codec::{Batch, Buffers};
 use weir_sdk::topology::SpoutDef;
-
-/// What a spout promises when a batch is replayed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SpoutKind {
-    /// A replay of txid n emits exactly the same tuples. The host records
-    /// each batch's metadata before processing it and replays from it.
-    Transactional,
-    /// Each tuple is committed in exactly one batch, but a replay of txid n
-    /// may hold different tuples. The host stores the metadata at commit and
-    /// emits a replay afresh from the last committed metadata.
-    Opaque,
-    /// No promise: a replay may lose or repeat tuples.
-    NonTransactional,
-}
-
-impl SpoutKind {
-    /// The kind a spout definition declares.
-    pub fn of(def: &SpoutDef) -> SpoutKind {
-        match def {
-            SpoutDef::FileLines { .. } | SpoutDef::DirectoryLines { .. } | SpoutDef::Generator { .. } => {
-                SpoutKind::Transactional
-            }
-            SpoutDef::Guest { promise: GuestSpoutKind::Batch | GuestSpoutKind::PartitionedTransactional, .. } => {
-                SpoutKind::Transactional
-            }
-            SpoutDef::Guest { promise: GuestSpoutKind::PartitionedOpaque, .. } => SpoutKind::Opaque,
-            SpoutDef::JetStream(def) => match def.promise {
-                JetStreamKind::Transactional => SpoutKind::Transactional,
-                JetStreamKind::Opaque => SpoutKind::Opaque,
-            },
-        }
-    }
-}
 
 /// A batch a spout emitted, and the metadata to find it again.
 pub struct Emitted {

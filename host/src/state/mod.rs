@@ -31,7 +31,6 @@ pub mod store;
 pub mod table;
 pub mod view;
 
-use crate::plan::Plan;
 use anyhow::{Context, Result, bail};
 use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use rules::{Stored, kind_name};
@@ -41,7 +40,8 @@ use store::{BatchCommit, CommitLog, Snapshot, StateReader, Store, Written};
 use table::ReadTable;
 use view::StateWrites;
 use weir_sdk::codec::Value;
-use weir_sdk::topology::StateKind;
+use std::collections::BTreeMap;
+use weir_sdk::topology::{StateDef, StateKind};
 
 const DB_FILE: &str = "weir.redb";
 const LAST_COMMITTED: &str = "last-committed";
@@ -308,20 +308,19 @@ impl Db {
         self.commit_batch(&BatchCommit { topology, txid, record, writes, others: &[] })
     }
 
-    /// Refuses `plan` when it declares a state of its topology with another
-    /// kind than the state's stored values have: its commits would meet
-    /// values they cannot build on. Checked when a topology loads, before
-    /// anything runs; the error is a [`StateError::KindChanged`].
-    pub fn check_state_kinds(&self, plan: &Plan) -> Result<()> {
+    /// Refuses the states `declared` for `topology` when one has another kind
+    /// than the state's stored values have: its commits would meet values
+    /// they cannot build on. Checked when a topology loads, before anything
+    /// runs; the error is a [`StateError::KindChanged`].
+    pub fn check_state_kinds(&self, topology: &str, declared: &BTreeMap<String, StateDef>) -> Result<()> {
         let txn = self.db.begin_read()?;
-        let topology = &plan.stored_as;
         let kinds_name = kinds_table(topology);
         let kinds = match txn.open_table(kinds_def(&kinds_name)) {
             Ok(table) => Some(table),
             Err(redb::TableError::TableDoesNotExist(_)) => None,
             Err(e) => return Err(e.into()),
         };
-        for (state, def) in &plan.states {
+        for (state, def) in declared {
             let recorded = match &kinds {
                 Some(table) => {
                     table.get(state.as_str())?.map(|kind| parse_kind(topology, state, kind.value())).transpose()?
@@ -338,7 +337,7 @@ impl Db {
             };
             if let Some(stored) = stored.filter(|&stored| stored != def.kind) {
                 bail!(StateError::KindChanged {
-                    topology: topology.clone(),
+                    topology: topology.to_owned(),
                     state: state.clone(),
                     stored,
                     declared: def.kind

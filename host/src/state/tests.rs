@@ -1,11 +1,10 @@
 use super::*;
-use crate::config::SandboxConfig;
 use crate::state::view::Combines;
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::TopologyDef;
 
-/// A plan of topology `t` counting lines into `counts` of `kind`.
-fn plan(kind: StateKind) -> Plan {
+/// The states a topology `t` counting lines into `counts` of `kind` declares.
+fn plan(kind: StateKind) -> BTreeMap<String, StateDef> {
     let kind = serde_json::to_string(&kind).unwrap();
     let def: TopologyDef = serde_json::from_str(&format!(
         r#"{{"name":"t","nodes":[
@@ -15,7 +14,7 @@ fn plan(kind: StateKind) -> Plan {
               "aggregator":{{"id":"count","kind":{{"kind":"builtin","name":"count"}},"input":[],"output":["count"]}}}}}}]}}"#
     ))
     .unwrap();
-    crate::plan::plan(&def, &SandboxConfig::default()).unwrap()
+    def.states().into_iter().map(|s| (s.name.clone(), s.clone())).collect()
 }
 
 fn key(word: &str) -> Vec<u8> {
@@ -93,14 +92,14 @@ fn a_page_ends_before_the_key_that_would_take_it_past_its_bytes_but_never_before
 fn a_state_keeps_the_kind_of_its_first_commit() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path()).unwrap();
-    db.check_state_kinds(&plan(StateKind::Opaque)).unwrap();
+    db.check_state_kinds("t", &plan(StateKind::Opaque)).unwrap();
     db.commit("t", 1, &record(), &counts(StateKind::Transactional)).unwrap();
-    db.check_state_kinds(&plan(StateKind::Transactional)).unwrap();
+    db.check_state_kinds("t", &plan(StateKind::Transactional)).unwrap();
     for other in [StateKind::Opaque, StateKind::NonTransactional] {
-        let err = db.check_state_kinds(&plan(other)).unwrap_err();
+        let err = db.check_state_kinds("t", &plan(other)).unwrap_err();
         assert_eq!(err.downcast_ref::<StateError>(), Some(&kind_changed(StateKind::Transactional, other)));
     }
-    let err = db.check_state_kinds(&plan(StateKind::Opaque)).unwrap_err();
+    let err = db.check_state_kinds("t", &plan(StateKind::Opaque)).unwrap_err();
     assert_eq!(
         err.to_string(),
         "topology t: state counts holds transactional values, but the topology declares it opaque: a state \
@@ -122,9 +121,9 @@ fn a_data_dir_written_before_kinds_were_recorded_is_judged_by_its_records() {
         let txn = db.db.begin_write().unwrap();
         assert!(txn.delete_table(kinds_def(&kinds_table("t"))).unwrap(), "{layout}: the kinds were recorded");
         txn.commit().unwrap();
-        db.check_state_kinds(&plan(kind)).unwrap();
+        db.check_state_kinds("t", &plan(kind)).unwrap();
         let other = if kind == StateKind::Opaque { StateKind::Transactional } else { StateKind::Opaque };
-        let err = db.check_state_kinds(&plan(other)).unwrap_err();
+        let err = db.check_state_kinds("t", &plan(other)).unwrap_err();
         assert_eq!(err.downcast_ref::<StateError>(), Some(&kind_changed(kind, other)), "{layout}");
         // The next commit records the kind.
         db.commit("t", 2, &record(), &counts(kind)).unwrap();
@@ -169,7 +168,7 @@ fn dropping_a_topologys_state_drops_its_kinds() {
     Db::drop_topology(&txn, "t").unwrap();
     txn.commit().unwrap();
     assert!(db.topologies().unwrap().is_empty());
-    db.check_state_kinds(&plan(StateKind::Opaque)).unwrap();
+    db.check_state_kinds("t", &plan(StateKind::Opaque)).unwrap();
 }
 
 #[test]
