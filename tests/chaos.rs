@@ -140,7 +140,7 @@ fn a_kill_inside_a_group_commit_leaves_all_of_the_group_or_none() {
         // Every batch counts words: the newest value is the last commit's.
         let last = restarts.last_committed();
         if last > 0 {
-            let stored = weir::state::Db::open(&data).unwrap().scan("word-count", "counts").unwrap();
+            let stored = weir_state::Db::open(&data).unwrap().scan("word-count", "counts").unwrap();
             let newest = stored.iter().filter_map(|(_, value)| value.txid()).max();
             assert_eq!(newest, Some(last), "a value carries a txid of the group killed after txid {last}");
         }

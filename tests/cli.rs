@@ -32,7 +32,7 @@ fn unreadable_input_and_a_busy_data_dir_are_refused_and_committed_state_is_kept(
         "cannot read input",
     );
     {
-        let _held = weir::state::Db::open(data.path()).unwrap();
+        let _held = weir_state::Db::open(data.path()).unwrap();
         let input = corpus_20k().path.to_str().unwrap();
         assert_fails_with(
             &["run", WORD_COUNT, "--data", data_dir, "--input", input],

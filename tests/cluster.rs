@@ -20,10 +20,10 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use weir::cluster::changelog::{Changelog, Rebuilt, SlotWrites};
-use weir::cluster::commit_log::EtcdCommitLog;
-use weir::state::store::CommitLog;
-use weir::state::{BatchRecord, Progress};
+use weir_cluster::changelog::{Changelog, Rebuilt, SlotWrites};
+use weir_cluster::commit_log::EtcdCommitLog;
+use weir_state::store::CommitLog;
+use weir_state::{BatchRecord, Progress};
 
 /// Short, so that losses show within seconds.
 const LEASE_TTL_MS: &str = "2000";
@@ -270,7 +270,7 @@ fn assigned_over(
 /// its assignment, is fenced in the topology's changelog at the epoch its
 /// owner got it; returns each slot's fence epoch.
 fn fenced(server: &Server, nats: &NatsServer, topology: &str) -> BTreeMap<u32, u64> {
-    let connection = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    let connection = weir_io::nats::Nats::connect(&nats.config(), "test").unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let seen = view(server);
@@ -436,7 +436,7 @@ fn values(rebuilt: &Rebuilt) -> Vec<(String, u64, String)> {
 #[test]
 fn a_slots_changelog_rebuilds_it_and_passes_over_a_fenced_hosts_records() {
     let nats = NatsServer::start();
-    let connection = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    let connection = weir_io::nats::Nats::connect(&nats.config(), "test").unwrap();
     connection.runtime.block_on(async {
         let log = Changelog::open(&connection.jetstream, "c1", "word count").await.unwrap();
         let last_sequence = || async {
@@ -706,7 +706,7 @@ fn a_cluster_topology_starts_at_its_streams_first_message_when_earlier_ones_are_
     // The first half is published, then removed (as a stream's limits
     // remove old messages): the stream starts past sequence 1.
     nats.publish_file("corpus", PARTITIONS, &corpus.first);
-    let connection = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    let connection = weir_io::nats::Nats::connect(&nats.config(), "test").unwrap();
     connection.runtime.block_on(async {
         connection.jetstream.get_stream("corpus").await.unwrap().purge().await.unwrap();
     });
@@ -773,7 +773,7 @@ fn leader_of(server: &Server) -> Option<String> {
 /// (written after the fence by a host that had lost the slot); and the
 /// counts all the slots hold together.
 fn changelog_counts(nats: &NatsServer) -> (BTreeMap<u32, Option<u64>>, usize, BTreeMap<String, i64>) {
-    let connection = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    let connection = weir_io::nats::Nats::connect(&nats.config(), "test").unwrap();
     connection.runtime.block_on(async {
         let log = Changelog::open(&connection.jetstream, "c1", "word-count").await.unwrap();
         let (mut fences, mut passed_over, mut counts) = (BTreeMap::new(), 0, BTreeMap::new());
@@ -782,8 +782,8 @@ fn changelog_counts(nats: &NatsServer) -> (BTreeMap<u32, Option<u64>>, usize, BT
             fences.insert(slot, rebuilt.fence.map(|f| f.epoch));
             passed_over += rebuilt.fenced_records;
             for (key, (_, bytes)) in rebuilt.values {
-                let key = weir::state::keys::decode(&key).unwrap();
-                let stored = weir::state::rules::Stored::decode(&bytes).unwrap();
+                let key = weir_state::keys::decode(&key).unwrap();
+                let stored = weir_state::rules::Stored::decode(&bytes).unwrap();
                 use weir_sdk::codec::Value as Datum;
                 let (Datum::Str(word), Datum::I64(count)) = (key[0].clone(), stored.value().clone()) else {
                     panic!("not a word's count: {key:?} {stored:?}")

@@ -524,7 +524,7 @@ mod hostile_description;
 /// A bundle of the hostile-topologies component, its manifest listing what
 /// the component describes.
 fn hostile_topologies_bundle() -> Vec<u8> {
-    use weir::bundle::{Bundle, BundledTopology};
+    use weir_engine::bundle::{Bundle, BundledTopology};
     let name = "hostile_topologies.wasm".to_owned();
     let definitions = weir_sdk::topology::parse_description(&hostile_description::description()).unwrap();
     let topologies = definitions.into_iter().map(|d| BundledTopology::single(name.clone(), d)).collect();
@@ -660,10 +660,13 @@ fn a_compile_bomb_deployed_to_a_server_is_refused_and_its_sibling_ends_exact() {
     // The word count's bundle, its component swapped for 300,000 nested
     // blocks (900 KB, within the server's 1 MiB uploads).
     let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
-    let manifest = weir::bundle::Bundle::from_bytes(std::path::Path::new("wc.weir"), &word_count).unwrap().manifest;
+    let manifest =
+        weir_engine::bundle::Bundle::from_bytes(std::path::Path::new("wc.weir"), &word_count).unwrap().manifest;
     let component = manifest.components[0].name.clone();
-    let bomb =
-        weir::bundle::Bundle::new(vec![(component.clone(), hand_made::nested_blocks(300_000))], manifest.topologies);
+    let bomb = weir_engine::bundle::Bundle::new(
+        vec![(component.clone(), hand_made::nested_blocks(300_000))],
+        manifest.topologies,
+    );
     let (status, body) = server.api("POST", "/v1/topologies?input=in/corpus.txt&name=bomb", &bomb.to_bytes().unwrap());
     assert_eq!(status, 400, "{body}");
     let error = body["error"].as_str().unwrap();

@@ -284,7 +284,7 @@ fn files_under(dir: &Path) -> BTreeSet<PathBuf> {
 
 /// `bundle` with its manifest naming its one topology `name`.
 fn renamed_in_manifest(bundle: &[u8], name: &str) -> Vec<u8> {
-    let mut bundle = weir::bundle::Bundle::from_bytes(Path::new("wc.weir"), bundle).unwrap();
+    let mut bundle = weir_engine::bundle::Bundle::from_bytes(Path::new("wc.weir"), bundle).unwrap();
     bundle.manifest.topologies[0].definition.name = name.to_owned();
     bundle.to_bytes().unwrap()
 }
@@ -322,8 +322,8 @@ fn a_manifest_naming_its_topology_with_a_path_writes_nothing_anywhere() {
         .collect();
     assert!(leaked.is_empty(), "written outside: {leaked:?}");
     drop(server);
-    let db = std::sync::Arc::new(weir::state::Db::open(&dir.path().join("data")).unwrap());
-    assert!(weir::server::registry::Registry::new(std::sync::Arc::clone(&db)).list().unwrap().is_empty());
+    let db = std::sync::Arc::new(weir_state::Db::open(&dir.path().join("data")).unwrap());
+    assert!(weir_server::registry::Registry::new(std::sync::Arc::clone(&db)).list().unwrap().is_empty());
     for name in ["ok", "../../x", outside.as_str()] {
         assert!(db.states(name).unwrap().is_empty());
         assert_eq!(db.progress(name).unwrap().last_committed, 0);

@@ -224,7 +224,7 @@ fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batch_in_the_
     let clicks = clicks(800, 25);
     let nats = server_with(&clicks, &[]);
     let window = Duration::from_secs(1);
-    let client = weir::nats::Nats::connect(&nats.config(), "test").unwrap();
+    let client = weir_io::nats::Nats::connect(&nats.config(), "test").unwrap();
     let config = async_nats::jetstream::stream::Config {
         name: "out".to_owned(),
         subjects: vec!["page-counts".to_owned()],

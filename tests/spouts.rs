@@ -241,9 +241,9 @@ fn a_data_dir_of_the_previous_release_resumes_after_its_last_line_range() {
     let data = dir.path().join("data");
     let end = lines[..100].iter().map(|l| l.len() as u64 + 1).sum::<u64>();
     let meta: Vec<u8> = [0, end, 100].iter().flat_map(|n: &u64| n.to_le_bytes()).collect();
-    weir::state::Db::open(&data)
+    weir_state::Db::open(&data)
         .unwrap()
-        .commit("word-count", 1, &weir::state::BatchRecord { attempt: 0, time_ms: 0, spout: meta }, &[])
+        .commit("word-count", 1, &weir_state::BatchRecord { attempt: 0, time_ms: 0, spout: meta }, &[])
         .unwrap();
     let output = weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100"]));
     assert!(text(&output).contains("committed 2 batches (200 tuples)"), "{}", text(&output));

@@ -237,7 +237,7 @@ fn a_million_open_windows_run_in_a_small_state_cache_and_stay_in_redb() {
     let run = weir_bounded(&args, std::time::Duration::from_secs(600));
     assert!(run.output.status.success(), "{}", text(&run.output));
     // Each group's count and its one open window (its end: tuple 2), nothing emitted.
-    let db = weir::state::Db::open(&data).unwrap();
+    let db = weir_state::Db::open(&data).unwrap();
     let open = db.scan("many-open", "open").unwrap();
     let windows = open.iter().filter(|(key, _)| matches!(key.first(), Some(weir_sdk::Value::I64(2)))).count();
     assert_eq!((open.len(), windows), (2_000_000, 1_000_000));

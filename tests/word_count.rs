@@ -316,7 +316,7 @@ fn a_state_declared_with_another_kind_is_refused_at_load_with_state_intact() {
     assert!(raw_state(&data, "word-count") == before, "committed state changed");
     // The example itself goes on where it stopped.
     weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "1000"]));
-    assert_eq!(weir::state::Db::open(&data).unwrap().progress("word-count").unwrap().last_committed, 8);
+    assert_eq!(weir_state::Db::open(&data).unwrap().progress("word-count").unwrap().last_committed, 8);
 }
 
 #[test]
@@ -364,19 +364,19 @@ fn a_state_error_no_replay_can_cure_halts_at_once_with_state_intact() {
     std::fs::write(&input, sentences.lines().take(300).collect::<Vec<_>>().join("\n") + "\n").unwrap();
     let data = dir.path().join("data");
     let word = sentences.split_whitespace().next().unwrap();
-    let ahead = weir::state::view::StateWrites {
+    let ahead = weir_state::view::StateWrites {
         state: "counts".into(),
         records: vec![(
-            weir::state::keys::encode([weir_sdk::codec::ValueRef::Str(word)]),
-            weir::state::rules::Stored::Transactional { txid: 100, value: weir_sdk::codec::Value::I64(7) },
+            weir_state::keys::encode([weir_sdk::codec::ValueRef::Str(word)]),
+            weir_state::rules::Stored::Transactional { txid: 100, value: weir_sdk::codec::Value::I64(7) },
         )],
         removed: Vec::new(),
         removed_ranges: Vec::new(),
         combines: None,
     };
-    let nothing_read = weir::spout::LineRange { start: 0, end: 0, lines: 0, tail: None }.encode();
-    let record = weir::state::BatchRecord { attempt: 0, time_ms: 0, spout: nothing_read };
-    weir::state::Db::open(&data).unwrap().commit("word-count", 1, &record, &[ahead]).unwrap();
+    let nothing_read = weir_io::spout::LineRange { start: 0, end: 0, lines: 0, tail: None }.encode();
+    let record = weir_state::BatchRecord { attempt: 0, time_ms: 0, spout: nothing_read };
+    weir_state::Db::open(&data).unwrap().commit("word-count", 1, &record, &[ahead]).unwrap();
     let before = raw_state(&data, "word-count");
 
     let output = weir_output(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100", "--max-attempts", "5"]));

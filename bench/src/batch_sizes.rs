@@ -28,7 +28,7 @@ fn mib(m: &Measured) -> f64 {
 /// and returns them with `at_10k` (from the main table) in batch-size order.
 pub fn measure(bench: &Bench, sentences: u64, runs: usize, at_10k: AtSize) -> Result<Vec<AtSize>> {
     // Weir's default max pending at each size, for the limit's pipeline too.
-    let pending = |batch_size: u64| weir::config::default_max_pending(batch_size as usize) as u64;
+    let pending = |batch_size: u64| weir_config::default_max_pending(batch_size as usize) as u64;
     let config = |engine, batch_size, sentences| Config {
         engine,
         sentences,

@@ -146,7 +146,7 @@ impl CommitRecord {
 
     /// The last committed txid of `topology`.
     fn committed(&mut self, topology: &str) -> Result<u64> {
-        self.runtime.block_on(weir::cluster::commit_log::committed(&mut self.client, &self.cluster, topology))
+        self.runtime.block_on(weir_cluster::commit_log::committed(&mut self.client, &self.cluster, topology))
     }
 }
 

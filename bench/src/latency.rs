@@ -12,13 +12,13 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use weir::config::{RunConfig, SandboxConfig};
-use weir::coordinator::{self, RunReport};
-use weir::instances::OperatorSource;
-use weir::metrics::Latencies;
-use weir::runtime::{self, ComponentCache};
-use weir::spout::FileLines;
-use weir::state::Db;
+use weir_config::{RunConfig, SandboxConfig};
+use weir_engine::coordinator::{self, RunReport};
+use weir_engine::instances::OperatorSource;
+use weir_engine::metrics::Latencies;
+use weir_io::spout::FileLines;
+use weir_runtime::{self as runtime, ComponentCache};
+use weir_state::Db;
 
 /// How often the following topology asks the file for more lines: the
 /// `--poll-ms` of `weir serve`, set low, as a latency-minded user would.
@@ -42,7 +42,7 @@ pub struct Measured {
     pub p99: Duration,
     pub max: Duration,
     /// How long the run's commits took, and how many batches each held.
-    pub commits: weir::metrics::Latencies,
+    pub commits: weir_engine::metrics::Latencies,
     pub group_mean: Option<f64>,
 }
 
@@ -106,7 +106,7 @@ pub fn run(setup: &Setup) -> Result<Measured> {
     let sandbox = SandboxConfig::default();
     let engine = runtime::engine(true)?;
     let cache = ComponentCache::new(cache);
-    let loaded = weir::load::topologies(&engine, &cache, wasm, &[], &sandbox)?.remove(0);
+    let loaded = weir_engine::load::topologies(&engine, &cache, wasm, &[], &sandbox)?.remove(0);
     let db = Db::open(data)?;
     let mut spout = FileLines::open(&input, batch_size)?.following(true);
     let config = RunConfig { batch_size, follow: Some(POLL), ..RunConfig::default() };

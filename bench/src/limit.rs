@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use weir::metrics::Latencies;
+use weir_engine::metrics::Latencies;
 
 /// The limit program's database, in the data dir it is given.
 pub const DB_FILE: &str = "limit.redb";

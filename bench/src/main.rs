@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weir::config::{RunConfig, SandboxConfig};
-use weir::coordinator;
-use weir::instances::OperatorSource;
-use weir::spout::FileLines;
-use weir::state::Db;
+use weir_config::{RunConfig, SandboxConfig};
+use weir_engine::coordinator;
+use weir_engine::instances::OperatorSource;
+use weir_io::spout::FileLines;
+use weir_state::Db;
 
 const WORDS_PER_SENTENCE: u64 = 8;
 const SMALL: u64 = 1000;
@@ -431,8 +431,8 @@ fn languages(bench: &Bench, sentences: u64) -> Result<(Vec<String>, Json)> {
     let mut out = Vec::new();
     for (language, wasm) in [
         ("Rust", bench.wasm.clone()),
-        ("Python", weir::guest_build::build(&root.join("examples/word-count-py"))?),
-        ("JavaScript", weir::guest_build::build(&root.join("examples/word-count-js"))?),
+        ("Python", weir_engine::guest_build::build(&root.join("examples/word-count-py"))?),
+        ("JavaScript", weir_engine::guest_build::build(&root.join("examples/word-count-js"))?),
     ] {
         eprintln!("measuring the {language} word count");
         let size = std::fs::metadata(&wasm)?.len();
@@ -519,7 +519,7 @@ fn native(args: &[String]) -> Result<()> {
     let topologies = word_count::weir_topologies();
     let def = topologies[0].definition().clone();
     let parallelism: usize = flag("--parallelism")?.parse()?;
-    let plan = Arc::new(weir::plan::plan(&def, &SandboxConfig::default())?.with_parallelism(parallelism));
+    let plan = Arc::new(weir_plan::plan(&def, &SandboxConfig::default())?.with_parallelism(parallelism));
     let db = Db::open(Path::new(flag("--data")?))?;
     let mut spout = FileLines::open(Path::new(flag("--input")?), config.batch_size)?;
     let report = coordinator::run(

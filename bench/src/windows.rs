@@ -11,8 +11,8 @@ use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use weir::state::Db;
 use weir_sdk::Value;
+use weir_state::Db;
 
 const TOPOLOGY: &str = "word-count-windowed";
 

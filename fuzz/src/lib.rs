@@ -9,14 +9,14 @@
 //! corpus on every `cargo test`.
 
 use std::path::Path;
-use weir::bundle::Bundle;
-use weir::config::SandboxConfig;
-use weir::json;
-use weir::plan;
-use weir::state::rules::Stored;
-use weir::state::{compact, keys};
+use weir_config::SandboxConfig;
+use weir_engine::bundle::Bundle;
+use weir_plan as plan;
 use weir_sdk::codec::{Batch, BatchWriter, Value};
 use weir_sdk::topology::parse_description;
+use weir_state::json;
+use weir_state::rules::Stored;
+use weir_state::{compact, keys};
 
 /// A fuzz target: takes any bytes, panics only on a bug.
 pub type Target = fn(&[u8]);
@@ -120,8 +120,8 @@ pub fn json_key(data: &[u8]) {
 /// A slot's partials, as another host of a cluster sends them: what decodes
 /// re-encodes byte for byte.
 pub fn slot_partials(data: &[u8]) {
-    let Ok(partials) = weir::cluster::slots::decode(data) else { return };
-    assert_eq!(weir::cluster::slots::encode(&partials), data, "decoded partials re-encode as they were");
+    let Ok(partials) = weir_cluster::slots::decode(data) else { return };
+    assert_eq!(weir_cluster::slots::encode(&partials), data, "decoded partials re-encode as they were");
 }
 
 #[cfg(test)]

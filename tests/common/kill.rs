@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 
-pub use weir::fault::{Fault, Point};
+pub use weir_config::fault::{Fault, Point};
 
 /// SIGKILL's number on Linux.
 const SIGKILL: i32 = 9;
@@ -62,7 +62,7 @@ impl<'a> Restarts<'a> {
         let before = self.last_committed();
         let fault = Fault { point, txid };
         let mut command = weir();
-        command.env(weir::config::FAULT_ENV, fault.to_string()).args(&self.args);
+        command.env(weir_config::FAULT_ENV, fault.to_string()).args(&self.args);
         let output = run_bounded(&mut command, KILL_LIMIT).output;
         let topology = self.topology;
         if output.status.signal() != Some(SIGKILL) {

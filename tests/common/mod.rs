@@ -174,7 +174,7 @@ pub fn last_committed(data: &Path, topology: &str) -> u64 {
     if !data.exists() {
         return 0;
     }
-    weir::state::Db::open(data).unwrap().progress(topology).unwrap().last_committed
+    weir_state::Db::open(data).unwrap().progress(topology).unwrap().last_committed
 }
 
 /// A word-count state read back as word => count.

@@ -137,7 +137,7 @@ impl NatsServer {
 
     /// Creates `stream`, taking `subjects` (wildcards too).
     pub fn create_stream(&self, stream: &str, subjects: &[&str]) {
-        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        let nats = weir_io::nats::Nats::connect(&self.config(), "test").unwrap();
         let config = async_nats::jetstream::stream::Config {
             name: stream.to_owned(),
             subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
@@ -150,7 +150,7 @@ impl NatsServer {
     /// How many messages each subject of `stream` holds.
     pub fn subject_counts(&self, stream: &str) -> std::collections::BTreeMap<String, usize> {
         use futures_util::TryStreamExt;
-        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        let nats = weir_io::nats::Nats::connect(&self.config(), "test").unwrap();
         nats.runtime.block_on(async {
             let stream = nats.jetstream.get_stream(stream).await.unwrap();
             stream.info_with_subjects(">").await.unwrap().try_collect().await.unwrap()
@@ -159,7 +159,7 @@ impl NatsServer {
 
     /// Deletes the message of `stream` at `sequence`.
     pub fn delete_message(&self, stream: &str, sequence: u64) {
-        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        let nats = weir_io::nats::Nats::connect(&self.config(), "test").unwrap();
         nats.runtime.block_on(async {
             let stream = nats.jetstream.get_stream(stream).await.unwrap();
             assert!(stream.delete_message(sequence).await.unwrap(), "no message {sequence} to delete");
@@ -169,7 +169,7 @@ impl NatsServer {
     /// Every message `stream` holds, in stream order: its `Nats-Msg-Id`
     /// header (empty without one) and its payload.
     pub fn messages(&self, stream: &str) -> Vec<(String, Vec<u8>)> {
-        let nats = weir::nats::Nats::connect(&self.config(), "test").unwrap();
+        let nats = weir_io::nats::Nats::connect(&self.config(), "test").unwrap();
         nats.runtime.block_on(async {
             let mut stream = nats.jetstream.get_stream(stream).await.unwrap();
             let state = stream.info().await.unwrap().state.clone();
@@ -189,7 +189,7 @@ impl NatsServer {
     /// Removes every message of `stream`.
     pub fn purge(&self, stream: &str) {
         let config = self.config();
-        let nats = weir::nats::Nats::connect(&config, "test").unwrap();
+        let nats = weir_io::nats::Nats::connect(&config, "test").unwrap();
         nats.runtime.block_on(async {
             let stream = nats.jetstream.get_stream(stream).await.unwrap();
             stream.purge().await.unwrap();
@@ -197,8 +197,8 @@ impl NatsServer {
     }
 
     /// How the tests' host code reaches this server.
-    pub fn config(&self) -> weir::nats::NatsConfig {
-        weir::nats::NatsConfig { url: self.url(), token: None, retry_for: Duration::from_secs(10) }
+    pub fn config(&self) -> weir_io::nats::NatsConfig {
+        weir_io::nats::NatsConfig { url: self.url(), token: None, retry_for: Duration::from_secs(10) }
     }
 }
 

@@ -1,0 +1,44 @@
+//! The flags that name a NATS server, shared by `weir run`, `weir serve`
+//! and `weir publish`.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+use weir_config::DEFAULT_NATS_RETRY_MS;
+use weir_io::nats::NatsConfig;
+
+#[derive(Args, Debug)]
+#[command(next_help_heading = "NATS JetStream")]
+pub struct NatsArgs {
+    /// The NATS server (with JetStream) of the JetStream spouts and of
+    /// `weir publish`: nats://HOST:PORT, several comma-separated for a
+    /// cluster; a user:password@ in it is used to log in and never shown.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// A file holding the token to authenticate to the NATS server with.
+    #[arg(long, value_name = "FILE")]
+    pub nats_token_file: Option<PathBuf>,
+    /// How long to keep trying to reach the NATS server, at start and after
+    /// the connection is lost, before giving up (a topology halts), in
+    /// milliseconds.
+    #[arg(long, default_value_t = DEFAULT_NATS_RETRY_MS, value_name = "MS")]
+    pub nats_retry_ms: u64,
+}
+
+impl NatsArgs {
+    /// The server asked for, if any.
+    pub fn config(&self) -> Result<Option<NatsConfig>> {
+        let Some(url) = &self.nats else { return Ok(None) };
+        let token = match &self.nats_token_file {
+            Some(path) => {
+                let token = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                let token = token.trim().to_owned();
+                anyhow::ensure!(!token.is_empty(), "{} holds no token", path.display());
+                Some(token)
+            }
+            None => None,
+        };
+        Ok(Some(NatsConfig { url: url.clone(), token, retry_for: Duration::from_millis(self.nats_retry_ms) }))
+    }
+}

@@ -1,0 +1,22 @@
+//! `weir-cluster`: several `weir serve` hosts running topologies together.
+//!
+//! Cluster mode of `weir serve`: membership and leadership in etcd, the
+//! cluster's topologies and their bundles, the assignment of each one's
+//! work to live hosts, and the records that outlive a host: the commit log
+//! in etcd and the state changelog in JetStream (`docs/cluster.md`).
+
+pub mod assignment;
+pub mod bundles;
+pub mod catalog;
+pub mod changelog;
+pub mod commit_log;
+pub mod coordinator;
+mod leader;
+pub mod membership;
+pub mod plan;
+pub mod reads;
+pub mod slots;
+pub mod wire;
+pub mod worker;
+
+pub use membership::{ClusterConfig, ClusterView, Member, Membership, check_name};

@@ -1,0 +1,15 @@
+//! Building a batch's errors from a state's failure or a malformed result.
+
+use std::fmt;
+use weir_runtime::{BatchError, Origin};
+
+/// A state's error, come from `origin`: fatal when replaying the batch
+/// cannot cure it (see [`weir_state::StateError`]).
+pub(super) fn state_failure(operator: &str, message: String, error: &anyhow::Error, origin: Origin) -> BatchError {
+    BatchError { retryable: !weir_state::retry_cannot_help(error), ..BatchError::retry(operator, message) }
+        .with_origin(origin)
+}
+
+pub(super) fn malformed(operator: &str, what: impl fmt::Display) -> BatchError {
+    BatchError::retry(operator, format!("returned a malformed batch: {what}"))
+}

@@ -1,0 +1,611 @@
+//! Windows, exactly once. Each batch's tuples are assigned to their
+//! windows, and each window's partial lives in the operation's state
+//! under the key (end, start, group): combined with the batch's partials
+//! by Trident's rules, as a persistent aggregate's values are. A window
+//! closes in the commit of the batch that takes its count to the window's
+//! end (count windows) or its watermark past the end plus the lateness
+//! (event time); it is emitted then, once, and removed. The watermark, the
+//! late tuples and each group's count are kept in the same state, before
+//! the windows in key order, so that a replay of the batch starts from
+//! what it started from the first time and emits the same windows.
+
+use super::aggregate::groups;
+use super::count::count_rows_by_key;
+use super::persistent_aggregate::{Partials, lock, partials_of, storage, store_partials};
+use super::{Exec, Parts, gather, session, window_tuples};
+use std::collections::HashMap;
+use std::sync::Arc;
+use weir_plan::{Node, Op};
+use weir_runtime::BatchError;
+use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueKind, ValueRef};
+use weir_sdk::operator::Builtin;
+use weir_sdk::topology::{AggregatorKind, WindowDef};
+use weir_state::keyed::KeyedValues;
+use weir_state::keys;
+use weir_state::view::Base;
+
+/// Key of the greatest timestamp seen (event time).
+const GREATEST_SEEN: ValueRef<'static> = ValueRef::Null;
+/// Key of the number of late tuples (event time).
+const LATE: ValueRef<'static> = ValueRef::Bool(false);
+/// First value of a group's count key (count windows).
+const COUNT: ValueRef<'static> = ValueRef::Bool(true);
+
+/// The windows a batch closes.
+pub(super) enum Closing {
+    /// These keys (count windows: each group's own).
+    Keys(Vec<Vec<u8>>),
+    /// Every window ending after `after` (which closed in earlier
+    /// batches) and at or before `end` (time windows).
+    Through { after: i64, end: i64 },
+}
+
+/// Runs window operation `node` over one batch: its rows go into their
+/// windows, and the windows it closes are emitted: the group fields, the
+/// window's start and end, its value.
+pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result<Parts, BatchError> {
+    let node = &exec.plan.nodes[index];
+    let Op::Window { state, window, time, group, aggregator } = &node.op else { unreachable!("a window") };
+    let batch = gather(input);
+    let time_spec = |size: &u64, slide: &u64, delay: &u64, lateness: &u64| TimeSpec {
+        size: *size as i64,
+        slide: *slide as i64,
+        delay: *delay as i64,
+        lateness: *lateness as i64,
+    };
+    let event_time = |field| Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
+    let (assigned, watermark) = match window {
+        WindowDef::Count { size, slide } => {
+            let (assigned, closing) = by_count(exec, node, &batch, group, *size as i64, *slide as i64)?;
+            (assigned, Err(closing))
+        }
+        WindowDef::Duration { size_ms, slide_ms } => {
+            let emitted = Stamp::Batch(i64::try_from(exec.time_ms).unwrap_or(i64::MAX));
+            let (assigned, watermark) = by_time(exec, node, &batch, &emitted, &time_spec(size_ms, slide_ms, &0, &0))?;
+            (assigned, Ok(watermark))
+        }
+        WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
+            let spec = time_spec(size_ms, slide_ms, max_delay_ms, lateness_ms);
+            let (assigned, watermark) = by_time(exec, node, &batch, &event_time(field), &spec)?;
+            (assigned, Ok(watermark))
+        }
+        WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms } => {
+            let spec = time_spec(gap_ms, gap_ms, max_delay_ms, lateness_ms);
+            let (assigned, watermark) = session::assign(exec, node, &batch, &event_time(field), *gap_ms as i64, &spec)?;
+            (assigned, Ok(watermark))
+        }
+    };
+    if !assigned.is_empty() {
+        let keyed = window_keyed(group);
+        if aggregator.kind == AggregatorKind::General {
+            window_tuples::keep(exec, node, &assigned, &keyed)?;
+        } else {
+            let partials = partials_of(exec, &assigned, &keyed, aggregator)?;
+            store_partials(exec, node, state, aggregator, partials, false)?;
+        }
+    }
+    finish(exec, index, &batch, watermark, None)
+}
+
+/// Positions of an assigned row's window key: its end, its start, then the
+/// group fields after them.
+fn window_keyed(group: &[usize]) -> Vec<usize> {
+    [0, 1].into_iter().chain(group.iter().map(|p| p + 2)).collect()
+}
+
+/// An event-time window's sizes, for a window that goes by a timestamp
+/// field and cuts fixed windows.
+fn event_time_spec(window: &WindowDef) -> Option<(&str, TimeSpec)> {
+    let WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } = window else { return None };
+    let spec = TimeSpec {
+        size: *size_ms as i64,
+        slide: *slide_ms as i64,
+        delay: *max_delay_ms as i64,
+        lateness: *lateness_ms as i64,
+    };
+    Some((field, spec))
+}
+
+/// An event-time window's batch, assigned in the process phase before its
+/// watermark is known: the partials of every window its tuples fall into,
+/// closed or not, and what tells the commit phase which tuples are late.
+pub struct Preassigned {
+    /// The batch's partial of each window, by window key.
+    partials: KeyedValues,
+    /// Each row's newest window's end: the row is late if it closed.
+    newest_ends: Vec<i64>,
+    /// The batch's greatest timestamp.
+    greatest: Option<i64>,
+    /// The batch's parts, for the late stream.
+    input: Arc<Parts>,
+}
+
+impl Preassigned {
+    /// About the bytes it holds.
+    pub fn held_bytes(&self) -> usize {
+        self.partials.held_bytes() + 8 * self.newest_ends.len() + super::parts_bytes(&self.input)
+    }
+}
+
+/// Whether `node`'s batches are assigned in the process phase: event-time
+/// windows whose aggregator makes one partial per window (a built-in or a
+/// combiner), which the commit phase only filters by the watermark.
+pub(super) fn preassigns(node: &Node) -> bool {
+    let Op::Window { window, aggregator, .. } = &node.op else { return false };
+    event_time_spec(window).is_some()
+        && matches!(aggregator.kind, AggregatorKind::Builtin(_) | AggregatorKind::Combiner)
+}
+
+/// Assigns `node`'s batch (see [`preassigns`]) to every window it falls
+/// into, in the process phase.
+pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) -> Result<Preassigned, BatchError> {
+    let Op::Window { window, time, group, aggregator, .. } = &node.op else { unreachable!("a window") };
+    let (field, spec) = event_time_spec(window).expect("an event-time window");
+    let stamp = Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
+    let batch = gather(input);
+    let mut newest_ends = Vec::with_capacity(batch.len());
+    let mut greatest: Option<i64> = None;
+    // A count goes by each window's rows, counted by the group's fields
+    // read in place; other aggregators by a batch of the rows with their
+    // window's bounds in front.
+    let counts = aggregator.kind == AggregatorKind::Builtin(Builtin::Count);
+    let mut rows_of = RowsOf::default();
+    let mut writer = BatchWriter::new(batch.arity() + 2);
+    // Rows come mostly in time order: a row's newest window is mostly the
+    // row before's, found without a division.
+    let mut slot = (1, 0);
+    for (r, row) in batch.rows().enumerate() {
+        let ts = stamp.of(node, row)?;
+        greatest = Some(greatest.map_or(ts, |g| g.max(ts)));
+        if !(slot.0..slot.1).contains(&ts) {
+            let start = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
+            slot = (start, start.saturating_add(spec.slide));
+        }
+        let newest = slot.0;
+        newest_ends.push(newest.saturating_add(spec.size));
+        for (end, start) in windows_of(ts, newest, &spec) {
+            if counts {
+                rows_of.push((end, start), r);
+            } else {
+                push_assigned(&mut writer, row, end, start);
+            }
+        }
+    }
+    let partials = if counts {
+        count_windows(&batch, rows_of, group)
+    } else {
+        let assigned = writer.finish_batch();
+        let Partials::Values(partials) = partials_of(exec, &assigned, &window_keyed(group), aggregator)? else {
+            unreachable!("a built-in or a combiner makes values")
+        };
+        partials
+    };
+    Ok(Preassigned { partials, newest_ends, greatest, input: Arc::clone(input) })
+}
+
+/// Each window's rows, by its end and start.
+#[derive(Default)]
+struct RowsOf {
+    windows: Vec<((i64, i64), Vec<usize>)>,
+    index: HashMap<(i64, i64), usize, foldhash::fast::RandomState>,
+    /// The window the last row went to: the next row's, mostly.
+    last: usize,
+}
+
+impl RowsOf {
+    fn push(&mut self, bounds: (i64, i64), row: usize) {
+        if self.windows.get(self.last).is_none_or(|(b, _)| *b != bounds) {
+            let next = self.windows.len();
+            self.last = *self.index.entry(bounds).or_insert(next);
+            if self.last == next {
+                self.windows.push((bounds, Vec::new()));
+            }
+        }
+        self.windows[self.last].1.push(row);
+    }
+}
+
+/// Each window's count by the fields at `group`, keyed by window key, in
+/// key order: windows in the order of their keys, each window's groups in
+/// theirs.
+fn count_windows(batch: &Batch<'_>, rows_of: RowsOf, group: &[usize]) -> KeyedValues {
+    let mut windows = rows_of.windows;
+    windows.sort_unstable_by_key(|(bounds, _)| *bounds);
+    let mut partials = KeyedValues::default();
+    for ((end, start), rows) in windows {
+        let bounds = window_key(end, start, &[]);
+        if group.is_empty() {
+            partials.push(&bounds, Value::I64(rows.len() as i64));
+            continue;
+        }
+        let mut key = bounds.clone();
+        for (group_key, count) in count_rows_by_key(batch, rows.into_iter(), group).iter() {
+            key.truncate(bounds.len());
+            key.extend_from_slice(group_key);
+            partials.push(&key, count.clone());
+        }
+    }
+    partials
+}
+
+/// The windows `[start, start + size)` holding `ts`, as `(end, start)`,
+/// newest (starting at `newest`) first.
+fn windows_of(ts: i64, newest: i64, spec: &TimeSpec) -> impl Iterator<Item = (i64, i64)> + '_ {
+    let starts =
+        std::iter::successors(Some(newest), |start| (*start != i64::MIN).then(|| start.saturating_sub(spec.slide)));
+    starts.map(|start| (start.saturating_add(spec.size), start)).take_while(move |&(end, _)| end > ts)
+}
+
+/// Runs window operation `index` over a batch [`preassign`]ed in the
+/// process phase: the partials of windows closed already are dropped, and
+/// the tuples whose windows all had are late.
+pub(super) fn window_preassigned(exec: &mut Exec<'_>, index: usize, pre: Preassigned) -> Result<Parts, BatchError> {
+    let node = &exec.plan.nodes[index];
+    let Op::Window { state, window, aggregator, .. } = &node.op else { unreachable!("a window") };
+    let (_, spec) = event_time_spec(window).expect("an event-time window");
+    let mut watermark = Watermark::read(exec, node, &spec)?;
+    let closed_before = watermark.closed_before;
+    watermark.late_rows = (0..pre.newest_ends.len()).filter(|&r| pre.newest_ends[r] <= closed_before).collect();
+    if let Some(greatest) = pre.greatest {
+        watermark.see(greatest);
+    }
+    // The windows the batch closes are read back and emitted in this
+    // batch; the others stay open, and a built-in's partials for them are
+    // combined in the commit itself, one lookup each.
+    let through = watermark.through();
+    let (mut closing, mut open) = (KeyedValues::default(), KeyedValues::default());
+    for (key, value) in pre.partials.iter() {
+        match window_end(key) {
+            Some(end) if end <= closed_before => {}
+            Some(end) if end <= through => closing.push(key, value.clone()),
+            Some(_) => open.push(key, value.clone()),
+            None => {}
+        }
+    }
+    let AggregatorKind::Builtin(builtin) = aggregator.kind else {
+        for partials in [closing, open].into_iter().filter(|p| !p.is_empty()) {
+            store_partials(exec, node, state, aggregator, Partials::Values(partials), false)?;
+        }
+        return finish(exec, index, &gather(&pre.input), Ok(watermark), None);
+    };
+    if !open.is_empty() {
+        lock(exec.views(node)?).combine_at_commit(state, builtin, open).map_err(storage(state))?;
+    }
+    finish(exec, index, &gather(&pre.input), Ok(watermark), Some((builtin, closing)))
+}
+
+/// The end of the window a window key is of.
+fn window_end(key: &[u8]) -> Option<i64> {
+    match key.split_first() {
+        Some((&kind, rest)) if kind == ValueKind::I64.byte() => {
+            let bits = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+            Some((bits ^ (1 << 63)) as i64)
+        }
+        _ => None,
+    }
+}
+
+/// After a batch's tuples went into their windows: hands the late tuples
+/// to the late stream, moves the watermark on, and emits and removes the
+/// windows the batch closes, a built-in's partials of the batch for them
+/// (`closing`) combined with what they hold.
+fn finish(
+    exec: &mut Exec<'_>,
+    index: usize,
+    batch: &Batch<'_>,
+    watermark: Result<Watermark, Closing>,
+    closing: Option<(Builtin, KeyedValues)>,
+) -> Result<Parts, BatchError> {
+    let node = &exec.plan.nodes[index];
+    let Op::Window { state, window, aggregator, .. } = &node.op else { unreachable!("a window") };
+    let general = aggregator.kind == AggregatorKind::General;
+    let closes = match watermark {
+        Ok(watermark) => {
+            let has_late_stream = node.children.iter().any(|&c| matches!(exec.plan.nodes[c].op, Op::LateTuples(_)));
+            if has_late_stream || !watermark.late_rows.is_empty() {
+                let mut late = BatchWriter::new(batch.arity());
+                for &r in &watermark.late_rows {
+                    super::copy_row(&mut late, batch.row(r));
+                }
+                exec.late.insert(index, late.finish_batch());
+            }
+            // A merged session can end before what closed already.
+            let after = if matches!(window, WindowDef::Session { .. }) { i64::MIN } else { watermark.closed_before };
+            Closing::Through { after, end: watermark.write(exec, node)? }
+        }
+        Err(keys) => keys,
+    };
+    if general {
+        return window_tuples::close(exec, node, &closes);
+    }
+    let mut views = lock(exec.views(node)?);
+    let mut closed: Vec<(Vec<u8>, Value)> = match &closes {
+        Closing::Keys(keys) => {
+            let mut closed = Vec::with_capacity(keys.len());
+            for key in keys {
+                if let Some(value) = views.base(state, key).map_err(storage(state))?.value() {
+                    closed.push((key.clone(), value.clone()));
+                }
+            }
+            closed
+        }
+        Closing::Through { after, end } => {
+            let (from, to) = closed_range(*after, *end);
+            let closed = views.take_range(state, &from, &to).map_err(storage(state))?;
+            closed.into_iter().filter_map(|(key, base)| base.value().cloned().map(|v| (key, v))).collect()
+        }
+    };
+    if let Some((builtin, partials)) = closing {
+        closed =
+            with_partials(closed, builtin, partials).map_err(|e| BatchError::fatal(&aggregator.id, e.to_string()))?;
+    }
+    let mut writer = BatchWriter::new(node.fields.len());
+    let mut closed_keys = Vec::with_capacity(closed.len());
+    for (key, value) in closed {
+        let bounds = keys::decode(&key).map_err(storage(state))?;
+        let [end, start, group_values @ ..] = &bounds[..] else {
+            return Err(BatchError::fatal(&node.id, format!("state {state} holds a window key without bounds")));
+        };
+        writer.begin_row(0);
+        for v in group_values {
+            writer.push(v.as_ref());
+        }
+        writer.push(start.as_ref());
+        writer.push(end.as_ref());
+        writer.push(value.as_ref());
+        if matches!(closes, Closing::Keys(_)) {
+            views.remove(state, &key).map_err(storage(state))?;
+        }
+        closed_keys.push(key);
+    }
+    drop(views);
+    if let (WindowDef::Session { .. }, Closing::Through { end, .. }) = (window, closes) {
+        session::forget_closed(exec, node, &closed_keys, end)?;
+    }
+    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
+}
+
+/// Closed windows' values (sorted by key) with a batch's partials for
+/// them (sorted by key) combined in.
+fn with_partials(
+    stored: Vec<(Vec<u8>, Value)>,
+    builtin: Builtin,
+    partials: KeyedValues,
+) -> Result<Vec<(Vec<u8>, Value)>, weir_sdk::Error> {
+    let mut out = Vec::with_capacity(stored.len() + partials.len());
+    let mut stored = stored.into_iter().peekable();
+    for (key, partial) in partials.into_pairs() {
+        while let Some(earlier) = stored.next_if(|(k, _)| *k < key) {
+            out.push(earlier);
+        }
+        let value = match stored.next_if(|(k, _)| *k == key) {
+            Some((_, value)) => builtin.combine(value, partial)?,
+            None => partial,
+        };
+        out.push((key, value));
+    }
+    out.extend(stored);
+    Ok(out)
+}
+
+/// The keys of the windows ending after `after` and at or before `end`:
+/// from the first past `after` (or the first window key, the integers'
+/// kind) up to the first past `end`.
+pub(super) fn closed_range(after: i64, end: i64) -> (Vec<u8>, Vec<u8>) {
+    let past = |at: i64| match at.checked_add(1) {
+        Some(next) => keys::encode([ValueRef::I64(next)]),
+        None => vec![ValueKind::F64.byte()],
+    };
+    let from = if after == i64::MIN { vec![ValueKind::I64.byte()] } else { past(after) };
+    (from, past(end))
+}
+
+/// Where a tuple's time comes from.
+pub(super) enum Stamp<'a> {
+    /// Its timestamp field (event time).
+    Field { field: &'a str, position: usize },
+    /// The time its batch was emitted (processing time).
+    Batch(i64),
+}
+
+impl Stamp<'_> {
+    /// The time of `row`.
+    #[inline]
+    pub(super) fn of(&self, node: &Node, row: Row<'_>) -> Result<i64, BatchError> {
+        match *self {
+            Stamp::Batch(emitted) => Ok(emitted),
+            Stamp::Field { field, position } => match row.get(position).expect("position within arity") {
+                ValueRef::I64(ts) => Ok(ts),
+                other => Err(not_a_timestamp(node, field, other)),
+            },
+        }
+    }
+}
+
+#[cold]
+fn not_a_timestamp(node: &Node, field: &str, value: ValueRef<'_>) -> BatchError {
+    BatchError::fatal(
+        &node.id,
+        format!(
+            "window {}: field {} holds {}, not a timestamp in milliseconds",
+            node.id,
+            serde_json::to_string(field).unwrap_or_default(),
+            weir_state::json::to_json(&value.to_owned())
+        ),
+    )
+}
+
+/// A time window's sizes, in milliseconds.
+pub(super) struct TimeSpec {
+    size: i64,
+    slide: i64,
+    delay: i64,
+    lateness: i64,
+}
+
+/// The key of a window's partial: its end, its start, then the group's.
+pub(super) fn window_key(end: i64, start: i64, group_key: &[u8]) -> Vec<u8> {
+    let mut key = keys::encode([ValueRef::I64(end), ValueRef::I64(start)]);
+    key.extend_from_slice(group_key);
+    key
+}
+
+/// The integer stored under `key` of the operation's state.
+fn stored_i64(exec: &Exec<'_>, node: &Node, state: &str, key: &[u8]) -> Result<Option<i64>, BatchError> {
+    let mut views = lock(exec.views(node)?);
+    match views.base(state, key).map_err(storage(state))? {
+        Base::None => Ok(None),
+        Base::Value(Value::I64(n)) | Base::Applied(Value::I64(n)) => Ok(Some(n)),
+        Base::Value(other) | Base::Applied(other) => Err(BatchError::fatal(
+            &node.id,
+            format!(
+                "state {state} holds {} where a window's count or watermark should be",
+                weir_state::json::to_json(&other)
+            ),
+        )),
+    }
+}
+
+fn put_i64(exec: &Exec<'_>, node: &Node, state: &str, key: Vec<u8>, n: i64) -> Result<(), BatchError> {
+    lock(exec.views(node)?).put(state, key, Value::I64(n)).map_err(storage(state))
+}
+
+/// Starts a row of the assigned batch: the window's end and start, then
+/// the tuple.
+pub(super) fn push_assigned(writer: &mut BatchWriter, row: Row<'_>, end: i64, start: i64) {
+    writer.begin_row(0);
+    writer.push(ValueRef::I64(end));
+    writer.push(ValueRef::I64(start));
+    for value in row.encoded_values() {
+        writer.push_encoded(value);
+    }
+}
+
+/// Count windows: each group's tuples numbered on from its stored count;
+/// tuple `n` falls into the windows ending at the multiples of `slide` in
+/// `(n, n + size]`, and the windows ending at or before the group's new
+/// count close.
+fn by_count(
+    exec: &mut Exec<'_>,
+    node: &Node,
+    batch: &Batch<'_>,
+    group: &[usize],
+    size: i64,
+    slide: i64,
+) -> Result<(Batch<'static>, Closing), BatchError> {
+    let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
+    let groups = groups(batch, group);
+    let count_key = |group_key: &[u8]| {
+        let mut key = keys::encode([COUNT]);
+        key.extend_from_slice(group_key);
+        key
+    };
+    let mut counts = Vec::with_capacity(groups.keys.len());
+    for group_key in &groups.keys {
+        counts.push(stored_i64(exec, node, state, &count_key(group_key))?.unwrap_or(0));
+    }
+    let before = counts.clone();
+    let mut writer = BatchWriter::new(batch.arity() + 2);
+    for (row, &g) in batch.rows().zip(&groups.of_row) {
+        let n = counts[g as usize];
+        counts[g as usize] += 1;
+        let mut end = (n / slide + 1) * slide;
+        while end <= n + size {
+            push_assigned(&mut writer, row, end, (end - size).max(0));
+            end += slide;
+        }
+    }
+    let mut closing = Vec::new();
+    for ((group_key, &from), &to) in groups.keys.iter().zip(&before).zip(&counts) {
+        let mut end = (from / slide + 1) * slide;
+        while end <= to {
+            closing.push(window_key(end, (end - size).max(0), group_key));
+            end += slide;
+        }
+        if to != from {
+            put_i64(exec, node, state, count_key(group_key), to)?;
+        }
+    }
+    Ok((writer.finish_batch(), Closing::Keys(closing)))
+}
+
+/// Where a time window's watermark stands, over one batch: the greatest
+/// time seen before it and since, and the late tuples it found.
+pub(super) struct Watermark {
+    greatest_before: Option<i64>,
+    greatest: Option<i64>,
+    /// Windows ending at or before this closed in earlier batches.
+    pub(super) closed_before: i64,
+    /// The rows of the batch whose windows had all closed.
+    pub(super) late_rows: Vec<usize>,
+    /// How far the closing trails the greatest time seen.
+    behind: i64,
+}
+
+impl Watermark {
+    /// The watermark `node`'s state holds.
+    pub(super) fn read(exec: &Exec<'_>, node: &Node, spec: &TimeSpec) -> Result<Watermark, BatchError> {
+        let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
+        let greatest = stored_i64(exec, node, state, &keys::encode([GREATEST_SEEN]))?;
+        let behind = spec.delay.saturating_add(spec.lateness);
+        let closed_before = greatest.map_or(i64::MIN, |g| g.saturating_sub(behind));
+        Ok(Watermark { greatest_before: greatest, greatest, closed_before, late_rows: Vec::new(), behind })
+    }
+
+    /// Takes in a tuple's time.
+    pub(super) fn see(&mut self, ts: i64) {
+        self.greatest = Some(self.greatest.map_or(ts, |g| g.max(ts)));
+    }
+
+    /// The end through which windows close after the batch.
+    fn through(&self) -> i64 {
+        self.greatest.map_or(i64::MIN, |g| g.saturating_sub(self.behind))
+    }
+
+    /// Stores where the watermark moved and the late tuples; returns the
+    /// end through which windows close now.
+    fn write(self, exec: &Exec<'_>, node: &Node) -> Result<i64, BatchError> {
+        let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
+        if let Some(g) = self.greatest.filter(|&g| Some(g) != self.greatest_before) {
+            put_i64(exec, node, state, keys::encode([GREATEST_SEEN]), g)?;
+        }
+        if !self.late_rows.is_empty() {
+            let late_key = keys::encode([LATE]);
+            let before = stored_i64(exec, node, state, &late_key)?.unwrap_or(0);
+            put_i64(exec, node, state, late_key, before.saturating_add(self.late_rows.len() as i64))?;
+        }
+        Ok(self.through())
+    }
+}
+
+/// Time windows: each tuple falls into the windows `[start, start + size)`
+/// holding its time, `start` a multiple of `slide`, but for those closed
+/// already (a tuple in none is late).
+fn by_time(
+    exec: &mut Exec<'_>,
+    node: &Node,
+    batch: &Batch<'_>,
+    stamp: &Stamp<'_>,
+    spec: &TimeSpec,
+) -> Result<(Batch<'static>, Watermark), BatchError> {
+    let mut watermark = Watermark::read(exec, node, spec)?;
+    let mut writer = BatchWriter::new(batch.arity() + 2);
+    if let Stamp::Batch(emitted) = stamp {
+        // A batch's time moves its windows on even when it holds nothing.
+        watermark.see(*emitted);
+    }
+    for (r, row) in batch.rows().enumerate() {
+        let ts = stamp.of(node, row)?;
+        watermark.see(ts);
+        let mut assigned = false;
+        let newest = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
+        for (end, start) in windows_of(ts, newest, spec).filter(|&(end, _)| end > watermark.closed_before) {
+            push_assigned(&mut writer, row, end, start);
+            assigned = true;
+        }
+        if !assigned {
+            watermark.late_rows.push(r);
+        }
+    }
+    Ok((writer.finish_batch(), watermark))
+}

@@ -1,0 +1,301 @@
+//! Sinks: a committed batch's output, published to NATS JetStream exactly
+//! once, through an outbox (Trident's rule: output is part of the batch's
+//! commit).
+//!
+//! - In the commit phase a sink's tuples become payloads (`payloads`), and
+//!   the committer writes them into the sink's outbox table in the same
+//!   write transaction as the batch's state (`outbox`): keyed by txid and
+//!   place in the batch, so only committed batches ever reach it.
+//! - After each commit (and first thing when a run starts, for what a
+//!   crash left) the [`Publisher`] publishes every outbox entry in key
+//!   order, each with `Nats-Msg-Id: <topology>/<sink>/<txid>/<n>`, waits
+//!   for the server's acknowledgements, then removes the acknowledged
+//!   entries. A crash between the publish and the removal publishes the
+//!   same ids again, which the stream drops as duplicates within its
+//!   duplicate window.
+//! - A publish the server refuses (no stream takes the subject, a limit)
+//!   halts the run naming the sink, subject and txid; the entries stay in
+//!   the outbox for the next start. Nothing committed is lost.
+
+use crate::nats::{Nats, NatsConfig};
+use anyhow::{Context as _, Result, bail};
+use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
+use async_nats::jetstream::message::PublishMessage;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use weir_config::fault::{self, Point};
+use weir_config::{MAX_SINK_BATCH_MESSAGES, MAX_SINK_PAYLOAD, NATS_REQUEST_TIMEOUT, PUBLISH_ACKS_IN_FLIGHT};
+use weir_plan::{Input, Node, Op, Plan};
+use weir_runtime::BatchError;
+use weir_sdk::codec::{Batch, BatchWriter, ValueRef};
+use weir_sdk::topology::{SinkDef, SinkPayloadDef};
+use weir_state::store::{OtherRecords, Store};
+
+/// The outbox table of sink `id`, among the topology's other records.
+fn table(id: &str) -> String {
+    format!("sink/{id}")
+}
+
+/// An outbox key: the txid, then the place in the batch, both big-endian,
+/// so that keys sort in publishing order.
+fn key(txid: u64, n: u32) -> Vec<u8> {
+    let mut key = txid.to_be_bytes().to_vec();
+    key.extend_from_slice(&n.to_be_bytes());
+    key
+}
+
+/// The txid and place of an outbox key.
+fn parse_key(key: &[u8]) -> Result<(u64, u32)> {
+    let Ok(key) = <[u8; 12]>::try_from(key) else {
+        bail!("an outbox key of {} bytes is not a txid and a place", key.len());
+    };
+    let (txid, n) = key.split_at(8);
+    Ok((u64::from_be_bytes(txid.try_into()?), u32::from_be_bytes(n.try_into()?)))
+}
+
+/// Sink `node`'s tuples as payloads: one bytes field per row.
+pub fn payloads(node: &Node, sink: &SinkDef, input: &Input, batch: &Batch<'_>) -> Result<Batch<'static>, BatchError> {
+    let SinkDef::JetStream { payload, .. } = sink;
+    if batch.len() > MAX_SINK_BATCH_MESSAGES {
+        return Err(BatchError::fatal(
+            &node.id,
+            format!("the batch gives the sink {} messages, more than {MAX_SINK_BATCH_MESSAGES}", batch.len()),
+        ));
+    }
+    let mut writer = BatchWriter::new(1);
+    for (index, row) in batch.rows().enumerate() {
+        let bytes = match payload {
+            SinkPayloadDef::Json => {
+                let object: serde_json::Map<String, serde_json::Value> = input
+                    .names
+                    .iter()
+                    .zip(&input.positions)
+                    .map(|(name, &p)| {
+                        let value = row.get(p).expect("position within arity").to_owned();
+                        (name.clone(), weir_state::json::to_json(&value))
+                    })
+                    .collect();
+                serde_json::to_vec(&object).expect("JSON values serialize")
+            }
+            SinkPayloadDef::Raw { field } => match row.get(input.positions[0]).expect("position within arity") {
+                ValueRef::Str(s) => s.as_bytes().to_vec(),
+                ValueRef::Bytes(b) => b.to_vec(),
+                other => {
+                    return Err(BatchError::fatal(
+                        &node.id,
+                        format!(
+                            "tuple {index}: field {field} is a {}, and a raw payload is a string or bytes",
+                            other.type_name()
+                        ),
+                    ));
+                }
+            },
+        };
+        if bytes.len() > MAX_SINK_PAYLOAD {
+            return Err(BatchError::fatal(
+                &node.id,
+                format!("tuple {index}'s payload has {} bytes, more than {MAX_SINK_PAYLOAD}", bytes.len()),
+            ));
+        }
+        writer.begin_row(0);
+        writer.push(ValueRef::Bytes(&bytes));
+    }
+    Ok(writer.finish_batch())
+}
+
+/// The outbox records of batch `txid` for sink `node`, from its payloads.
+pub fn outbox(node: &Node, txid: u64, payloads: &[Batch<'static>]) -> OtherRecords {
+    let entries = payloads
+        .iter()
+        .flat_map(Batch::rows)
+        .enumerate()
+        .map(|(n, row)| {
+            let Some(ValueRef::Bytes(bytes)) = row.get(0) else { unreachable!("payloads are one bytes field") };
+            (key(txid, n as u32), bytes.to_vec())
+        })
+        .collect();
+    OtherRecords { table: table(&node.id), entries }
+}
+
+/// One sink of a plan.
+struct SinkTarget {
+    id: String,
+    subject: String,
+    table: String,
+}
+
+/// The sinks of `plan`.
+fn targets(plan: &Plan) -> Vec<SinkTarget> {
+    plan.nodes
+        .iter()
+        .filter_map(|node| match &node.op {
+            Op::Sink { sink: SinkDef::JetStream { subject, .. }, .. } => {
+                Some(SinkTarget { id: node.id.clone(), subject: subject.clone(), table: table(&node.id) })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Checks that a server is given when `plan` has sinks, before anything runs.
+pub fn check_server(plan: &Plan, nats: Option<&NatsConfig>) -> Result<()> {
+    match targets(plan).first() {
+        Some(sink) if nats.is_none() => bail!(
+            "topology {}: sink {} publishes to NATS JetStream subject {}: give the server with --nats URL",
+            plan.stored_as,
+            sink.id,
+            sink.subject
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Publishes the outboxes of a topology's sinks.
+pub struct Publisher {
+    topology: String,
+    sinks: Vec<SinkTarget>,
+    nats: Nats,
+    retry_for: Duration,
+}
+
+/// Why a publish failed.
+enum Failed {
+    /// The server refused it: trying again will not help.
+    Refused(anyhow::Error),
+    /// The server did not answer in time, or the connection is lost.
+    Unreachable(anyhow::Error),
+}
+
+/// Refused publishes are tried this many times (a restarted server's
+/// JetStream may answer before it knows its streams) before the run halts.
+const REFUSALS: u32 = 3;
+
+impl Publisher {
+    /// The publisher of `plan`'s sinks, connected to the server of `nats`;
+    /// `None` when the plan has no sink.
+    pub fn open(plan: &Plan, nats: Option<&NatsConfig>) -> Result<Option<Publisher>> {
+        let sinks = targets(plan);
+        if sinks.is_empty() {
+            return Ok(None);
+        }
+        check_server(plan, nats)?;
+        let (topology, config) = (&plan.stored_as, nats.expect("checked"));
+        let nats = Nats::connect(config, &format!("weir sinks of {topology}"))
+            .with_context(|| format!("topology {topology}: connecting its sinks"))?;
+        Ok(Some(Publisher { topology: topology.clone(), sinks, nats, retry_for: config.retry_for }))
+    }
+
+    /// Publishes everything in the outboxes, in txid order, and removes
+    /// what the server acknowledged; returns once they are empty. A server
+    /// out of reach is retried with back-off for `--nats-retry-ms`; a
+    /// refused publish halts, the entries kept.
+    pub fn publish(&mut self, store: &dyn Store) -> Result<()> {
+        for sink in &self.sinks {
+            let mut started: Option<Instant> = None;
+            let mut refusals = 0;
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                let entries = store.snapshot()?.others(&self.topology, &sink.table)?;
+                let Some((last, _)) = entries.last() else { break };
+                let (last_txid, _) = parse_key(last)?;
+                let error = match self.publish_all(sink, &entries) {
+                    Ok(()) => {
+                        fault::at(Point::AfterPublish, last_txid);
+                        let keys: Vec<Vec<u8>> = entries.into_iter().map(|(k, _)| k).collect();
+                        store.remove_others(&self.topology, &sink.table, &keys)?;
+                        continue;
+                    }
+                    Err(error) => error,
+                };
+                let since = *started.get_or_insert_with(Instant::now);
+                let (error, give_up) = match error {
+                    Failed::Refused(e) => {
+                        refusals += 1;
+                        (e, refusals >= REFUSALS)
+                    }
+                    Failed::Unreachable(e) => (e, since.elapsed() >= self.retry_for),
+                };
+                let kept = "the batch is committed and its output stays in the outbox, published when the topology \
+                            starts again";
+                if give_up {
+                    bail!("topology {} halted: {error:#}; {kept}", self.topology);
+                }
+                tracing::warn!("topology {}: {error:#}; retrying in {} ms", self.topology, backoff.as_millis());
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes `entries` of `sink`, at most [`PUBLISH_ACKS_IN_FLIGHT`]
+    /// waiting for their acknowledgements at once.
+    fn publish_all(&self, sink: &SinkTarget, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Failed> {
+        let jetstream = &self.nats.jetstream;
+        let what = |key: &[u8]| {
+            let (txid, n) = parse_key(key).unwrap_or_default();
+            format!("sink {} could not publish message {n} of txid {txid} to subject {}", sink.id, sink.subject)
+        };
+        self.nats.runtime.block_on(async {
+            let mut in_flight: VecDeque<(&[u8], PublishAckFuture)> = VecDeque::new();
+            for (key, payload) in entries {
+                let (txid, n) = parse_key(key).map_err(Failed::Refused)?;
+                let id = format!("{}/{}/{txid}/{n}", self.topology, sink.id);
+                let message = PublishMessage::build().payload(bytes::Bytes::copy_from_slice(payload)).message_id(id);
+                let ack =
+                    jetstream.send_publish(sink.subject.clone(), message).await.map_err(|e| classify(e, what(key)))?;
+                in_flight.push_back((key, ack));
+                if in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT {
+                    acknowledged(&mut in_flight, &what).await?;
+                }
+            }
+            while !in_flight.is_empty() {
+                acknowledged(&mut in_flight, &what).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Waits for the oldest publish in flight to be acknowledged.
+async fn acknowledged(
+    in_flight: &mut VecDeque<(&[u8], PublishAckFuture)>,
+    what: &impl Fn(&[u8]) -> String,
+) -> Result<(), Failed> {
+    let Some((key, ack)) = in_flight.pop_front() else { return Ok(()) };
+    match tokio::time::timeout(NATS_REQUEST_TIMEOUT * 2, ack).await {
+        Err(_) => Err(Failed::Unreachable(anyhow::anyhow!("{}: not acknowledged in time", what(key)))),
+        Ok(Err(e)) => Err(classify(e, what(key))),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+/// A publish's `error`: refused by the server, or a server out of reach;
+/// `what` says which message it was.
+fn classify(error: async_nats::jetstream::context::PublishError, what: String) -> Failed {
+    let api = std::error::Error::source(&error)
+        .is_some_and(|source| source.downcast_ref::<async_nats::jetstream::Error>().is_some());
+    match error.kind() {
+        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe | PublishErrorKind::MaxAckPending => {
+            Failed::Unreachable(anyhow::anyhow!("{what}: the server did not take it ({error})"))
+        }
+        PublishErrorKind::StreamNotFound => {
+            Failed::Refused(anyhow::anyhow!("{what}: JetStream refused it, no stream takes the subject"))
+        }
+        PublishErrorKind::Other if !api => Failed::Unreachable(anyhow::anyhow!("{what}: {error}")),
+        _ => Failed::Refused(anyhow::anyhow!("{what}: JetStream refused it ({error})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbox_keys_sort_in_txid_order_and_read_back() {
+        assert!(key(1, 70_000) < key(2, 0));
+        assert!(key(255, 0) < key(256, 0));
+        assert_eq!(parse_key(&key(7, 3)).unwrap(), (7, 3));
+        assert!(parse_key(b"short").is_err());
+    }
+}

@@ -1,0 +1,544 @@
+//! The built-in spouts over a NATS JetStream stream, each subject of it a
+//! partition. The host reads the log; the guest never reaches the network.
+//!
+//! - Transactional: a batch's metadata is each partition's sequence range,
+//!   recorded before the batch is processed; a replay reads exactly those
+//!   messages again, and halts the topology, naming the stream, partition
+//!   and sequences, when the stream no longer holds them.
+//! - Opaque: the metadata is each partition's next sequence, stored at
+//!   commit; a replay reads afresh from there.
+//!
+//! While the coordinator commits, the batch after the last one emitted is
+//! read ahead on the client's runtime (one at most). It is emitted only as
+//! the first attempt at exactly that next batch; a replay, a retry or
+//! another `previous` discards it and reads afresh.
+//!
+//! A server out of reach (at start or mid-run) is retried with back-off for
+//! `--nats-retry-ms` before the topology halts; nothing is emitted from a
+//! read that did not finish, so nothing committed is lost.
+
+mod meta;
+mod pull;
+mod reader;
+mod tuples;
+
+use super::{Emitted, Spout, SpoutKind};
+use crate::nats::{Nats, NatsConfig, subject};
+use anyhow::{Context, Result, bail};
+use reader::{Failure, Read, Reader};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+use weir_config::{MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS};
+use weir_sdk::codec::Batch;
+use weir_sdk::topology::{JetStreamDef, JetStreamKind, PayloadDef};
+
+/// Checks a JetStream spout's definition (it comes from a guest: every
+/// name and number is bounded) before anything connects.
+pub fn check(def: &JetStreamDef, topology: &str) -> Result<()> {
+    let spout = || format!("topology {topology}: the JetStream spout");
+    subject::check_stream_name(&def.stream).with_context(spout)?;
+    if def.subjects.is_empty() || def.subjects.len() > MAX_JETSTREAM_PARTITIONS {
+        bail!("{}: give 1 to {MAX_JETSTREAM_PARTITIONS} subjects, not {}", spout(), def.subjects.len());
+    }
+    for pattern in &def.subjects {
+        subject::check(pattern).with_context(|| format!("{} of stream {}", spout(), def.stream))?;
+    }
+    if let PayloadDef::Json { fields } = &def.payload
+        && fields.is_empty()
+    {
+        bail!("{}: a JSON payload needs at least one field", spout());
+    }
+    if let Some(n) = def.max_per_partition
+        && (n == 0 || n > MAX_JETSTREAM_BATCH_MESSAGES as u64)
+    {
+        bail!("{}: max_per_partition {n} is not between 1 and {MAX_JETSTREAM_BATCH_MESSAGES}", spout());
+    }
+    Ok(())
+}
+
+/// The partitions `def` makes of its stream on the server of `nats`: its
+/// subjects, wildcards expanded; `None` when they depend on which subjects
+/// hold messages (a stream that takes a wildcard), so that more may come.
+pub fn fixed_partitions(def: &JetStreamDef, topology: &str, nats: &NatsConfig) -> Result<Option<Vec<String>>> {
+    check(def, topology)?;
+    let doing = || format!("topology {topology} reads stream {}", def.stream);
+    let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
+    let mut reader = Reader::new(&connection, def, 1);
+    let resolved = connection.runtime.block_on(async {
+        let resolved = reader.prepare().await;
+        reader.close().await;
+        resolved
+    });
+    match resolved {
+        Ok(()) => {}
+        Err(Failure::Lost(e) | Failure::Fatal(e)) => return Err(e).with_context(doing),
+    }
+    let (partitions, dynamic) = reader.partitions().expect("prepared");
+    Ok((!dynamic).then(|| partitions.to_vec()))
+}
+
+/// A JetStream spout's stream read by spans of sequences: how a cluster's
+/// hosts read their partitions of a batch whose metadata the leader cut.
+///
+/// Reads run on the client's runtime, where the messages arrive, rather
+/// than handing each over to the caller's thread: on a busy core each
+/// handover is a wake-up and a switch of threads. One span may be read
+/// ahead there while the caller does other work; a read of exactly that
+/// span takes it.
+pub struct SpanReader {
+    nats: Nats,
+    /// The reader, but while a read holds it.
+    reader: Option<Reader>,
+    /// A span being read ahead.
+    ahead: Option<SpanAhead>,
+    /// Reads that took a span read ahead.
+    taken_ahead: u64,
+    stream: String,
+}
+
+/// A read of a span on the client's runtime, holding the reader.
+type SpanRead = tokio::task::JoinHandle<(Reader, Result<Batch<'static>, Failure>)>;
+
+/// A span read ahead: which one (partitions, after, until), and its read.
+struct SpanAhead {
+    span: (Vec<String>, u64, u64),
+    task: SpanRead,
+}
+
+impl SpanReader {
+    /// Connects to the server of `nats` and checks the stream `def` reads.
+    pub fn open(def: &JetStreamDef, topology: &str, nats: &NatsConfig) -> Result<SpanReader> {
+        check(def, topology)?;
+        let doing = || format!("topology {topology} reads stream {}", def.stream);
+        let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
+        let mut reader = Reader::new(&connection, def, 1);
+        connection.runtime.block_on(reader.prepare()).map_err(Failure::into_error).with_context(doing)?;
+        Ok(SpanReader {
+            nats: connection,
+            reader: Some(reader),
+            ahead: None,
+            taken_ahead: 0,
+            stream: def.stream.clone(),
+        })
+    }
+
+    /// Gives up a read ahead, taking the reader back from it.
+    fn give_up_ahead(&mut self) {
+        if let Some(ahead) = self.ahead.take() {
+            let _ = self.land(ahead.task);
+        }
+    }
+
+    /// The stream's first and last sequences.
+    pub fn sequences(&mut self) -> Result<(u64, u64)> {
+        self.give_up_ahead();
+        let reader = self.reader.as_mut().expect("a read gives the reader back");
+        let got = self.nats.runtime.block_on(reader.sequences());
+        got.map_err(|e| self.lost(e)).with_context(|| format!("asking for stream {}'s sequences", self.stream))
+    }
+
+    /// Starts reading the messages of `partitions` in the span
+    /// `after+1..=until` on the client's runtime, for a [`SpanReader::read`]
+    /// of that span to take.
+    pub fn read_ahead(&mut self, partitions: &[String], after: u64, until: u64) {
+        let task = self.spawn_read(partitions.to_vec(), after, until);
+        self.ahead = Some(SpanAhead { span: (partitions.to_vec(), after, until), task });
+    }
+
+    /// How many reads took a span read ahead.
+    pub fn taken_ahead(&self) -> u64 {
+        self.taken_ahead
+    }
+
+    /// The messages of `partitions` in the span `after+1..=until`.
+    pub fn read(&mut self, partitions: &[String], after: u64, until: u64) -> Result<Batch<'static>> {
+        let span = (partitions.to_vec(), after, until);
+        let ahead = self.ahead.take_if(|ahead| ahead.span == span).map(|ahead| self.land(ahead.task));
+        let read = match ahead {
+            Some(Ok(batch)) => {
+                self.taken_ahead += 1;
+                Ok(batch)
+            }
+            // Not read ahead, or that read failed (its consumer stands
+            // nowhere known): read it now.
+            failed_or_none => {
+                if let Some(Err(Failure::Lost(e) | Failure::Fatal(e))) = &failed_or_none {
+                    tracing::warn!(
+                        "stream {}: reading sequences {}..={until} ahead failed, reading them again: {e:#}",
+                        self.stream,
+                        after + 1
+                    );
+                    self.reader.as_mut().expect("a read gives the reader back").forget_consumers();
+                }
+                let task = self.spawn_read(span.0, after, until);
+                self.land(task)
+            }
+        };
+        read.map_err(|e| self.lost(e))
+            .with_context(|| format!("reading sequences {}..={until} of stream {}", after + 1, self.stream))
+    }
+
+    fn spawn_read(&mut self, partitions: Vec<String>, after: u64, until: u64) -> SpanRead {
+        self.give_up_ahead();
+        let mut reader = self.reader.take().expect("a read gives the reader back");
+        self.nats.runtime.spawn(async move {
+            let read = reader.read_span(&partitions, after, until).await;
+            (reader, read)
+        })
+    }
+
+    /// Waits for a read to finish and takes the reader back.
+    fn land(&mut self, task: SpanRead) -> Result<Batch<'static>, Failure> {
+        let (reader, read) = match self.nats.runtime.block_on(task) {
+            Ok(done) => done,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        self.reader = Some(reader);
+        read
+    }
+
+    fn lost(&mut self, failure: Failure) -> anyhow::Error {
+        self.reader.as_mut().expect("a read gives the reader back").forget_consumers();
+        failure.into_error()
+    }
+}
+
+impl Failure {
+    fn into_error(self) -> anyhow::Error {
+        match self {
+            Failure::Lost(e) | Failure::Fatal(e) => e,
+        }
+    }
+}
+
+/// Where an emission that found nothing left the spout.
+struct CaughtUp {
+    /// The sequence the next message of the partitions will have, or pass.
+    from: u64,
+    /// The metadata that emission followed.
+    previous: Option<Vec<u8>>,
+    /// The last wait saw no message come: asking the server again would
+    /// find nothing either (the next wait sees what comes meanwhile).
+    quiet: bool,
+}
+
+/// The next batch, read on the client's runtime while the coordinator
+/// commits the last ones; the read holds the reader until it is taken.
+struct Ahead {
+    /// The metadata of the batch it follows.
+    after: Vec<u8>,
+    task: tokio::task::JoinHandle<(Reader, Result<Read, Failure>)>,
+}
+
+/// A JetStream spout, with its connection.
+pub struct JetStreamSpout {
+    promise: JetStreamKind,
+    topology: String,
+    stream: String,
+    nats: Nats,
+    /// The reader, unless a read ahead holds it.
+    reader: Option<Reader>,
+    /// At most one batch read ahead: one batch a partition in memory.
+    ahead: Option<Ahead>,
+    retry_for: Duration,
+    /// Since when the server has been out of reach.
+    lost_since: Option<Instant>,
+    /// After an emission that found nothing: what to wait for.
+    caught_up: Option<CaughtUp>,
+    /// Per partition, messages left after the last emission.
+    pending: BTreeMap<String, u64>,
+    /// Emitted batches not yet known committed: metadata and messages per
+    /// partition.
+    uncommitted: VecDeque<(Vec<u8>, BTreeMap<String, u64>)>,
+    /// Per partition, messages not yet committed, as of the last `lag`.
+    lag: BTreeMap<String, u64>,
+}
+
+impl JetStreamSpout {
+    /// Connects to the server of `nats` and checks that the stream and its
+    /// subjects are there; up to `batch_size` messages a partition per
+    /// batch unless the definition says otherwise.
+    pub fn open(def: &JetStreamDef, topology: &str, nats: &NatsConfig, batch_size: usize) -> Result<JetStreamSpout> {
+        check(def, topology)?;
+        let doing = || format!("topology {topology} reads stream {}", def.stream);
+        let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
+        let per_partition = def.max_per_partition.map_or(batch_size, |n| n as usize).max(1);
+        let reader = Reader::new(&connection, def, per_partition);
+        let mut spout = JetStreamSpout {
+            promise: def.promise,
+            topology: topology.to_owned(),
+            stream: def.stream.clone(),
+            nats: connection,
+            reader: Some(reader),
+            ahead: None,
+            retry_for: nats.retry_for,
+            lost_since: None,
+            caught_up: None,
+            pending: BTreeMap::new(),
+            uncommitted: VecDeque::new(),
+            lag: BTreeMap::new(),
+        };
+        spout.retrying(None, |runtime, reader| runtime.block_on(reader.prepare())).with_context(doing)?;
+        Ok(spout)
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the server has
+    /// been out of reach for longer than the retry window; `lost`: the
+    /// server was found out of reach just before (by a read ahead).
+    fn retrying<T>(
+        &mut self,
+        lost: Option<anyhow::Error>,
+        mut attempt: impl FnMut(&tokio::runtime::Runtime, &mut Reader) -> Result<T, Failure>,
+    ) -> Result<T> {
+        if let Some(ahead) = self.ahead.take() {
+            // Whatever it read is not what is asked for now.
+            let _ = self.land(ahead);
+        }
+        let mut backoff = Duration::from_millis(100);
+        let mut lost = lost.map(Failure::Lost);
+        loop {
+            let reader = self.reader.as_mut().expect("no read ahead holds the reader");
+            let outcome = match lost.take() {
+                Some(failure) => Err(failure),
+                None => attempt(&self.nats.runtime, reader),
+            };
+            match outcome {
+                Ok(value) => {
+                    if self.lost_since.take().is_some() {
+                        tracing::info!("topology {}: reading stream {} again", self.topology, self.stream);
+                    }
+                    return Ok(value);
+                }
+                Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Lost(e)) => {
+                    reader.forget_consumers();
+                    let since = *self.lost_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.retry_for {
+                        return Err(e.context(format!(
+                            "the NATS server at {} has been out of reach for {:.1} s",
+                            self.nats.server,
+                            since.elapsed().as_secs_f64()
+                        )));
+                    }
+                    tracing::warn!(
+                        "topology {}: stream {}: {e:#}; retrying in {} ms",
+                        self.topology,
+                        self.stream,
+                        backoff.as_millis()
+                    );
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// Waits for the read ahead to finish and takes the reader back; returns
+    /// what it read.
+    fn land(&mut self, ahead: Ahead) -> Result<Read, Failure> {
+        let (reader, read) = match self.nats.runtime.block_on(ahead.task) {
+            Ok(done) => done,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        self.reader = Some(reader);
+        read
+    }
+
+    /// Starts reading the batch after the one of `positions` (whose
+    /// metadata is `after`) on the client's runtime.
+    fn read_ahead(&mut self, after: Vec<u8>, positions: Vec<meta::Position>) {
+        let mut reader = self.reader.take().expect("no read ahead holds the reader");
+        let task = self.nats.runtime.spawn(async move {
+            let read = reader.emit(&positions).await;
+            (reader, read)
+        });
+        self.ahead = Some(Ahead { after, task });
+    }
+
+    /// Notes an emitted batch for `lag`: the batches emitted after
+    /// `previous` before are abandoned (an opaque replay emits anew).
+    fn note_emitted(&mut self, previous: Option<&[u8]>, meta: &[u8], positions: &[meta::Position]) {
+        let keep = previous.and_then(|p| self.uncommitted.iter().position(|(m, _)| m == p)).map_or(0, |i| i + 1);
+        self.uncommitted.truncate(keep);
+        self.uncommitted.push_back((meta.to_vec(), per_partition(positions)));
+    }
+}
+
+/// The messages a batch took from each partition.
+fn per_partition(positions: &[meta::Position]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for position in positions {
+        *counts.entry(position.subject.clone()).or_default() += position.count;
+    }
+    counts
+}
+
+impl Drop for JetStreamSpout {
+    fn drop(&mut self) {
+        // A timer must be made on the runtime: hence the async blocks.
+        let runtime = &self.nats.runtime;
+        if let Some(mut ahead) = self.ahead.take() {
+            match runtime.block_on(async { tokio::time::timeout(Duration::from_secs(1), &mut ahead.task).await }) {
+                Ok(Ok((reader, _))) => self.reader = Some(reader),
+                _ => ahead.task.abort(),
+            }
+        }
+        if let Some(reader) = &mut self.reader {
+            let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(1), reader.close()).await });
+        }
+    }
+}
+
+impl Spout for JetStreamSpout {
+    fn kind(&self) -> SpoutKind {
+        match self.promise {
+            JetStreamKind::Transactional => SpoutKind::Transactional,
+            JetStreamKind::Opaque => SpoutKind::Opaque,
+        }
+    }
+
+    fn emit(&mut self, txid: u64, attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
+        if let Some(caught_up) = &mut self.caught_up
+            && caught_up.previous.as_deref() == previous
+            && std::mem::take(&mut caught_up.quiet)
+        {
+            return Ok(None);
+        }
+        let mut lost = None;
+        let ahead = self.ahead.take().and_then(|ahead| {
+            let after = ahead.after.clone();
+            match self.land(ahead) {
+                // A first attempt at the batch after the one read ahead
+                // from: what was read stands. Anything else is read afresh.
+                Ok(read @ Read::Batch { .. }) if attempt == 0 && previous == Some(after.as_slice()) => Some(read),
+                // The server went out of reach under it: the first of the
+                // retried attempts.
+                Err(Failure::Lost(e)) => {
+                    lost = Some(e);
+                    None
+                }
+                _ => None,
+            }
+        });
+        let read = match ahead {
+            Some(read) => read,
+            None => {
+                let before = previous.map(meta::decode).transpose()?.unwrap_or_default();
+                self.retrying(lost, |runtime, reader| runtime.block_on(reader.emit(&before))).with_context(|| {
+                    format!("topology {}: reading txid {txid} from stream {}", self.topology, self.stream)
+                })?
+            }
+        };
+        match read {
+            Read::Empty { last } => {
+                self.caught_up =
+                    Some(CaughtUp { from: last + 1, previous: previous.map(<[u8]>::to_vec), quiet: false });
+                self.pending.values_mut().for_each(|n| *n = 0);
+                Ok(None)
+            }
+            Read::Batch { positions, batch, pending } => {
+                self.caught_up = None;
+                self.pending = pending;
+                let meta = meta::encode(&positions);
+                self.note_emitted(previous, &meta, &positions);
+                self.read_ahead(meta.clone(), positions);
+                Ok(Some(Emitted { meta, batch }))
+            }
+        }
+    }
+
+    fn replay(&mut self, txid: u64, _attempt: u32, meta: &[u8]) -> Result<Batch<'static>> {
+        let positions = meta::decode(meta)?;
+        let batch =
+            self.retrying(None, |runtime, reader| runtime.block_on(reader.replay(&positions))).with_context(|| {
+                format!(
+                    "topology {} halts at txid {txid}, which is not committed: it cannot be replayed exactly",
+                    self.topology
+                )
+            })?;
+        if !self.uncommitted.iter().any(|(m, _)| m == meta) {
+            self.uncommitted.push_back((meta.to_vec(), per_partition(&positions)));
+        }
+        Ok(batch)
+    }
+
+    fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
+        if let Some(committed) = committed
+            && let Some(i) = self.uncommitted.iter().position(|(m, _)| m == committed)
+        {
+            self.uncommitted.drain(..=i);
+        }
+        let mut lag = self.pending.clone();
+        for (_, batch) in &self.uncommitted {
+            for (partition, n) in batch {
+                *lag.entry(partition.clone()).or_default() += n;
+            }
+        }
+        let total = lag.values().sum();
+        self.lag = lag;
+        Some(total)
+    }
+
+    fn partition_lag(&self) -> BTreeMap<String, u64> {
+        self.lag.clone()
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) {
+        if self.caught_up.is_none() {
+            return std::thread::sleep(timeout);
+        }
+        if let Some(ahead) = self.ahead.take() {
+            let _ = self.land(ahead);
+        }
+        let (Some(caught_up), Some(reader)) = (&mut self.caught_up, self.reader.as_mut()) else { return };
+        let started = Instant::now();
+        match self.nats.runtime.block_on(reader.watch(caught_up.from, timeout)) {
+            Ok(arrived) => {
+                caught_up.quiet = !arrived;
+                tracing::debug!("topology {}: stream {}: new messages: {arrived}", self.topology, self.stream);
+            }
+            Err(Failure::Lost(e) | Failure::Fatal(e)) => {
+                // The next emission meets the error again and handles it.
+                tracing::debug!("topology {}: waiting on stream {}: {e:#}", self.topology, self.stream);
+                reader.forget_consumers();
+                std::thread::sleep(timeout.saturating_sub(started.elapsed()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def() -> JetStreamDef {
+        JetStreamDef {
+            promise: JetStreamKind::Transactional,
+            stream: "clicks".into(),
+            subjects: vec!["clicks.*".into()],
+            payload: PayloadDef::String { field: "line".into() },
+            subject_field: None,
+            sequence_field: None,
+            timestamp_field: None,
+            max_per_partition: None,
+        }
+    }
+
+    #[test]
+    fn a_hostile_definition_is_refused_naming_what_is_wrong() {
+        assert!(check(&def(), "t").is_ok());
+        let err = |d: JetStreamDef| format!("{:#}", check(&d, "t").unwrap_err());
+        let e = err(JetStreamDef { stream: "a.b".into(), ..def() });
+        assert!(e.contains("topology t: the JetStream spout: stream name \"a.b\" may not hold"), "{e}");
+        let e = err(JetStreamDef { subjects: vec![], ..def() });
+        assert!(e.contains("give 1 to 1024 subjects, not 0"), "{e}");
+        let e = err(JetStreamDef { subjects: vec!["x".into(); 2000], ..def() });
+        assert!(e.contains("not 2000"), "{e}");
+        let e = err(JetStreamDef { subjects: vec!["a.>.b".into()], ..def() });
+        assert!(e.contains("of stream clicks: subject \"a.>.b\": > may only be the last token"), "{e}");
+        let e = err(JetStreamDef { max_per_partition: Some(0), ..def() });
+        assert!(e.contains("max_per_partition 0 is not between 1 and"), "{e}");
+        let e = err(JetStreamDef { payload: PayloadDef::Json { fields: vec![] }, ..def() });
+        assert!(e.contains("a JSON payload needs at least one field"), "{e}");
+    }
+}

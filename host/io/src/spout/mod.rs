@@ -1,0 +1,183 @@
+//! Spouts: where a topology's batches come from, and what each kind promises
+//! when a batch is replayed (Trident's spout kinds).
+
+mod directory;
+mod file_lines;
+mod generator;
+mod guest;
+mod input;
+pub mod jetstream;
+
+pub use directory::DirectoryLines;
+pub use file_lines::{FileLines, InputChanged, LineRange, input_changed};
+pub use generator::Generator;
+pub use guest::GuestSpout;
+pub use input::{InputDir, InputScope};
+pub use jetstream::JetStreamSpout;
+
+use crate::nats::NatsConfig;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+pub use weir_plan::SpoutKind;
+use weir_runtime::LoadedComponent;
+use weir_runtime::sandbox::OperatorSandbox;
+
+use anyhow::{Context, Result, bail};
+use std::path::Path;
+use weir_sdk::codec::{Batch, Buffers};
+use weir_sdk::topology::SpoutDef;
+
+/// A batch a spout emitted, and the metadata to find it again.
+pub struct Emitted {
+    /// Spout metadata of the batch (offsets, ranges), opaque to the host.
+    pub meta: Vec<u8>,
+    /// The batch's tuples.
+    pub batch: Batch<'static>,
+}
+
+/// The host side of a spout.
+pub trait Spout: Send {
+    /// What the spout promises on replay.
+    fn kind(&self) -> SpoutKind;
+
+    /// Emits batch `txid`, the one after the batch whose metadata is
+    /// `previous` (`None`: the first batch). `None` when nothing is left now.
+    fn emit(&mut self, txid: u64, attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>>;
+
+    /// For transactional spouts: exactly the batch recorded with `meta`.
+    fn replay(&mut self, txid: u64, attempt: u32, meta: &[u8]) -> Result<Batch<'static>>;
+
+    /// How far the committed batches are behind the source, where the spout
+    /// knows: bytes of input for the file spouts, integers for the
+    /// generator. `committed` is the last committed batch's metadata.
+    fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
+        let _ = committed;
+        None
+    }
+
+    /// [`Spout::lag`] per partition, as of its last call, where the spout
+    /// has partitions it can name (a JetStream spout's subjects, in
+    /// messages); empty otherwise.
+    fn partition_lag(&self) -> BTreeMap<String, u64> {
+        BTreeMap::new()
+    }
+
+    /// Whether asking it again soon after it had nothing costs little (a
+    /// file's read): a followed topology then asks again after each commit
+    /// rather than once every batch in flight has committed, so that input
+    /// that came meanwhile need not wait for them all.
+    fn asks_cheaply(&self) -> bool {
+        false
+    }
+
+    /// Buffers of a batch the process phase is done with, for the spout's
+    /// next batch to be written into where it writes its own: a batch of
+    /// megabytes allocated afresh each time has its pages faulted in again.
+    fn recycle(&mut self, _buffers: Buffers) {}
+
+    /// Waits up to `timeout` for more input, once the spout had nothing
+    /// (a followed topology that has caught up); returns early when more
+    /// has come, where the spout can tell.
+    fn wait_for_input(&mut self, timeout: Duration) {
+        std::thread::sleep(timeout);
+    }
+}
+
+/// Where a guest spout runs: the component, and the spout's sandbox.
+pub type GuestCode = Option<(Arc<LoadedComponent>, OperatorSandbox)>;
+
+/// What opening a topology's spout takes besides its definition.
+#[derive(Clone, Copy, Debug)]
+pub struct SpoutEnv<'a> {
+    /// The topology's own name, which its guest spout is called with.
+    pub topology: &'a str,
+    /// The name the host keeps the topology's logs and state under.
+    pub stored_as: &'a str,
+    /// Where its input may be read from.
+    pub scope: &'a InputScope,
+    /// The input file or directory, for the spouts over lines.
+    pub input: Option<&'a Path>,
+    /// Spout tuples per batch (for a JetStream spout, per partition, unless
+    /// the topology says otherwise).
+    pub batch_size: usize,
+    /// The NATS server, for the JetStream spouts.
+    pub nats: Option<&'a NatsConfig>,
+    /// The topology follows its input as it grows (`weir serve`): a file's
+    /// last line counts once its newline is written.
+    pub follows: bool,
+}
+
+impl<'a> SpoutEnv<'a> {
+    /// A topology kept under its own name, reading `input` wherever it is.
+    pub fn local(topology: &'a str, input: Option<&'a Path>, batch_size: usize, nats: Option<&'a NatsConfig>) -> Self {
+        SpoutEnv {
+            topology,
+            stored_as: topology,
+            scope: &InputScope::Anywhere,
+            input,
+            batch_size,
+            nats,
+            follows: false,
+        }
+    }
+}
+
+/// The spout a topology's definition names, opened in `env`; a guest spout
+/// runs in `guest`.
+pub fn open(def: &SpoutDef, env: &SpoutEnv<'_>, guest: GuestCode) -> Result<Box<dyn Spout>> {
+    let topology = env.stored_as;
+    let input = |what: &str| {
+        env.input.with_context(|| format!("topology {topology} reads the lines of {what}: give it with --input"))
+    };
+    let batch_size = env.batch_size;
+    Ok(match def {
+        SpoutDef::FileLines { .. } => {
+            Box::new(FileLines::open_in(env.scope, input("a file")?, batch_size)?.following(env.follows))
+        }
+        SpoutDef::DirectoryLines { .. } => {
+            Box::new(DirectoryLines::open_in(env.scope, input("a directory's files")?, batch_size)?)
+        }
+        SpoutDef::Generator { count, .. } => Box::new(Generator::new(*count, batch_size)),
+        SpoutDef::Guest { promise, fields } => {
+            let (component, sandbox) =
+                guest.with_context(|| format!("topology {topology}: a guest spout needs its component"))?;
+            let spout = GuestSpout::new(component, sandbox, *promise, env.topology, fields.len(), batch_size);
+            Box::new(spout.logs_as(env.stored_as))
+        }
+        SpoutDef::JetStream(stream) => Box::new(JetStreamSpout::open(stream, topology, nats(def, env)?, batch_size)?),
+    })
+}
+
+/// The NATS server a JetStream spout reads from.
+fn nats<'a>(def: &SpoutDef, env: &SpoutEnv<'a>) -> Result<&'a NatsConfig> {
+    let SpoutDef::JetStream(stream) = def else { unreachable!("only JetStream spouts connect to NATS") };
+    env.nats.with_context(|| {
+        format!(
+            "topology {} reads stream {} from NATS JetStream: give the server with --nats URL",
+            env.stored_as, stream.stream
+        )
+    })
+}
+
+/// Checks that the input and servers in `env` are what `def` needs, before
+/// anything else runs (a JetStream spout's server is not asked yet).
+pub fn check_input(def: &SpoutDef, env: &SpoutEnv<'_>) -> Result<()> {
+    let topology = env.stored_as;
+    match (def, env.input) {
+        (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, Some(path)) => {
+            bail!("topology {topology} makes its own input: --input {} is not used", path.display())
+        }
+        (SpoutDef::JetStream(stream), Some(path)) => bail!(
+            "topology {topology} reads stream {} from NATS JetStream: --input {} is not used",
+            stream.stream,
+            path.display()
+        ),
+        (SpoutDef::JetStream(stream), None) => {
+            nats(def, env)?;
+            jetstream::check(stream, topology)
+        }
+        (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, None) => Ok(()),
+        _ => open(def, &SpoutEnv { batch_size: 1, ..*env }, None).map(drop),
+    }
+}

@@ -1,0 +1,91 @@
+//! Values and state entries to and from JSON, as the CLI prints and reads
+//! them and the server's API answers with them.
+
+use crate::rules::Stored;
+use anyhow::{Result, bail};
+use serde_json::{Value as Json, json};
+use weir_sdk::codec::Value;
+
+/// A value as JSON: bytes become `{"bytes": "<hex>"}`.
+pub fn to_json(value: &Value) -> Json {
+    match value {
+        Value::Null => Json::Null,
+        Value::Bool(b) => json!(b),
+        Value::I64(i) => json!(i),
+        Value::F64(f) => json!(f),
+        Value::Str(s) => json!(s),
+        Value::Bytes(b) => json!({ "bytes": hex::encode(b) }),
+    }
+}
+
+/// A value from JSON, the inverse of [`to_json`].
+pub fn from_json(json: &Json) -> Result<Value> {
+    Ok(match json {
+        Json::Null => Value::Null,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::I64(i),
+            None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::Str(s.clone()),
+        Json::Object(o) if o.len() == 1 && o.get("bytes").is_some_and(Json::is_string) => {
+            let digits = o["bytes"].as_str().unwrap_or_default();
+            match hex::decode(digits) {
+                Ok(bytes) => Value::Bytes(bytes),
+                Err(hex::FromHexError::OddLength) => {
+                    bail!("bytes {digits:?} must be an even number of hex digits")
+                }
+                Err(hex::FromHexError::InvalidHexCharacter { index, .. }) => {
+                    // Every byte of a multi-byte character is a non-digit:
+                    // the first one found starts the character.
+                    let c = digits.get(index..).and_then(|rest| rest.chars().next()).unwrap_or('?');
+                    bail!("bytes {digits:?} is not hex: {c:?} at byte {index} is not a hex digit")
+                }
+                Err(e) => bail!("bytes {digits:?} is not hex: {e}"),
+            }
+        }
+        other => {
+            bail!("{other} is not a key value: use null, a boolean, a number, a string or {{\"bytes\": \"<hex>\"}}")
+        }
+    })
+}
+
+/// A state entry as JSON: `{"key": [...], "value": ...}`; with `raw`, also
+/// the stored txid (and prev, for opaque state).
+pub fn entry(key: &[Value], stored: &Stored, raw: bool) -> Json {
+    let key: Vec<_> = key.iter().map(to_json).collect();
+    let mut out = json!({ "key": key, "value": to_json(stored.value()) });
+    if raw {
+        match stored {
+            Stored::Transactional { txid, .. } => out["txid"] = json!(txid),
+            Stored::Opaque { txid, prev, .. } => {
+                out["txid"] = json!(txid);
+                out["prev"] = prev.as_ref().map_or(Json::Null, to_json);
+            }
+            Stored::Plain(_) => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip_as_hex() {
+        let value = Value::Bytes(vec![0, 0xab, 0xff]);
+        assert_eq!(to_json(&value), json!({"bytes": "00abff"}));
+        assert_eq!(from_json(&to_json(&value)).unwrap(), value);
+        assert_eq!(from_json(&json!({"bytes": "00ABFF"})).unwrap(), value);
+    }
+
+    #[test]
+    fn bytes_that_are_not_hex_are_refused_by_name() {
+        let err = |digits: &str| from_json(&json!({ "bytes": digits })).unwrap_err().to_string();
+        // A multi-byte character where a digit pair would be sliced.
+        assert_eq!(err("aéb"), "bytes \"aéb\" is not hex: 'é' at byte 1 is not a hex digit");
+        assert_eq!(err("abc"), "bytes \"abc\" must be an even number of hex digits");
+        assert_eq!(err("0z"), "bytes \"0z\" is not hex: 'z' at byte 1 is not a hex digit");
+    }
+}
