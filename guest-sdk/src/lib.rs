@@ -35,6 +35,7 @@
 extern crate self as weir_sdk;
 
 pub mod builder;
+mod call;
 pub mod codec;
 pub mod dispatch;
 pub mod operator;
@@ -43,7 +44,7 @@ pub mod tuple;
 
 pub use builder::{
     DirectoryLines, FileLines, General, Generator, GroupedStream, GuestSpout, JetStream, JetStreamSink, Reducer,
-    SinkEnd, Spout, State, Stream, Topology, TridentState, Window,
+    SinkEnd, Spout, State, Stream, Topology, TridentState, Window, describe,
 };
 pub use codec::{Value, ValueRef};
 pub use operator::{
@@ -51,7 +52,7 @@ pub use operator::{
     FlatMapFunction, Function, MapFunction, MapGet, MapState, Max, Min, PartitionedSpout, QueryFunction,
     ReducerAggregator, SpoutInfo, StateUpdater, Sum,
 };
-pub use topology::{JoinKind, Limits, describe};
+pub use topology::{JoinKind, Limits};
 pub use tuple::{Emitter, SpoutEmitter, Tuple};
 
 /// Everything a topology crate needs, in one import.

@@ -1,57 +1,8 @@
 //! The operator kinds a guest implements, and the errors they return.
 
+pub use crate::call::{BatchInfo, Error};
 use crate::codec::Value;
 use crate::tuple::{Emitter, SpoutEmitter, Tuple};
-use std::fmt;
-
-/// Why an operator failed on a batch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Error {
-    /// The batch fails and is replayed with the same txid and the next attempt.
-    Retry(String),
-    /// The topology halts with this message.
-    Fatal(String),
-}
-
-impl Error {
-    /// A failure worth replaying the batch for.
-    pub fn retry(message: impl Into<String>) -> Error {
-        Error::Retry(message.into())
-    }
-
-    /// A failure that stops the topology.
-    pub fn fatal(message: impl Into<String>) -> Error {
-        Error::Fatal(message.into())
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Retry(m) => write!(f, "retry: {m}"),
-            Error::Fatal(m) => write!(f, "fatal: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-/// The batch an operator call belongs to.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BatchInfo {
-    /// Name of the topology.
-    pub topology: String,
-    /// Id of the operator being called.
-    pub operator: String,
-    /// Transaction id of the batch; a replay keeps it.
-    pub txid: u64,
-    /// Attempt number, from 0; each replay adds one.
-    pub attempt: u32,
-    /// Partition of the batch being processed.
-    pub partition: u32,
-    /// Names of the input fields, in order.
-    pub fields: Vec<String>,
-}
 
 /// The batch a spout call emits.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

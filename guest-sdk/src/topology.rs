@@ -1,9 +1,8 @@
 //! Topologies as the host reads them: a graph of nodes, each an operation
 //! with its input and output fields and its operator id, and no code.
-//! [`crate::builder`] writes them; a component's `describe` returns them as
-//! JSON.
+//! The builder writes them; a component's `describe` returns them as JSON.
+//! Nothing here names the builder, which depends on these definitions.
 
-use crate::builder::Topology;
 use crate::operator::Builtin;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -702,12 +701,6 @@ pub enum StateKind {
     Opaque,
     /// Stores the value alone, updated blindly: no exactly-once guarantee.
     NonTransactional,
-}
-
-/// The JSON a component returns from `describe`: every topology it defines.
-pub fn describe(topologies: &[Topology]) -> String {
-    let defs: Vec<&TopologyDef> = topologies.iter().map(Topology::definition).collect();
-    serde_json::to_string(&defs).expect("topology definitions serialize")
 }
 
 /// Parses what `describe` returned.

@@ -1,7 +1,7 @@
 //! Typed access to an input tuple's fields, and the emitter for outputs.
 
+use crate::call::{BatchInfo, Error};
 use crate::codec::{BatchWriter, Row, ValueRef};
-use crate::operator::{BatchInfo, Error};
 
 /// One input tuple: the fields the operator declared, read in place.
 #[derive(Clone, Copy, Debug)]
