@@ -22,7 +22,7 @@
 //! a fence written later comes after the snapshot, so the purge (bounded by
 //! the snapshot's sequence) cannot reach the new owner's messages.
 
-use super::wire;
+use super::wire::{self, token};
 use anyhow::{Context, Result, bail};
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
@@ -30,7 +30,6 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, stream};
 use futures_util::StreamExt;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
@@ -103,12 +102,6 @@ pub struct Changelog {
     stream: String,
     /// Every subject's first tokens.
     prefix: String,
-}
-
-/// The hex of the first 16 bytes of `bytes`' SHA-256: names and keys of
-/// any bytes become one subject token of a bounded length.
-pub(crate) fn token(bytes: &[u8]) -> String {
-    hex::encode(&Sha256::digest(bytes)[..16])
 }
 
 impl Message {

@@ -5,14 +5,20 @@
 //! message fails the batch, and the batch replays. Everything another host
 //! sent is read as hostile: lengths are checked against the bytes there.
 
-use super::changelog::token;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use weir_state::keyed::KeyedValues;
 
 /// Most bytes of partials one message carries: well under NATS's default
 /// largest payload (1 MiB).
 pub const CHUNK_BYTES: usize = 512 << 10;
+
+/// The hex of the first 16 bytes of `bytes`' SHA-256: names and keys of
+/// any bytes become one subject token of a bounded length.
+pub(crate) fn token(bytes: &[u8]) -> String {
+    hex::encode(&Sha256::digest(bytes)[..16])
+}
 
 /// Most bytes of a partials message's header.
 const MAX_HEADER: usize = 64 << 10;

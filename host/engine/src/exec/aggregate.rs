@@ -2,12 +2,14 @@
 //! host's built-ins or a guest's combiner, reducer or general aggregator.
 //! Counting by key, the commonest, has a path of its own ([`super::count`]).
 
+use super::context::Exec;
 use super::error::malformed;
-use super::{Exec, PartitionId, Parts, fit, gather, push_kept};
+use super::parts::{Parts, fit, gather, push_kept};
 use crate::instances::{Instances, Request};
 use std::collections::HashMap;
 use weir_plan::{Aggregator, Node, Op};
 use weir_runtime::BatchError;
+use weir_runtime::PartitionId;
 use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregateScope, AggregatorKind};
@@ -214,7 +216,7 @@ pub(super) fn aggregate(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resu
         AggregateScope::Batch => {
             let all = gather(input);
             let out = aggregate_part(&mut exec.instances[0], batch.partition(0), node, group, aggregators, &all)?;
-            Ok(super::fit_owned(vec![out], node.parallelism))
+            Ok(super::parts::fit_owned(vec![out], node.parallelism))
         }
     }
 }

@@ -4,15 +4,19 @@
 //! their progress and the sinks' output (into their outboxes) in one
 //! durable write.
 
+use super::context::{Exec, per_partition, take_times};
 use super::error::state_failure;
+use super::parts::Parts;
+use super::persistent_aggregate;
 use super::process::Handover;
-use super::{BatchId, Exec, Parts, per_partition, persistent_aggregate, take_times, window};
+use super::window;
 use crate::instances::{Instances, OperatorSource};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weir_io::sink;
 use weir_plan::{Op, Phase, Plan};
+use weir_runtime::BatchId;
 use weir_runtime::{BatchError, Origin};
 use weir_state::BatchRecord;
 use weir_state::pending::Pending;

@@ -5,9 +5,10 @@
 //! the state during the batch), in the guest for combiners and reducers.
 
 use super::aggregate::{groups, run_aggregator, single_values, tagged_input};
+use super::context::Exec;
 use super::count::count_by_key;
 use super::error::{malformed, state_failure};
-use super::{Exec, Parts, gather};
+use super::parts::{Parts, gather};
 use crate::instances::Request;
 use std::sync::{Arc, Mutex, MutexGuard};
 use weir_plan::{Aggregator, Node, Op};
@@ -104,7 +105,7 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
     for (key, value) in new_values {
         push_new_value(&mut writer, &key, value.as_ref()).map_err(storage(state))?;
     }
-    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
+    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
 
 /// Combines a batch's `partials` (or folds its rows) into `state` by

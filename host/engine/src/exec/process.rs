@@ -3,15 +3,17 @@
 //! them is handed over: the inputs of commit-phase nodes, and the partials
 //! of persistent aggregates.
 
+use super::context::{Exec, per_partition, take_times};
+use super::parts::{Parts, fit_owned};
 use super::persistent_aggregate::{self, Partials};
 use super::window::{self, Preassigned};
-use super::{BatchId, Exec, Parts, fit_owned, per_partition, take_times};
 use crate::instances::{Instances, OperatorSource};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use weir_plan::{Op, Phase, Plan};
 use weir_runtime::BatchError;
+use weir_runtime::BatchId;
 use weir_sdk::codec::{Batch, Buffers};
 
 /// What one batch's process phase hands its commit phase.
@@ -40,7 +42,7 @@ impl Handover {
 
     /// About the bytes it holds, until its batch commits.
     pub fn held_bytes(&self) -> usize {
-        let inputs: usize = self.inputs.values().map(|parts| super::parts_bytes(parts)).sum();
+        let inputs: usize = self.inputs.values().map(|parts| super::parts::parts_bytes(parts)).sum();
         let partials: usize = self.partials.values().map(Partials::held_bytes).sum();
         let windows: usize = self.windows.values().map(Preassigned::held_bytes).sum();
         inputs + partials + windows

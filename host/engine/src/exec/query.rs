@@ -1,11 +1,13 @@
 //! Queries: a request through a query stream, over what is committed
 //! (Trident's DRPC).
 
-use super::{BatchId, Exec, Parts, gather, per_partition};
+use super::context::{Exec, per_partition};
+use super::parts::{Parts, gather};
 use crate::instances::OperatorSource;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use weir_plan::{Op, Plan};
+use weir_runtime::BatchId;
 use weir_sdk::codec::{BatchWriter, Value, ValueRef};
 use weir_state::Db;
 use weir_state::store::Snapshot;

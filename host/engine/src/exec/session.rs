@@ -6,11 +6,11 @@
 //! key and removes theirs. Sessions close by the watermark, as event-time
 //! windows do ([`super::window`]).
 
-use super::Exec;
 use super::aggregate::groups;
+use super::context::Exec;
 use super::error::malformed;
 use super::persistent_aggregate::{lock, single_values_tagged, storage};
-use super::window::{Stamp, TimeSpec, Watermark, push_assigned, window_key};
+use super::window_state::{Stamp, TimeSpec, Watermark, push_assigned, window_key};
 use crate::instances::Request;
 use weir_plan::{Aggregator, Node, Op};
 use weir_runtime::BatchError;

@@ -1,9 +1,10 @@
 //! Operations a guest runs against a state, in the commit phase (or a
 //! query): state updaters (`partition_persist`) and state queries.
 
+use super::context::Exec;
 use super::error::malformed;
+use super::parts::{Parts, fit, guest_input, push_kept};
 use super::persistent_aggregate::{lock, storage};
-use super::{Exec, Parts, fit, guest_input, push_kept};
 use crate::instances::Request;
 use weir_plan::{Node, Op};
 use weir_runtime::BatchError;

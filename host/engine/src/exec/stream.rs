@@ -1,10 +1,13 @@
 //! Operations on tuples that need no state: functions, filters,
 //! repartitioning, joins, and the least or greatest tuple.
 
-use super::{BatchError, CALL_INPUT_BYTES, PartitionId, Parts, copy_row, guest_rows, malformed, push_kept};
+use super::error::malformed;
+use super::parts::deal;
+use super::parts::{CALL_INPUT_BYTES, Parts, guest_rows, push_kept};
 use crate::instances::{Instances, Request};
 use std::collections::HashMap;
 use weir_plan::{FunctionKind, Input, Node};
+use weir_runtime::{BatchError, PartitionId};
 use weir_runtime::{CallError, Limit};
 use weir_sdk::codec::{Batch, BatchWriter, Concat, Row, Run};
 use weir_sdk::operator::compare_refs;
@@ -64,7 +67,7 @@ pub(super) fn function(
         }
     }
     if kind == FunctionKind::Peek {
-        return Ok(if kept.len() == batch.arity() { batch.clone() } else { super::project(batch, kept) });
+        return Ok(if kept.len() == batch.arity() { batch.clone() } else { super::parts::project(batch, kept) });
     }
     let emitted = match joined {
         Some(joined) => joined.finish(),
@@ -117,16 +120,6 @@ pub(super) fn filter(
     Ok(writer.finish_batch())
 }
 
-/// Deals the rows of `batch` into `n` partitions, `to(index, row)` saying
-/// where each goes.
-pub(super) fn deal(batch: &Batch<'static>, n: usize, mut to: impl FnMut(usize, Row<'_>) -> usize) -> Parts {
-    let mut writers: Vec<BatchWriter> = (0..n).map(|_| BatchWriter::new(batch.arity())).collect();
-    for (index, row) in batch.rows().enumerate() {
-        copy_row(&mut writers[to(index, row)], row);
-    }
-    writers.into_iter().map(BatchWriter::finish_batch).collect()
-}
-
 /// The hash that assigns a key to a partition: one fixed seed, so that a
 /// key goes to the same partition in every run and every replay. A chosen
 /// set of keys can at worst load one partition more than the others.
@@ -158,7 +151,7 @@ pub(super) fn partition(
     if kept.len() == batch.arity() {
         return parts;
     }
-    parts.iter().map(|part| super::project(part, kept)).collect()
+    parts.iter().map(|part| super::parts::project(part, kept)).collect()
 }
 
 use std::hash::BuildHasher;

@@ -10,35 +10,27 @@
 //! what it started from the first time and emits the same windows.
 
 use super::aggregate::groups;
+use super::context::Exec;
 use super::count::count_rows_by_key;
+use super::parts::{Parts, gather};
 use super::persistent_aggregate::{Partials, lock, partials_of, storage, store_partials};
-use super::{Exec, Parts, gather, session, window_tuples};
+use super::session;
+use super::window_state::{
+    Closing, Stamp, TimeSpec, Watermark, closed_range, push_assigned, put_i64, stored_i64, window_key,
+};
+use super::window_tuples;
 use std::collections::HashMap;
 use std::sync::Arc;
 use weir_plan::{Node, Op};
 use weir_runtime::BatchError;
-use weir_sdk::codec::{Batch, BatchWriter, Row, Value, ValueKind, ValueRef};
+use weir_sdk::codec::{Batch, BatchWriter, Value, ValueKind, ValueRef};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregatorKind, WindowDef};
 use weir_state::keyed::KeyedValues;
 use weir_state::keys;
-use weir_state::view::Base;
 
-/// Key of the greatest timestamp seen (event time).
-const GREATEST_SEEN: ValueRef<'static> = ValueRef::Null;
-/// Key of the number of late tuples (event time).
-const LATE: ValueRef<'static> = ValueRef::Bool(false);
 /// First value of a group's count key (count windows).
 const COUNT: ValueRef<'static> = ValueRef::Bool(true);
-
-/// The windows a batch closes.
-pub(super) enum Closing {
-    /// These keys (count windows: each group's own).
-    Keys(Vec<Vec<u8>>),
-    /// Every window ending after `after` (which closed in earlier
-    /// batches) and at or before `end` (time windows).
-    Through { after: i64, end: i64 },
-}
 
 /// Runs window operation `node` over one batch: its rows go into their
 /// windows, and the windows it closes are emitted: the group fields, the
@@ -123,7 +115,7 @@ pub struct Preassigned {
 impl Preassigned {
     /// About the bytes it holds.
     pub fn held_bytes(&self) -> usize {
-        self.partials.held_bytes() + 8 * self.newest_ends.len() + super::parts_bytes(&self.input)
+        self.partials.held_bytes() + 8 * self.newest_ends.len() + super::parts::parts_bytes(&self.input)
     }
 }
 
@@ -305,7 +297,7 @@ fn finish(
             if has_late_stream || !watermark.late_rows.is_empty() {
                 let mut late = BatchWriter::new(batch.arity());
                 for &r in &watermark.late_rows {
-                    super::copy_row(&mut late, batch.row(r));
+                    super::parts::copy_row(&mut late, batch.row(r));
                 }
                 exec.late.insert(index, late.finish_batch());
             }
@@ -362,7 +354,7 @@ fn finish(
     if let (WindowDef::Session { .. }, Closing::Through { end, .. }) = (window, closes) {
         session::forget_closed(exec, node, &closed_keys, end)?;
     }
-    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
+    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
 
 /// Closed windows' values (sorted by key) with a batch's partials for
@@ -386,99 +378,6 @@ fn with_partials(
     }
     out.extend(stored);
     Ok(out)
-}
-
-/// The keys of the windows ending after `after` and at or before `end`:
-/// from the first past `after` (or the first window key, the integers'
-/// kind) up to the first past `end`.
-pub(super) fn closed_range(after: i64, end: i64) -> (Vec<u8>, Vec<u8>) {
-    let past = |at: i64| match at.checked_add(1) {
-        Some(next) => keys::encode([ValueRef::I64(next)]),
-        None => vec![ValueKind::F64.byte()],
-    };
-    let from = if after == i64::MIN { vec![ValueKind::I64.byte()] } else { past(after) };
-    (from, past(end))
-}
-
-/// Where a tuple's time comes from.
-pub(super) enum Stamp<'a> {
-    /// Its timestamp field (event time).
-    Field { field: &'a str, position: usize },
-    /// The time its batch was emitted (processing time).
-    Batch(i64),
-}
-
-impl Stamp<'_> {
-    /// The time of `row`.
-    #[inline]
-    pub(super) fn of(&self, node: &Node, row: Row<'_>) -> Result<i64, BatchError> {
-        match *self {
-            Stamp::Batch(emitted) => Ok(emitted),
-            Stamp::Field { field, position } => match row.get(position).expect("position within arity") {
-                ValueRef::I64(ts) => Ok(ts),
-                other => Err(not_a_timestamp(node, field, other)),
-            },
-        }
-    }
-}
-
-#[cold]
-fn not_a_timestamp(node: &Node, field: &str, value: ValueRef<'_>) -> BatchError {
-    BatchError::fatal(
-        &node.id,
-        format!(
-            "window {}: field {} holds {}, not a timestamp in milliseconds",
-            node.id,
-            serde_json::to_string(field).unwrap_or_default(),
-            weir_state::json::to_json(&value.to_owned())
-        ),
-    )
-}
-
-/// A time window's sizes, in milliseconds.
-pub(super) struct TimeSpec {
-    size: i64,
-    slide: i64,
-    delay: i64,
-    lateness: i64,
-}
-
-/// The key of a window's partial: its end, its start, then the group's.
-pub(super) fn window_key(end: i64, start: i64, group_key: &[u8]) -> Vec<u8> {
-    let mut key = keys::encode([ValueRef::I64(end), ValueRef::I64(start)]);
-    key.extend_from_slice(group_key);
-    key
-}
-
-/// The integer stored under `key` of the operation's state.
-fn stored_i64(exec: &Exec<'_>, node: &Node, state: &str, key: &[u8]) -> Result<Option<i64>, BatchError> {
-    let mut views = lock(exec.views(node)?);
-    match views.base(state, key).map_err(storage(state))? {
-        Base::None => Ok(None),
-        Base::Value(Value::I64(n)) | Base::Applied(Value::I64(n)) => Ok(Some(n)),
-        Base::Value(other) | Base::Applied(other) => Err(BatchError::fatal(
-            &node.id,
-            format!(
-                "state {state} holds {} where a window's count or watermark should be",
-                weir_state::json::to_json(&other)
-            ),
-        )),
-    }
-}
-
-fn put_i64(exec: &Exec<'_>, node: &Node, state: &str, key: Vec<u8>, n: i64) -> Result<(), BatchError> {
-    lock(exec.views(node)?).put(state, key, Value::I64(n)).map_err(storage(state))
-}
-
-/// Starts a row of the assigned batch: the window's end and start, then
-/// the tuple.
-pub(super) fn push_assigned(writer: &mut BatchWriter, row: Row<'_>, end: i64, start: i64) {
-    writer.begin_row(0);
-    writer.push(ValueRef::I64(end));
-    writer.push(ValueRef::I64(start));
-    for value in row.encoded_values() {
-        writer.push_encoded(value);
-    }
 }
 
 /// Count windows: each group's tuples numbered on from its stored count;
@@ -527,55 +426,6 @@ fn by_count(
         }
     }
     Ok((writer.finish_batch(), Closing::Keys(closing)))
-}
-
-/// Where a time window's watermark stands, over one batch: the greatest
-/// time seen before it and since, and the late tuples it found.
-pub(super) struct Watermark {
-    greatest_before: Option<i64>,
-    greatest: Option<i64>,
-    /// Windows ending at or before this closed in earlier batches.
-    pub(super) closed_before: i64,
-    /// The rows of the batch whose windows had all closed.
-    pub(super) late_rows: Vec<usize>,
-    /// How far the closing trails the greatest time seen.
-    behind: i64,
-}
-
-impl Watermark {
-    /// The watermark `node`'s state holds.
-    pub(super) fn read(exec: &Exec<'_>, node: &Node, spec: &TimeSpec) -> Result<Watermark, BatchError> {
-        let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
-        let greatest = stored_i64(exec, node, state, &keys::encode([GREATEST_SEEN]))?;
-        let behind = spec.delay.saturating_add(spec.lateness);
-        let closed_before = greatest.map_or(i64::MIN, |g| g.saturating_sub(behind));
-        Ok(Watermark { greatest_before: greatest, greatest, closed_before, late_rows: Vec::new(), behind })
-    }
-
-    /// Takes in a tuple's time.
-    pub(super) fn see(&mut self, ts: i64) {
-        self.greatest = Some(self.greatest.map_or(ts, |g| g.max(ts)));
-    }
-
-    /// The end through which windows close after the batch.
-    fn through(&self) -> i64 {
-        self.greatest.map_or(i64::MIN, |g| g.saturating_sub(self.behind))
-    }
-
-    /// Stores where the watermark moved and the late tuples; returns the
-    /// end through which windows close now.
-    fn write(self, exec: &Exec<'_>, node: &Node) -> Result<i64, BatchError> {
-        let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
-        if let Some(g) = self.greatest.filter(|&g| Some(g) != self.greatest_before) {
-            put_i64(exec, node, state, keys::encode([GREATEST_SEEN]), g)?;
-        }
-        if !self.late_rows.is_empty() {
-            let late_key = keys::encode([LATE]);
-            let before = stored_i64(exec, node, state, &late_key)?.unwrap_or(0);
-            put_i64(exec, node, state, late_key, before.saturating_add(self.late_rows.len() as i64))?;
-        }
-        Ok(self.through())
-    }
 }
 
 /// Time windows: each tuple falls into the windows `[start, start + size)`

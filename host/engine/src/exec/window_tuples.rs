@@ -5,9 +5,10 @@
 //! the other windows the batch closes.
 
 use super::aggregate::{Groups, groups, run_aggregator};
+use super::context::Exec;
+use super::parts::{Parts, push_kept};
 use super::persistent_aggregate::{lock, storage};
-use super::window::{Closing, closed_range};
-use super::{Exec, Parts, push_kept};
+use super::window_state::{Closing, closed_range};
 use weir_plan::{Input, Node, Op};
 use weir_runtime::BatchError;
 use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
@@ -102,5 +103,5 @@ pub(super) fn close(exec: &mut Exec<'_>, node: &Node, closing: &Closing) -> Resu
             }
         }
     }
-    Ok(super::fit_owned(vec![writer.finish_batch()], node.parallelism))
+    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }

@@ -1,0 +1,166 @@
+//! What a window operation keeps in its state and shares with session and
+//! tuple windows: window keys, where a tuple's time comes from, the
+//! watermark, and the windows a batch closes.
+
+use super::context::Exec;
+use super::persistent_aggregate::{lock, storage};
+use weir_plan::{Node, Op};
+use weir_runtime::BatchError;
+use weir_sdk::codec::{BatchWriter, Row, Value, ValueKind, ValueRef};
+use weir_state::keys;
+use weir_state::view::Base;
+
+/// Key of the greatest timestamp seen (event time).
+const GREATEST_SEEN: ValueRef<'static> = ValueRef::Null;
+/// Key of the number of late tuples (event time).
+const LATE: ValueRef<'static> = ValueRef::Bool(false);
+/// The windows a batch closes.
+pub(super) enum Closing {
+    /// These keys (count windows: each group's own).
+    Keys(Vec<Vec<u8>>),
+    /// Every window ending after `after` (which closed in earlier
+    /// batches) and at or before `end` (time windows).
+    Through { after: i64, end: i64 },
+}
+
+/// The keys of the windows ending after `after` and at or before `end`:
+/// from the first past `after` (or the first window key, the integers'
+/// kind) up to the first past `end`.
+pub(super) fn closed_range(after: i64, end: i64) -> (Vec<u8>, Vec<u8>) {
+    let past = |at: i64| match at.checked_add(1) {
+        Some(next) => keys::encode([ValueRef::I64(next)]),
+        None => vec![ValueKind::F64.byte()],
+    };
+    let from = if after == i64::MIN { vec![ValueKind::I64.byte()] } else { past(after) };
+    (from, past(end))
+}
+
+/// Where a tuple's time comes from.
+pub(super) enum Stamp<'a> {
+    /// Its timestamp field (event time).
+    Field { field: &'a str, position: usize },
+    /// The time its batch was emitted (processing time).
+    Batch(i64),
+}
+
+impl Stamp<'_> {
+    /// The time of `row`.
+    #[inline]
+    pub(super) fn of(&self, node: &Node, row: Row<'_>) -> Result<i64, BatchError> {
+        match *self {
+            Stamp::Batch(emitted) => Ok(emitted),
+            Stamp::Field { field, position } => match row.get(position).expect("position within arity") {
+                ValueRef::I64(ts) => Ok(ts),
+                other => Err(not_a_timestamp(node, field, other)),
+            },
+        }
+    }
+}
+
+#[cold]
+fn not_a_timestamp(node: &Node, field: &str, value: ValueRef<'_>) -> BatchError {
+    BatchError::fatal(
+        &node.id,
+        format!(
+            "window {}: field {} holds {}, not a timestamp in milliseconds",
+            node.id,
+            serde_json::to_string(field).unwrap_or_default(),
+            weir_state::json::to_json(&value.to_owned())
+        ),
+    )
+}
+
+/// A time window's sizes, in milliseconds.
+pub(super) struct TimeSpec {
+    pub(super) size: i64,
+    pub(super) slide: i64,
+    pub(super) delay: i64,
+    pub(super) lateness: i64,
+}
+
+/// The key of a window's partial: its end, its start, then the group's.
+pub(super) fn window_key(end: i64, start: i64, group_key: &[u8]) -> Vec<u8> {
+    let mut key = keys::encode([ValueRef::I64(end), ValueRef::I64(start)]);
+    key.extend_from_slice(group_key);
+    key
+}
+
+/// The integer stored under `key` of the operation's state.
+pub(super) fn stored_i64(exec: &Exec<'_>, node: &Node, state: &str, key: &[u8]) -> Result<Option<i64>, BatchError> {
+    let mut views = lock(exec.views(node)?);
+    match views.base(state, key).map_err(storage(state))? {
+        Base::None => Ok(None),
+        Base::Value(Value::I64(n)) | Base::Applied(Value::I64(n)) => Ok(Some(n)),
+        Base::Value(other) | Base::Applied(other) => Err(BatchError::fatal(
+            &node.id,
+            format!(
+                "state {state} holds {} where a window's count or watermark should be",
+                weir_state::json::to_json(&other)
+            ),
+        )),
+    }
+}
+
+pub(super) fn put_i64(exec: &Exec<'_>, node: &Node, state: &str, key: Vec<u8>, n: i64) -> Result<(), BatchError> {
+    lock(exec.views(node)?).put(state, key, Value::I64(n)).map_err(storage(state))
+}
+
+/// Starts a row of the assigned batch: the window's end and start, then
+/// the tuple.
+pub(super) fn push_assigned(writer: &mut BatchWriter, row: Row<'_>, end: i64, start: i64) {
+    writer.begin_row(0);
+    writer.push(ValueRef::I64(end));
+    writer.push(ValueRef::I64(start));
+    for value in row.encoded_values() {
+        writer.push_encoded(value);
+    }
+}
+
+/// Where a time window's watermark stands, over one batch: the greatest
+/// time seen before it and since, and the late tuples it found.
+pub(super) struct Watermark {
+    greatest_before: Option<i64>,
+    greatest: Option<i64>,
+    /// Windows ending at or before this closed in earlier batches.
+    pub(super) closed_before: i64,
+    /// The rows of the batch whose windows had all closed.
+    pub(super) late_rows: Vec<usize>,
+    /// How far the closing trails the greatest time seen.
+    behind: i64,
+}
+
+impl Watermark {
+    /// The watermark `node`'s state holds.
+    pub(super) fn read(exec: &Exec<'_>, node: &Node, spec: &TimeSpec) -> Result<Watermark, BatchError> {
+        let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
+        let greatest = stored_i64(exec, node, state, &keys::encode([GREATEST_SEEN]))?;
+        let behind = spec.delay.saturating_add(spec.lateness);
+        let closed_before = greatest.map_or(i64::MIN, |g| g.saturating_sub(behind));
+        Ok(Watermark { greatest_before: greatest, greatest, closed_before, late_rows: Vec::new(), behind })
+    }
+
+    /// Takes in a tuple's time.
+    pub(super) fn see(&mut self, ts: i64) {
+        self.greatest = Some(self.greatest.map_or(ts, |g| g.max(ts)));
+    }
+
+    /// The end through which windows close after the batch.
+    pub(super) fn through(&self) -> i64 {
+        self.greatest.map_or(i64::MIN, |g| g.saturating_sub(self.behind))
+    }
+
+    /// Stores where the watermark moved and the late tuples; returns the
+    /// end through which windows close now.
+    pub(super) fn write(self, exec: &Exec<'_>, node: &Node) -> Result<i64, BatchError> {
+        let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
+        if let Some(g) = self.greatest.filter(|&g| Some(g) != self.greatest_before) {
+            put_i64(exec, node, state, keys::encode([GREATEST_SEEN]), g)?;
+        }
+        if !self.late_rows.is_empty() {
+            let late_key = keys::encode([LATE]);
+            let before = stored_i64(exec, node, state, &late_key)?.unwrap_or(0);
+            put_i64(exec, node, state, late_key, before.saturating_add(self.late_rows.len() as i64))?;
+        }
+        Ok(self.through())
+    }
+}
