@@ -3,6 +3,7 @@
 //! directory of their own, and writes their paths as constants named for
 //! their packages, and the list of them all.
 
+use cargo_metadata::MetadataCommand;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,33 +11,28 @@ use std::process::Command;
 /// crate: the examples users copy and the guests only tests run.
 const GUEST_DIRS: &[&str] = &["examples", "tests/guests"];
 
-/// The guest crates' package names, found by walking [`GUEST_DIRS`].
+/// The guest crates' package names: the workspace's members whose manifest
+/// sits in a direct subfolder of one of [`GUEST_DIRS`], in that order and
+/// then by folder.
 fn discover(root: &Path) -> Vec<String> {
+    let metadata = MetadataCommand::new()
+        .manifest_path(root.join("Cargo.toml"))
+        .no_deps()
+        .exec()
+        .expect("cargo metadata of the workspace");
     let mut packages = Vec::new();
     for dir in GUEST_DIRS {
-        let entries = std::fs::read_dir(root.join(dir)).unwrap_or_else(|e| panic!("reading {dir}: {e}"));
-        let mut manifests: Vec<PathBuf> =
-            entries.map(|e| e.unwrap().path().join("Cargo.toml")).filter(|m| m.is_file()).collect();
-        manifests.sort();
-        packages.extend(manifests.iter().map(|m| package_name(m)));
+        let dir = root.join(dir);
+        let mut found: Vec<(PathBuf, String)> = metadata
+            .workspace_packages()
+            .into_iter()
+            .map(|package| (package.manifest_path.clone().into_std_path_buf(), package.name.to_string()))
+            .filter(|(manifest, _)| manifest.parent().and_then(Path::parent) == Some(dir.as_path()))
+            .collect();
+        found.sort();
+        packages.extend(found.into_iter().map(|(_, name)| name));
     }
     packages
-}
-
-/// The `name` of a manifest's `[package]`.
-fn package_name(manifest: &Path) -> String {
-    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("reading {}: {e}", manifest.display()));
-    let mut in_package = false;
-    for line in text.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_package = line == "[package]";
-        } else if in_package
-            && let Some(value) = line.strip_prefix("name").and_then(|rest| rest.trim_start().strip_prefix('='))
-        {
-            return value.trim().trim_matches('"').to_owned();
-        }
-    }
-    panic!("{} names no package", manifest.display())
 }
 
 /// The constant naming a package's component: `hostile-topologies` is

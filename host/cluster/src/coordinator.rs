@@ -24,6 +24,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use weir_config::backoff::Backoff;
 use weir_io::nats::{Nats, NatsConfig};
 use weir_io::spout::jetstream::SpanReader;
 use weir_state::BatchRecord;
@@ -106,13 +107,13 @@ impl Coordinator {
 
     /// Runs batches until `stop` is set.
     pub fn run(mut self, stop: &AtomicBool) {
-        let mut failures = 0u32;
+        // 100 ms after the first failure, doubling up to 1.6 s.
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(1600));
         while !stop.load(Ordering::SeqCst) {
             match self.batch(stop) {
-                Ok(true) => failures = 0,
+                Ok(true) => backoff.reset(),
                 Ok(false) => std::thread::sleep(IDLE),
                 Err(e) => {
-                    failures += 1;
                     let error = format!("{e:#}");
                     tracing::warn!("topology {}: {error}; replaying", self.plan.name);
                     {
@@ -120,8 +121,7 @@ impl Coordinator {
                         figures.replays += 1;
                         figures.last_failure = Some(error);
                     }
-                    let backoff = Duration::from_millis(50 << failures.min(5)).min(Duration::from_secs(2));
-                    std::thread::sleep(backoff);
+                    std::thread::sleep(backoff.next_wait());
                 }
             }
         }

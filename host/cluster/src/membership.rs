@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use weir_config::backoff::Backoff;
 
 /// How a host takes part in a cluster.
 #[derive(Clone, Debug)]
@@ -178,7 +179,7 @@ fn prefix(config: &ClusterConfig) -> String {
 }
 
 async fn keep_joined(config: ClusterConfig, view: Arc<Mutex<ClusterView>>, lease: Arc<Mutex<Option<(Client, i64)>>>) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), lease_ttl(&config));
     loop {
         let Err(e) = session(&config, &view, &lease).await;
         let reason = format!("{e:#}");
@@ -190,8 +191,7 @@ async fn keep_joined(config: ClusterConfig, view: Arc<Mutex<ClusterView>>, lease
             view.leader_key = None;
             view.error = Some(reason);
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(lease_ttl(&config));
+        tokio::time::sleep(backoff.next_wait()).await;
     }
 }
 

@@ -5,6 +5,7 @@
 //!
 //! Defaults, written once: the CLI's `--help`, the docs and the code read them here.
 
+pub mod backoff;
 pub mod clock;
 pub mod fault;
 
@@ -96,7 +97,7 @@ pub struct RunConfig {
 impl RunConfig {
     /// The wait before replaying a batch whose attempt `attempt` failed.
     pub fn backoff(&self, attempt: u32) -> std::time::Duration {
-        self.retry_backoff.saturating_mul(1 << attempt.min(20)).min(MAX_RETRY_BACKOFF)
+        backoff::Backoff::new(self.retry_backoff, MAX_RETRY_BACKOFF).nth(attempt)
     }
 }
 

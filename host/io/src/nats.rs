@@ -6,6 +6,7 @@ use anyhow::{Context as _, Result, bail};
 use async_nats::jetstream;
 use std::time::{Duration, Instant};
 use weir_config::NATS_REQUEST_TIMEOUT;
+use weir_config::backoff::RECONNECT;
 
 /// Where the NATS server is and how to reach it.
 #[derive(Clone, PartialEq, Eq)]
@@ -80,7 +81,7 @@ impl Nats {
             .build()
             .context("starting the NATS client's runtime")?;
         let started = Instant::now();
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = RECONNECT;
         let mut tries = 0;
         let client = loop {
             tries += 1;
@@ -99,9 +100,9 @@ impl Nats {
                     started.elapsed().as_secs_f64()
                 ),
                 _ => {
-                    tracing::warn!("cannot reach the NATS server at {server} ({error}); retrying in {backoff:?}");
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    let wait = backoff.next_wait();
+                    tracing::warn!("cannot reach the NATS server at {server} ({error}); retrying in {wait:?}");
+                    std::thread::sleep(wait);
                 }
             }
         };

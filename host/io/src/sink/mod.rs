@@ -23,6 +23,7 @@ use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+use weir_config::backoff::RECONNECT;
 use weir_config::fault::{self, Point};
 use weir_config::{MAX_SINK_BATCH_MESSAGES, MAX_SINK_PAYLOAD, NATS_REQUEST_TIMEOUT, PUBLISH_ACKS_IN_FLIGHT};
 use weir_plan::{Input, Node, Op, Plan};
@@ -193,7 +194,7 @@ impl Publisher {
         for sink in &self.sinks {
             let mut started: Option<Instant> = None;
             let mut refusals = 0;
-            let mut backoff = Duration::from_millis(100);
+            let mut backoff = RECONNECT;
             loop {
                 let entries = store.snapshot()?.others(&self.topology, &sink.table)?;
                 let Some((last, _)) = entries.last() else { break };
@@ -220,9 +221,9 @@ impl Publisher {
                 if give_up {
                     bail!("topology {} halted: {error:#}; {kept}", self.topology);
                 }
-                tracing::warn!("topology {}: {error:#}; retrying in {} ms", self.topology, backoff.as_millis());
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                let wait = backoff.next_wait();
+                tracing::warn!("topology {}: {error:#}; retrying in {} ms", self.topology, wait.as_millis());
+                std::thread::sleep(wait);
             }
         }
         Ok(())

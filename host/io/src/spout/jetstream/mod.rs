@@ -28,6 +28,7 @@ use anyhow::{Context, Result, bail};
 use reader::{Failure, Read, Reader};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
+use weir_config::backoff::RECONNECT;
 use weir_config::{MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS};
 use weir_sdk::codec::Batch;
 use weir_sdk::topology::{JetStreamDef, JetStreamKind, PayloadDef};
@@ -294,7 +295,7 @@ impl JetStreamSpout {
             // Whatever it read is not what is asked for now.
             let _ = self.land(ahead);
         }
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = RECONNECT;
         let mut lost = lost.map(Failure::Lost);
         loop {
             let reader = self.reader.as_mut().expect("no read ahead holds the reader");
@@ -320,14 +321,14 @@ impl JetStreamSpout {
                             since.elapsed().as_secs_f64()
                         )));
                     }
+                    let wait = backoff.next_wait();
                     tracing::warn!(
                         "topology {}: stream {}: {e:#}; retrying in {} ms",
                         self.topology,
                         self.stream,
-                        backoff.as_millis()
+                        wait.as_millis()
                     );
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    std::thread::sleep(wait);
                 }
             }
         }
