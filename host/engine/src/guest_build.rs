@@ -296,22 +296,45 @@ fn kept(guests: &Path, key: &str, dir: &Path) -> Option<PathBuf> {
     None
 }
 
-/// Builds a Python guest (`app.py` defining `topology()`) with componentize-py.
-fn build_python(dir: &Path) -> Result<PathBuf> {
-    const ENV: &str = "WEIR_COMPONENTIZE_PY";
-    let tool = find_tool(
-        dir,
-        ENV,
-        &["target/toolchains/python/bin/componentize-py", ".venv/bin/componentize-py", "venv/bin/componentize-py"],
-        "componentize-py",
-    );
-    let install = format!("pip install componentize-py=={COMPONENTIZE_PY_VERSION}, or scripts/guest-toolchains");
-    let version = tool_version(&tool, ENV, &install)?;
-    if !version.contains(COMPONENTIZE_PY_VERSION) {
-        tracing::warn!("{version} builds this guest; Weir's Python SDK is tested with {COMPONENTIZE_PY_VERSION}");
+/// What builds a guest language's components.
+struct Toolchain {
+    /// The language, as the SDK is named and builds are keyed.
+    language: &'static str,
+    /// The tool's name on the PATH.
+    tool: &'static str,
+    /// The variable that points at the tool.
+    env: &'static str,
+    /// Where the tool is looked for, under the guest's directory, one of its
+    /// parents or the source tree.
+    relative: &'static [&'static str],
+    /// How to install it.
+    install: String,
+    /// The version Weir's SDK is tested with.
+    pinned: &'static str,
+    /// The guest's source files.
+    extensions: &'static [&'static str],
+    /// The SDK files that go into every build, keyed with it.
+    sdk: &'static [(&'static str, &'static str)],
+}
+
+/// Builds the guest in `dir` with `chain`: its sources and the SDK staged
+/// by `stage_sources`, then the tool's arguments added by `args`; a build
+/// of the same sources, SDK and tool is kept and used again.
+fn build_guest(
+    dir: &Path,
+    chain: &Toolchain,
+    stage_sources: impl FnOnce(&Stage, &[(PathBuf, Vec<u8>)]) -> Result<()>,
+    args: impl FnOnce(&mut Command),
+) -> Result<PathBuf> {
+    let tool = find_tool(dir, chain.env, chain.relative, chain.tool);
+    let version = tool_version(&tool, chain.env, &chain.install)?;
+    // componentize-py names itself in its version, componentize-js does not.
+    let named = if version.starts_with(chain.tool) { version.clone() } else { format!("{} {version}", chain.tool) };
+    if !version.contains(chain.pinned) {
+        tracing::warn!("{named} builds this guest; Weir's {} SDK is tested with {}", chain.language, chain.pinned);
     }
-    let files = sources(dir, &[".py"])?;
-    let key = build_key("python", &version, PYTHON_SDK, &files);
+    let files = sources(dir, chain.extensions)?;
+    let key = build_key(&chain.language.to_lowercase(), &version, chain.sdk, &files);
     let guests = guests_dir();
     let _lock = lock(&guests, &key)?;
     if let Some(built) = kept(&guests, &key, dir) {
@@ -319,60 +342,80 @@ fn build_python(dir: &Path) -> Result<PathBuf> {
     }
     let stage = Stage::new(&guests, &key)?;
     stage.write("wit/topology.wit", WIT.as_bytes())?;
-    for (path, source) in PYTHON_SDK {
-        stage.write(Path::new("sdk").join(path), source.as_bytes())?;
-    }
-    for (path, bytes) in &files {
-        stage.write(Path::new("app").join(path), bytes)?;
-    }
-    tracing::info!("building {} with {version}", dir.display());
+    stage_sources(&stage, &files)?;
+    tracing::info!("building {} with {named}", dir.display());
     let mut command = Command::new(&tool);
-    command.args(["-d", "wit", "-w", "topology", "componentize", "weir_component", "-p", "sdk", "-p", "app"]);
-    componentize(command, "componentize-py", dir, &stage, &guests.join(format!("{key}.wasm")))
+    args(&mut command);
+    componentize(command, chain.tool, dir, &stage, &guests.join(format!("{key}.wasm")))
 }
+
+/// Builds a Python guest (`app.py` defining `topology()`) with componentize-py.
+fn build_python(dir: &Path) -> Result<PathBuf> {
+    let chain = Toolchain {
+        language: "Python",
+        tool: "componentize-py",
+        env: "WEIR_COMPONENTIZE_PY",
+        relative: &[
+            "target/toolchains/python/bin/componentize-py",
+            ".venv/bin/componentize-py",
+            "venv/bin/componentize-py",
+        ],
+        install: format!("pip install componentize-py=={COMPONENTIZE_PY_VERSION}, or scripts/guest-toolchains"),
+        pinned: COMPONENTIZE_PY_VERSION,
+        extensions: &[".py"],
+        sdk: PYTHON_SDK,
+    };
+    let stage_sources = |stage: &Stage, files: &[(PathBuf, Vec<u8>)]| {
+        for (path, source) in PYTHON_SDK {
+            stage.write(Path::new("sdk").join(path), source.as_bytes())?;
+        }
+        for (path, bytes) in files {
+            stage.write(Path::new("app").join(path), bytes)?;
+        }
+        Ok(())
+    };
+    build_guest(dir, &chain, stage_sources, |command| {
+        command.args(["-d", "wit", "-w", "topology", "componentize", "weir_component", "-p", "sdk", "-p", "app"]);
+    })
+}
+
+/// The JavaScript SDK as a guest's build sees it: the module `weir`, and the
+/// entry that calls the guest's `app.js`.
+const JS_BUILD_SDK: &[(&str, &str)] = &[("weir", JS_SDK), (JS_ENTRY_FILE, JS_ENTRY)];
 
 /// Builds a JavaScript guest (`app.js` exporting `topology()`) with
 /// componentize-js; the SDK is the module `weir`.
 fn build_js(dir: &Path) -> Result<PathBuf> {
-    const ENV: &str = "WEIR_COMPONENTIZE_JS";
     if !dir.join("app.js").is_file() {
         bail!("{} has no app.js: a JavaScript guest's app.js exports its topology()", dir.display());
     }
-    let tool = find_tool(
-        dir,
-        ENV,
-        &["node_modules/.bin/componentize-js", "guest-sdk/js/node_modules/.bin/componentize-js"],
-        "componentize-js",
-    );
-    let install =
-        format!("npm install @bytecodealliance/componentize-js@{COMPONENTIZE_JS_VERSION}, or scripts/guest-toolchains");
-    let version = tool_version(&tool, ENV, &install)?;
-    if !version.contains(COMPONENTIZE_JS_VERSION) {
-        tracing::warn!(
-            "componentize-js {version} builds this guest; Weir's JavaScript SDK is tested with {COMPONENTIZE_JS_VERSION}"
-        );
-    }
-    let files = sources(dir, &[".js", ".mjs"])?;
-    let key = build_key("javascript", &version, &[("weir", JS_SDK), (JS_ENTRY_FILE, JS_ENTRY)], &files);
-    let guests = guests_dir();
-    let _lock = lock(&guests, &key)?;
-    if let Some(built) = kept(&guests, &key, dir) {
-        return Ok(built);
-    }
-    let stage = Stage::new(&guests, &key)?;
-    stage.write("wit/topology.wit", WIT.as_bytes())?;
-    for (path, bytes) in &files {
-        stage.write(path, bytes)?;
-    }
-    // A bare `import ... from "weir"` loads the file `weir` at the root.
-    stage.write("weir", JS_SDK.as_bytes())?;
-    stage.write(JS_ENTRY_FILE, JS_ENTRY.as_bytes())?;
-    tracing::info!("building {} with componentize-js {version}", dir.display());
-    let mut command = Command::new(&tool);
-    command.arg(JS_ENTRY_FILE).args(["-w", "wit", "-n", "topology"]);
-    // Operators need no HTTP: leave out what would import it.
-    command.args(["-d", "http", "-d", "fetch-event"]);
-    componentize(command, "componentize-js", dir, &stage, &guests.join(format!("{key}.wasm")))
+    let chain = Toolchain {
+        language: "JavaScript",
+        tool: "componentize-js",
+        env: "WEIR_COMPONENTIZE_JS",
+        relative: &["node_modules/.bin/componentize-js", "guest-sdk/js/node_modules/.bin/componentize-js"],
+        install: format!(
+            "npm install @bytecodealliance/componentize-js@{COMPONENTIZE_JS_VERSION}, or scripts/guest-toolchains"
+        ),
+        pinned: COMPONENTIZE_JS_VERSION,
+        extensions: &[".js", ".mjs"],
+        sdk: JS_BUILD_SDK,
+    };
+    let stage_sources = |stage: &Stage, files: &[(PathBuf, Vec<u8>)]| {
+        for (path, bytes) in files {
+            stage.write(path, bytes)?;
+        }
+        // A bare `import ... from "weir"` loads the file `weir` at the root.
+        for (path, source) in JS_BUILD_SDK {
+            stage.write(path, source.as_bytes())?;
+        }
+        Ok(())
+    };
+    build_guest(dir, &chain, stage_sources, |command| {
+        command.arg(JS_ENTRY_FILE).args(["-w", "wit", "-n", "topology"]);
+        // Operators need no HTTP: leave out what would import it.
+        command.args(["-d", "http", "-d", "fetch-event"]);
+    })
 }
 
 /// `weir-bundle.json`: the guests of a bundle, and which runs which operator.
