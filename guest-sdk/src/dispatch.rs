@@ -331,7 +331,7 @@ mod tests {
     use super::*;
     use crate::builder::{FileLines, State};
     use crate::codec::ValueRef;
-    use crate::operator::{CombinerAggregator, Count, Function};
+    use crate::operator::{CombinerAggregator, Count, Function, SplitWords};
 
     struct Split;
     impl Function for Split {
@@ -411,6 +411,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rows(&out), [(0, vec![Value::from("a")]), (0, vec![Value::from("b")]), (2, vec![Value::from("c")])]);
+    }
+
+    #[test]
+    fn split_words_emits_a_tuple_per_word_as_each_and_as_flat_map() {
+        let t = [Topology::new("words")
+            .new_stream(FileLines::new("sentence"))
+            .each(["sentence"], SplitWords, ["word"])
+            .name("each")
+            .flat_map(["word"], SplitWords, ["part"])
+            .name("flat-map")
+            .build()];
+        let input = batch(&[(0, " a  b\t"), (0, ""), (0, "c")]);
+        let words = [(0, vec![Value::from("a")]), (0, vec![Value::from("b")]), (2, vec![Value::from("c")])];
+        for operator in ["each", "flat-map"] {
+            let out = run_function(&t, &info("words", operator, &["sentence"], 1, 0), &input).unwrap();
+            assert_eq!(rows(&out), words, "{operator}");
+        }
     }
 
     #[test]

@@ -94,6 +94,28 @@ pub trait Consumer: Send + Sync + 'static {
     fn accept(&self, tuple: &Tuple<'_>) -> Result<(), Error>;
 }
 
+/// Splits its one input field, a string (a sentence, a query's arguments),
+/// into its whitespace-separated words, one output tuple per word: with
+/// `each` the words extend the tuple, with `flat_map` they replace it. It
+/// runs in the guest, as the function a topology would write for it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SplitWords;
+
+impl Function for SplitWords {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        for word in tuple.str(0)?.split_whitespace() {
+            out.emit([word])?;
+        }
+        Ok(())
+    }
+}
+
+impl FlatMapFunction for SplitWords {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        Function::execute(self, tuple, out)
+    }
+}
+
 /// Trident's `ReducerAggregator`: a group's value is
 /// `reduce(... reduce(start, t1) ..., tn)`, where `start` is `init()` or, in a
 /// persistent aggregate, the stored value.

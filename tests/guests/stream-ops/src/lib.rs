@@ -141,18 +141,6 @@ impl FlatMapFunction for Halves {
     }
 }
 
-/// Splits a query's arguments into words.
-pub struct SplitArgs;
-
-impl FlatMapFunction for SplitArgs {
-    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
-        for word in tuple.str("args")?.split_whitespace() {
-            out.emit([word])?;
-        }
-        Ok(())
-    }
-}
-
 /// Prints each tuple it sees, with its batch.
 pub struct Print;
 
@@ -378,18 +366,6 @@ impl QueryFunction for OneShort {
     }
 }
 
-/// Splits a sentence into words.
-pub struct SplitSentence;
-
-impl Function for SplitSentence {
-    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
-        for word in tuple.str("sentence")?.split_whitespace() {
-            out.emit([word])?;
-        }
-        Ok(())
-    }
-}
-
 /// The scripted stream, through `fail-once`.
 fn source(topology: &TopologyBuilder) -> Stream {
     topology.new_stream(GuestSpout::batch(Script, ["n", "word"])).filter(["n"], FailOnce).name("fail-once")
@@ -435,7 +411,7 @@ fn project() -> Topology {
     let lengths = source(&t).each(["word"], Length, ["len"]).name("length").project(["len", "n"]);
     record(&lengths, "out", ["len", "n"]);
     t.new_query_stream("project")
-        .flat_map(["args"], SplitArgs, ["word"])
+        .flat_map(["args"], SplitWords, ["word"])
         .name("split-args")
         .each(["word"], Length, ["len"])
         .name("query-length")
@@ -579,7 +555,7 @@ fn state_query() -> Topology {
         .persistent_aggregate(State::transactional("counts"), Count, ["count"])
         .name("count");
     let words =
-        |name: &str| t.new_query_stream(name).flat_map(["args"], SplitArgs, ["word"]).name(&format!("{name}-split"));
+        |name: &str| t.new_query_stream(name).flat_map(["args"], SplitWords, ["word"]).name(&format!("{name}-split"));
     words("get").state_query(&counts, ["word"], MapGet, ["count"]).name("map-get").project(["word", "count"]);
     words("lookup")
         .state_query(&counts, ["word"], CountOrNothing, ["count"])
@@ -648,7 +624,7 @@ fn parallel_word_count() -> Topology {
     Topology::new("parallel-word-count")
         .new_stream(FileLines::new("sentence"))
         .shuffle()
-        .each(["sentence"], SplitSentence, ["word"])
+        .each(["sentence"], SplitWords, ["word"])
         .name("split")
         .parallelism_hint(2)
         .group_by(["word"])
