@@ -8,6 +8,10 @@
 //! `[txid, fields...]` with how many times it saw it: a tuple lost, added
 //! or applied twice shows up in the state.
 
+#[path = "../../shared/operators.rs"]
+mod shared;
+
+use shared::{Greatest, JoinNumbers, fail_first_attempt};
 use weir_sdk::builder::TopologyBuilder;
 use weir_sdk::prelude::*;
 use weir_sdk::{Stream, ValueRef};
@@ -41,10 +45,7 @@ pub struct FailOnce;
 
 impl Filter for FailOnce {
     fn is_keep(&self, tuple: &Tuple<'_>) -> Result<bool, Error> {
-        let batch = tuple.batch();
-        if batch.txid == REPLAYED_TXID && batch.attempt == 0 {
-            return Err(Error::retry(format!("txid {} fails on its first attempt", batch.txid)));
-        }
+        fail_first_attempt(tuple.batch(), REPLAYED_TXID)?;
         Ok(true)
     }
 }
@@ -197,25 +198,6 @@ impl CombinerAggregator for Longest {
     }
 }
 
-/// A guest combiner: the greatest integer (null for none).
-pub struct GreatestN;
-
-impl CombinerAggregator for GreatestN {
-    fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error> {
-        Ok(Value::I64(tuple.i64(0)?))
-    }
-    fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
-        match (a, b) {
-            (Value::I64(a), Value::I64(b)) => Ok(Value::I64(a.max(b))),
-            (Value::Null, v) | (v, Value::Null) => Ok(v),
-            (a, b) => Err(Error::fatal(format!("greatest of {a:?} and {b:?}"))),
-        }
-    }
-    fn zero(&self) -> Value {
-        Value::Null
-    }
-}
-
 /// A reducer: the first letters of the words, in order.
 pub struct Initials;
 
@@ -227,20 +209,6 @@ impl ReducerAggregator for Initials {
         let Value::Str(mut acc) = acc else { return Err(Error::fatal(format!("initials of {acc:?}"))) };
         acc.extend(tuple.str(0)?.chars().next());
         Ok(Value::Str(acc))
-    }
-}
-
-/// A reducer: the integers, comma-joined in order.
-pub struct JoinNumbers;
-
-impl ReducerAggregator for JoinNumbers {
-    fn init(&self) -> Value {
-        Value::from("")
-    }
-    fn reduce(&self, acc: Value, tuple: &Tuple<'_>) -> Result<Value, Error> {
-        let Value::Str(acc) = acc else { return Err(Error::fatal(format!("joining onto {acc:?}"))) };
-        let n = tuple.i64(0)?;
-        Ok(Value::Str(if acc.is_empty() { n.to_string() } else { format!("{acc},{n}") }))
     }
 }
 
@@ -430,7 +398,7 @@ fn partition_aggregate() -> Topology {
     );
     let per_word = s
         .group_by(["word"])
-        .partition_aggregate(["n"], Reducer(JoinNumbers), ["ns"])
+        .partition_aggregate(["n"], Reducer(JoinNumbers(",")), ["ns"])
         .name("join-numbers")
         .parallelism_hint(2);
     record(&per_word, "per-word", ["word", "ns"]);
@@ -505,11 +473,11 @@ fn group_by() -> Topology {
         ["word", "seen"],
     );
     record(
-        &s.group_by(["word"]).aggregate(["n"], Reducer(JoinNumbers), ["ns"]).name("join-numbers"),
+        &s.group_by(["word"]).aggregate(["n"], Reducer(JoinNumbers(",")), ["ns"]).name("join-numbers"),
         "reducer",
         ["word", "ns"],
     );
-    record(&s.group_by(["word"]).aggregate(["n"], GreatestN, ["max"]).name("greatest"), "combiner", ["word", "max"]);
+    record(&s.group_by(["word"]).aggregate(["n"], Greatest, ["max"]).name("greatest"), "combiner", ["word", "max"]);
     t.build()
 }
 
@@ -519,8 +487,10 @@ fn persistent_aggregate() -> Topology {
     let by_word = s.group_by(["word"]);
     let counts = by_word.persistent_aggregate(State::transactional("counts"), Count, ["count"]).name("count");
     record(&counts.new_values_stream(), "count-updates", ["word", "count"]);
-    by_word.persistent_aggregate_over(State::transactional("max-n"), ["n"], GreatestN, ["max"]).name("greatest");
-    by_word.persistent_aggregate_over(State::opaque("ns"), ["n"], Reducer(JoinNumbers), ["ns"]).name("join-numbers");
+    by_word.persistent_aggregate_over(State::transactional("max-n"), ["n"], Greatest, ["max"]).name("greatest");
+    by_word
+        .persistent_aggregate_over(State::opaque("ns"), ["n"], Reducer(JoinNumbers(",")), ["ns"])
+        .name("join-numbers");
     let total = s.persistent_aggregate(State::transactional("total"), Count, ["count"]).name("total");
     record(&total.new_values_stream(), "total-updates", ["count"]);
     s.persistent_aggregate_over(State::opaque("sum"), ["n"], Sum, ["sum"]).name("sum");
