@@ -710,25 +710,25 @@ export class Limits {
   constructor() {
     this.values = { memory_mib: null, call_ms: null, output_mib: null, output_tuples: null };
   }
+  set(key, value) {
+    this.values[key] = value;
+    return this;
+  }
   /** Largest linear memory, in MiB. */
   memoryMib(mib) {
-    this.values.memory_mib = mib;
-    return this;
+    return this.set("memory_mib", mib);
   }
   /** CPU time one call may take, in milliseconds. */
   callMs(ms) {
-    this.values.call_ms = ms;
-    return this;
+    return this.set("call_ms", ms);
   }
   /** Bytes one call may return, in MiB. */
   outputMib(mib) {
-    this.values.output_mib = mib;
-    return this;
+    return this.set("output_mib", mib);
   }
   /** Tuples one call may emit. */
   outputTuples(tuples) {
-    this.values.output_tuples = tuples;
-    return this;
+    return this.set("output_tuples", tuples);
   }
 }
 

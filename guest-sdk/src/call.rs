@@ -51,3 +51,14 @@ pub struct BatchInfo {
     /// Names of the input fields, in order.
     pub fields: Vec<String>,
 }
+
+impl BatchInfo {
+    /// The entry of `group` in `slots`, one per group of the call; a row
+    /// tagged with a group past them fails the call.
+    pub(crate) fn group_slot<'s, T>(&self, slots: &'s mut [T], group: u32) -> Result<&'s mut T, Error> {
+        let groups = slots.len();
+        slots.get_mut(group as usize).ok_or_else(|| {
+            Error::fatal(format!("operator {}: row tagged with group {group} of {groups}", self.operator))
+        })
+    }
+}

@@ -3,18 +3,24 @@
 
 use crate::builder::Topology;
 use crate::codec::{Batch, BatchWriter, Value};
-use crate::operator::{BatchInfo, CombinerAggregator, Error, MapState, SpoutInfo};
+use crate::operator::{BatchInfo, Error, MapState, PartitionedSpout, SpoutInfo};
 use crate::tuple::{Emitter, SpoutEmitter, Tuple};
 
-fn topology<'t>(topologies: &'t [Topology], info: &BatchInfo) -> Result<&'t Topology, Error> {
+fn topology<'t>(topologies: &'t [Topology], name: &str) -> Result<&'t Topology, Error> {
     topologies
         .iter()
-        .find(|t| t.definition().name == info.topology)
-        .ok_or_else(|| Error::fatal(format!("this component defines no topology {:?}", info.topology)))
+        .find(|t| t.definition().name == name)
+        .ok_or_else(|| Error::fatal(format!("this component defines no topology {name:?}")))
 }
 
+/// Decodes a batch that a call to `info.operator` was given: `what` names it.
+fn decode_as<'a>(bytes: &'a [u8], info: &BatchInfo, what: &str) -> Result<Batch<'a>, Error> {
+    Batch::decode(bytes).map_err(|e| Error::fatal(format!("operator {}: {what} {e}", info.operator)))
+}
+
+/// Decodes an operator's input rows, which must hold its input fields.
 fn decode<'a>(input: &'a [u8], info: &BatchInfo) -> Result<Batch<'a>, Error> {
-    let batch = Batch::decode(input).map_err(|e| Error::fatal(format!("operator {}: input {e}", info.operator)))?;
+    let batch = decode_as(input, info, "input")?;
     if batch.arity() != info.fields.len() {
         return Err(Error::fatal(format!(
             "operator {}: input rows hold {} values for {} fields",
@@ -30,12 +36,58 @@ fn missing(kind: &str, info: &BatchInfo) -> Error {
     Error::fatal(format!("topology {} has no {kind} {:?}", info.topology, info.operator))
 }
 
+/// The code of the `kind` operator `info.operator`, as `find` looks it up in
+/// its topology.
+fn code<'t, T: ?Sized>(
+    topologies: &'t [Topology],
+    info: &BatchInfo,
+    kind: &str,
+    find: impl FnOnce(&'t Topology, &str) -> Option<&'t T>,
+) -> Result<&'t T, Error> {
+    find(topology(topologies, &info.topology)?, &info.operator).ok_or_else(|| missing(kind, info))
+}
+
+/// [`code`], and the number of fields the operator outputs, as `arity`
+/// reads it from the topology.
+fn code_and_arity<'t, T: ?Sized>(
+    topologies: &'t [Topology],
+    info: &BatchInfo,
+    kind: &str,
+    find: impl FnOnce(&'t Topology, &str) -> Option<&'t T>,
+    arity: impl FnOnce(&'t Topology, &str) -> Option<usize>,
+) -> Result<(&'t T, usize), Error> {
+    let topology = topology(topologies, &info.topology)?;
+    let operator = find(topology, &info.operator).ok_or_else(|| missing(kind, info))?;
+    Ok((operator, arity(topology, &info.operator).ok_or_else(|| missing(kind, info))?))
+}
+
+/// Folds each row of `batch` into the value of the group it is tagged with.
+fn fold_groups(
+    info: &BatchInfo,
+    batch: &Batch<'_>,
+    values: &mut [Value],
+    mut fold: impl FnMut(Value, &Tuple<'_>) -> Result<Value, Error>,
+) -> Result<(), Error> {
+    for row in batch.rows() {
+        let value = info.group_slot(values, row.tag())?;
+        *value = fold(std::mem::replace(value, Value::Null), &Tuple::new(row, info))?;
+    }
+    Ok(())
+}
+
+/// A batch of one value per row, the row of `values[i]` tagged with `i`.
+fn one_value_per_row(values: &[Value]) -> Vec<u8> {
+    let mut out = BatchWriter::new(1);
+    for (index, value) in values.iter().enumerate() {
+        out.push_row(index as u32, [value.as_ref()]).expect("one value per row");
+    }
+    out.finish()
+}
+
 /// Runs the function `info.operator` over every input row. Output rows are
 /// tagged with the index of the row they extend.
 pub fn run_function(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> Result<Vec<u8>, Error> {
-    let topology = topology(topologies, info)?;
-    let function = topology.function(&info.operator).ok_or_else(|| missing("function", info))?;
-    let arity = topology.output_arity(&info.operator).ok_or_else(|| missing("function", info))?;
+    let (function, arity) = code_and_arity(topologies, info, "function", Topology::function, Topology::output_arity)?;
     let batch = decode(input, info)?;
     let mut out = BatchWriter::for_bytes(arity, input.len());
     for (index, row) in batch.rows().enumerate() {
@@ -44,30 +96,27 @@ pub fn run_function(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> 
     Ok(out.finish())
 }
 
-fn spout_topology<'t>(topologies: &'t [Topology], info: &SpoutInfo) -> Result<&'t Topology, Error> {
-    topologies
-        .iter()
-        .find(|t| t.definition().name == info.topology)
-        .ok_or_else(|| Error::fatal(format!("this component defines no topology {:?}", info.topology)))
-}
-
 fn spout_writer(topology: &Topology) -> BatchWriter {
     BatchWriter::for_bytes(topology.definition().spout().map_or(0, |s| s.fields().len()), 0)
 }
 
 /// Emits batch `info.txid` of the topology's batch spout.
 pub fn emit_batch(topologies: &[Topology], info: &SpoutInfo) -> Result<Option<Vec<u8>>, Error> {
-    let topology = spout_topology(topologies, info)?;
+    let topology = topology(topologies, &info.topology)?;
     let spout = topology.batch_spout().ok_or_else(|| Error::fatal("the topology has no batch spout"))?;
     let mut out = spout_writer(topology);
     let more = spout.emit_batch(info, &mut SpoutEmitter::new(&mut out))?;
     Ok(more.then(|| out.finish()))
 }
 
+/// The topology's partitioned spout.
+fn partitioned_spout(topology: &Topology) -> Result<&dyn PartitionedSpout, Error> {
+    topology.partitioned_spout().ok_or_else(|| Error::fatal("the topology has no partitioned spout"))
+}
+
 /// The partitions of the topology's partitioned spout.
 pub fn spout_partitions(topologies: &[Topology], info: &SpoutInfo) -> Result<Vec<String>, Error> {
-    let spout = spout_topology(topologies, info)?.partitioned_spout();
-    spout.ok_or_else(|| Error::fatal("the topology has no partitioned spout"))?.partitions(info)
+    partitioned_spout(topology(topologies, &info.topology)?)?.partitions(info)
 }
 
 /// A partition's emitted batch.
@@ -86,9 +135,8 @@ pub fn emit_partition(
     partition: &str,
     previous: Option<&[u8]>,
 ) -> Result<Option<PartitionEmission>, Error> {
-    let topology = spout_topology(topologies, info)?;
-    let spout = topology.partitioned_spout().ok_or_else(|| Error::fatal("the topology has no partitioned spout"))?;
-    let mut out = spout_writer(topology);
+    let topology = topology(topologies, &info.topology)?;
+    let (spout, mut out) = (partitioned_spout(topology)?, spout_writer(topology));
     let meta = spout.emit_partition(info, partition, previous, &mut SpoutEmitter::new(&mut out))?;
     Ok(meta.map(|meta| PartitionEmission { tuples: out.finish(), meta }))
 }
@@ -100,43 +148,27 @@ pub fn reemit_partition(
     partition: &str,
     meta: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let topology = spout_topology(topologies, info)?;
-    let spout = topology.partitioned_spout().ok_or_else(|| Error::fatal("the topology has no partitioned spout"))?;
-    let mut out = spout_writer(topology);
+    let topology = topology(topologies, &info.topology)?;
+    let (spout, mut out) = (partitioned_spout(topology)?, spout_writer(topology));
     spout.reemit_partition(info, partition, meta, &mut SpoutEmitter::new(&mut out))?;
     Ok(out.finish())
 }
 
 /// Runs the filter `info.operator`: one byte per input row, 1 to keep it.
 pub fn run_filter(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> Result<Vec<u8>, Error> {
-    let filter = topology(topologies, info)?.filter(&info.operator).ok_or_else(|| missing("filter", info))?;
+    let filter = code(topologies, info, "filter", Topology::filter)?;
     let batch = decode(input, info)?;
     batch.rows().map(|row| filter.is_keep(&Tuple::new(row, info)).map(u8::from)).collect()
-}
-
-fn combiner<'t>(topologies: &'t [Topology], info: &BatchInfo) -> Result<&'t dyn CombinerAggregator, Error> {
-    topology(topologies, info)?.combiner(&info.operator).ok_or_else(|| missing("combiner aggregator", info))
 }
 
 /// Folds each group's rows into one value: `combine(zero, init(row))` for
 /// each row of the group, in order. Returns one row per group, tagged with it.
 pub fn combine_groups(topologies: &[Topology], info: &BatchInfo, groups: u32, input: &[u8]) -> Result<Vec<u8>, Error> {
-    let aggregator = combiner(topologies, info)?;
+    let aggregator = code(topologies, info, "combiner aggregator", Topology::combiner)?;
     let batch = decode(input, info)?;
-    let mut partials: Vec<Option<Value>> = vec![None; groups as usize];
-    for row in batch.rows() {
-        let slot = partials.get_mut(row.tag() as usize).ok_or_else(|| {
-            Error::fatal(format!("operator {}: row tagged with group {} of {groups}", info.operator, row.tag()))
-        })?;
-        let acc = slot.take().unwrap_or_else(|| aggregator.zero());
-        *slot = Some(aggregator.combine(acc, aggregator.init(&Tuple::new(row, info))?)?);
-    }
-    let mut out = BatchWriter::new(1);
-    for (group, partial) in partials.into_iter().enumerate() {
-        let value = partial.unwrap_or_else(|| aggregator.zero());
-        out.push_row(group as u32, [value.as_ref()]).expect("one value per row");
-    }
-    Ok(out.finish())
+    let mut partials = vec![aggregator.zero(); groups as usize];
+    fold_groups(info, &batch, &mut partials, |acc, tuple| aggregator.combine(acc, aggregator.init(tuple)?))?;
+    Ok(one_value_per_row(&partials))
 }
 
 /// Folds each group's rows with the reducer `info.operator`, from the
@@ -148,28 +180,13 @@ pub fn reduce_groups(
     start: &[u8],
     input: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let reducer =
-        topology(topologies, info)?.reducer(&info.operator).ok_or_else(|| missing("reducer aggregator", info))?;
-    let out_of_range =
-        |group: u32| Error::fatal(format!("operator {}: row tagged with group {group} of {groups}", info.operator));
-    let mut values: Vec<Option<Value>> = vec![None; groups as usize];
-    let start = Batch::decode(start).map_err(|e| Error::fatal(format!("operator {}: start {e}", info.operator)))?;
-    for row in start.rows() {
-        let slot = values.get_mut(row.tag() as usize).ok_or_else(|| out_of_range(row.tag()))?;
-        *slot = Some(row.get(0).map_or(Value::Null, |v| v.to_owned()));
+    let reducer = code(topologies, info, "reducer aggregator", Topology::reducer)?;
+    let mut values = vec![reducer.init(); groups as usize];
+    for row in decode_as(start, info, "start")?.rows() {
+        *info.group_slot(&mut values, row.tag())? = row.get(0).map_or(Value::Null, |v| v.to_owned());
     }
-    let batch = decode(input, info)?;
-    for row in batch.rows() {
-        let slot = values.get_mut(row.tag() as usize).ok_or_else(|| out_of_range(row.tag()))?;
-        let acc = slot.take().unwrap_or_else(|| reducer.init());
-        *slot = Some(reducer.reduce(acc, &Tuple::new(row, info))?);
-    }
-    let mut out = BatchWriter::new(1);
-    for (group, value) in values.into_iter().enumerate() {
-        let value = value.unwrap_or_else(|| reducer.init());
-        out.push_row(group as u32, [value.as_ref()]).expect("one value per row");
-    }
-    Ok(out.finish())
+    fold_groups(info, &decode(input, info)?, &mut values, |acc, tuple| reducer.reduce(acc, tuple))?;
+    Ok(one_value_per_row(&values))
 }
 
 /// Runs the general aggregator `info.operator` over each group. Emitted rows
@@ -180,9 +197,8 @@ pub fn aggregate_groups(
     groups: u32,
     input: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let topology = topology(topologies, info)?;
-    let aggregator = topology.general(&info.operator).ok_or_else(|| missing("aggregator", info))?;
-    let arity = topology.aggregator_arity(&info.operator).ok_or_else(|| missing("aggregator", info))?;
+    let (aggregator, arity) =
+        code_and_arity(topologies, info, "aggregator", Topology::general, Topology::aggregator_arity)?;
     let batch = decode(input, info)?;
     let mut out = BatchWriter::new(arity);
     aggregator.run(info, groups, &mut batch.rows().map(|row| (row.tag(), Tuple::new(row, info))), &mut out)?;
@@ -196,9 +212,8 @@ pub fn update_state(
     state: &dyn MapState,
     input: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let topology = topology(topologies, info)?;
-    let updater = topology.updater(&info.operator).ok_or_else(|| missing("state updater", info))?;
-    let arity = topology.output_arity(&info.operator).ok_or_else(|| missing("state updater", info))?;
+    let (updater, arity) =
+        code_and_arity(topologies, info, "state updater", Topology::updater, Topology::output_arity)?;
     let batch = decode(input, info)?;
     let tuples: Vec<Tuple<'_>> = batch.rows().map(|row| Tuple::new(row, info)).collect();
     let mut out = BatchWriter::new(arity);
@@ -214,7 +229,7 @@ pub fn batch_retrieve(
     state: &dyn MapState,
     input: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let query = topology(topologies, info)?.query(&info.operator).ok_or_else(|| missing("query function", info))?;
+    let query = code(topologies, info, "query function", Topology::query)?;
     let batch = decode(input, info)?;
     let tuples: Vec<Tuple<'_>> = batch.rows().map(|row| Tuple::new(row, info)).collect();
     let results = query.batch_retrieve(state, &tuples)?;
@@ -226,11 +241,7 @@ pub fn batch_retrieve(
             tuples.len()
         )));
     }
-    let mut out = BatchWriter::new(1);
-    for (index, result) in results.iter().enumerate() {
-        out.push_row(index as u32, [result.as_ref()]).expect("one value per row");
-    }
-    Ok(out.finish())
+    Ok(one_value_per_row(&results))
 }
 
 /// The second half of the query function `info.operator`: emits per input
@@ -241,12 +252,9 @@ pub fn execute_query(
     input: &[u8],
     results: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let topology = topology(topologies, info)?;
-    let query = topology.query(&info.operator).ok_or_else(|| missing("query function", info))?;
-    let arity = topology.output_arity(&info.operator).ok_or_else(|| missing("query function", info))?;
+    let (query, arity) = code_and_arity(topologies, info, "query function", Topology::query, Topology::output_arity)?;
     let batch = decode(input, info)?;
-    let results =
-        Batch::decode(results).map_err(|e| Error::fatal(format!("operator {}: results {e}", info.operator)))?;
+    let results = decode_as(results, info, "results")?;
     if results.len() != batch.len() || results.arity() != 1 {
         return Err(Error::fatal(format!(
             "operator {}: {} results for {} tuples",
@@ -302,8 +310,8 @@ pub fn encode_entries(entries: &[(Vec<Value>, Value)]) -> Result<Vec<u8>, Error>
 
 /// Combines each input row's stored value with its partial.
 pub fn combine_pairs(topologies: &[Topology], info: &BatchInfo, input: &[u8]) -> Result<Vec<u8>, Error> {
-    let aggregator = combiner(topologies, info)?;
-    let batch = Batch::decode(input).map_err(|e| Error::fatal(format!("operator {}: input {e}", info.operator)))?;
+    let aggregator = code(topologies, info, "combiner aggregator", Topology::combiner)?;
+    let batch = decode_as(input, info, "input")?;
     if batch.arity() != 2 {
         return Err(Error::fatal(format!("operator {}: pairs must hold 2 values", info.operator)));
     }
@@ -323,7 +331,7 @@ mod tests {
     use super::*;
     use crate::builder::{FileLines, State};
     use crate::codec::ValueRef;
-    use crate::operator::{Count, Function};
+    use crate::operator::{CombinerAggregator, Count, Function, SplitWords};
 
     struct Split;
     impl Function for Split {
@@ -403,6 +411,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rows(&out), [(0, vec![Value::from("a")]), (0, vec![Value::from("b")]), (2, vec![Value::from("c")])]);
+    }
+
+    #[test]
+    fn split_words_emits_a_tuple_per_word_as_each_and_as_flat_map() {
+        let t = [Topology::new("words")
+            .new_stream(FileLines::new("sentence"))
+            .each(["sentence"], SplitWords, ["word"])
+            .name("each")
+            .flat_map(["word"], SplitWords, ["part"])
+            .name("flat-map")
+            .build()];
+        let input = batch(&[(0, " a  b\t"), (0, ""), (0, "c")]);
+        let words = [(0, vec![Value::from("a")]), (0, vec![Value::from("b")]), (2, vec![Value::from("c")])];
+        for operator in ["each", "flat-map"] {
+            let out = run_function(&t, &info("words", operator, &["sentence"], 1, 0), &input).unwrap();
+            assert_eq!(rows(&out), words, "{operator}");
+        }
     }
 
     #[test]

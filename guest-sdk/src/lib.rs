@@ -50,7 +50,7 @@ pub use codec::{Value, ValueRef};
 pub use operator::{
     Aggregator, BatchInfo, BatchSpout, Builtin, CombinerAggregator, Consumer, Count, Error, Filter, First,
     FlatMapFunction, Function, MapFunction, MapGet, MapState, Max, Min, PartitionedSpout, QueryFunction,
-    ReducerAggregator, SpoutInfo, StateUpdater, Sum,
+    ReducerAggregator, SplitWords, SpoutInfo, StateUpdater, Sum,
 };
 pub use topology::{JoinKind, Limits};
 pub use tuple::{Emitter, SpoutEmitter, Tuple};
@@ -65,7 +65,7 @@ pub mod prelude {
     pub use crate::operator::{
         Aggregator, BatchInfo, BatchSpout, CombinerAggregator, Consumer, Count, Error, Filter, First, FlatMapFunction,
         Function, MapFunction, MapGet, MapState, Max, Min, PartitionedSpout, QueryFunction, ReducerAggregator,
-        SpoutInfo, StateUpdater, Sum,
+        SplitWords, SpoutInfo, StateUpdater, Sum,
     };
     pub use crate::topology::{JoinKind, Limits};
     pub use crate::tuple::{Emitter, SpoutEmitter, Tuple};

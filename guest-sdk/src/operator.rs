@@ -94,6 +94,28 @@ pub trait Consumer: Send + Sync + 'static {
     fn accept(&self, tuple: &Tuple<'_>) -> Result<(), Error>;
 }
 
+/// Splits its one input field, a string (a sentence, a query's arguments),
+/// into its whitespace-separated words, one output tuple per word: with
+/// `each` the words extend the tuple, with `flat_map` they replace it. It
+/// runs in the guest, as the function a topology would write for it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SplitWords;
+
+impl Function for SplitWords {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        for word in tuple.str(0)?.split_whitespace() {
+            out.emit([word])?;
+        }
+        Ok(())
+    }
+}
+
+impl FlatMapFunction for SplitWords {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        Function::execute(self, tuple, out)
+    }
+}
+
 /// Trident's `ReducerAggregator`: a group's value is
 /// `reduce(... reduce(start, t1) ..., tn)`, where `start` is `init()` or, in a
 /// persistent aggregate, the stored value.
@@ -180,6 +202,12 @@ impl Builtin {
         self != Builtin::Count
     }
 
+    /// The value one tuple contributes: 1 for `Count`, the single input
+    /// field for the others.
+    pub fn init(self, tuple: &Tuple<'_>) -> Result<Value, Error> {
+        if self.reads_a_field() { Ok(tuple.value(0)?.to_owned()) } else { Ok(Value::I64(1)) }
+    }
+
     /// Merges two values, `a` the earlier.
     pub fn combine(self, a: Value, b: Value) -> Result<Value, Error> {
         Ok(match (self, a, b) {
@@ -251,44 +279,6 @@ pub trait CombinerAggregator: Send + Sync + 'static {
     }
 }
 
-/// Counts tuples. Runs in the host: no call into the guest.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Count;
-
-impl CombinerAggregator for Count {
-    fn init(&self, _tuple: &Tuple<'_>) -> Result<Value, Error> {
-        Ok(Value::I64(1))
-    }
-    fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
-        add(a, b)
-    }
-    fn zero(&self) -> Value {
-        Value::I64(0)
-    }
-    fn builtin(&self) -> Option<Builtin> {
-        Some(Builtin::Count)
-    }
-}
-
-/// Sums the single input field. Runs in the host: no call into the guest.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Sum;
-
-impl CombinerAggregator for Sum {
-    fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error> {
-        Ok(tuple.value(0)?.to_owned())
-    }
-    fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
-        add(a, b)
-    }
-    fn zero(&self) -> Value {
-        Value::I64(0)
-    }
-    fn builtin(&self) -> Option<Builtin> {
-        Some(Builtin::Sum)
-    }
-}
-
 macro_rules! builtin_aggregator {
     ($($name:ident, $doc:literal;)*) => {$(
         #[doc = $doc]
@@ -297,7 +287,7 @@ macro_rules! builtin_aggregator {
 
         impl CombinerAggregator for $name {
             fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error> {
-                Ok(tuple.value(0)?.to_owned())
+                Builtin::$name.init(tuple)
             }
             fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
                 Builtin::$name.combine(a, b)
@@ -313,6 +303,8 @@ macro_rules! builtin_aggregator {
 }
 
 builtin_aggregator! {
+    Count, "Counts tuples. Runs in the host: no call into the guest.";
+    Sum, "Sums the single input field. Runs in the host: no call into the guest.";
     Min, "Least value of the single input field. Runs in the host: no call into the guest.";
     Max, "Greatest value of the single input field. Runs in the host: no call into the guest.";
     First, "The single input field of the first tuple. Runs in the host: no call into the guest.";

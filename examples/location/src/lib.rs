@@ -62,18 +62,6 @@ impl QueryFunction for QueryLocation {
     }
 }
 
-/// Splits a query's arguments into user ids.
-pub struct SplitArgs;
-
-impl Function for SplitArgs {
-    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
-        for user in tuple.str("args")?.split_whitespace() {
-            out.emit([user])?;
-        }
-        Ok(())
-    }
-}
-
 /// The `location` topology: the state `locations` (user id to location),
 /// `arrivals` (location to how many times someone moved there), and the
 /// query `location` (arguments: user ids; result: `[user, location]` per
@@ -98,7 +86,7 @@ pub fn topology() -> Topology {
         .name("count-arrivals");
     topology
         .new_query_stream("location")
-        .each(["args"], SplitArgs, ["userid"])
+        .each(["args"], SplitWords, ["userid"])
         .name("split-args")
         .state_query(&locations, ["userid"], QueryLocation, ["location"])
         .name("lookup-locations")

@@ -2,22 +2,11 @@
 //! `word-count` example's topology with the host's transactional JetStream
 //! spout (stream `corpus`, a partition per subject `corpus.*`) in place of
 //! the file spout, as `scripts/bench` measures it next to the file spout.
-//! Its split is the example's own; a component exports one crate's
-//! topologies, so it is written out here.
+//! A component exports one crate's topologies, so it is written out here;
+//! it splits with the SDK's [`SplitWords`], which splits as the example's
+//! `Split` does.
 
 use weir_sdk::prelude::*;
-
-/// Splits a sentence into its whitespace-separated words.
-pub struct Split;
-
-impl Function for Split {
-    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
-        for word in tuple.str(0)?.split_whitespace() {
-            out.emit([word])?;
-        }
-        Ok(())
-    }
-}
 
 /// The `word-count` topology (state `counts`), reading stream `corpus`,
 /// with the query `words`: the sum of the counts of the words in its
@@ -26,14 +15,14 @@ pub fn topology() -> Topology {
     let topology = Topology::new("word-count");
     let counts = topology
         .new_stream(JetStream::transactional("corpus", ["corpus.*"]).string("sentence"))
-        .each(["sentence"], Split, ["word"])
+        .each(["sentence"], SplitWords, ["word"])
         .name("split")
         .group_by(["word"])
         .persistent_aggregate(State::transactional("counts"), Count, ["count"])
         .name("count");
     topology
         .new_query_stream("words")
-        .each(["args"], Split, ["word"])
+        .each(["args"], SplitWords, ["word"])
         .name("split-args")
         .group_by(["word"])
         .state_query(&counts, ["word"], MapGet, ["count"])

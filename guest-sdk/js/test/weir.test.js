@@ -255,28 +255,37 @@ test("a JetStream spout emits its payload fields, then the message fields", () =
   assert.deepEqual(topologies[8].spoutFields(), ["payload"]);
 });
 
+/** The kind of code registered under each id (undefined: none). */
+function assertRegistered(topology, kinds) {
+  for (const [id, kind] of Object.entries(kinds)) assert.equal(topology.code.get(id)?.kind, kind, id);
+}
+
 test("operators are registered under their final ids", () => {
   const t = kitchenSink()[0];
-  assert.equal(t.code.get("split").kind, "function");
-  assert.equal(t.code.get("each-1"), undefined);
-  assert.equal(t.code.get("stats.1").kind, "combiner");
-  assert.equal(t.code.get("partition-aggregate-7").kind, "reducer");
-  assert.equal(t.code.get("aggregate-10").kind, "general");
-  assert.equal(t.code.get("remember").kind, "updater");
-  assert.equal(t.code.get("state-query-36").kind, "query");
-  assert.equal(t.code.get("count"), undefined);
+  assertRegistered(t, {
+    split: "function",
+    "each-1": undefined,
+    "stats.1": "combiner",
+    "partition-aggregate-7": "reducer",
+    "aggregate-10": "general",
+    remember: "updater",
+    "state-query-36": "query",
+    count: undefined,
+  });
   assert.equal(t.outputArity("peek-3"), 0);
   assert.equal(t.aggregatorArity("stats.2"), 1);
 });
 
 test("window aggregators are registered under their final ids", () => {
   const t = kitchenSink()[10];
-  assert.equal(t.code.get("longest").kind, "combiner");
-  assert.equal(t.code.get("window-2"), undefined);
-  assert.equal(t.code.get("window-4").kind, "reducer");
-  assert.equal(t.code.get("sessions").kind, "reducer");
-  assert.equal(t.code.get("window-9").kind, "combiner");
-  assert.equal(t.code.get("per-second"), undefined);
+  assertRegistered(t, {
+    longest: "combiner",
+    "window-2": undefined,
+    "window-4": "reducer",
+    sessions: "reducer",
+    "window-9": "combiner",
+    "per-second": undefined,
+  });
   assert.equal(t.aggregatorArity("sessions"), 1);
 });
 

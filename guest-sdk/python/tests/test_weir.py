@@ -340,27 +340,43 @@ class Builder(unittest.TestCase):
         self.assertEqual(clicks.spout_fields(), ["user", "url", "subject", "seq", "at"])
         self.assertEqual(kitchen_sink()[8].spout_fields(), ["payload"])
 
+    def assert_registered(self, topology, kinds):
+        """The kind of code registered under each id (None: none)."""
+        for id, kind in kinds.items():
+            code = topology.code(id)
+            self.assertEqual(None if code is None else code[0], kind, id)
+
     def test_operators_are_registered_under_their_final_ids(self):
         t = kitchen_sink()[0]
-        self.assertEqual(t.code("split")[0], "function")
-        self.assertIsNone(t.code("each-1"))
-        self.assertEqual(t.code("stats.1")[0], "combiner")
-        self.assertEqual(t.code("partition-aggregate-7")[0], "reducer")
-        self.assertEqual(t.code("aggregate-10")[0], "general")
-        self.assertEqual(t.code("remember")[0], "updater")
-        self.assertEqual(t.code("state-query-36")[0], "query")
-        self.assertIsNone(t.code("count"))
+        self.assert_registered(
+            t,
+            {
+                "split": "function",
+                "each-1": None,
+                "stats.1": "combiner",
+                "partition-aggregate-7": "reducer",
+                "aggregate-10": "general",
+                "remember": "updater",
+                "state-query-36": "query",
+                "count": None,
+            },
+        )
         self.assertEqual(t.output_arity("peek-3"), 0)
         self.assertEqual(t.aggregator_arity("stats.2"), 1)
 
     def test_window_aggregators_are_registered_under_their_final_ids(self):
         t = kitchen_sink()[10]
-        self.assertEqual(t.code("longest")[0], "combiner")
-        self.assertIsNone(t.code("window-2"))
-        self.assertEqual(t.code("window-4")[0], "reducer")
-        self.assertEqual(t.code("sessions")[0], "reducer")
-        self.assertEqual(t.code("window-9")[0], "combiner")
-        self.assertIsNone(t.code("per-second"))
+        self.assert_registered(
+            t,
+            {
+                "longest": "combiner",
+                "window-2": None,
+                "window-4": "reducer",
+                "sessions": "reducer",
+                "window-9": "combiner",
+                "per-second": None,
+            },
+        )
         self.assertEqual(t.aggregator_arity("sessions"), 1)
 
     def test_a_window_size_that_is_no_whole_number_is_refused_naming_it(self):

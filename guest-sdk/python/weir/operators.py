@@ -124,6 +124,20 @@ class SpoutInfo:
     max_tuples: int = 0
 
 
+def _accessor(kind, wanted, doc):
+    """A typed accessor of :class:`Tuple`: the field's value, which must be
+    of type ``kind`` (named ``wanted`` in the error)."""
+
+    def accessor(self, name):
+        value = self[name]
+        return value if type(value) is kind else self._typed(name, value, kind, wanted)
+
+    accessor.__doc__ = doc
+    accessor.__name__ = kind.__name__
+    accessor.__qualname__ = f"Tuple.{kind.__name__}"
+    return accessor
+
+
 class Tuple:
     """One input tuple: the fields the operator declared, by name or position.
 
@@ -174,31 +188,11 @@ class Tuple:
 
     # Each accessor returns at once a value of exactly its type: the check
     # that names a wrong one runs only when it is not.
-
-    def str(self, name):
-        """A string field."""
-        value = self[name]
-        return value if type(value) is str else self._typed(name, value, str, "string")
-
-    def int(self, name):
-        """An integer field."""
-        value = self[name]
-        return value if type(value) is int else self._typed(name, value, int, "i64")
-
-    def float(self, name):
-        """A float field."""
-        value = self[name]
-        return value if type(value) is float else self._typed(name, value, float, "f64")
-
-    def bool(self, name):
-        """A boolean field."""
-        value = self[name]
-        return value if type(value) is bool else self._typed(name, value, bool, "bool")
-
-    def bytes(self, name):
-        """A bytes field."""
-        value = self[name]
-        return value if type(value) is bytes else self._typed(name, value, bytes, "bytes")
+    str = _accessor(str, "string", "A string field.")
+    int = _accessor(int, "i64", "An integer field.")
+    float = _accessor(float, "f64", "A float field.")
+    bool = _accessor(bool, "bool", "A boolean field.")
+    bytes = _accessor(bytes, "bytes", "A bytes field.")
 
 
 class CombinerAggregator:

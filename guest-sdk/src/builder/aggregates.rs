@@ -61,10 +61,7 @@ impl<A: Aggregator> GroupAggregator for A {
             states.push(self.init(info, &mut Emitter::new(out, group))?);
         }
         for (group, tuple) in rows {
-            let state = states.get_mut(group as usize).ok_or_else(|| {
-                Error::fatal(format!("operator {}: row tagged with group {group} of {groups}", info.operator))
-            })?;
-            self.aggregate(state, &tuple, &mut Emitter::new(out, group))?;
+            self.aggregate(info.group_slot(&mut states, group)?, &tuple, &mut Emitter::new(out, group))?;
         }
         for (group, state) in states.into_iter().enumerate() {
             self.complete(state, &mut Emitter::new(out, group as u32))?;

@@ -33,6 +33,15 @@ impl<C: Consumer> Function for ConsumerAsFunction<C> {
 }
 
 impl Stream {
+    /// Adds the operation `op`, whose code, `function`, is registered as a
+    /// [`Function`]: `each`, `map`, `flat_map` and `peek` all run as one.
+    fn function_node(&self, kind: &str, function: impl Function, op: OperationDef) -> Stream {
+        self.then(kind, |t, id| {
+            t.functions.insert(id.to_owned(), Box::new(function));
+            op
+        })
+    }
+
     /// Trident's `each`: runs `function` over `input`, appending `output`.
     pub fn each<const I: usize, const O: usize>(
         &self,
@@ -40,10 +49,7 @@ impl Stream {
         function: impl Function,
         output: [&str; O],
     ) -> Stream {
-        self.then("each", |t, id| {
-            t.functions.insert(id.to_owned(), Box::new(function));
-            OperationDef::Each { input: names(input), output: names(output) }
-        })
+        self.function_node("each", function, OperationDef::Each { input: names(input), output: names(output) })
     }
 
     /// Trident's `map`: one tuple of `output` replaces each tuple.
@@ -53,10 +59,8 @@ impl Stream {
         function: impl MapFunction,
         output: [&str; O],
     ) -> Stream {
-        self.then("map", |t, id| {
-            t.functions.insert(id.to_owned(), Box::new(MapAsFunction(function)));
-            OperationDef::Map { input: names(input), output: names(output) }
-        })
+        let op = OperationDef::Map { input: names(input), output: names(output) };
+        self.function_node("map", MapAsFunction(function), op)
     }
 
     /// Trident's `flatMap`: the tuples of `output` it emits replace each tuple.
@@ -66,18 +70,13 @@ impl Stream {
         function: impl FlatMapFunction,
         output: [&str; O],
     ) -> Stream {
-        self.then("flat-map", |t, id| {
-            t.functions.insert(id.to_owned(), Box::new(FlatMapAsFunction(function)));
-            OperationDef::FlatMap { input: names(input), output: names(output) }
-        })
+        let op = OperationDef::FlatMap { input: names(input), output: names(output) };
+        self.function_node("flat-map", FlatMapAsFunction(function), op)
     }
 
     /// Trident's `peek`: `consumer` sees each tuple, which passes on unchanged.
     pub fn peek<const I: usize>(&self, input: [&str; I], consumer: impl Consumer) -> Stream {
-        self.then("peek", |t, id| {
-            t.functions.insert(id.to_owned(), Box::new(ConsumerAsFunction(consumer)));
-            OperationDef::Peek { input: names(input) }
-        })
+        self.function_node("peek", ConsumerAsFunction(consumer), OperationDef::Peek { input: names(input) })
     }
 
     /// Trident's `filter`: keeps the tuples `filter` accepts.

@@ -53,6 +53,14 @@ fn lines(name: &str) -> weir_sdk::builder::TopologyBuilder {
     Topology::new(name)
 }
 
+/// Counts each line of the input, read into `field`, in the state `state`.
+fn count_lines(name: &str, field: &str, state: &str) -> weir_sdk::builder::TopologyBuilder {
+    let topology = lines(name);
+    let stream = topology.new_stream(FileLines::new(field));
+    stream.group_by([field]).persistent_aggregate(State::transactional(state), Count, ["count"]);
+    topology
+}
+
 fn topologies() -> Vec<Topology> {
     let unknown_field = lines("unknown-field");
     unknown_field.new_stream(FileLines::new("line")).each(["nope"], Nothing, ["x"]).name("reads-nope");
@@ -95,27 +103,12 @@ fn topologies() -> Vec<Topology> {
 
     // Names a host must not take into table names, file names, logs and
     // metrics labels.
-    let quoted = lines("quote\"d");
-    quoted.new_stream(FileLines::new("line")).group_by(["line"]).persistent_aggregate(
-        State::transactional("counts"),
-        Count,
-        ["count"],
-    );
+    let quoted = count_lines("quote\"d", "line", "counts");
     let spaced = lines("space-in-operator");
     let stream = spaced.new_stream(FileLines::new("line")).each(["line"], Nothing, ["x"]).name("split words");
     stream.group_by(["x"]).persistent_aggregate(State::transactional("counts"), Count, ["count"]);
-    let newline = lines("newline-in-field");
-    newline.new_stream(FileLines::new("line\nbreak")).group_by(["line\nbreak"]).persistent_aggregate(
-        State::transactional("counts"),
-        Count,
-        ["count"],
-    );
-    let slash = lines("slash-in-state");
-    slash.new_stream(FileLines::new("line")).group_by(["line"]).persistent_aggregate(
-        State::transactional("a/b"),
-        Count,
-        ["count"],
-    );
+    let newline = count_lines("newline-in-field", "line\nbreak", "counts");
+    let slash = count_lines("slash-in-state", "line", "a/b");
 
     // A combiner whose init sees no field can only count.
     let fieldless = lines("fieldless-combiner");

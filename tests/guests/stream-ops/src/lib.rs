@@ -8,6 +8,10 @@
 //! `[txid, fields...]` with how many times it saw it: a tuple lost, added
 //! or applied twice shows up in the state.
 
+#[path = "../../shared/operators.rs"]
+mod shared;
+
+use shared::{Greatest, JoinNumbers, fail_first_attempt};
 use weir_sdk::builder::TopologyBuilder;
 use weir_sdk::prelude::*;
 use weir_sdk::{Stream, ValueRef};
@@ -41,10 +45,7 @@ pub struct FailOnce;
 
 impl Filter for FailOnce {
     fn is_keep(&self, tuple: &Tuple<'_>) -> Result<bool, Error> {
-        let batch = tuple.batch();
-        if batch.txid == REPLAYED_TXID && batch.attempt == 0 {
-            return Err(Error::retry(format!("txid {} fails on its first attempt", batch.txid)));
-        }
+        fail_first_attempt(tuple.batch(), REPLAYED_TXID)?;
         Ok(true)
     }
 }
@@ -141,18 +142,6 @@ impl FlatMapFunction for Halves {
     }
 }
 
-/// Splits a query's arguments into words.
-pub struct SplitArgs;
-
-impl FlatMapFunction for SplitArgs {
-    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
-        for word in tuple.str("args")?.split_whitespace() {
-            out.emit([word])?;
-        }
-        Ok(())
-    }
-}
-
 /// Prints each tuple it sees, with its batch.
 pub struct Print;
 
@@ -209,25 +198,6 @@ impl CombinerAggregator for Longest {
     }
 }
 
-/// A guest combiner: the greatest integer (null for none).
-pub struct GreatestN;
-
-impl CombinerAggregator for GreatestN {
-    fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error> {
-        Ok(Value::I64(tuple.i64(0)?))
-    }
-    fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
-        match (a, b) {
-            (Value::I64(a), Value::I64(b)) => Ok(Value::I64(a.max(b))),
-            (Value::Null, v) | (v, Value::Null) => Ok(v),
-            (a, b) => Err(Error::fatal(format!("greatest of {a:?} and {b:?}"))),
-        }
-    }
-    fn zero(&self) -> Value {
-        Value::Null
-    }
-}
-
 /// A reducer: the first letters of the words, in order.
 pub struct Initials;
 
@@ -239,20 +209,6 @@ impl ReducerAggregator for Initials {
         let Value::Str(mut acc) = acc else { return Err(Error::fatal(format!("initials of {acc:?}"))) };
         acc.extend(tuple.str(0)?.chars().next());
         Ok(Value::Str(acc))
-    }
-}
-
-/// A reducer: the integers, comma-joined in order.
-pub struct JoinNumbers;
-
-impl ReducerAggregator for JoinNumbers {
-    fn init(&self) -> Value {
-        Value::from("")
-    }
-    fn reduce(&self, acc: Value, tuple: &Tuple<'_>) -> Result<Value, Error> {
-        let Value::Str(acc) = acc else { return Err(Error::fatal(format!("joining onto {acc:?}"))) };
-        let n = tuple.i64(0)?;
-        Ok(Value::Str(if acc.is_empty() { n.to_string() } else { format!("{acc},{n}") }))
     }
 }
 
@@ -378,18 +334,6 @@ impl QueryFunction for OneShort {
     }
 }
 
-/// Splits a sentence into words.
-pub struct SplitSentence;
-
-impl Function for SplitSentence {
-    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
-        for word in tuple.str("sentence")?.split_whitespace() {
-            out.emit([word])?;
-        }
-        Ok(())
-    }
-}
-
 /// The scripted stream, through `fail-once`.
 fn source(topology: &TopologyBuilder) -> Stream {
     topology.new_stream(GuestSpout::batch(Script, ["n", "word"])).filter(["n"], FailOnce).name("fail-once")
@@ -435,7 +379,7 @@ fn project() -> Topology {
     let lengths = source(&t).each(["word"], Length, ["len"]).name("length").project(["len", "n"]);
     record(&lengths, "out", ["len", "n"]);
     t.new_query_stream("project")
-        .flat_map(["args"], SplitArgs, ["word"])
+        .flat_map(["args"], SplitWords, ["word"])
         .name("split-args")
         .each(["word"], Length, ["len"])
         .name("query-length")
@@ -454,7 +398,7 @@ fn partition_aggregate() -> Topology {
     );
     let per_word = s
         .group_by(["word"])
-        .partition_aggregate(["n"], Reducer(JoinNumbers), ["ns"])
+        .partition_aggregate(["n"], Reducer(JoinNumbers(",")), ["ns"])
         .name("join-numbers")
         .parallelism_hint(2);
     record(&per_word, "per-word", ["word", "ns"]);
@@ -529,11 +473,11 @@ fn group_by() -> Topology {
         ["word", "seen"],
     );
     record(
-        &s.group_by(["word"]).aggregate(["n"], Reducer(JoinNumbers), ["ns"]).name("join-numbers"),
+        &s.group_by(["word"]).aggregate(["n"], Reducer(JoinNumbers(",")), ["ns"]).name("join-numbers"),
         "reducer",
         ["word", "ns"],
     );
-    record(&s.group_by(["word"]).aggregate(["n"], GreatestN, ["max"]).name("greatest"), "combiner", ["word", "max"]);
+    record(&s.group_by(["word"]).aggregate(["n"], Greatest, ["max"]).name("greatest"), "combiner", ["word", "max"]);
     t.build()
 }
 
@@ -543,8 +487,10 @@ fn persistent_aggregate() -> Topology {
     let by_word = s.group_by(["word"]);
     let counts = by_word.persistent_aggregate(State::transactional("counts"), Count, ["count"]).name("count");
     record(&counts.new_values_stream(), "count-updates", ["word", "count"]);
-    by_word.persistent_aggregate_over(State::transactional("max-n"), ["n"], GreatestN, ["max"]).name("greatest");
-    by_word.persistent_aggregate_over(State::opaque("ns"), ["n"], Reducer(JoinNumbers), ["ns"]).name("join-numbers");
+    by_word.persistent_aggregate_over(State::transactional("max-n"), ["n"], Greatest, ["max"]).name("greatest");
+    by_word
+        .persistent_aggregate_over(State::opaque("ns"), ["n"], Reducer(JoinNumbers(",")), ["ns"])
+        .name("join-numbers");
     let total = s.persistent_aggregate(State::transactional("total"), Count, ["count"]).name("total");
     record(&total.new_values_stream(), "total-updates", ["count"]);
     s.persistent_aggregate_over(State::opaque("sum"), ["n"], Sum, ["sum"]).name("sum");
@@ -579,7 +525,7 @@ fn state_query() -> Topology {
         .persistent_aggregate(State::transactional("counts"), Count, ["count"])
         .name("count");
     let words =
-        |name: &str| t.new_query_stream(name).flat_map(["args"], SplitArgs, ["word"]).name(&format!("{name}-split"));
+        |name: &str| t.new_query_stream(name).flat_map(["args"], SplitWords, ["word"]).name(&format!("{name}-split"));
     words("get").state_query(&counts, ["word"], MapGet, ["count"]).name("map-get").project(["word", "count"]);
     words("lookup")
         .state_query(&counts, ["word"], CountOrNothing, ["count"])
@@ -648,7 +594,7 @@ fn parallel_word_count() -> Topology {
     Topology::new("parallel-word-count")
         .new_stream(FileLines::new("sentence"))
         .shuffle()
-        .each(["sentence"], SplitSentence, ["word"])
+        .each(["sentence"], SplitWords, ["word"])
         .name("split")
         .parallelism_hint(2)
         .group_by(["word"])

@@ -5,6 +5,11 @@
 //! how many times it was emitted. The parse function fails the first
 //! attempt of txid 3, so every run replays a batch.
 
+#[path = "../../shared/operators.rs"]
+mod shared;
+
+use shared::{Greatest, JoinNumbers, fail_first_attempt};
+use weir_sdk::builder::IntoAggregator;
 use weir_sdk::prelude::*;
 use weir_sdk::{Stream, Window};
 
@@ -16,48 +21,12 @@ pub struct Parse;
 
 impl Function for Parse {
     fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
-        let batch = tuple.batch();
-        if batch.txid == REPLAYED_TXID && batch.attempt == 0 {
-            return Err(Error::retry(format!("txid {} fails on its first attempt", batch.txid)));
-        }
+        fail_first_attempt(tuple.batch(), REPLAYED_TXID)?;
         let line = tuple.str(0)?;
         let fields: Vec<&str> = line.split(',').collect();
         let [sensor, ts, value] = fields[..] else { return Err(Error::fatal(format!("not a reading: {line:?}"))) };
         let number = |s: &str| s.parse::<i64>().map_err(|e| Error::fatal(format!("{s:?} in {line:?}: {e}")));
         out.emit([ValueRef::Str(sensor), ValueRef::I64(number(ts)?), ValueRef::I64(number(value)?)])
-    }
-}
-
-/// A guest combiner: the greatest integer (null for none).
-pub struct Greatest;
-
-impl CombinerAggregator for Greatest {
-    fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error> {
-        Ok(Value::I64(tuple.i64(0)?))
-    }
-    fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
-        match (a, b) {
-            (Value::I64(a), Value::I64(b)) => Ok(Value::I64(a.max(b))),
-            (Value::Null, v) | (v, Value::Null) => Ok(v),
-            (a, b) => Err(Error::fatal(format!("greatest of {a:?} and {b:?}"))),
-        }
-    }
-    fn zero(&self) -> Value {
-        Value::Null
-    }
-}
-
-/// A reducer: the integers, space-joined in the order they came.
-pub struct JoinValues;
-
-impl ReducerAggregator for JoinValues {
-    fn init(&self) -> Value {
-        Value::from("")
-    }
-    fn reduce(&self, acc: Value, tuple: &Tuple<'_>) -> Result<Value, Error> {
-        let Value::Str(acc) = acc else { return Err(Error::fatal(format!("joining onto {acc:?}"))) };
-        let n = tuple.i64(0)?;
-        Ok(Value::Str(if acc.is_empty() { n.to_string() } else { format!("{acc} {n}") }))
     }
 }
 
@@ -110,11 +79,9 @@ impl Aggregator for JoinAll {
 }
 
 /// The readings of the run's input: `sensor`, `ts`, `value`.
-fn readings(name: &str) -> (weir_sdk::builder::TopologyBuilder, Stream) {
+fn readings(name: &str) -> Stream {
     let topology = Topology::new(name);
-    let stream =
-        topology.new_stream(FileLines::new("line")).each(["line"], Parse, ["sensor", "ts", "value"]).name("parse");
-    (topology, stream)
+    topology.new_stream(FileLines::new("line")).each(["line"], Parse, ["sensor", "ts", "value"]).name("parse")
 }
 
 /// Keeps each window `windows` emits: its value (field `value_field`) in
@@ -126,105 +93,62 @@ fn keep<const K: usize>(windows: &Stream, key: [&str; K], value_field: &str) {
 
 const WINDOW_KEY: [&str; 3] = ["sensor", "window_start", "window_end"];
 
+/// Each sensor's readings cut into `window`s, whose values `aggregator`
+/// makes the field `output`, every window kept.
+fn per_sensor(name: &str, window: Window, aggregator: impl IntoAggregator, output: &str) -> Stream {
+    let windows =
+        readings(name).group_by(["sensor"]).window(window, "open", ["value"], aggregator, [output]).name("windows");
+    keep(&windows, WINDOW_KEY, output);
+    windows
+}
+
 /// Counts each late reading `windows` found in the state `late`.
-fn keep_late(windows: &Stream) {
+fn keep_late(windows: Stream) -> Stream {
     let late = windows.late_stream().group_by(["sensor", "ts", "value"]);
     late.persistent_aggregate(State::transactional("late"), Count, ["times"]);
+    windows
 }
 
 /// The topologies, one per kind of window.
 pub fn topologies() -> Vec<Topology> {
-    let mut out = Vec::new();
+    let space_joined = || Reducer(JoinNumbers(" "));
+    let time_tumbling = Window::tumbling("ts", 1_000).max_delay_ms(300).lateness_ms(200);
+    let time_sliding = Window::sliding("ts", 1_000, 250).max_delay_ms(150);
+    let session = Window::session("ts", 150).max_delay_ms(300).lateness_ms(100);
 
-    let (topology, stream) = readings("count-tumbling");
-    let windows =
-        stream.group_by(["sensor"]).window(Window::tumbling_count(3), "open", ["value"], Sum, ["sum"]).name("windows");
-    keep(&windows, WINDOW_KEY, "sum");
-    out.push(topology.build());
-
-    let (topology, stream) = readings("count-sliding");
-    let windows = stream
+    let extremes = Window::sliding("ts", 1_000, 500).max_delay_ms(300);
+    let time_general = readings("time-general")
         .group_by(["sensor"])
-        .window(Window::sliding_count(4, 2), "open", ["value"], Reducer(JoinValues), ["values"])
+        .window(extremes, "open", ["value"], General(Extremes), ["which", "extreme"])
         .name("windows");
-    keep(&windows, WINDOW_KEY, "values");
-    out.push(topology.build());
+    keep(&time_general, ["sensor", "window_start", "window_end", "which"], "extreme");
 
-    let (topology, stream) = readings("time-tumbling");
-    let window = Window::tumbling("ts", 1_000).max_delay_ms(300).lateness_ms(200);
-    let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Greatest, ["max"]).name("windows");
-    keep(&windows, WINDOW_KEY, "max");
-    keep_late(&windows);
-    out.push(topology.build());
-
-    let (topology, stream) = readings("time-sliding");
-    let window = Window::sliding("ts", 1_000, 250).max_delay_ms(150);
-    let windows =
-        stream.group_by(["sensor"]).window(window, "open", ["value"], Reducer(JoinValues), ["values"]).name("windows");
-    keep(&windows, WINDOW_KEY, "values");
-    out.push(topology.build());
-
-    let (topology, stream) = readings("duration-tumbling");
-    let windows = stream
-        .group_by(["sensor"])
-        .window(Window::tumbling_duration(1_000), "open", ["value"], Sum, ["sum"])
+    let time_all = readings("time-all")
+        .window(Window::tumbling("ts", 500).max_delay_ms(100), "open", [], Count, ["n"])
         .name("windows");
-    keep(&windows, WINDOW_KEY, "sum");
-    out.push(topology.build());
-
-    let (topology, stream) = readings("duration-sliding");
-    let window = Window::sliding_duration(1_000, 400);
-    let windows =
-        stream.group_by(["sensor"]).window(window, "open", ["value"], Reducer(JoinValues), ["values"]).name("windows");
-    keep(&windows, WINDOW_KEY, "values");
-    out.push(topology.build());
-
-    let (topology, stream) = readings("session-greatest");
-    let window = Window::session("ts", 150).max_delay_ms(300).lateness_ms(100);
-    let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Greatest, ["max"]).name("windows");
-    keep(&windows, WINDOW_KEY, "max");
-    keep_late(&windows);
-    out.push(topology.build());
-
-    let (topology, stream) = readings("session-sum");
-    let window = Window::session("ts", 120).max_delay_ms(200);
-    let windows = stream.group_by(["sensor"]).window(window, "open", ["value"], Sum, ["sum"]).name("windows");
-    keep(&windows, WINDOW_KEY, "sum");
-    out.push(topology.build());
-
-    let (topology, stream) = readings("count-general");
-    let windows = stream
-        .group_by(["sensor"])
-        .window(Window::sliding_count(4, 2), "open", ["value"], General(JoinAll), ["values"])
-        .name("windows");
-    keep(&windows, WINDOW_KEY, "values");
-    out.push(topology.build());
-
-    let (topology, stream) = readings("time-general");
-    let window = Window::sliding("ts", 1_000, 500).max_delay_ms(300);
-    let windows = stream
-        .group_by(["sensor"])
-        .window(window, "open", ["value"], General(Extremes), ["which", "extreme"])
-        .name("windows");
-    keep(&windows, ["sensor", "window_start", "window_end", "which"], "extreme");
-    out.push(topology.build());
-
-    let (topology, stream) = readings("time-all");
-    let windows =
-        stream.window(Window::tumbling("ts", 500).max_delay_ms(100), "open", [], Count, ["n"]).name("windows");
-    keep(&windows, ["window_start", "window_end"], "n");
-    out.push(topology.build());
+    keep(&time_all, ["window_start", "window_end"], "n");
 
     // A million groups, one tuple each: a million windows open at the end.
-    let topology = Topology::new("many-open");
-    topology
+    let many_open = Topology::new("many-open")
         .new_stream(Generator::new("n", 1_000_000))
         .group_by(["n"])
         .window(Window::tumbling_count(2), "open", [], Count, ["count"])
         .name("windows");
-    out.push(topology.build());
 
-    out
+    vec![
+        per_sensor("count-tumbling", Window::tumbling_count(3), Sum, "sum").build(),
+        per_sensor("count-sliding", Window::sliding_count(4, 2), space_joined(), "values").build(),
+        keep_late(per_sensor("time-tumbling", time_tumbling, Greatest, "max")).build(),
+        per_sensor("time-sliding", time_sliding, space_joined(), "values").build(),
+        per_sensor("duration-tumbling", Window::tumbling_duration(1_000), Sum, "sum").build(),
+        per_sensor("duration-sliding", Window::sliding_duration(1_000, 400), space_joined(), "values").build(),
+        keep_late(per_sensor("session-greatest", session, Greatest, "max")).build(),
+        per_sensor("session-sum", Window::session("ts", 120).max_delay_ms(200), Sum, "sum").build(),
+        per_sensor("count-general", Window::sliding_count(4, 2), General(JoinAll), "values").build(),
+        time_general.build(),
+        time_all.build(),
+        many_open.build(),
+    ]
 }
 
 weir_sdk::export!(topologies);
