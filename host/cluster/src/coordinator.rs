@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use weir_config::backoff::Backoff;
+use weir_config::sync::Locked;
 use weir_io::nats::{Nats, NatsConfig};
 use weir_io::spout::jetstream::SpanReader;
 use weir_state::BatchRecord;
@@ -117,7 +118,7 @@ impl Coordinator {
                     let error = format!("{e:#}");
                     tracing::warn!("topology {}: {error}; replaying", self.plan.name);
                     {
-                        let mut figures = self.figures.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut figures = self.figures.locked();
                         figures.replays += 1;
                         figures.last_failure = Some(error);
                     }
@@ -178,7 +179,7 @@ impl Coordinator {
         self.announce(&start)?;
         let tuples = self.wait(&start, &owners, stop)?;
         self.log.commit(&name, txid)?;
-        let mut figures = self.figures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut figures = self.figures.locked();
         figures.last_committed = txid;
         figures.batches += 1;
         figures.tuples += tuples;

@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weir_config::sync::Locked;
 use weir_engine::exec::{BatchId, Committer, Handover, Partials, Processor};
 use weir_io::nats::{Nats, NatsConfig};
 use weir_io::spout::jetstream::SpanReader;
@@ -182,7 +183,7 @@ impl Worker {
                     self.cluster.host
                 );
                 self.report(&start, Outcome::Failed { error: error.clone() });
-                let mut figures = self.figures.lock().unwrap_or_else(|e| e.into_inner());
+                let mut figures = self.figures.locked();
                 figures.failures += 1;
                 figures.last_error = Some(error);
             }
@@ -254,7 +255,7 @@ impl Worker {
             if let Some((after, until)) = start.next {
                 self.reader.read_ahead(partitions, after, until);
             }
-            let mut figures = self.figures.lock().unwrap_or_else(|e| e.into_inner());
+            let mut figures = self.figures.locked();
             figures.batches_processed += 1;
             figures.tuples_processed += tuples;
             figures.batches_read_ahead = self.reader.taken_ahead();
@@ -267,7 +268,7 @@ impl Worker {
             let keys = self.commit(&start, &owners, gathered)?;
             tracing::debug!("topology {}: txid {}: {keys} keys committed", self.plan.name, start.txid);
             self.report(&start, Outcome::Committed { keys });
-            let mut figures = self.figures.lock().unwrap_or_else(|e| e.into_inner());
+            let mut figures = self.figures.locked();
             figures.batches_committed += 1;
             figures.keys_committed += keys;
             figures.last_committed = figures.last_committed.max(start.txid);
@@ -578,7 +579,7 @@ impl Worker {
             }
             self.ready.extend(wanted.iter().cloned());
         }
-        let mut figures = self.figures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut figures = self.figures.locked();
         figures.slots_restored += wanted.len() as u64;
         figures.ready = self.ready.keys().cloned().collect();
         figures.last_committed = stands;

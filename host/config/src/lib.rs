@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod clock;
 pub mod fault;
+pub mod sync;
 
 /// Sentences (spout tuples) per batch, unless `--batch-size` says otherwise.
 /// Large enough that the per-batch costs (a durable commit, one call per

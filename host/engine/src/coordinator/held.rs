@@ -9,6 +9,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+use weir_config::sync::Locked;
 
 /// Bytes held by processed batches, against a limit.
 pub struct Held {
@@ -41,7 +42,7 @@ impl Held {
     }
 
     fn lock(&self) -> MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+        self.counts.locked()
     }
 
     /// A hold of `bytes` by a batch the process phase's thread processed

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use weir_config::sync::Locked;
 
 pub struct WorkQueue<T> {
     state: Mutex<State<T>>,
@@ -21,7 +22,7 @@ impl<T> WorkQueue<T> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     pub fn push(&self, item: T) {

@@ -11,6 +11,7 @@ use super::error::{malformed, state_failure};
 use super::parts::{Parts, gather};
 use crate::instances::Request;
 use std::sync::{Arc, Mutex, MutexGuard};
+use weir_config::sync::Locked;
 use weir_plan::{Aggregator, Node, Op};
 use weir_runtime::{BatchError, Origin};
 use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
@@ -79,7 +80,7 @@ pub(super) fn partials_of(
 }
 
 pub(super) fn lock(views: &Arc<Mutex<Views>>) -> MutexGuard<'_, Views> {
-    views.lock().unwrap_or_else(|e| e.into_inner())
+    views.locked()
 }
 
 pub(super) fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
