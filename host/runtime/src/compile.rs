@@ -161,7 +161,7 @@ pub fn serve_one(cpu_limit: bool, memory_mib: u64) -> Result<()> {
     }
     let mut wasm = Vec::new();
     std::io::stdin().lock().read_to_end(&mut wasm).context("reading the component")?;
-    let engine = wasmtime::Engine::new(&super::config(cpu_limit))?;
+    let engine = wasmtime::Engine::new(&super::engine::config(cpu_limit))?;
     let compiled = engine.precompile_component(&wasm)?;
     std::io::stdout().lock().write_all(&compiled).context("writing the compiled component")?;
     Ok(())
