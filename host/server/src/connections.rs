@@ -12,6 +12,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use rlimit::Resource;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -140,20 +141,8 @@ pub(super) async fn accept(
 /// open-file limit, first raised to its hard limit (a shell's soft limit is
 /// often 1,024), so that the rest stays for the topologies' files.
 pub(super) fn connection_limit(wanted: usize) -> usize {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit and setrlimit with a valid pointer to a local.
-    let files = unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return wanted;
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit = raised;
-            }
-        }
-        limit.rlim_cur
-    };
+    let Ok((soft, hard)) = Resource::NOFILE.get() else { return wanted };
+    let files = if soft < hard && Resource::NOFILE.set(hard, hard).is_ok() { hard } else { soft };
     let allowed = usize::try_from(files / 4).unwrap_or(usize::MAX).max(1);
     if allowed < wanted {
         tracing::warn!("serving at most {allowed} connections at once, not {wanted}: the open-file limit is {files}");
