@@ -10,8 +10,8 @@
 //! the guest's stack, and so is the instance, whose store a trap or an
 //! abandoned call leaves unusable.
 
-use super::component::HostState;
 use super::guest_output::{GuestOutput, LogLimitExceeded};
+use super::host_state::HostState;
 use super::limits::{Limit, call_deadline};
 use crate::sandbox::OperatorSandbox;
 use anyhow::Result;

@@ -8,6 +8,7 @@
 //! refused with the reason and the host keeps its memory.
 
 use anyhow::{Context, Result, bail};
+use rlimit::Resource;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -154,14 +155,12 @@ pub fn serve_one(cpu_limit: bool, memory_mib: u64) -> Result<()> {
     // parent killed outright takes its compile with it.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let bytes = memory_mib.saturating_mul(1 << 20);
-    let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
-    // SAFETY: setrlimit only reads the struct passed.
-    if unsafe { libc::setrlimit(libc::RLIMIT_DATA, &limit) } != 0 {
-        bail!("cannot limit the compiling process's memory: {}", std::io::Error::last_os_error());
+    if let Err(e) = Resource::DATA.set(bytes, bytes) {
+        bail!("cannot limit the compiling process's memory: {e}");
     }
     let mut wasm = Vec::new();
     std::io::stdin().lock().read_to_end(&mut wasm).context("reading the component")?;
-    let engine = wasmtime::Engine::new(&super::config(cpu_limit))?;
+    let engine = wasmtime::Engine::new(&super::engine::config(cpu_limit))?;
     let compiled = engine.precompile_component(&wasm)?;
     std::io::stdout().lock().write_all(&compiled).context("writing the compiled component")?;
     Ok(())

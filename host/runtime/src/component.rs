@@ -6,6 +6,7 @@ use super::cache::{CacheOutcome, ComponentCache};
 use super::call::{CallError, settle, within};
 use super::compile::CompileRefused;
 use super::guest_output::GuestOutput;
+use super::host_state::HostState;
 use super::instance::Guest;
 use super::limits::{MemoryLimiter, call_deadline, deadline_ticks};
 use super::random::BatchRandom;
@@ -13,53 +14,9 @@ use crate::bindings::{Topology, TopologyPre, WIT_PACKAGE};
 use crate::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
-use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
+use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use weir_state::handle::{StateCallError, StateHandle};
-
-/// What a guest instance's store holds: WASI with only what was granted, and
-/// the instance's memory limiter.
-pub struct HostState {
-    wasi: WasiCtx,
-    pub(super) table: ResourceTable,
-    pub(super) limiter: MemoryLimiter,
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
-    }
-}
-
-impl crate::bindings::weir::topology::types::Host for HostState {}
-
-impl crate::bindings::weir::topology::state::Host for HostState {}
-
-/// A state call's answer: a malformed request is the guest's to handle; a
-/// limit hit or a failed store traps the call.
-fn state_answer<T>(result: Result<T, StateCallError>) -> wasmtime::Result<Result<T, String>> {
-    match result {
-        Ok(value) => Ok(Ok(value)),
-        Err(StateCallError::Request(message)) => Ok(Err(message)),
-        Err(StateCallError::Abort(error)) => Err(wasmtime::Error::from_anyhow(error)),
-    }
-}
-
-impl crate::bindings::weir::topology::state::HostMapState for HostState {
-    fn multi_get(&mut self, state: Resource<StateHandle>, keys: Vec<u8>) -> wasmtime::Result<Result<Vec<u8>, String>> {
-        state_answer(self.table.get(&state)?.get_packed(&keys))
-    }
-
-    fn multi_put(&mut self, state: Resource<StateHandle>, entries: Vec<u8>) -> wasmtime::Result<Result<(), String>> {
-        state_answer(self.table.get(&state)?.put_packed(&entries))
-    }
-
-    fn drop(&mut self, state: Resource<StateHandle>) -> wasmtime::Result<()> {
-        self.table.delete(state)?;
-        Ok(())
-    }
-}
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 /// A component compiled and linked, ready to instantiate.
 pub struct LoadedComponent {
@@ -169,12 +126,8 @@ impl LoadedComponent {
                 CallError::trap(None, format!("granting {} to operator {operator}: {e:#}", host.display()))
             })?;
         }
-        let state = HostState {
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter::new(sandbox.memory_bytes, sandbox.memory_pool.clone()),
-        };
-        let mut store = Store::new(&self.engine, state);
+        let limiter = MemoryLimiter::new(sandbox.memory_bytes, sandbox.memory_pool.clone());
+        let mut store = Store::new(&self.engine, HostState::new(wasi.build(), limiter));
         store.limiter(|state| &mut state.limiter);
         // Instantiation runs guest code too: it gets a call's limits.
         store.set_epoch_deadline(deadline_ticks(sandbox.call_ms));

@@ -1,10 +1,11 @@
 //! One sandboxed instance of a component per operator, and the calls into
 //! it: every export of the WIT interface `operators`, each under its
-//! sandbox's limits (see [`super::call`]).
+//! sandbox's limits (see [`super::call`]), through one path
+//! ([`Guest::call`]).
 
 use super::call::{CallError, settle, within};
-use super::component::HostState;
 use super::guest_output::GuestOutput;
+use super::host_state::HostState;
 use super::limits::{Limit, call_deadline, deadline_ticks};
 use super::random::BatchRandom;
 use crate::bindings::{BatchContext, OperatorError, OperatorExports, PartitionBatch, SpoutContext, Topology};
@@ -29,9 +30,6 @@ pub struct Guest {
 /// What an export call returns: its result, or a trap.
 type Returned<T> = wasmtime::Result<Result<T, OperatorError>>;
 
-/// What an export call came back with; `None` when its deadline passed.
-type Call<T> = Option<Returned<T>>;
-
 impl Guest {
     /// The instance of `store`, whose component's exports are `bindings`.
     pub(super) fn new(
@@ -52,15 +50,37 @@ impl Guest {
         self.start_call()
     }
 
+    /// Readies the instance for a spout call; returns the call's deadline.
+    fn prepare_spout(&mut self, ctx: &SpoutContext) -> Option<Duration> {
+        self.random.reseed(&ctx.topology, SPOUT_ID, ctx.txid, 0);
+        self.start_call()
+    }
+
     /// Starts a call's CPU time; returns the call's deadline.
     fn start_call(&mut self) -> Option<Duration> {
         self.store.set_epoch_deadline(deadline_ticks(self.sandbox.call_ms));
         call_deadline(self.sandbox.call_ms)
     }
 
-    /// A call's value, or why it failed.
-    fn outcome<T>(&mut self, result: Call<T>) -> Result<T, CallError> {
-        let outcome = match settle(&mut self.store, &self.stderr, &self.sandbox, result) {
+    /// Runs `call` on the instance's exports until `deadline`: what it
+    /// returned, or why it trapped or was abandoned.
+    fn call<T>(
+        &mut self,
+        deadline: Option<Duration>,
+        call: impl AsyncFnOnce(&OperatorExports, &mut Store<HostState>) -> wasmtime::Result<T>,
+    ) -> Result<T, CallError> {
+        let result = within(deadline, call(self.bindings.weir_topology_operators(), &mut self.store));
+        settle(&mut self.store, &self.stderr, &self.sandbox, result)
+    }
+
+    /// Runs an operator's `call` (see [`Guest::call`]): its value, or why it
+    /// failed, the guest's own retry or fatal error included.
+    fn operator_call<T>(
+        &mut self,
+        deadline: Option<Duration>,
+        call: impl AsyncFnOnce(&OperatorExports, &mut Store<HostState>) -> Returned<T>,
+    ) -> Result<T, CallError> {
+        let outcome = match self.call(deadline, call) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(OperatorError::Retry(m))) => Err(CallError::Retry(m)),
             Ok(Err(OperatorError::Fatal(m))) => Err(CallError::Fatal(m)),
@@ -72,6 +92,46 @@ impl Guest {
         self.stderr.clear_recent();
         self.stdout.clear_recent();
         outcome
+    }
+
+    /// An operator's `call` on `ctx`'s batch, its output checked against
+    /// the sandbox's output limits (`packed`: see [`Guest::check_output`]).
+    fn batch_call(
+        &mut self,
+        ctx: &BatchContext,
+        packed: bool,
+        call: impl AsyncFnOnce(&OperatorExports, &mut Store<HostState>) -> Returned<Vec<u8>>,
+    ) -> Result<Vec<u8>, CallError> {
+        let deadline = self.prepare(ctx);
+        let output = self.operator_call(deadline, call)?;
+        self.check_output(&output, packed)?;
+        Ok(output)
+    }
+
+    /// A spout's `call` for `ctx`'s batch.
+    fn spout_call<T>(
+        &mut self,
+        ctx: &SpoutContext,
+        call: impl AsyncFnOnce(&OperatorExports, &mut Store<HostState>) -> Returned<T>,
+    ) -> Result<T, CallError> {
+        let deadline = self.prepare_spout(ctx);
+        self.operator_call(deadline, call)
+    }
+
+    /// A [`Guest::batch_call`] that is lent `state`: its output is a packed
+    /// batch.
+    fn state_call(
+        &mut self,
+        ctx: &BatchContext,
+        state: &StateHandle,
+        call: impl AsyncFnOnce(&OperatorExports, &mut Store<HostState>, Resource<StateHandle>) -> Returned<Vec<u8>>,
+    ) -> Result<Vec<u8>, CallError> {
+        let resource =
+            self.store.data_mut().table.push(state.clone()).map_err(|e| CallError::trap(None, e.to_string()))?;
+        let borrowed = Resource::new_borrow(resource.rep());
+        let output = self.batch_call(ctx, true, async |ops, store| call(ops, store, borrowed).await);
+        let _ = self.store.data_mut().table.delete(resource);
+        output
     }
 
     /// Checks a call's output against the sandbox's output limits. `packed`
@@ -101,12 +161,6 @@ impl Guest {
         Ok(())
     }
 
-    fn finish(&mut self, result: Call<Vec<u8>>, packed: bool) -> Result<Vec<u8>, CallError> {
-        let output = self.outcome(result)?;
-        self.check_output(&output, packed)?;
-        Ok(output)
-    }
-
     /// The size of the instance's memories, in bytes, when the instance is
     /// better replaced (`MemoryLimiter::should_replace`).
     pub fn should_replace(&self) -> Option<usize> {
@@ -119,17 +173,9 @@ impl Guest {
         self.store.data().limiter.memory
     }
 
-    /// Readies the instance for a spout call; returns the call's deadline.
-    fn prepare_spout(&mut self, ctx: &SpoutContext) -> Option<Duration> {
-        self.random.reseed(&ctx.topology, SPOUT_ID, ctx.txid, 0);
-        self.start_call()
-    }
-
     /// A batch spout's batch for `ctx.txid`; `None` when it has nothing more.
     pub fn emit_batch(&mut self, ctx: &SpoutContext) -> Result<Option<Vec<u8>>, CallError> {
-        let deadline = self.prepare_spout(ctx);
-        let result = within(deadline, self.bindings.weir_topology_operators().call_emit_batch(&mut self.store, ctx));
-        let batch = self.outcome(result)?;
+        let batch = self.spout_call(ctx, async |ops, store| ops.call_emit_batch(store, ctx).await)?;
         if let Some(batch) = &batch {
             self.check_output(batch, true)?;
         }
@@ -138,10 +184,7 @@ impl Guest {
 
     /// A partitioned spout's partitions.
     pub fn spout_partitions(&mut self, ctx: &SpoutContext) -> Result<Vec<String>, CallError> {
-        let deadline = self.prepare_spout(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_spout_partitions(&mut self.store, ctx));
-        self.outcome(result)
+        self.spout_call(ctx, async |ops, store| ops.call_spout_partitions(store, ctx).await)
     }
 
     /// The next batch of a partition, with its metadata.
@@ -151,10 +194,8 @@ impl Guest {
         partition: &str,
         previous: Option<&[u8]>,
     ) -> Result<Option<PartitionBatch>, CallError> {
-        let deadline = self.prepare_spout(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_emit_partition(&mut self.store, ctx, partition, previous));
-        let emitted = self.outcome(result)?;
+        let emitted =
+            self.spout_call(ctx, async |ops, store| ops.call_emit_partition(store, ctx, partition, previous).await)?;
         if let Some(emitted) = &emitted {
             self.check_output(&emitted.tuples, true)?;
         }
@@ -163,43 +204,33 @@ impl Guest {
 
     /// The batch of a partition that `meta` describes, again.
     pub fn reemit_partition(&mut self, ctx: &SpoutContext, partition: &str, meta: &[u8]) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare_spout(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_reemit_partition(&mut self.store, ctx, partition, meta));
-        self.finish(result, true)
+        let batch =
+            self.spout_call(ctx, async |ops, store| ops.call_reemit_partition(store, ctx, partition, meta).await)?;
+        self.check_output(&batch, true)?;
+        Ok(batch)
     }
 
     /// The component's topology definitions, as JSON.
     pub fn describe(&mut self) -> Result<String, CallError> {
         let deadline = self.start_call();
-        let json = within(deadline, self.bindings.weir_topology_operators().call_describe(&mut self.store));
-        let json = settle(&mut self.store, &self.stderr, &self.sandbox, json)?;
+        let json = self.call(deadline, async |ops, store| ops.call_describe(store).await)?;
         self.check_output(json.as_bytes(), false)?;
         Ok(json)
     }
 
     /// Runs a function over `input`.
     pub fn run_function(&mut self, ctx: &BatchContext, input: &[u8]) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_run_function(&mut self.store, ctx, input));
-        self.finish(result, true)
+        self.batch_call(ctx, true, async |ops, store| ops.call_run_function(store, ctx, input).await)
     }
 
     /// Runs a filter over `input`.
     pub fn run_filter(&mut self, ctx: &BatchContext, input: &[u8]) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_run_filter(&mut self.store, ctx, input));
-        self.finish(result, false)
+        self.batch_call(ctx, false, async |ops, store| ops.call_run_filter(store, ctx, input).await)
     }
 
     /// Folds grouped rows into one partial per group.
     pub fn combine_groups(&mut self, ctx: &BatchContext, groups: u32, input: &[u8]) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_combine_groups(&mut self.store, ctx, groups, input));
-        self.finish(result, true)
+        self.batch_call(ctx, true, async |ops, store| ops.call_combine_groups(store, ctx, groups, input).await)
     }
 
     /// Folds grouped rows with a reducer, from `start` or init().
@@ -210,34 +241,12 @@ impl Guest {
         start: &[u8],
         input: &[u8],
     ) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_reduce_groups(&mut self.store, ctx, groups, start, input));
-        self.finish(result, true)
+        self.batch_call(ctx, true, async |ops, store| ops.call_reduce_groups(store, ctx, groups, start, input).await)
     }
 
     /// Runs a general aggregator over grouped rows.
     pub fn aggregate_groups(&mut self, ctx: &BatchContext, groups: u32, input: &[u8]) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_aggregate_groups(&mut self.store, ctx, groups, input));
-        self.finish(result, true)
-    }
-
-    /// A call that is lent `state`: its output is a packed batch.
-    fn state_call(
-        &mut self,
-        ctx: &BatchContext,
-        state: &StateHandle,
-        call: impl AsyncFnOnce(&OperatorExports, &mut Store<HostState>, Resource<StateHandle>) -> Returned<Vec<u8>>,
-    ) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare(ctx);
-        let resource =
-            self.store.data_mut().table.push(state.clone()).map_err(|e| CallError::trap(None, e.to_string()))?;
-        let borrowed = Resource::new_borrow(resource.rep());
-        let result = within(deadline, call(self.bindings.weir_topology_operators(), &mut self.store, borrowed));
-        let _ = self.store.data_mut().table.delete(resource);
-        self.finish(result, true)
+        self.batch_call(ctx, true, async |ops, store| ops.call_aggregate_groups(store, ctx, groups, input).await)
     }
 
     /// Runs a state updater over `input`.
@@ -262,118 +271,11 @@ impl Guest {
 
     /// A query function's per-tuple half.
     pub fn execute_query(&mut self, ctx: &BatchContext, input: &[u8], results: &[u8]) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_execute_query(&mut self.store, ctx, input, results));
-        self.finish(result, true)
+        self.batch_call(ctx, true, async |ops, store| ops.call_execute_query(store, ctx, input, results).await)
     }
 
     /// Combines stored values with partials.
     pub fn combine_pairs(&mut self, ctx: &BatchContext, pairs: &[u8]) -> Result<Vec<u8>, CallError> {
-        let deadline = self.prepare(ctx);
-        let ops = self.bindings.weir_topology_operators();
-        let result = within(deadline, ops.call_combine_pairs(&mut self.store, ctx, pairs));
-        self.finish(result, true)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{ComponentCache, LoadedComponent};
-    use std::path::Path;
-    use std::sync::OnceLock;
-    use std::time::Instant;
-    use weir_sdk::codec::{BatchWriter, ValueRef};
-
-    /// The hostile test guest, compiled once for every test of this module.
-    fn hostile() -> &'static LoadedComponent {
-        static HOSTILE: OnceLock<LoadedComponent> = OnceLock::new();
-        HOSTILE.get_or_init(|| {
-            let engine = crate::engine(true).unwrap();
-            let cache = ComponentCache::new(Path::new(weir_test_guests::GUEST_TARGET_DIR).join("compiled-cache"));
-            LoadedComponent::load(&engine, &cache, Path::new(weir_test_guests::HOSTILE)).unwrap()
-        })
-    }
-
-    /// A sandbox with calls of `call_ms` of CPU time.
-    fn sandbox(call_ms: u64) -> OperatorSandbox {
-        OperatorSandbox {
-            memory_bytes: 64 << 20,
-            call_ms,
-            output_bytes: 4 << 20,
-            output_tuples: 100_000,
-            read_only_dirs: Vec::new(),
-            log: weir_config::LogLimits::default(),
-            memory_pool: crate::memory_pool::TopologyMemory::new(u64::MAX),
-        }
-    }
-
-    fn batch(sentence: &str, attempt: u32) -> (BatchContext, Vec<u8>) {
-        let mut input = BatchWriter::new(1);
-        input.push_row(0, [ValueRef::Str(sentence)]).unwrap();
-        let ctx = BatchContext {
-            topology: String::new(),
-            operator: "attacker".to_owned(),
-            txid: 1,
-            attempt,
-            partition: 0,
-            fields: vec!["sentence".to_owned()],
-        };
-        (ctx, input.finish_batch().into_bytes())
-    }
-
-    /// Feeds the sentence "attack" to `topology`'s attacker in a fresh
-    /// instance whose calls get `call_ms` of CPU time.
-    fn attack(topology: &str, call_ms: u64) -> Result<Vec<u8>, CallError> {
-        let mut guest = hostile().instantiate(topology, "attacker", &sandbox(call_ms))?;
-        let (ctx, input) = batch("attack", 0);
-        guest.run_function(&BatchContext { topology: topology.to_owned(), ..ctx }, &input)
-    }
-
-    fn limit_hit(topology: &str, call_ms: u64) -> Option<Limit> {
-        match attack(topology, call_ms) {
-            Err(CallError::Trap { limit, .. }) => limit,
-            other => panic!("{topology}: expected a trap, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn each_limit_a_call_hits_is_named() {
-        for (topology, call_ms, limit) in [
-            ("infinite-loop", 100, Limit::Cpu),
-            ("sleep-in-wasi", 100, Limit::Deadline),
-            ("poll-far-instant", 100, Limit::Deadline),
-            ("grow-memory", 10_000, Limit::Memory),
-            ("deep-recursion", 10_000, Limit::Stack),
-            ("huge-output", 10_000, Limit::Output),
-            ("fan-out", 10_000, Limit::Output),
-        ] {
-            assert_eq!(limit_hit(topology, call_ms), Some(limit), "{topology}");
-        }
-        assert_eq!(limit_hit("panic", 10_000), None);
-    }
-
-    #[test]
-    fn a_blocked_call_is_abandoned_at_its_deadline() {
-        let started = Instant::now();
-        let error = attack("sleep-in-wasi", 100).unwrap_err();
-        // The deadline is twice the CPU limit; the guest sleeps for an hour.
-        assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
-        assert!(error.to_string().contains("deadline of 200 ms per call exceeded"), "{error}");
-        // A fresh instance answers as if nothing happened.
-        let mut guest = hostile().instantiate("sleep-in-wasi", "attacker", &sandbox(100)).unwrap();
-        let (ctx, input) = batch("calm words", 1);
-        let ctx = BatchContext { topology: "sleep-in-wasi".to_owned(), ..ctx };
-        assert!(guest.run_function(&ctx, &input).is_ok());
-    }
-
-    #[test]
-    fn a_call_from_a_runtimes_blocking_thread_is_abandoned_too() {
-        // As the server calls guests: from `spawn_blocking` of its runtime.
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let limit =
-            runtime.block_on(async { tokio::task::spawn_blocking(|| limit_hit("sleep-in-wasi", 100)).await.unwrap() });
-        assert_eq!(limit, Some(Limit::Deadline));
+        self.batch_call(ctx, true, async |ops, store| ops.call_combine_pairs(store, ctx, pairs).await)
     }
 }

@@ -3,8 +3,8 @@
 //! shows the cluster's topologies with their assignment, and every host
 //! loads each bundle the cluster holds.
 
+use super::app::{App, Shared};
 use super::deployments::{DeployError, DeployRequest, Loaded};
-use super::{App, Shared};
 use anyhow::Context;
 use etcd_client::Client;
 use serde_json::{Value, json};
@@ -14,29 +14,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weir_cluster::catalog::{self, ClusterDeployment, ClusterTopology, DEFAULT_SLOTS};
 use weir_cluster::changelog::Changelog;
-use weir_cluster::coordinator::{Coordinator, LeaderFigures};
+use weir_cluster::coordinator::Coordinator;
 use weir_cluster::plan::{ClusterPlan, Owners};
 use weir_cluster::reads::{self, ClusterSnapshot, ClusterState};
 use weir_cluster::wire::{self, ReadAnswer, ReadRequest};
-use weir_cluster::worker::{HostFigures, Worker};
+use weir_cluster::worker::Worker;
 use weir_cluster::{Membership, bundles};
 use weir_config::MAX_STATE_ANSWER_KEYS;
 use weir_engine::instances::OperatorSource;
 use weir_io::nats::Nats;
 use weir_sdk::topology::{SpoutDef, TopologyDef};
 use weir_state::rules::Stored;
-
-/// How each cluster bundle fared on this host, by the bundle's digest.
-pub type BundlesLoaded = std::sync::Mutex<BTreeMap<String, Result<(), String>>>;
-
-/// Each cluster topology's plan as loaded on this host, with its bundle's
-/// digest.
-pub type Plans = std::sync::Mutex<BTreeMap<String, (String, Arc<ClusterPlan>)>>;
-
-/// What this host did for each cluster topology: as a worker, and as the
-/// leader's coordinator.
-pub type Figures =
-    std::sync::Mutex<BTreeMap<String, (Arc<std::sync::Mutex<HostFigures>>, Arc<std::sync::Mutex<LeaderFigures>>)>>;
 
 const NO_NATS: &str = "this host was started without --nats: a cluster keeps its bundles in JetStream";
 
@@ -502,10 +490,6 @@ pub async fn answer_reads(app: Shared) {
     }
 }
 
-/// Every host's figures for each cluster topology, as they last shared
-/// them through etcd: by topology, then host.
-pub type SharedFigures = std::sync::Mutex<BTreeMap<String, BTreeMap<String, Value>>>;
-
 /// Shares this host's figures for each cluster topology through etcd, and
 /// reads every host's, every two seconds, for any host's status. Runs for
 /// the server's life.
@@ -592,8 +576,8 @@ pub fn definition(app: &App, name: &str) -> Result<TopologyDef, DeployError> {
     Ok(loaded_plan(app, name)?.definition.clone())
 }
 
-/// Reads state `state` of cluster topology `name` as [`super::read_state`]
-/// reads a served one's: one key, a page, or all of it.
+/// Reads state `state` of cluster topology `name` as the state route reads
+/// a served one's: one key, a page, or all of it.
 pub fn read_state(
     app: &App,
     membership: &Membership,

@@ -22,9 +22,15 @@ struct Asset {
     body: &'static [u8],
 }
 
-macro_rules! asset {
-    ($name:literal, $dir:literal, $type:expr) => {
-        Asset { name: $name, content_type: $type, body: include_bytes!(concat!("../../../dashboard/", $dir, $name)) }
+/// Assets in groups of one directory of `dashboard/` and one content type
+/// each: `DIR TYPE: NAME, ...;`.
+macro_rules! assets {
+    ($($dir:literal $type:ident: $($name:literal),+;)+) => {
+        &[$($(Asset {
+            name: $name,
+            content_type: $type,
+            body: include_bytes!(concat!("../../../dashboard/", $dir, $name)),
+        }),+),+]
     };
 }
 
@@ -33,20 +39,13 @@ const CSS: &str = "text/css; charset=utf-8";
 const SVG: &str = "image/svg+xml";
 
 /// The files under `/assets/`.
-const ASSETS: &[Asset] = &[
-    asset!("app.js", "src/", JS),
-    asset!("api.js", "src/", JS),
-    asset!("dom.js", "src/", JS),
-    asset!("chart.js", "src/", JS),
-    asset!("graph.js", "src/", JS),
-    asset!("topologies.js", "src/", JS),
-    asset!("topology.js", "src/", JS),
-    asset!("state.js", "src/", JS),
-    asset!("query.js", "src/", JS),
-    asset!("style.css", "src/", CSS),
-    asset!("icon.svg", "src/", SVG),
-    asset!("uPlot.iife.min.js", "vendor/", JS),
-    asset!("uPlot.min.css", "vendor/", CSS),
+const ASSETS: &[Asset] = assets![
+    "src/" JS:
+        "app.js", "api.js", "dom.js", "chart.js", "graph.js", "topologies.js", "topology.js", "state.js", "query.js";
+    "src/" CSS: "style.css";
+    "src/" SVG: "icon.svg";
+    "vendor/" JS: "uPlot.iife.min.js";
+    "vendor/" CSS: "uPlot.min.css";
 ];
 
 /// `GET /`: the page.

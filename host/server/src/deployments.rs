@@ -7,12 +7,13 @@
 //! second such call on a name that one is working on gets 409. Nothing from
 //! a request or a bundle reaches a path: bundles are stored as
 //! `bundles/<sha256>.weir`, only once everything about the deployment has
-//! been checked, and inputs are opened through [`InputScope`].
+//! been checked, and inputs are opened through [`InputScope`](spout::InputScope).
 //!
 //! The file is long because deploy, upgrade, stop, resume and delete share
 //! one claim on a name and one run life cycle: they read best side by side.
 
 use super::bundles::{STAGED_SUFFIX, Staged, is_plain_file_name};
+pub use super::host::Host;
 use super::registry::{DeploymentRecord, Registry};
 pub use super::status::{FailedAttempt, RunState, Status};
 use anyhow::{Context, Result, bail};
@@ -22,18 +23,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use wasmtime::Engine;
-use weir_config::{MAX_DEPLOYMENT_NAME, RunConfig, SandboxConfig};
+use weir_config::MAX_DEPLOYMENT_NAME;
 use weir_engine::bundle::{Bundle, supports_wit};
 use weir_engine::coordinator;
 use weir_engine::instances::{Components, OperatorSource};
 use weir_engine::load;
-use weir_io::spout::{self, InputScope};
+use weir_io::spout;
 use weir_plan::Plan;
-use weir_runtime::ComponentCache;
 use weir_sdk::codec::Value;
 use weir_sdk::topology::{SPOUT_ID, TopologyDef};
-use weir_state::Db;
 
 struct Running {
     stop: Arc<AtomicBool>,
@@ -60,40 +58,6 @@ struct Deployment {
 impl Deployment {
     fn topology<'a>(&'a self, name: &'a str) -> &'a str {
         self.record.topology.as_deref().unwrap_or(name)
-    }
-}
-
-/// Everything a server needs to run topologies.
-pub struct Host {
-    /// The data dir's database.
-    pub db: Arc<Db>,
-    /// Where bundles are stored (an absolute path: errors sent to clients
-    /// name its files relative to the data dir).
-    pub bundles: PathBuf,
-    /// The engine components are compiled for.
-    pub engine: Engine,
-    /// The compiled-component cache.
-    pub cache: ComponentCache,
-    /// Limits and capabilities operators may have.
-    pub sandbox: SandboxConfig,
-    /// How topologies batch and retry.
-    pub run: RunConfig,
-    /// Where spouts may read their input from.
-    pub inputs: InputScope,
-    /// The NATS server JetStream spouts read from.
-    pub nats: Option<weir_io::nats::NatsConfig>,
-    /// Topologies deployed at once, at most.
-    pub max_deployments: usize,
-}
-
-impl Host {
-    /// `message` as a client may see it: the server's own directories
-    /// rewritten out, so that it names files relative to the data dir
-    /// (inputs are named as the client gave them).
-    pub fn public(&self, message: &str) -> String {
-        let bundles = format!("{}/", self.bundles.display());
-        let cache = format!("{}/", self.cache.dir().display());
-        message.replace(&bundles, "bundles/").replace(&cache, "the component cache: ")
     }
 }
 

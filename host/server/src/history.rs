@@ -5,7 +5,7 @@
 //! All rings together hold at most [`HISTORY_MAX_SAMPLES`]: with more
 //! deployments than that allows at full length, each ring is kept shorter.
 
-use super::deployments::Status;
+use super::status::Status;
 use serde_json::json;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;

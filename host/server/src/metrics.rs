@@ -2,7 +2,7 @@
 //! text format, written by `prometheus-client`, which escapes label values
 //! (a deployment's name may hold quotes and backslashes).
 
-use super::deployments::{RunState, Status};
+use super::status::{RunState, Status};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -1,7 +1,7 @@
 //! What a served topology's status says: its run state and the figures of
 //! its run's report, as the API, the dashboard and the metrics show them.
 
-use super::deployments::Host;
+use super::host::Host;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use weir_engine::coordinator::RunReport;
