@@ -10,6 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+use weir_config::sync::Locked;
 
 use super::compile::{self, CompileBounds};
 
@@ -82,7 +83,7 @@ impl ComponentCache {
         if let Some(component) = Self::cached(engine, &path) {
             return Ok((component, CacheOutcome::Hit));
         }
-        let _one_at_a_time = COMPILING.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = COMPILING.locked();
         // The same component may have compiled while this load waited.
         if let Some(component) = Self::cached(engine, &path) {
             return Ok((component, CacheOutcome::Hit));

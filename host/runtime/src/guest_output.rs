@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 use weir_config::LogLimits;
+use weir_config::sync::Locked;
 
 /// Longest line kept before it is logged in pieces.
 const MAX_LINE: usize = 16 * 1024;
@@ -62,12 +63,12 @@ static RECENT: Mutex<Recent> = Mutex::new(Recent { topologies: BTreeMap::new(), 
 
 /// The last lines `topology`'s guests wrote, most recent first.
 pub fn recent_lines(topology: &str) -> Vec<GuestLine> {
-    let recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    let recent = RECENT.locked();
     recent.topologies.get(topology).map(|kept| kept.lines.iter().rev().cloned().collect()).unwrap_or_default()
 }
 
 fn keep(topology: &str, line: GuestLine) {
-    let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut recent = RECENT.locked();
     recent.written += 1;
     let now = recent.written;
     if !recent.topologies.contains_key(topology) && recent.topologies.len() >= KEPT_TOPOLOGIES {
@@ -179,7 +180,7 @@ impl GuestOutput {
 
     fn write_bytes(&self, mut bytes: &[u8]) -> Result<(), LogLimitExceeded> {
         self.budget.charge_bytes(bytes.len())?;
-        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lines = self.lines.locked();
         while !bytes.is_empty() {
             let room = MAX_LINE - lines.partial.len();
             let piece = &bytes[..bytes.len().min(room)];
@@ -222,7 +223,7 @@ impl GuestOutput {
     /// and forgets them: what a failure message quotes. The next call
     /// starts with the whole budget.
     pub fn take_recent(&self) -> Vec<String> {
-        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lines = self.lines.locked();
         if !lines.partial.is_empty() {
             // Past the line limit the unfinished line is not logged: it
             // still ends the failure's message.
@@ -241,7 +242,7 @@ impl GuestOutput {
     /// Forgets what was written, after a call: the next call starts with
     /// the whole budget.
     pub fn clear_recent(&self) {
-        self.lines.lock().unwrap_or_else(|e| e.into_inner()).recent.clear();
+        self.lines.locked().recent.clear();
         self.budget.reset();
     }
 }

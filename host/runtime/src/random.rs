@@ -5,6 +5,7 @@ use rand_core::TryRng;
 use std::convert::Infallible;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
+use weir_config::sync::Locked;
 
 /// A generator shared between a store's WASI context and the host, which
 /// reseeds it before every call.
@@ -18,13 +19,13 @@ impl BatchRandom {
     pub fn reseed(&self, topology: &str, operator: &str, txid: u64, partition: u32) {
         let mut hasher = std::hash::DefaultHasher::new();
         (topology, operator, txid, partition).hash(&mut hasher);
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = hasher.finish();
+        *self.state.locked() = hasher.finish();
     }
 
     fn next(&self) -> u64 {
         // splitmix64: small, fast, and good enough for what a guest asks of
         // `random`; no secret depends on it.
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.locked();
         *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = *state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -21,6 +21,7 @@ use weir_cluster::wire::{self, ReadAnswer, ReadRequest};
 use weir_cluster::worker::Worker;
 use weir_cluster::{Membership, bundles};
 use weir_config::MAX_STATE_ANSWER_KEYS;
+use weir_config::sync::Locked;
 use weir_engine::instances::OperatorSource;
 use weir_io::nats::Nats;
 use weir_sdk::topology::{SpoutDef, TopologyDef};
@@ -195,8 +196,7 @@ pub fn delete(app: &App, membership: &Membership, name: &str) -> Result<(), Depl
 pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
     let deployment = &topology.deployment;
     let shares = topology.assignment.as_ref().map(|r| r.assignment.shares()).unwrap_or_default();
-    let figures =
-        app.cluster_shared_figures.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned().unwrap_or_default();
+    let figures = app.cluster_shared_figures.locked().get(name).cloned().unwrap_or_default();
     let live: BTreeSet<String> =
         app.cluster.get().map(|m| m.view().hosts.into_iter().map(|h| h.id).collect()).unwrap_or_default();
     let of =
@@ -222,7 +222,7 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
     let leading = figures.iter().filter(|(host, _)| live.contains(*host)).map(|(_, f)| &f["leader"]);
     let leader = leading.max_by_key(|f| f["last_committed"].as_u64().unwrap_or(0)).cloned().unwrap_or(json!({}));
     let tuples_per_s: f64 = hosts.values().filter_map(|h| h["tuples_per_s"].as_f64()).sum();
-    let loaded = app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner()).get(&deployment.bundle).cloned();
+    let loaded = app.cluster_bundles.locked().get(&deployment.bundle).cloned();
     let loaded = match loaded {
         Some(Ok(())) => json!("loaded"),
         Some(Err(e)) => json!(e),
@@ -263,8 +263,8 @@ pub async fn load_bundles(app: Shared) {
         // ten rounds.
         let retry = round % 10 == 0;
         let wanted: Vec<(String, ClusterDeployment)> = {
-            let done = app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner());
-            let plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner());
+            let done = app.cluster_bundles.locked();
+            let plans = app.cluster_plans.locked();
             membership
                 .view()
                 .topologies
@@ -284,7 +284,7 @@ pub async fn load_bundles(app: Shared) {
             .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
             let outcome = match outcome {
                 Ok(plan) => {
-                    let mut plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut plans = app.cluster_plans.locked();
                     plans.insert(name, (deployment.bundle.clone(), Arc::new(plan)));
                     Ok(())
                 }
@@ -297,7 +297,7 @@ pub async fn load_bundles(app: Shared) {
                     Err(message)
                 }
             };
-            app.cluster_bundles.lock().unwrap_or_else(|e| e.into_inner()).insert(deployment.bundle, outcome);
+            app.cluster_bundles.locked().insert(deployment.bundle, outcome);
         }
     }
 }
@@ -358,7 +358,7 @@ pub async fn run_topologies(app: Shared) {
         stopping.retain(|(_, _, r)| !r.thread.is_finished());
         let (Some(membership), Some(nats)) = (app.cluster.get(), app.host.nats.clone()) else { continue };
         let view = membership.view();
-        let plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let plans = app.cluster_plans.locked().clone();
         let wanted: BTreeMap<String, (String, Arc<ClusterPlan>, u32)> = view
             .topologies
             .iter()
@@ -387,7 +387,7 @@ pub async fn run_topologies(app: Shared) {
         }
         for (name, (digest, plan, slots)) in wanted {
             let figures = {
-                let mut all = app.cluster_figures.lock().unwrap_or_else(|e| e.into_inner());
+                let mut all = app.cluster_figures.locked();
                 all.entry(name.clone()).or_default().clone()
             };
             let still = |lead: bool| stopping.iter().any(|(n, l, _)| *n == name && *l == lead);
@@ -460,15 +460,8 @@ pub async fn answer_reads(app: Shared) {
             let answer = tokio::task::spawn_blocking(move || {
                 let answer = match serde_json::from_slice::<ReadRequest>(&message.payload) {
                     Ok(request) => {
-                        let figures = app
-                            .cluster_figures
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get(&request.topology)
-                            .cloned();
-                        let ready = figures
-                            .map(|f| f.0.lock().unwrap_or_else(|e| e.into_inner()).ready.clone())
-                            .unwrap_or_default();
+                        let figures = app.cluster_figures.locked().get(&request.topology).cloned();
+                        let ready = figures.map(|f| f.0.locked().ready.clone()).unwrap_or_default();
                         let slots = app
                             .cluster
                             .get()
@@ -506,11 +499,11 @@ pub async fn share_figures(app: Shared) {
         let config = membership.config();
         let prefix = format!("/weir/{}/figures/", config.name);
         let mine: Vec<(String, Value)> = {
-            let all = app.cluster_figures.lock().unwrap_or_else(|e| e.into_inner());
+            let all = app.cluster_figures.locked();
             all.iter()
                 .map(|(name, (host, leader))| {
-                    let host = host.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    let leader = leader.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    let host = host.locked().clone();
+                    let leader = leader.locked().clone();
                     (name.clone(), json!({ "host": host, "leader": leader }))
                 })
                 .collect()
@@ -539,7 +532,7 @@ pub async fn share_figures(app: Shared) {
                 shared.entry(name.to_owned()).or_default().insert(host.to_owned(), value);
             }
         }
-        *app.cluster_shared_figures.lock().unwrap_or_else(|e| e.into_inner()) = shared;
+        *app.cluster_shared_figures.locked() = shared;
     }
 }
 
@@ -564,7 +557,7 @@ fn cluster_state(app: &App, membership: &Membership, name: &str) -> Result<(Clus
 
 /// The loaded plan of cluster topology `name` on this host.
 fn loaded_plan(app: &App, name: &str) -> Result<Arc<ClusterPlan>, DeployError> {
-    let plans = app.cluster_plans.lock().unwrap_or_else(|e| e.into_inner());
+    let plans = app.cluster_plans.locked();
     let (_, plan) = plans
         .get(name)
         .ok_or_else(|| DeployError::Conflict(format!("topology {name}'s bundle is not loaded on this host yet")))?;

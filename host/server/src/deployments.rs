@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use weir_config::MAX_DEPLOYMENT_NAME;
+use weir_config::sync::Locked;
 use weir_engine::bundle::{Bundle, supports_wit};
 use weir_engine::coordinator;
 use weir_engine::instances::{Components, OperatorSource};
@@ -120,7 +121,7 @@ struct Claim<'a> {
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        self.busy.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.name);
+        self.busy.locked().remove(&self.name);
     }
 }
 
@@ -184,16 +185,16 @@ impl Deployments {
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Deployment>> {
-        self.deployed.lock().unwrap_or_else(|e| e.into_inner())
+        self.deployed.locked()
     }
 
     fn status_of<'a>(&self, deployment: &'a Deployment) -> MutexGuard<'a, Status> {
-        deployment.status.lock().unwrap_or_else(|e| e.into_inner())
+        deployment.status.locked()
     }
 
     /// Claims `name` for a change, or says another call is changing it.
     fn claim(&self, name: &str) -> Result<Claim<'_>, DeployError> {
-        if !self.busy.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_owned()) {
+        if !self.busy.locked().insert(name.to_owned()) {
             return Err(DeployError::Conflict(format!(
                 "another call is deploying, upgrading, stopping or deleting topology {name}: try again when it is done"
             )));
@@ -429,12 +430,11 @@ impl Deployments {
                     &host.run,
                     &stop_flag,
                     &mut |report| {
-                        *status.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Status::of(RunState::Running, &topology, report, &host);
+                        *status.locked() = Status::of(RunState::Running, &topology, report, &host);
                     },
                 )
             })();
-            let mut status = status.lock().unwrap_or_else(|e| e.into_inner());
+            let mut status = status.locked();
             match outcome {
                 Ok(report) => *status = Status::of(RunState::Stopped, &topology, &report, &host),
                 Err(e) => {

@@ -10,6 +10,7 @@ use serde_json::json;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use weir_config::sync::Locked;
 use weir_config::{HISTORY_INTERVAL, HISTORY_MAX_SAMPLES, HISTORY_SAMPLES};
 
 /// One deployment's figures at one moment.
@@ -83,7 +84,7 @@ impl History {
     /// list taken before it.
     pub fn record(&self, list: impl FnOnce() -> Vec<(String, Status)>, now: Instant, wall: SystemTime) {
         let at = wall.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rings = self.rings.locked();
         let all = list();
         let capacity = self.capacity(all.len());
         rings.retain(|name, _| all.iter().any(|(n, _)| n == name));
@@ -123,13 +124,13 @@ impl History {
 
     /// Drops deployment `name`'s ring.
     pub fn forget(&self, name: &str) {
-        self.rings.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.rings.locked().remove(name);
     }
 
     /// Deployment `name`'s samples as columns, oldest first, as a chart
     /// reads them (absent figures are null).
     pub fn columns(&self, name: &str) -> serde_json::Value {
-        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let rings = self.rings.locked();
         let samples: Vec<Sample> = rings.get(name).map(|r| r.samples.iter().copied().collect()).unwrap_or_default();
         drop(rings);
         let column = |figure: fn(&Sample) -> serde_json::Value| samples.iter().map(figure).collect::<Vec<_>>();
