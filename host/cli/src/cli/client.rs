@@ -6,65 +6,74 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use std::time::Duration;
+use ureq::RequestBuilder;
+use ureq::typestate::WithBody;
 
 /// Where the server is, and how to print its answers.
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// The server's address [env: WEIR_SERVER; default: http://127.0.0.1:7878].
-    /// The token comes from WEIR_TOKEN.
-    #[arg(long)]
-    server: Option<String>,
+    /// The server's address. The token comes from WEIR_TOKEN.
+    #[arg(long, env = "WEIR_SERVER", hide_env_values = true, default_value = "http://127.0.0.1:7878")]
+    server: String,
     /// Print the server's JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
-/// Everything but RFC 3986's unreserved characters is escaped, in a path
-/// segment and in a query value alike: a name with `/`, `?`, `#`, `%`, `&`
-/// or `+` reaches the server as itself.
+/// A request's method, with the body it sends.
+#[derive(Clone, Copy, Debug)]
+pub enum Method<'a> {
+    Get,
+    Delete,
+    Post(&'a [u8]),
+    Put(&'a [u8]),
+}
+
+/// Everything but RFC 3986's unreserved characters is escaped in a path
+/// segment: a name with `/`, `?`, `#` or `%` reaches the server as itself.
+/// (ureq escapes query values, `&` and `+` among them.)
 const ESCAPED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 /// The longest answer read from a server.
 const MAX_ANSWER: u64 = 1 << 30;
 
-/// `segments` as a URL path and `query` as its query string, escaped.
-pub fn url_path(segments: &[&str], query: &[(&str, &str)]) -> String {
-    let mut path: String = segments.iter().map(|s| format!("/{}", utf8_percent_encode(s, ESCAPED))).collect();
-    for (i, (key, value)) in query.iter().enumerate() {
-        path.push(if i == 0 { '?' } else { '&' });
-        path.push_str(&format!("{}={}", utf8_percent_encode(key, ESCAPED), utf8_percent_encode(value, ESCAPED)));
+/// `segments` as a URL path, escaped.
+fn url_path(segments: &[&str]) -> String {
+    segments.iter().map(|s| format!("/{}", utf8_percent_encode(s, ESCAPED))).collect()
+}
+
+/// `request` with `query` and the token from WEIR_TOKEN, if set.
+fn prepared<B>(request: RequestBuilder<B>, query: &[(&str, &str)]) -> RequestBuilder<B> {
+    let request = request.query_pairs(query.iter().copied());
+    match std::env::var("WEIR_TOKEN") {
+        Ok(token) => request.header("Authorization", format!("Bearer {}", token.trim())),
+        Err(_) => request,
     }
-    path
+}
+
+/// Sends `request` with `body`, as raw bytes.
+fn send(request: RequestBuilder<WithBody>, body: &[u8]) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+    if body.is_empty() { request.send_empty() } else { request.content_type("application/octet-stream").send(body) }
 }
 
 impl ServerArgs {
     /// The server at `url`.
     pub fn at(url: &str) -> ServerArgs {
-        ServerArgs { server: Some(url.to_owned()), json: false }
+        ServerArgs { server: url.to_owned(), json: false }
     }
 
-    fn base(&self) -> Result<String> {
-        let url = self
-            .server
-            .clone()
-            .or_else(|| std::env::var("WEIR_SERVER").ok())
-            .unwrap_or_else(|| "http://127.0.0.1:7878".to_owned());
+    fn base(&self) -> Result<&str> {
+        let url = &self.server;
         if !url.starts_with("http://") {
             bail!("--server {url}: only http:// addresses are supported")
         }
-        Ok(url.trim_end_matches('/').to_owned())
+        Ok(url.trim_end_matches('/'))
     }
 
     /// Sends one request to the path of `segments` with `query`, and
     /// returns the server's JSON; a non-2xx answer is an error quoting the
     /// server.
-    pub fn call(
-        &self,
-        method: &str,
-        segments: &[&str],
-        query: &[(&str, &str)],
-        body: &[u8],
-    ) -> Result<serde_json::Value> {
+    pub fn call(&self, method: Method, segments: &[&str], query: &[(&str, &str)]) -> Result<serde_json::Value> {
         let base = self.base()?;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -73,15 +82,12 @@ impl ServerArgs {
             .proxy(None)
             .build()
             .into();
-        let mut request =
-            ureq::http::Request::builder().method(method).uri(format!("{base}{}", url_path(segments, query)));
-        if let Ok(token) = std::env::var("WEIR_TOKEN") {
-            request = request.header("Authorization", format!("Bearer {}", token.trim()));
-        }
-        let sent = if body.is_empty() {
-            agent.run(request.body(())?)
-        } else {
-            agent.run(request.header("Content-Type", "application/octet-stream").body(body)?)
+        let url = format!("{base}{}", url_path(segments));
+        let sent = match method {
+            Method::Get => prepared(agent.get(&url), query).call(),
+            Method::Delete => prepared(agent.delete(&url), query).call(),
+            Method::Post(body) => send(prepared(agent.post(&url), query), body),
+            Method::Put(body) => send(prepared(agent.put(&url), query), body),
         };
         let mut response = sent.with_context(|| format!("cannot reach weir serve at {base}"))?;
         let status = response.status().as_u16();
@@ -101,6 +107,26 @@ impl ServerArgs {
             bail!("the server answered {status}: {reason}");
         }
         Ok(answer)
+    }
+}
+
+/// A served topology, by name, and its server: what `weir status`, `weir
+/// stop` and `weir resume` take.
+#[derive(Args, Debug)]
+pub struct TopologyArgs {
+    /// The topology.
+    name: String,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+impl TopologyArgs {
+    /// Sends `method` to the topology's path, with the segments of `action`
+    /// after its name, and prints the statuses the server answers.
+    pub fn call_and_print(&self, method: Method, action: &[&str]) -> Result<()> {
+        let path = [&["v1", "topologies", self.name.as_str()], action].concat();
+        let answer = self.server.call(method, &path, &[])?;
+        print_statuses(&self.server, &answer)
     }
 }
 

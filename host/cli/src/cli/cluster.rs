@@ -1,7 +1,7 @@
 //! The flags that put `weir serve` in a cluster, and `weir cluster`: the
 //! members and the leader, as one host sees them.
 
-use super::client::ServerArgs;
+use super::client::{Method, ServerArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use std::time::Duration;
@@ -67,7 +67,7 @@ pub struct ClusterViewArgs {
 }
 
 pub fn run(args: ClusterViewArgs) -> Result<()> {
-    let view = args.server.call("GET", &["v1", "cluster"], &[], b"")?;
+    let view = args.server.call(Method::Get, &["v1", "cluster"], &[])?;
     if args.server.json {
         println!("{}", serde_json::to_string_pretty(&view)?);
         return Ok(());

@@ -1,6 +1,6 @@
 //! `weir delete`: remove a served topology, keeping or dropping its state.
 
-use super::client::ServerArgs;
+use super::client::{Method, ServerArgs};
 use anyhow::Result;
 use clap::Args;
 
@@ -27,7 +27,7 @@ pub struct DeleteArgs {
 
 pub fn run(args: DeleteArgs) -> Result<()> {
     let state = if args.state.drop_state { "drop" } else { "keep" };
-    args.server.call("DELETE", &["v1", "topologies", &args.name], &[("state", state)], b"")?;
+    args.server.call(Method::Delete, &["v1", "topologies", &args.name], &[("state", state)])?;
     println!("deleted {} ({} its state)", args.name, if args.state.drop_state { "dropped" } else { "kept" });
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `weir deploy`: upload a bundle to a server and start its topology.
 
-use super::client::{ServerArgs, print_statuses};
+use super::client::{Method, ServerArgs, print_statuses};
 use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -31,6 +31,6 @@ pub fn run(args: DeployArgs) -> Result<()> {
         .into_iter()
         .filter_map(|(key, value)| Some((key, value.as_deref()?)))
         .collect();
-    let answer = args.server.call("POST", &["v1", "topologies"], &query, &bundle)?;
+    let answer = args.server.call(Method::Post(&bundle), &["v1", "topologies"], &query)?;
     print_statuses(&args.server, &answer)
 }

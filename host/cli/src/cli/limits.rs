@@ -1,15 +1,19 @@
 //! The flags that bound what a guest may ask of the host, shared by the
 //! verbs that load topologies: caps on a topology's description (`run`,
-//! `serve`, `query`, `inspect`, `bundle`) and what a guest can make the host
-//! hold (`run`, `serve`).
+//! `serve`, `query`, `inspect`, `bundle`), and an operator's sandbox and
+//! what a guest can make the host hold (`run`, `serve`).
 
 use clap::Args;
 use clap::builder::RangedU64ValueParser;
+use std::path::PathBuf;
 use weir_config::{
     DEFAULT_MAX_BATCH_STATE_READ_MIB, DEFAULT_MAX_BATCH_STATE_READS, DEFAULT_MAX_BATCH_STATE_WRITE_MIB,
     DEFAULT_MAX_BATCH_STATE_WRITES, DEFAULT_MAX_CALL_STATE_READ_MIB, DEFAULT_MAX_CALL_STATE_READS,
     DEFAULT_MAX_CALL_STATE_WRITE_MIB, DEFAULT_MAX_CALL_STATE_WRITES, DEFAULT_MAX_LOG_KIB, DEFAULT_MAX_LOG_LINES,
     DEFAULT_MAX_STATE_CACHE_MIB, DEFAULT_MAX_TOPOLOGY_MEMORY_MIB, LogLimits, StateLimits, StateQuota,
+};
+use weir_config::{
+    DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES, SandboxConfig,
 };
 use weir_config::{
     DEFAULT_MAX_FIELDS, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_NAME_LEN, DEFAULT_MAX_NODE_FIELDS, DEFAULT_MAX_NODES,
@@ -77,6 +81,60 @@ impl TopologyLimitArgs {
     }
 }
 
+/// An operator instance's sandbox, and what guests may make the host hold.
+#[derive(Args, Debug)]
+pub struct SandboxArgs {
+    /// Linear memory of an operator instance, all its memories together, in
+    /// MiB. Topologies may ask for less; one asking for more is refused.
+    #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_memory_mib: u64,
+    /// CPU time one operator call (a whole batch) may take, in milliseconds;
+    /// a call still blocked in a host call (a WASI sleep or poll) at twice
+    /// this time is abandoned. 0 runs without either limit (and without the
+    /// CPU limit's small cost).
+    #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS)]
+    max_call_ms: u64,
+    /// Bytes one operator call may return, in MiB.
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_output_mib: u64,
+    /// Tuples one operator call may emit.
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_TUPLES, value_parser = clap::value_parser!(u64).range(1..))]
+    max_output_tuples: u64,
+    /// A directory operators may be granted read-only access to (the
+    /// topology asks for it per operator). Repeatable; without it guests get
+    /// no filesystem at all.
+    #[arg(long)]
+    allow_dir: Vec<PathBuf>,
+    /// Limits on what guests may read and write through states and log.
+    #[command(flatten)]
+    hold: HoldLimitArgs,
+}
+
+impl SandboxArgs {
+    /// Holds every guest instance of this process to --max-guest-memory-mib.
+    pub fn limit_guest_memory(&self) {
+        let mib = self.hold.max_guest_memory_mib.unwrap_or_else(weir_runtime::memory_pool::default_host_limit_mib);
+        weir_runtime::memory_pool::HOST_MEMORY
+            .set_limit(usize::try_from(mib.saturating_mul(MIB)).unwrap_or(usize::MAX));
+    }
+
+    /// The sandbox these flags set, with the caps on a topology's
+    /// description.
+    pub fn config(&self, topology: TopologyLimits) -> SandboxConfig {
+        SandboxConfig {
+            max_memory_mib: self.max_memory_mib,
+            max_topology_memory_mib: self.hold.max_topology_memory_mib,
+            max_call_ms: self.max_call_ms,
+            max_output_mib: self.max_output_mib,
+            max_output_tuples: self.max_output_tuples,
+            allowed_dirs: self.allow_dir.clone(),
+            topology,
+            state: self.hold.state(),
+            log: self.hold.log(),
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct HoldLimitArgs {
     /// Linear memory of all of one topology's operator instances together,
@@ -130,20 +188,8 @@ pub struct HoldLimitArgs {
 }
 
 impl HoldLimitArgs {
-    /// Linear memory of one topology's instances together, in MiB.
-    pub fn topology_memory_mib(&self) -> u64 {
-        self.max_topology_memory_mib
-    }
-
-    /// Holds every guest instance of this process to --max-guest-memory-mib.
-    pub fn limit_guest_memory(&self) {
-        let mib = self.max_guest_memory_mib.unwrap_or_else(weir_runtime::memory_pool::default_host_limit_mib);
-        weir_runtime::memory_pool::HOST_MEMORY
-            .set_limit(usize::try_from(mib.saturating_mul(MIB)).unwrap_or(usize::MAX));
-    }
-
     /// The state limits these flags set.
-    pub fn state(&self) -> StateLimits {
+    fn state(&self) -> StateLimits {
         StateLimits {
             per_call: StateQuota {
                 read_entries: self.max_call_state_reads,
@@ -162,7 +208,7 @@ impl HoldLimitArgs {
     }
 
     /// The log limits these flags set.
-    pub fn log(&self) -> LogLimits {
+    fn log(&self) -> LogLimits {
         LogLimits { bytes: self.max_log_kib.saturating_mul(1 << 10), lines: self.max_log_lines }
     }
 }

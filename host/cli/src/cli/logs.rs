@@ -1,6 +1,6 @@
 //! `weir logs`: what a served topology's guests wrote, most recent first.
 
-use super::client::ServerArgs;
+use super::client::{Method, ServerArgs};
 use anyhow::Result;
 use clap::Args;
 
@@ -16,7 +16,7 @@ pub struct LogsArgs {
 }
 
 pub fn run(args: LogsArgs) -> Result<()> {
-    let answer = args.server.call("GET", &["v1", "topologies", &args.name, "logs"], &[], b"")?;
+    let answer = args.server.call(Method::Get, &["v1", "topologies", &args.name, "logs"], &[])?;
     let lines: Vec<&serde_json::Value> = answer.as_array().into_iter().flatten().take(args.lines).collect();
     if args.server.json {
         println!("{}", serde_json::to_string_pretty(&lines)?);

@@ -20,9 +20,12 @@ mod serve;
 mod state;
 mod status;
 mod stop;
+mod target;
 mod upgrade;
 
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use std::path::Path;
 use tracing_subscriber::EnvFilter;
 
 /// Weir runs exactly-once stream topologies whose operators are WebAssembly
@@ -83,13 +86,13 @@ enum Command {
     /// List a server's topologies.
     Ps(ps::PsArgs),
     /// Show how a served topology is doing.
-    Status(status::StatusArgs),
+    Status(client::TopologyArgs),
     /// Show the cluster a server is in: its hosts and its leader.
     Cluster(cluster::ClusterViewArgs),
     /// Stop a served topology at a batch boundary.
-    Stop(stop::StopArgs),
+    Stop(client::TopologyArgs),
     /// Start a stopped served topology again.
-    Resume(resume::ResumeArgs),
+    Resume(client::TopologyArgs),
     /// Swap a served topology's bundle at a batch boundary, keeping its state.
     Upgrade(upgrade::UpgradeArgs),
     /// Delete a served topology, keeping or dropping its state.
@@ -121,8 +124,18 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
+/// The token held in the file at `path`, if one is given: the file's text,
+/// trimmed, which must not be empty.
+fn read_token(path: Option<&Path>) -> Result<Option<String>> {
+    let Some(path) = path else { return Ok(None) };
+    let token = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let token = token.trim().to_owned();
+    anyhow::ensure!(!token.is_empty(), "{} holds no token", path.display());
+    Ok(Some(token))
+}
+
 /// Runs the chosen verb; `started` is when the process started.
-pub fn dispatch(cli: Cli, started: std::time::Instant) -> anyhow::Result<()> {
+pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<()> {
     match cli.command {
         Command::Run(args) => run::run(args, started),
         Command::Query(args) => query::run(args),

@@ -1,7 +1,7 @@
 //! The flags that name a NATS server, shared by `weir run`, `weir serve`
 //! and `weir publish`.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,15 +30,7 @@ impl NatsArgs {
     /// The server asked for, if any.
     pub fn config(&self) -> Result<Option<NatsConfig>> {
         let Some(url) = &self.nats else { return Ok(None) };
-        let token = match &self.nats_token_file {
-            Some(path) => {
-                let token = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-                let token = token.trim().to_owned();
-                anyhow::ensure!(!token.is_empty(), "{} holds no token", path.display());
-                Some(token)
-            }
-            None => None,
-        };
+        let token = super::read_token(self.nats_token_file.as_deref())?;
         Ok(Some(NatsConfig { url: url.clone(), token, retry_for: Duration::from_millis(self.nats_retry_ms) }))
     }
 }

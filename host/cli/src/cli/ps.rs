@@ -1,6 +1,6 @@
 //! `weir ps`: the topologies a server runs.
 
-use super::client::{ServerArgs, print_statuses};
+use super::client::{Method, ServerArgs, print_statuses};
 use anyhow::Result;
 use clap::Args;
 
@@ -11,6 +11,6 @@ pub struct PsArgs {
 }
 
 pub fn run(args: PsArgs) -> Result<()> {
-    let answer = args.server.call("GET", &["v1", "topologies"], &[], b"")?;
+    let answer = args.server.call(Method::Get, &["v1", "topologies"], &[])?;
     print_statuses(&args.server, &answer)
 }

@@ -1,10 +1,11 @@
 //! `weir query`: answer one of a topology's query streams (Trident's DRPC)
 //! over its committed state.
 
-use super::client::ServerArgs;
+use super::client::Method;
+use super::target::{Target, TargetArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use weir_config::SandboxConfig;
 use weir_engine::instances::OperatorSource;
 use weir_engine::{exec, load};
@@ -13,15 +14,8 @@ use weir_state::json::to_json;
 
 #[derive(Args, Debug)]
 pub struct QueryArgs {
-    /// The data directory the topology runs with.
-    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
-    data: Option<PathBuf>,
-    /// Ask a running `weir serve` instead (token from WEIR_TOKEN).
-    #[arg(long)]
-    server: Option<String>,
-    /// The topology's name (with --server, the name it is deployed under).
-    #[arg(long)]
-    topology: String,
+    #[command(flatten)]
+    target: TargetArgs,
     /// The query stream's name.
     #[arg(long)]
     query: String,
@@ -40,26 +34,25 @@ pub struct QueryArgs {
 
 /// Prints the result tuples as one JSON array of arrays, on the last line.
 pub fn run(args: QueryArgs) -> Result<()> {
-    let rows = match &args.server {
-        Some(server) => {
-            let path = ["v1", "topologies", &args.topology, "queries", &args.query];
-            ServerArgs::at(server).call("POST", &path, &[], args.args.as_bytes())?
+    let rows = match args.target.target() {
+        Target::Server(server) => {
+            let path = ["v1", "topologies", &args.target.topology, "queries", &args.query];
+            server.call(Method::Post(args.args.as_bytes()), &path, &[])?
         }
-        None => serde_json::Value::Array(local(&args)?),
+        Target::Data(data) => serde_json::Value::Array(local(&args, data)?),
     };
     println!("{rows}");
     Ok(())
 }
 
-fn local(args: &QueryArgs) -> Result<Vec<serde_json::Value>> {
-    let data = args.data.as_deref().expect("clap requires --data without --server");
+fn local(args: &QueryArgs, data: &Path) -> Result<Vec<serde_json::Value>> {
     let source = match &args.component {
         Some(path) => path.clone(),
-        None => load::remembered_source(data, &args.topology)?,
+        None => load::remembered_source(data, &args.target.topology)?,
     };
     let (engine, cache) = args.compile.engine_and_cache(true)?;
     let config = SandboxConfig { topology: args.topology_limits.limits(), ..SandboxConfig::default() };
-    let mut loaded = load::topologies(&engine, &cache, &source, std::slice::from_ref(&args.topology), &config)?;
+    let mut loaded = load::topologies(&engine, &cache, &source, std::slice::from_ref(&args.target.topology), &config)?;
     let loaded = loaded.pop().context("no topology loaded")?;
     let db = Db::open(data)?;
     let rows = exec::query(&db, &loaded.plan, &OperatorSource::Wasm(loaded.components), &args.query, &args.args)?;

@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir_config::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_GROUP_MAX, DEFAULT_GROUP_TIME_MS, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES,
-    DEFAULT_RETRY_BACKOFF_MS, RunConfig, SandboxConfig, default_max_pending,
+    DEFAULT_RETRY_BACKOFF_MS, RunConfig, default_max_pending,
 };
 use weir_engine::coordinator::{self, RunReport};
 use weir_engine::instances::OperatorSource;
@@ -75,30 +74,8 @@ pub struct RunArgs {
     /// coordinator: one failing does not stop the others.
     #[arg(long)]
     topology: Vec<String>,
-    /// Linear memory of an operator instance, all its memories together, in
-    /// MiB. Topologies may ask for less; one asking for more is refused.
-    #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
-    max_memory_mib: u64,
-    /// CPU time one operator call (a whole batch) may take, in milliseconds;
-    /// a call still blocked in a host call (a WASI sleep or poll) at twice
-    /// this time is abandoned. 0 runs without either limit (and without the
-    /// CPU limit's small cost).
-    #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS)]
-    max_call_ms: u64,
-    /// Bytes one operator call may return, in MiB.
-    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_MIB, value_parser = clap::value_parser!(u64).range(1..))]
-    max_output_mib: u64,
-    /// Tuples one operator call may emit.
-    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_TUPLES, value_parser = clap::value_parser!(u64).range(1..))]
-    max_output_tuples: u64,
-    /// A directory operators may be granted read-only access to (the
-    /// topology asks for it per operator). Repeatable; without it guests get
-    /// no filesystem at all.
-    #[arg(long)]
-    allow_dir: Vec<PathBuf>,
-    /// Limits on what guests may read and write through states and log.
     #[command(flatten)]
-    hold: super::limits::HoldLimitArgs,
+    sandbox: super::limits::SandboxArgs,
     /// Also write the run's figures (per topology: batches, tuples, wall
     /// time, time to the first processed batch, commit latency p50/p99; the
     /// process's peak resident memory) to this file, as JSON.
@@ -151,18 +128,8 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         follow: None,
         ..RunConfig::default()
     };
-    args.hold.limit_guest_memory();
-    let sandbox = SandboxConfig {
-        max_memory_mib: args.max_memory_mib,
-        max_topology_memory_mib: args.hold.topology_memory_mib(),
-        max_call_ms: args.max_call_ms,
-        max_output_mib: args.max_output_mib,
-        max_output_tuples: args.max_output_tuples,
-        allowed_dirs: args.allow_dir.clone(),
-        topology: args.topology_limits.limits(),
-        state: args.hold.state(),
-        log: args.hold.log(),
-    };
+    args.sandbox.limit_guest_memory();
+    let sandbox = args.sandbox.config(args.topology_limits.limits());
     let max_parallelism = sandbox.topology.max_parallelism;
     if args.parallelism > u64::from(max_parallelism) {
         bail!(
@@ -170,7 +137,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
             args.parallelism
         );
     }
-    let (engine, cache) = args.compile.engine_and_cache(args.max_call_ms > 0)?;
+    let (engine, cache) = args.compile.engine_and_cache(sandbox.max_call_ms > 0)?;
     let mut topologies = load::topologies(&engine, &cache, &wasm, &args.topology, &sandbox)?;
     if args.parallelism > 1 {
         for loaded in &mut topologies {

@@ -7,10 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_config::{
-    DEFAULT_BATCH_SIZE, DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CALL_MS,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_DEPLOYMENTS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB,
-    DEFAULT_MAX_OUTPUT_TUPLES, DEFAULT_MAX_UPLOAD_MIB, DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, SandboxConfig,
-    default_max_pending,
+    DEFAULT_BATCH_SIZE, DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_DEPLOYMENTS, DEFAULT_MAX_UPLOAD_MIB, DEFAULT_SHUTDOWN_TIMEOUT_MS, RunConfig, default_max_pending,
 };
 use weir_io::spout::InputScope;
 use weir_server::deployments::Host;
@@ -77,26 +75,8 @@ pub struct ServeArgs {
     /// How often a topology that has caught up asks its spout for more, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
-    /// Linear memory of an operator instance, all its memories together, in MiB.
-    #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB)]
-    max_memory_mib: u64,
-    /// CPU time one operator call may take, in milliseconds; a call still
-    /// blocked in a host call (a WASI sleep or poll) at twice this time is
-    /// abandoned.
-    #[arg(long, default_value_t = DEFAULT_MAX_CALL_MS)]
-    max_call_ms: u64,
-    /// Bytes one operator call may return, in MiB.
-    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_MIB)]
-    max_output_mib: u64,
-    /// Tuples one operator call may emit.
-    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_TUPLES)]
-    max_output_tuples: u64,
-    /// A directory operators may be granted read-only access to. Repeatable.
-    #[arg(long)]
-    allow_dir: Vec<PathBuf>,
-    /// Limits on what guests may read and write through states and log.
     #[command(flatten)]
-    hold: super::limits::HoldLimitArgs,
+    sandbox: super::limits::SandboxArgs,
     #[command(flatten)]
     compile: super::compile::CompileArgs,
     #[command(flatten)]
@@ -108,36 +88,19 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let token = match &args.token_file {
-        Some(path) => {
-            let token = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            let token = token.trim().to_owned();
-            anyhow::ensure!(!token.is_empty(), "{} holds no token", path.display());
-            Some(token)
-        }
-        None => None,
-    };
-    args.hold.limit_guest_memory();
+    let token = super::read_token(args.token_file.as_deref())?;
+    args.sandbox.limit_guest_memory();
     let db = Arc::new(Db::open(&args.data)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.
     let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
-    let (engine, cache) = args.compile.engine_and_cache(args.max_call_ms > 0)?;
+    let sandbox = args.sandbox.config(args.topology_limits.limits());
+    let (engine, cache) = args.compile.engine_and_cache(sandbox.max_call_ms > 0)?;
     let host = Host {
         db,
         bundles: data.join("bundles"),
         engine,
         cache,
-        sandbox: SandboxConfig {
-            max_memory_mib: args.max_memory_mib,
-            max_topology_memory_mib: args.hold.topology_memory_mib(),
-            max_call_ms: args.max_call_ms,
-            max_output_mib: args.max_output_mib,
-            max_output_tuples: args.max_output_tuples,
-            allowed_dirs: args.allow_dir.clone(),
-            topology: args.topology_limits.limits(),
-            state: args.hold.state(),
-            log: args.hold.log(),
-        },
+        sandbox,
         run: RunConfig {
             batch_size: args.batch_size.max(1),
             max_pending: args.max_pending.unwrap_or(default_max_pending(args.batch_size)).max(1),

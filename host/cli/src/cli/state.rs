@@ -1,10 +1,11 @@
 //! `weir state`: read stored state.
 
-use super::client::ServerArgs;
+use super::client::{Method, ServerArgs};
+use super::target::{Target, TargetArgs};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::Path;
 use weir_config::MAX_STATE_PAGE;
 use weir_sdk::codec::Value;
 use weir_state::Db;
@@ -27,15 +28,8 @@ pub enum StateCommand {
 
 #[derive(Args, Debug)]
 pub struct StateArgs {
-    /// The data directory the topology ran with.
-    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
-    data: Option<PathBuf>,
-    /// Read from a running `weir serve` instead (token from WEIR_TOKEN).
-    #[arg(long)]
-    server: Option<String>,
-    /// The topology's name.
-    #[arg(long)]
-    topology: String,
+    #[command(flatten)]
+    target: TargetArgs,
     /// The state's name.
     #[arg(long)]
     state: String,
@@ -44,8 +38,7 @@ pub struct StateArgs {
     raw: bool,
 }
 
-fn open(args: &StateArgs) -> Result<Db> {
-    let data = args.data.as_deref().expect("clap requires --data without --server");
+fn open(data: &Path) -> Result<Db> {
     if !data.join("weir.redb").exists() {
         bail!("{} holds no Weir database (no weir.redb)", data.display());
     }
@@ -58,15 +51,14 @@ const MAX_AFTER_KEY: usize = 16 << 10;
 
 /// Reads the state from a server: one key, or every key, a page at a
 /// time, so that neither side holds a large state whole.
-fn remote(args: &StateArgs, server: &str, key: Option<&str>) -> Result<()> {
+fn remote(args: &StateArgs, server: &ServerArgs, key: Option<&str>) -> Result<()> {
     if args.raw {
         bail!("--raw reads a data dir: a server answers keys and values only");
     }
-    let server = ServerArgs::at(server);
-    let path = ["v1", "topologies", &args.topology, "states", &args.state];
+    let path = ["v1", "topologies", &args.target.topology, "states", &args.state];
     let mut out = std::io::stdout().lock();
     if let Some(key) = key {
-        writeln!(out, "{}", server.call("GET", &path, &[("key", key)], b"")?)?;
+        writeln!(out, "{}", server.call(Method::Get, &path, &[("key", key)])?)?;
         return Ok(());
     }
     let mut after: Option<String> = None;
@@ -75,7 +67,7 @@ fn remote(args: &StateArgs, server: &str, key: Option<&str>) -> Result<()> {
         let limit_text = limit.to_string();
         let mut query = vec![("limit", limit_text.as_str())];
         query.extend(after.as_deref().map(|after| ("after", after)));
-        let page = match server.call("GET", &path, &query, b"") {
+        let page = match server.call(Method::Get, &path, &query) {
             Ok(page) => page,
             // Keys of large values: a page of fewer.
             Err(e) if limit > 1 && format!("{e:#}").contains("ask for fewer keys") => {
@@ -104,31 +96,35 @@ fn remote(args: &StateArgs, server: &str, key: Option<&str>) -> Result<()> {
 }
 
 pub fn run(command: StateCommand) -> Result<()> {
+    let (args, key) = match command {
+        StateCommand::Scan(args) => (args, None),
+        StateCommand::Get { state, key } => (state, Some(key)),
+    };
+    match args.target.target() {
+        Target::Server(server) => remote(&args, &server, key.as_deref()),
+        Target::Data(data) => local(&args, data, key.as_deref()),
+    }
+}
+
+/// Reads the state from a data dir: one key, or every key.
+fn local(args: &StateArgs, data: &Path, key: Option<&str>) -> Result<()> {
+    let (topology, state) = (&args.target.topology, &args.state);
     let mut out = std::io::stdout().lock();
-    match command {
-        StateCommand::Scan(args) if args.server.is_some() => {
-            remote(&args, args.server.as_deref().expect("checked"), None)?
+    let Some(key) = key else {
+        let db = open(data)?;
+        for (key, stored) in db.scan(topology, state)? {
+            writeln!(out, "{}", entry(&key, &stored, args.raw))?;
         }
-        StateCommand::Get { state: args, key } if args.server.is_some() => {
-            remote(&args, args.server.as_deref().expect("checked"), Some(&key))?
-        }
-        StateCommand::Scan(args) => {
-            let db = open(&args)?;
-            for (key, stored) in db.scan(&args.topology, &args.state)? {
-                writeln!(out, "{}", entry(&key, &stored, args.raw))?;
-            }
-        }
-        StateCommand::Get { state: args, key } => {
-            let json: serde_json::Value = serde_json::from_str(&key)
-                .with_context(|| format!("--key {} is not JSON", serde_json::Value::from(&key[..])))?;
-            let Some(values) = json.as_array() else { bail!("--key must be a JSON array, e.g. '[\"w1\"]'") };
-            let key: Vec<Value> = values.iter().map(from_json).collect::<Result<_>>().context("--key")?;
-            let db = open(&args)?;
-            match db.get(&args.topology, &args.state, &key)? {
-                Some(stored) => writeln!(out, "{}", entry(&key, &stored, args.raw))?,
-                None => bail!("state {} of topology {} has no key {json}", args.state, args.topology),
-            }
-        }
+        return Ok(());
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(key).with_context(|| format!("--key {} is not JSON", serde_json::Value::from(key)))?;
+    let Some(values) = json.as_array() else { bail!("--key must be a JSON array, e.g. '[\"w1\"]'") };
+    let key: Vec<Value> = values.iter().map(from_json).collect::<Result<_>>().context("--key")?;
+    let db = open(data)?;
+    match db.get(topology, state, &key)? {
+        Some(stored) => writeln!(out, "{}", entry(&key, &stored, args.raw))?,
+        None => bail!("state {state} of topology {topology} has no key {json}"),
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `weir upgrade`: swap a served topology's bundle, keeping its state.
 
-use super::client::{ServerArgs, print_statuses};
+use super::client::{Method, ServerArgs, print_statuses};
 use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -18,6 +18,6 @@ pub struct UpgradeArgs {
 pub fn run(args: UpgradeArgs) -> Result<()> {
     let bundle =
         std::fs::read(&args.bundle).with_context(|| format!("cannot read bundle {}", args.bundle.display()))?;
-    let answer = args.server.call("PUT", &["v1", "topologies", &args.name, "bundle"], &[], &bundle)?;
+    let answer = args.server.call(Method::Put(&bundle), &["v1", "topologies", &args.name, "bundle"], &[])?;
     print_statuses(&args.server, &answer)
 }
