@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weir_config::sync::Locked;
 use weir_config::{
     DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT_MS, DEFAULT_GROUP_MAX, DEFAULT_GROUP_TIME_MS, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BACKOFF_MS, RunConfig, default_max_pending,
@@ -198,7 +199,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
                         config,
                         &AtomicBool::new(false),
                         &mut |r: &RunReport| {
-                            let mut reports = reports.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut reports = reports.locked();
                             reports.insert(loaded.definition.name.clone(), r.clone());
                             bar.set_message(status_line(&reports));
                         },
