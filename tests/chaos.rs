@@ -38,11 +38,9 @@ fn chaos(
     input: Option<&Path>,
     check: impl Fn(&Path),
 ) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut args = vec!["run", component, "--topology", topology, "--data", data.to_str().unwrap()];
-    args.extend_from_slice(&["--batch-size", batching.size, "--max-pending", batching.pending]);
-    args.extend_from_slice(&["--retry-backoff-ms", "1"]);
+    let (_dir, data) = data_dir();
+    let extra = ["--batch-size", batching.size, "--max-pending", batching.pending, "--retry-backoff-ms", "1"];
+    let mut args = run_topology_args(component, topology, &data, &extra);
     if let Some(input) = input {
         args.extend_from_slice(&["--input", input.to_str().unwrap()]);
     }
@@ -65,12 +63,17 @@ fn largest_group(summary: &str) -> u64 {
     max.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
 }
 
+/// [`chaos`] over the 20,000-sentence corpus, the counts in the end exact.
+fn counts_survive(seed: u64, batching: Batching, component: &str, topology: &str) -> String {
+    let corpus = corpus_20k();
+    chaos(seed, batching, component, topology, Some(&corpus.path), |data| {
+        assert_counts_eq(&counts(data, topology), &corpus.truth);
+    })
+}
+
 #[test]
 fn transactional_spout_and_transactional_state_survive_twenty_kills() {
-    let corpus = corpus_20k();
-    chaos(1, SMALL, WORD_COUNT, "word-count", Some(&corpus.path), |data| {
-        assert_counts_eq(&counts(data, "word-count"), &corpus.truth);
-    });
+    counts_survive(1, SMALL, WORD_COUNT, "word-count");
 }
 
 #[test]
@@ -78,22 +81,9 @@ fn transactional_spout_and_transactional_state_survive_kills_at_timed_moments() 
     // Kills a few milliseconds after a commit land inside the next batches'
     // processing and commits, where no fault point is.
     let corpus = corpus_20k();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let args = vec![
-        "run",
-        WORD_COUNT,
-        "--topology",
-        "word-count",
-        "--data",
-        data.to_str().unwrap(),
-        "--input",
-        corpus.path.to_str().unwrap(),
-        "--batch-size",
-        "10",
-        "--max-pending",
-        "4",
-    ];
+    let (_dir, data) = data_dir();
+    let extra = ["--input", corpus.path.to_str().unwrap(), "--batch-size", "10", "--max-pending", "4"];
+    let args = run_topology_args(WORD_COUNT, "word-count", &data, &extra);
     let mut restarts = Restarts::new(args, &data, "word-count");
     restarts.kill_timed_seeded(4, 10, 50, Duration::from_millis(8));
     restarts.finish();
@@ -102,35 +92,26 @@ fn transactional_spout_and_transactional_state_survive_kills_at_timed_moments() 
 
 #[test]
 fn transactional_spout_and_opaque_state_survive_twenty_kills() {
-    let corpus = corpus_20k();
-    chaos(2, SMALL, TEST_TOPOLOGIES, "word-count-opaque", Some(&corpus.path), |data| {
-        assert_counts_eq(&counts(data, "word-count-opaque"), &corpus.truth);
-    });
+    counts_survive(2, SMALL, TEST_TOPOLOGIES, "word-count-opaque");
 }
 
 #[test]
 fn an_opaque_spout_emitting_other_splits_and_opaque_state_survive_twenty_kills() {
     chaos(3, SMALL, SPOUTS, "opaque-jitter", None, |data| {
-        let want: Vec<serde_json::Value> =
-            (0..10).map(|d: i64| serde_json::json!({"key": [d], "value": 19_990_000 + 2000 * d})).collect();
-        assert_eq!(scan(data, "opaque-jitter", "sums"), want);
+        assert_eq!(scan(data, "opaque-jitter", "sums"), digit_sums());
     });
 }
 
 #[test]
 fn large_commit_groups_survive_twenty_kills() {
-    let corpus = corpus_20k();
-    let summary = chaos(5, GROUPED, WORD_COUNT, "word-count", Some(&corpus.path), |data| {
-        assert_counts_eq(&counts(data, "word-count"), &corpus.truth);
-    });
+    let summary = counts_survive(5, GROUPED, WORD_COUNT, "word-count");
     assert!(largest_group(&summary) > 1, "no commit held more than one batch: {summary}");
 }
 
 #[test]
 fn a_kill_inside_a_group_commit_leaves_all_of_the_group_or_none() {
     let corpus = corpus_20k();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let args = run_args(WORD_COUNT, &data, &corpus.path, &["--batch-size", "50", "--max-pending", "16"]);
     let mut restarts = Restarts::new(args, &data, "word-count");
     for ahead in [1, 10, 40, 25] {

@@ -3,16 +3,13 @@
 mod common;
 
 use common::*;
-use std::io::Write;
 use std::path::Path;
 
 /// A data dir holding a committed word count, and its state as scanned.
 fn committed() -> (tempfile::TempDir, Vec<serde_json::Value>) {
-    let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
-    weir_ok(&run_args(WORD_COUNT, data.path(), &corpus.path, &["--batch-size", "5000"]));
+    let (data, _) = over_corpus(weir_ok, WORD_COUNT, &["--batch-size", "5000"]);
     let state = scan(data.path(), "word-count", "counts");
-    assert_eq!(state.len(), corpus.truth.len());
+    assert_eq!(state.len(), corpus_20k().truth.len());
     (data, state)
 }
 
@@ -48,14 +45,10 @@ fn unreadable_input_and_a_busy_data_dir_are_refused_and_committed_state_is_kept(
 
 #[test]
 fn a_line_longer_than_16_mib_halts_the_run_naming_it_and_keeps_what_committed() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.txt");
-    std::fs::write(&input, "a b a\n").unwrap();
-    let data = dir.path().join("data");
+    let (_dir, input, data) = input_and_data("in.txt", "a b a\n");
     let args = run_args(WORD_COUNT, &data, &input, &["--batch-size", "1", "--max-attempts", "2"]);
     weir_ok(&args);
-    let long = format!("{}\nnever read\n", "x".repeat((16 << 20) + 1));
-    std::fs::OpenOptions::new().append(true).open(&input).unwrap().write_all(long.as_bytes()).unwrap();
+    append_lines(&input, &[&"x".repeat((16 << 20) + 1), "never read"]);
     assert_fails_with(&args, "emitting txid 2 failed 2 times: input ");
     assert_fails_with(&args, "in.txt: the line at byte 6 is longer than 16 MiB");
     assert_eq!(counts(&data, "word-count"), [("a".to_owned(), 2), ("b".to_owned(), 1)].into());

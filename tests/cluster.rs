@@ -44,11 +44,7 @@ fn view(server: &Server) -> Value {
 
 /// What `weir cluster --server` prints of `server`, having succeeded.
 fn weir_cluster(server: &Server) -> String {
-    let shown = weir().env("WEIR_TOKEN", common::server::TOKEN).args(["cluster", "--server", &server.url()]).output();
-    let shown = shown.unwrap();
-    let shown_text = text(&shown);
-    assert!(shown.status.success(), "{shown_text}");
-    shown_text
+    text(&weir_against_output(server, &["cluster"]))
 }
 
 fn ids(view: &Value) -> Vec<String> {
@@ -73,6 +69,21 @@ fn agreed(servers: &[&Server], members: &[&str]) -> String {
             return leaders[0].unwrap().to_owned();
         }
         assert!(Instant::now() < deadline, "no agreement on {members:?} within 30 s: {views:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits up to 30 s until `server`'s view has an error for which `why`
+/// holds, and asserts that it is no member.
+fn refused_membership(server: &Server, why: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = view(server);
+        if seen["error"].as_str().is_some_and(&why) {
+            assert_eq!(seen["member"], false);
+            return;
+        }
+        assert!(Instant::now() < deadline, "{seen}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -141,16 +152,7 @@ fn a_second_host_with_a_members_id_is_refused_membership() {
     let first = host(&dir.path().join("a"), &etcd, "same");
     agreed(&[&first], &["same"]);
     let second = host(&dir.path().join("b"), &etcd, "same");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen = view(&second);
-        if seen["error"].as_str().is_some_and(|e| e.contains("already a member")) {
-            assert_eq!(seen["member"], false);
-            break;
-        }
-        assert!(Instant::now() < deadline, "{seen}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    refused_membership(&second, |e| e.contains("already a member"));
     // The first keeps its membership.
     agreed(&[&first], &["same"]);
 }
@@ -182,19 +184,7 @@ fn a_server_outside_a_cluster_says_so_and_bad_settings_are_refused() {
         &dir.path().join("cut-off"),
         &["--cluster", "c1", "--etcd", "http://127.0.0.1:1", "--host-id", "lonely", "--lease-ttl-ms", "1000"],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen = view(&cut_off);
-        if seen["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("etcd at http://127.0.0.1:1") && e.contains("Connection refused"))
-        {
-            assert_eq!(seen["member"], false);
-            break;
-        }
-        assert!(Instant::now() < deadline, "{seen}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    refused_membership(&cut_off, |e| e.contains("etcd at http://127.0.0.1:1") && e.contains("Connection refused"));
 }
 
 /// A host of cluster `c1` that keeps the cluster's bundles in `nats`.
@@ -308,9 +298,7 @@ fn a_topology_deployed_to_any_host_is_assigned_across_the_live_hosts_and_follows
     // Deployed through one host; every host lists it and loads its bundle.
     // Its spout's `corpus.*` makes a partition of each subject of the stream.
     nats.create_stream("corpus", &["corpus.0", "corpus.1", "corpus.2", "corpus.3"]);
-    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
-    let (status, deployed) = hosts[1].1.api("POST", "/v1/topologies", &bytes);
-    assert_eq!(status, 201, "{deployed}");
+    let (bytes, deployed) = deploy_word_count(&hosts[1].1, dir.path());
     assert_eq!(deployed["cluster"]["units"], 68, "four partitions and 64 slots of counts: {deployed}");
     let (epoch, reason, owners) = assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3"], 68);
     let partitions = owners.values().flatten().filter(|u| u.starts_with("partition/corpus.")).count();
@@ -563,6 +551,21 @@ fn corpus_halves(sentences: usize) -> Halves {
     Halves { _dir: dir, first, second, truth }
 }
 
+/// etcd, a nats-server, the corpus of `sentences` sentences in halves,
+/// and a directory for the hosts.
+fn services(sentences: usize) -> (EtcdServer, NatsServer, Halves, tempfile::TempDir) {
+    (EtcdServer::start(), NatsServer::start(), corpus_halves(sentences), tempfile::tempdir().unwrap())
+}
+
+/// Deploys the JetStream word count (bundled in `dir`) through `server`:
+/// the bundle, and the answer.
+fn deploy_word_count(server: &Server, dir: &Path) -> (Vec<u8>, Value) {
+    let bytes = bundle(dir, WORD_COUNT_JETSTREAM, "wc.weir");
+    let (status, deployed) = server.api("POST", "/v1/topologies", &bytes);
+    assert_eq!(status, 201, "{deployed}");
+    (bytes, deployed)
+}
+
 const PARTITIONS: &str = "corpus.{0..7}";
 
 fn eight_partitions(nats: &NatsServer) {
@@ -587,13 +590,17 @@ fn cluster_of(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, ids: &[&str]) ->
     hosts
 }
 
-/// `weir` with `args` against `server`, having succeeded: its output.
-fn weir_against(server: &Server, args: &[&str]) -> String {
+/// `weir` with `args` against `server`, having succeeded: what it printed.
+fn weir_against_output(server: &Server, args: &[&str]) -> std::process::Output {
     let output = weir().env("WEIR_TOKEN", common::server::TOKEN).args(args).args(["--server", &server.url()]).output();
     let output = output.unwrap();
-    let shown = text(&output);
-    assert!(output.status.success(), "weir {args:?}: {shown}");
-    String::from_utf8(output.stdout).unwrap()
+    assert!(output.status.success(), "weir {args:?}: {}", text(&output));
+    output
+}
+
+/// `weir` with `args` against `server`, having succeeded: its output.
+fn weir_against(server: &Server, args: &[&str]) -> String {
+    String::from_utf8(weir_against_output(server, args).stdout).unwrap()
 }
 
 /// The counts `weir state scan --server` prints of `server`.
@@ -652,17 +659,12 @@ fn assert_exact_on_every_host(servers: &[&Server], truth: &BTreeMap<String, i64>
 
 #[test]
 fn a_word_count_served_by_three_hosts_counts_exactly_and_a_host_added_mid_run_takes_its_share() {
-    let etcd = EtcdServer::start();
-    let nats = NatsServer::start();
-    let corpus = corpus_halves(200_000);
-    let dir = tempfile::tempdir().unwrap();
+    let (etcd, nats, corpus, dir) = services(200_000);
     let mut hosts = cluster_of(dir.path(), &etcd, &nats, &["h1", "h2", "h3"]);
     eight_partitions(&nats);
     nats.publish_file("corpus", PARTITIONS, &corpus.first);
 
-    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
-    let (status, deployed) = hosts[1].1.api("POST", "/v1/topologies", &bytes);
-    assert_eq!(status, 201, "{deployed}");
+    deploy_word_count(&hosts[1].1, dir.path());
     assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3"], 72);
     // Running: batches commit before the fourth host comes.
     hosts[0].1.wait_for_status("word-count", |s| s["last_committed"].as_u64() >= Some(2));
@@ -696,10 +698,7 @@ fn a_word_count_served_by_three_hosts_counts_exactly_and_a_host_added_mid_run_ta
 
 #[test]
 fn a_cluster_topology_starts_at_its_streams_first_message_when_earlier_ones_are_gone() {
-    let etcd = EtcdServer::start();
-    let nats = NatsServer::start();
-    let corpus = corpus_halves(20_000);
-    let dir = tempfile::tempdir().unwrap();
+    let (etcd, nats, corpus, dir) = services(20_000);
     let host = cluster_host(&dir.path().join("h1"), &etcd, &nats, "h1");
     agreed(&[&host], &["h1"]);
     eight_partitions(&nats);
@@ -716,9 +715,7 @@ fn a_cluster_topology_starts_at_its_streams_first_message_when_earlier_ones_are_
         *truth.entry(word.to_owned()).or_default() += 1;
     }
 
-    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
-    let (status, deployed) = host.api("POST", "/v1/topologies", &bytes);
-    assert_eq!(status, 201, "{deployed}");
+    deploy_word_count(&host, dir.path());
     // Before, the first span began at sequence 1 and its read came up
     // short, try after try.
     wait_for_counts(&host, &truth, Duration::from_secs(120));
@@ -726,10 +723,7 @@ fn a_cluster_topology_starts_at_its_streams_first_message_when_earlier_ones_are_
 
 #[test]
 fn a_cluster_topology_over_a_stream_taking_a_wildcard_counts_exactly() {
-    let etcd = EtcdServer::start();
-    let nats = NatsServer::start();
-    let corpus = corpus_halves(20_000);
-    let dir = tempfile::tempdir().unwrap();
+    let (etcd, nats, corpus, dir) = services(20_000);
     let hosts = cluster_of(dir.path(), &etcd, &nats, &["h1", "h2"]);
     // Which subjects hold messages is not fixed: the spout's pattern is its
     // partition, and its owner reads every subject the pattern matches.
@@ -737,9 +731,7 @@ fn a_cluster_topology_over_a_stream_taking_a_wildcard_counts_exactly() {
     nats.publish_file("corpus", PARTITIONS, &corpus.first);
     nats.publish_file("corpus", PARTITIONS, &corpus.second);
 
-    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
-    let (status, deployed) = hosts[0].1.api("POST", "/v1/topologies", &bytes);
-    assert_eq!(status, 201, "{deployed}");
+    let (_, deployed) = deploy_word_count(&hosts[0].1, dir.path());
     assert_eq!(deployed["cluster"]["units"], 65, "one partition and 64 slots of counts: {deployed}");
     // Before, the owner kept no message of the span (none is named
     // `corpus.*`), and every try failed.
@@ -800,10 +792,7 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
     let seed = std::env::var("WEIR_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(6_221_249);
     println!("chaos seed {seed} (WEIR_CHAOS_SEED to repeat)");
     let mut rng = common::kill::Lcg(seed);
-    let mut etcd = EtcdServer::start();
-    let mut nats = NatsServer::start();
-    let corpus = corpus_halves(100_000);
-    let dir = tempfile::tempdir().unwrap();
+    let (mut etcd, mut nats, corpus, dir) = services(100_000);
     let mut parts = slices(&corpus.first, 8, dir.path());
     parts.extend(slices(&corpus.second, 8, &{
         let second = dir.path().join("second");
@@ -816,9 +805,7 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
     let live = |hosts: &[Option<Server>]| -> Vec<usize> { (0..hosts.len()).filter(|&i| hosts[i].is_some()).collect() };
     agreed(&hosts.iter().flatten().collect::<Vec<_>>(), &ids);
     eight_partitions(&nats);
-    let bytes = bundle(dir.path(), WORD_COUNT_JETSTREAM, "wc.weir");
-    let (status, deployed) = hosts[0].as_ref().unwrap().api("POST", "/v1/topologies", &bytes);
-    assert_eq!(status, 201, "{deployed}");
+    deploy_word_count(hosts[0].as_ref().unwrap(), dir.path());
 
     // Sixteen events: the leader killed twice, a host paused past its lease
     // twice, etcd and nats-server restarted once each, and random hosts

@@ -6,7 +6,7 @@
 mod common;
 
 use common::kill::Restarts;
-use common::nats::{LogReader, NatsServer, corpus_stream, shared_nats, wait_for_exit};
+use common::nats::{LogReader, NatsServer, corpus_stream, shared_nats};
 use common::server::{Server, bundle};
 use common::*;
 use std::path::Path;
@@ -14,16 +14,7 @@ use std::time::Duration;
 
 /// `weir run` of `topology` of the test guest against `nats`, data in `data`.
 fn run_args<'a>(topology: &'a str, data: &'a Path, nats: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec!["run", TEST_TOPOLOGIES, "--topology", topology, "--data", data.to_str().unwrap()];
-    args.extend_from_slice(&["--nats", nats]);
-    args.extend_from_slice(extra);
-    args
-}
-
-/// A state's entries as stored, txids and all, byte for byte.
-fn raw(data: &Path, topology: &str, state: &str) -> Vec<u8> {
-    let data = data.to_str().unwrap();
-    weir_ok(&["state", "scan", "--data", data, "--topology", topology, "--state", state, "--raw"]).stdout
+    run_topology_args(TEST_TOPOLOGIES, topology, data, &[&["--nats", nats], extra].concat())
 }
 
 fn word_count_is_exact(topology: &str, batch_size: &str) {
@@ -62,8 +53,7 @@ fn the_benchmarks_jetstream_word_count_is_exact() {
 /// each time, then runs it to the end: the counts must be exact.
 fn survives_kills(topology: &str, seed: u64) {
     let corpus = corpus_stream();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let url = shared_nats().url();
     let args = run_args(topology, &data, &url, &["--batch-size", "100", "--max-pending", "4"]);
     let mut restarts = Restarts::new(args, &data, topology);
@@ -84,11 +74,6 @@ fn the_opaque_spout_killed_mid_run_and_restarted_counts_exactly() {
     survives_kills("jetstream-word-count-opaque", 12);
 }
 
-/// The first `n` sentences of the 20,000-sentence corpus.
-fn sentences(n: usize) -> Vec<String> {
-    std::fs::read_to_string(&corpus_20k().path).unwrap().lines().take(n).map(str::to_owned).collect()
-}
-
 /// What is wrong with `stream`'s partition 0 in txid 3, `left` of its
 /// messages being left, when 2,000 lines were published round-robin over
 /// four partitions and each batch takes 100 of each: it held lines 800 to
@@ -100,13 +85,19 @@ fn txid_3_of_partition_0(stream: &str, left: u64) -> String {
     )
 }
 
+/// The shared server, the first 2,000 sentences of the 20,000-sentence
+/// corpus published round-robin into its stream `stream` over four
+/// partitions, `stream.0` to `stream.3`.
+fn two_thousand_lines_in(stream: &str) -> &'static NatsServer {
+    let nats = shared_nats();
+    nats.publish(stream, &format!("{stream}.{{0..3}}"), &sentences(2000));
+    nats
+}
+
 #[test]
 fn a_batch_recorded_but_not_committed_whose_messages_were_purged_halts_its_replay_and_commits_nothing() {
-    let nats = shared_nats();
-    let lines = sentences(2000);
-    nats.publish("purgeable", "purgeable.{0..3}", &lines.iter().map(String::as_str).collect::<Vec<_>>());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let nats = two_thousand_lines_in("purgeable");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args("jetstream-fatal-at-3", &data, &url, &["--batch-size", "100"]);
     // The run halts at txid 3, recorded and not committed, as a kill would
@@ -114,32 +105,26 @@ fn a_batch_recorded_but_not_committed_whose_messages_were_purged_halts_its_repla
     let halted = weir_output(&args);
     assert!(text(&halted).contains("halted at txid 3"), "{}", text(&halted));
     assert_eq!(last_committed(&data, "jetstream-fatal-at-3"), 2);
-    let before = raw(&data, "jetstream-fatal-at-3", "counts");
+    let before = raw_scan(&data, "jetstream-fatal-at-3", "counts");
     nats.purge("purgeable");
-    let replayed = weir_output(&args);
-    assert_eq!(replayed.status.code(), Some(1), "{}", text(&replayed));
-    let stderr = String::from_utf8_lossy(&replayed.stderr);
+    let stderr = failed_stderr(&weir_output(&args));
     assert!(stderr.contains("topology jetstream-fatal-at-3 halts at txid 3, which is not committed"), "{stderr}");
     assert!(stderr.contains(&txid_3_of_partition_0("purgeable", 0)), "{stderr}");
     assert_eq!(last_committed(&data, "jetstream-fatal-at-3"), 2);
-    assert!(raw(&data, "jetstream-fatal-at-3", "counts") == before, "committed state changed");
+    assert!(raw_scan(&data, "jetstream-fatal-at-3", "counts") == before, "committed state changed");
 }
 
 #[test]
 fn a_message_deleted_while_a_failed_batch_waits_for_its_replay_halts_the_run_naming_the_range() {
-    let nats = shared_nats();
-    let lines = sentences(2000);
-    nats.publish("purged-live", "purged-live.{0..3}", &lines.iter().map(String::as_str).collect::<Vec<_>>());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let nats = two_thousand_lines_in("purged-live");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let extra = ["--batch-size", "100", "--retry-backoff-ms", "3000"];
     let (mut child, mut log) = LogReader::start(&run_args("jetstream-retry-at-3", &data, &url, &extra), "weir=info");
     // The replay waits out its back-off: delete a message of it meanwhile.
     log.until("txid 3 attempt 0 failed");
     nats.delete_message("purged-live", 805);
-    let status = wait_for_exit(&mut child);
-    let log = log.rest();
+    let (status, log) = log.finish(&mut child);
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("replaying txid 3"), "{log}");
     assert!(log.contains(&txid_3_of_partition_0("purged-live", 99)), "{log}");
@@ -174,8 +159,7 @@ fn json_messages_become_fields_with_their_subject_sequence_and_timestamp_and_one
     let before = now();
     nats.publish("events", "events.{0..1}", &events);
     let after = now();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args("jetstream-events", &data, &url, &["--retry-backoff-ms", "1"]);
     weir_ok(&args);
@@ -187,16 +171,14 @@ fn json_messages_become_fields_with_their_subject_sequence_and_timestamp_and_one
     let latest = scan("latest")[0]["value"].as_i64().unwrap();
     assert!((before..=after).contains(&latest), "timestamp {latest} not within {before}..={after}");
 
-    let committed = raw(&data, "jetstream-events", "totals");
+    let committed = raw_scan(&data, "jetstream-events", "totals");
     nats.publish("events", "events.{0..1}", &["not json", r#"{"user":"ann","n":1}"#]);
-    let output = weir_output(&args);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = failed_stderr(&weir_output(&args));
     assert!(
         stderr.contains("stream events, partition events.0, sequence 6: the payload is not a JSON object"),
         "{stderr}"
     );
-    assert!(raw(&data, "jetstream-events", "totals") == committed, "committed state changed");
+    assert!(raw_scan(&data, "jetstream-events", "totals") == committed, "committed state changed");
 }
 
 #[test]
@@ -208,8 +190,7 @@ fn a_wildcard_over_a_stream_taking_a_wildcard_reads_the_subjects_that_hold_messa
     nats.publish("dynamic", "dynamic.{a,b}", &lines[..1000]);
     // Not a partition: `dynamic.*` takes one token after `dynamic`.
     nats.publish("dynamic", "dynamic.x.y", &["ignored words"]);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args("jetstream-dynamic", &data, &url, &["--batch-size", "100"]);
     weir_ok(&args);
@@ -263,10 +244,9 @@ fn weir_publish_creates_the_stream_when_asked_spreads_lines_by_key_and_names_a_s
 /// The error `weir run` of `topology` halts with, given `extra` arguments.
 fn run_error(topology: &str, nats: &str, extra: &[&str]) -> String {
     let data = tempfile::tempdir().unwrap();
-    let output = weir_output(&run_args(topology, data.path(), nats, extra));
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let stderr = failed_stderr(&weir_output(&run_args(topology, data.path(), nats, extra)));
     assert_eq!(last_committed(data.path(), topology), 0);
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    stderr
 }
 
 #[test]
@@ -325,18 +305,13 @@ fn the_server_killed_and_restarted_mid_run_is_found_again_and_the_counts_are_exa
     let mut nats = NatsServer::start();
     let corpus = corpus_20k();
     nats.publish_file("corpus", "corpus.{0..3}", &corpus.path);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args("jetstream-word-count", &data, &url, &["--batch-size", "25"]);
     let (mut child, mut log) = LogReader::start(&args, "weir=debug");
     log.until("committed txid 10 ");
-    nats.kill();
-    log.until("lost the NATS server at");
-    std::thread::sleep(Duration::from_millis(1500));
-    nats.restart();
-    let status = wait_for_exit(&mut child);
-    let log = log.rest();
+    nats.crash_under(&mut log);
+    let (status, log) = log.finish(&mut child);
     assert!(status.success(), "{log}");
     assert!(log.contains("retrying in"), "{log}");
     assert!(log.contains("reading stream corpus again"), "{log}");
@@ -352,15 +327,14 @@ fn a_token_file_logs_in_and_a_wrong_token_is_refused_by_name() {
     let token = token.to_str().unwrap();
     let lines = sentences(400);
     let file = dir.path().join("lines.txt");
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    write_lines(&file, &lines);
     let url = nats.url();
     let publish = ["publish", "--nats", &url, "--nats-token-file", token, "--stream", "corpus"];
     let publish = [&publish[..], &["--subjects", "corpus.{0..3}", "--create", file.to_str().unwrap()]].concat();
     weir_ok(&publish);
     let data = dir.path().join("data");
     weir_ok(&run_args("jetstream-word-count", &data, &url, &["--nats-token-file", token]));
-    let want = count_words(&lines.iter().map(String::as_str).collect::<Vec<_>>());
-    assert_counts_eq(&counts(&data, "jetstream-word-count"), &want);
+    assert_counts_eq(&counts(&data, "jetstream-word-count"), &count_words(&lines));
     let wrong = dir.path().join("wrong");
     std::fs::write(&wrong, "guess").unwrap();
     let err = run_error("jetstream-word-count", &url, &["--nats-token-file", wrong.to_str().unwrap()]);

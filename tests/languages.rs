@@ -57,8 +57,7 @@ fn the_javascript_sdk_passes_its_tests_and_the_shared_vectors() {
 fn rust_counts() -> &'static BTreeMap<String, i64> {
     static COUNTS: OnceLock<BTreeMap<String, i64>> = OnceLock::new();
     COUNTS.get_or_init(|| {
-        let data = tempfile::tempdir().unwrap();
-        weir_ok(&run_args(WORD_COUNT, data.path(), &corpus_20k().path, &[]));
+        let (data, _) = over_corpus(weir_ok, WORD_COUNT, &[]);
         counts(data.path(), "word-count")
     })
 }
@@ -68,9 +67,9 @@ fn rust_counts() -> &'static BTreeMap<String, i64> {
 fn word_count(example: &str) {
     toolchains();
     let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
     let dir = Path::new(REPO_ROOT).join("examples").join(example);
-    let out = text(&weir_ok(&run_args(dir.to_str().unwrap(), data.path(), &corpus.path, &[])));
+    let (data, output) = over_corpus(weir_ok, dir.to_str().unwrap(), &[]);
+    let out = text(&output);
     assert!(out.contains("word-count: committed 20 batches (20000 tuples)"), "{out}");
     let got = counts(data.path(), "word-count");
     assert_counts_eq(&got, &corpus.truth);
@@ -170,10 +169,14 @@ fn weir_new_scaffolds_python_and_javascript_guests_that_run_at_once() {
     assert!(tested.status.success(), "{}", text(&tested));
 }
 
-/// Runs the guest in `dir` (its `app` failing on every batch) with one
-/// replay, returning what `weir run` printed: the replay's log line and the
-/// halt message.
-fn failing_run(dir: &Path) -> String {
+/// Runs a guest of the one file `app` holding `source` (failing on every
+/// batch) with one replay, returning what `weir run` printed: the replay's
+/// log line and the halt message.
+fn failing_run(app: &str, source: &str) -> String {
+    toolchains();
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    std::fs::write(dir.join(app), source).unwrap();
     std::fs::write(dir.join("input.txt"), "one two\nthree four\n").unwrap();
     let data = dir.join("data");
     let output = weir()
@@ -210,10 +213,7 @@ def topology():
 
 #[test]
 fn a_python_exception_names_its_file_and_line_in_the_log_and_the_halt_message() {
-    toolchains();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("app.py"), FAILING_PY).unwrap();
-    let out = failing_run(dir.path());
+    let out = failing_run("app.py", FAILING_PY);
     let error = "TypeError: object of type 'int' has no len()";
     let innermost = "File \"app.py\", line 5, in letters";
     let caller = "File \"app.py\", line 10, in split";
@@ -249,10 +249,7 @@ export function topology() {
 
 #[test]
 fn a_javascript_error_names_its_file_and_line_in_the_log_and_the_halt_message() {
-    toolchains();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("app.js"), FAILING_JS).unwrap();
-    let out = failing_run(dir.path());
+    let out = failing_run("app.js", FAILING_JS);
     let error = "retry: TypeError: can't access property \"length\", word.missing is undefined";
     assert_eq!(out.matches(error).count(), 2, "{out}");
     let places = ["    at letters (app.js:4:", "    at split (app.js:7:"];

@@ -40,19 +40,9 @@ struct Target {
     data: std::path::PathBuf,
 }
 
-/// An input of the first 300 sentences of the 20,000-sentence corpus, in `dir`.
-fn first_sentences(dir: &std::path::Path) -> std::path::PathBuf {
-    let input = dir.join("input.txt");
-    let text = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    let first: Vec<&str> = text.lines().take(300).collect();
-    std::fs::write(&input, first.join("\n") + "\n").unwrap();
-    input
-}
-
 fn prepare(component: &str, topology: &str) -> (Target, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
-    let input = first_sentences(dir.path());
-    let data = dir.path().join("data");
+    let (input, data) = sentences_input(dir.path(), 300);
     weir_ok(&run_args(component, &data, &input, &["--topology", topology, "--batch-size", "100"]));
     let before = scan(&data, topology, "counts");
     let target = Target { dir, input, data };
@@ -79,7 +69,7 @@ fn assert_refused(attack: &str, output: &Output, cause: &str) -> String {
 /// Returns the host's peak resident memory, in MiB.
 fn attack(component: &str, topology: &str, extra: &[&str], cause: &str) -> u64 {
     let (target, before) = prepare(component, topology);
-    std::fs::OpenOptions::new().append(true).open(&target.input).unwrap().write_all(b"the attack begins\n").unwrap();
+    append_lines(&target.input, &["the attack begins"]);
     let mut args = run_args(component, &target.data, &target.input, &["--topology", topology, "--max-attempts", "2"]);
     args.extend_from_slice(extra);
     let (output, peak_mib) = weir_contained_peak(topology, &args);
@@ -153,10 +143,10 @@ fn a_guest_writing_megabytes_to_stderr_hits_the_log_output_limit() {
 /// the word count end exact, and the server stay within `max_mib`.
 fn attack_served(topology: &str, flags: &[&str], input: &str, cause: &str, max_mib: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::server::Server::start_with(dir.path(), flags);
+    let server = Server::start_with(dir.path(), flags);
     server.deploy_word_count(dir.path());
     std::fs::write(dir.path().join("in/attack.txt"), input).unwrap();
-    let bundle = common::server::bundle(dir.path(), HOSTILE, "hostile.weir");
+    let bundle = bundle(dir.path(), HOSTILE, "hostile.weir");
     let path = format!("/v1/topologies?input=in/attack.txt&topology={topology}");
     let (status, body) = server.api("POST", &path, &bundle);
     assert_eq!(status, 201, "{body}");
@@ -240,27 +230,11 @@ fn a_guest_polling_a_far_off_instant_is_abandoned_at_its_call_deadline() {
 
 #[test]
 fn a_guest_spout_sleeping_in_wasi_is_abandoned_at_its_call_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     // One batch at a time, so that the three batches before the blocked
     // emission are committed first.
-    let output = weir_contained(
-        "sleepy-spout",
-        &[
-            "run",
-            HOSTILE,
-            "--data",
-            data.to_str().unwrap(),
-            "--topology",
-            "sleepy-spout",
-            "--max-pending",
-            "1",
-            "--max-attempts",
-            "2",
-            "--max-call-ms",
-            "200",
-        ],
-    );
+    let extra = ["--max-pending", "1", "--max-attempts", "2", "--max-call-ms", "200"];
+    let output = weir_contained("sleepy-spout", &run_topology_args(HOSTILE, "sleepy-spout", &data, &extra));
     assert_refused(
         "sleepy-spout",
         &output,
@@ -291,8 +265,7 @@ fn unbounded_memory_growth_hits_the_memory_limit_the_topology_asked_for() {
 #[test]
 fn a_guest_whose_memory_only_grows_gets_a_fresh_instance_before_it_traps() {
     let dir = tempfile::tempdir().unwrap();
-    let input = first_sentences(dir.path());
-    let data = dir.path().join("data");
+    let (input, data) = sentences_input(dir.path(), 300);
     let args = run_args(HOSTILE, &data, &input, &["--topology", "leak", "--batch-size", "10"]);
     let output = weir().env("WEIR_LOG", "weir=debug").args(&args).output().unwrap();
     assert!(output.status.success(), "{}", text(&output));
@@ -307,8 +280,7 @@ fn a_guest_whose_memory_only_grows_gets_a_fresh_instance_before_it_traps() {
         .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
         .collect();
     assert!(!held.is_empty() && held.iter().all(|mib| *mib < 12), "replaced holding {held:?} MiB: {log}");
-    let sentences = std::fs::read_to_string(&input).unwrap();
-    assert_counts_eq(&counts(&data, "leak"), &count_words(&sentences.lines().collect::<Vec<_>>()));
+    assert_counts_eq(&counts(&data, "leak"), &count_words(&sentences(300)));
 }
 
 #[test]
@@ -330,7 +302,7 @@ fn fanning_out_too_far_hits_the_tuple_limit() {
 fn a_panic_shows_its_message_and_a_wasm_backtrace() {
     attack(HOSTILE, "panic", &[], "the hostile guest panics on purpose");
     let (target, _) = prepare(HOSTILE, "panic");
-    std::fs::OpenOptions::new().append(true).open(&target.input).unwrap().write_all(b"attack\n").unwrap();
+    append_lines(&target.input, &["attack"]);
     let output =
         weir_output(&run_args(HOSTILE, &target.data, &target.input, &["--topology", "panic", "--max-attempts", "1"]));
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -457,13 +429,8 @@ fn a_directory_is_granted_only_where_the_host_allows_it() {
 
 #[test]
 fn another_topology_keeps_committing_while_a_hostile_one_fails() {
-    let corpus = corpus_20k();
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    let sentences = std::fs::read_to_string(&corpus.path).unwrap();
-    let lines: Vec<&str> = sentences.lines().collect();
-    std::fs::write(&input, format!("attack\n{}\n", lines.join("\n"))).unwrap();
-    let data = dir.path().join("data");
+    let lines = sentences(20_000);
+    let (_dir, input, data) = input_and_data("input.txt", &format!("attack\n{}\n", lines.join("\n")));
     let output = weir()
         .env("WEIR_LOG", "weir=debug")
         .args(run_args(
@@ -494,12 +461,8 @@ fn another_topology_keeps_committing_while_a_hostile_one_fails() {
     let last_failure = log.find("topology infinite-loop: txid 1 attempt 3 failed").expect("a fourth failure");
     let committed_between = log[first_failure..last_failure].matches("topology steady: committed txid").count();
     assert!(committed_between > 0, "steady committed nothing while infinite-loop failed:\n{log}");
-    let mut want = std::collections::BTreeMap::new();
     // `steady` emits nothing for the `attack` line, and counts every other.
-    for word in lines.iter().flat_map(|l| l.split_whitespace()) {
-        *want.entry(word.to_owned()).or_insert(0) += 1;
-    }
-    assert_counts_eq(&counts(&data, "steady"), &want);
+    assert_counts_eq(&counts(&data, "steady"), &count_words(&lines));
     let data_dir = data.to_str().unwrap();
     let hostile_state =
         weir_output(&["state", "scan", "--data", data_dir, "--topology", "infinite-loop", "--state", "counts"]);
@@ -553,7 +516,7 @@ fn hostile_descriptions_are_refused_at_load() {
 #[test]
 fn hostile_descriptions_deployed_to_a_server_are_refused_and_the_sibling_stays_exact() {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::server::Server::start_with(dir.path(), &["--max-upload-mib", "64"]);
+    let server = Server::start_with(dir.path(), &["--max-upload-mib", "64"]);
     server.deploy_word_count(dir.path());
     std::fs::write(dir.path().join("in/hostile.txt"), "the attack begins\n").unwrap();
     let bundle = hostile_topologies_bundle();
@@ -587,13 +550,13 @@ fn a_served_guest_blocked_in_wasi_fails_while_a_sibling_counts_exactly_and_is_de
     // guest is blocked, and far below the hour it sleeps.
     let server = Server::start_with(dir.path(), &["--max-call-ms", "1000"]);
     server.deploy_word_count(dir.path());
-    let input = first_sentences(&dir.path().join("in"));
+    let (input, _) = sentences_input(&dir.path().join("in"), 300);
     let bundle = bundle(dir.path(), HOSTILE, "hostile.weir");
     let (status, body) = server.api("POST", "/v1/topologies?topology=sleep-in-wasi&input=in/input.txt", &bundle);
     assert_eq!(status, 201, "{body}");
     server.wait_for_topology("sleep-in-wasi", 1);
     let before = server.counts("sleep-in-wasi");
-    std::fs::OpenOptions::new().append(true).open(&input).unwrap().write_all(b"the attack begins\n").unwrap();
+    append_lines(&input, &["the attack begins"]);
 
     let failed = server.wait_for_status("sleep-in-wasi", |s| s["state"] == "failed");
     let error = failed["error"].as_str().unwrap_or_default();

@@ -14,17 +14,40 @@ use std::process::Command;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-fn write_lines(path: &Path, lines: &[&str]) {
-    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+/// A server's directory holding the 20,000-sentence corpus as `in/corpus.txt`.
+fn with_corpus() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    dir
 }
 
-/// Grows an input a served topology follows. Never a rewrite: between its
-/// truncation and its write the spout may find the file shorter than what
-/// it has committed, and halt, as it should.
-fn append_lines(path: &Path, lines: &[&str]) {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
-    file.write_all((lines.join("\n") + "\n").as_bytes()).unwrap();
+/// [`with_corpus`], the word count bundled in it as `wc.weir`: the bundle's bytes.
+fn with_word_count() -> (tempfile::TempDir, Vec<u8>) {
+    let dir = with_corpus();
+    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    (dir, word_count)
+}
+
+/// `weir` as a client of `server`, with its token.
+fn client_of(server: &Server) -> Command {
+    let mut command = weir();
+    command.env("WEIR_TOKEN", TOKEN).env("WEIR_SERVER", server.url());
+    command
+}
+
+/// Sends `server` SIGTERM and waits up to a minute for it to exit.
+fn terminate(server: &mut Server) -> std::process::ExitStatus {
+    let sent = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(exit) = server.child.try_wait().unwrap() {
+            return exit;
+        }
+        assert!(Instant::now() < deadline, "the server did not exit within a minute of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -103,10 +126,7 @@ fn deploy_status_upgrade_restart_stop_delete() {
 
 #[test]
 fn the_api_refuses_what_it_should_and_keeps_serving() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
-    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let (dir, word_count) = with_word_count();
     let server = Server::start(dir.path());
 
     // No token, or a wrong one: 401, and nothing changes or is revealed.
@@ -176,15 +196,12 @@ fn serving_beyond_loopback_needs_a_token() {
 
 #[test]
 fn the_client_verbs_drive_a_server() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let (dir, _) = with_word_count();
     let bundle_path = dir.path().join("wc.weir");
-    weir_ok(&["bundle", WORD_COUNT, "-o", bundle_path.to_str().unwrap()]);
     let server = Server::start(dir.path());
     let url = server.url();
     let client = |args: &[&str]| {
-        let output = weir().env("WEIR_TOKEN", TOKEN).env("WEIR_SERVER", &url).args(args).output().unwrap();
+        let output = client_of(&server).args(args).output().unwrap();
         assert!(output.status.success(), "weir {args:?}: {}", text(&output));
         String::from_utf8(output.stdout).unwrap()
     };
@@ -229,24 +246,14 @@ fn the_client_verbs_drive_a_server() {
 
 #[test]
 fn logs_show_what_guests_wrote_most_recent_first() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
-    let bundle_path = dir.path().join("variants.weir");
-    weir_ok(&["bundle", TEST_TOPOLOGIES, "-o", bundle_path.to_str().unwrap()]);
+    let dir = with_corpus();
+    let bundle = bundle(dir.path(), TEST_TOPOLOGIES, "variants.weir");
     let server = Server::start(dir.path());
-    let bundle = std::fs::read(&bundle_path).unwrap();
     let (status, body) = server.api("POST", "/v1/topologies?topology=chatty-word-count&input=in/corpus.txt", &bundle);
     assert_eq!(status, 201, "{body}");
     server.wait_for_topology("chatty-word-count", 20);
-    let url = server.url();
     let logs = |lines: &str| {
-        let output = weir()
-            .env("WEIR_TOKEN", TOKEN)
-            .env("WEIR_SERVER", &url)
-            .args(["logs", "chatty-word-count", "--lines", lines])
-            .output()
-            .unwrap();
+        let output = client_of(&server).args(["logs", "chatty-word-count", "--lines", lines]).output().unwrap();
         assert!(output.status.success(), "{}", text(&output));
         String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect::<Vec<String>>()
     };
@@ -291,10 +298,7 @@ fn renamed_in_manifest(bundle: &[u8], name: &str) -> Vec<u8> {
 
 #[test]
 fn a_manifest_naming_its_topology_with_a_path_writes_nothing_anywhere() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
-    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let (dir, word_count) = with_word_count();
     let server = Server::start(dir.path());
     let before = files_under(dir.path());
     let outside = format!("/tmp/weir-traversal-{}", std::process::id());
@@ -332,10 +336,7 @@ fn a_manifest_naming_its_topology_with_a_path_writes_nothing_anywhere() {
 
 #[test]
 fn concurrent_deploys_of_one_name_start_one_coordinator() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
-    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let (dir, word_count) = with_word_count();
     let server = Server::start(dir.path());
     let barrier = Barrier::new(4);
     let answers: Vec<(u16, serde_json::Value)> = std::thread::scope(|s| {
@@ -390,13 +391,10 @@ fn concurrent_deploys_of_one_name_start_one_coordinator() {
 
 #[test]
 fn an_input_link_re_pointed_outside_is_refused_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let (dir, word_count) = with_word_count();
     std::os::unix::fs::symlink("corpus.txt", dir.path().join("in/link")).unwrap();
     let outside = dir.path().join("outside.txt");
     std::fs::write(&outside, "secretword another\n".repeat(100)).unwrap();
-    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
     let server = Server::start(dir.path());
     let (status, body) = server.api("POST", "/v1/topologies?input=in/link", &word_count);
     assert_eq!(status, 201, "{body}");
@@ -483,10 +481,7 @@ fn parse_exposition(text: &str) -> Vec<Sample> {
 
 #[test]
 fn metrics_labels_with_quotes_and_backslashes_stay_valid() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
-    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let (dir, word_count) = with_word_count();
     let server = Server::start(dir.path());
     let name = r#"wc "quoted" \back\slash} x="y",z"#;
     let (status, body) =
@@ -513,11 +508,8 @@ fn metrics_labels_with_quotes_and_backslashes_stay_valid() {
 
 #[test]
 fn a_cross_origin_post_is_refused_without_a_token() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let (dir, word_count) = with_word_count();
     let bundle_path = dir.path().join("wc.weir");
-    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
     let server = Server::start_without_token(dir.path());
     let deploy = "/v1/topologies?input=in/corpus.txt";
     for (headers, reason) in [
@@ -743,10 +735,7 @@ fn one_topology_deployed_under_two_names_keeps_two_states() {
 
 #[test]
 fn deploys_past_the_most_a_server_allows_are_refused_until_one_is_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
-    let word_count = bundle(dir.path(), WORD_COUNT, "wc.weir");
+    let (dir, word_count) = with_word_count();
     let server = Server::start_with(dir.path(), &["--max-deployments", "2"]);
     let deploy =
         |name: &str| server.api("POST", &format!("/v1/topologies?name={name}&input=in/corpus.txt"), &word_count);
@@ -816,7 +805,7 @@ fn the_client_verbs_escape_names_and_inputs() {
     let server = Server::start(dir.path());
     let url = server.url();
     let client = |args: &[&str]| {
-        let output = weir().env("WEIR_TOKEN", TOKEN).env("WEIR_SERVER", &url).args(args).output().unwrap();
+        let output = client_of(&server).args(args).output().unwrap();
         (output.status.success(), text(&output))
     };
     let ok = |args: &[&str]| {
@@ -856,16 +845,7 @@ fn sigterm_stops_every_topology_and_exits_then_a_restart_resumes() {
     let mut server = Server::start(dir.path());
     server.deploy_word_count(dir.path());
     server.assert_word_count_exact();
-    let sent = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
-    assert!(sent.success());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let exit = loop {
-        if let Some(exit) = server.child.try_wait().unwrap() {
-            break exit;
-        }
-        assert!(Instant::now() < deadline, "the server did not exit within a minute of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let exit = terminate(&mut server);
     assert!(exit.success(), "{exit:?}");
     let server = Server::start(dir.path());
     assert_eq!(server.wait_for_topology("word-count", 20)["state"], "running");
@@ -876,10 +856,7 @@ fn sigterm_stops_every_topology_and_exits_then_a_restart_resumes() {
 fn sigterm_with_a_blocked_guest_exits_in_bounded_time() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("in")).unwrap();
-    let input = dir.path().join("in/input.txt");
-    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    let lines: Vec<&str> = sentences.lines().take(300).collect();
-    write_lines(&input, &lines);
+    let (input, _) = sentences_input(&dir.path().join("in"), 300);
     let hostile = bundle(dir.path(), HOSTILE, "hostile.weir");
     // A call's deadline of 4 s: a guest that sleeps for an hour is abandoned
     // well before, and so is the server's shutdown.
@@ -894,16 +871,7 @@ fn sigterm_with_a_blocked_guest_exits_in_bounded_time() {
 
     let peak = peak_rss_kib(server.child.id()).unwrap();
     assert!(peak <= 512 * 1024, "the server reached {} MiB of resident memory", peak / 1024);
-    let signalled = std::time::Instant::now();
-    let kill = std::process::Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let exited = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(signalled.elapsed() < std::time::Duration::from_secs(60), "weir serve did not exit after SIGTERM");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let exited = terminate(&mut server);
     assert!(exited.success(), "weir serve exited with {exited}");
     drop(server);
 
@@ -947,11 +915,29 @@ fn every_answer_forbids_framing_sniffing_and_inline_script() {
     }
 }
 
+/// Asks for `topology`'s history every `every` until its samples' times
+/// satisfy `done`, for up to a minute; returns it.
+fn wait_for_history(
+    server: &Server,
+    topology: &str,
+    every: Duration,
+    done: impl Fn(&Vec<serde_json::Value>) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, history) = server.api("GET", &format!("/v1/topologies/{topology}/history"), b"");
+        assert_eq!(status, 200, "{history}");
+        if done(history["at"].as_array().unwrap()) {
+            return history;
+        }
+        assert!(Instant::now() < deadline, "{history}");
+        std::thread::sleep(every);
+    }
+}
+
 #[test]
 fn a_state_pages_in_key_order_and_a_status_keeps_history_graph_and_failures() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("in")).unwrap();
-    std::fs::copy(&corpus_20k().path, dir.path().join("in/corpus.txt")).unwrap();
+    let dir = with_corpus();
     let server = Server::start(dir.path());
     server.deploy_word_count(dir.path());
     server.assert_word_count_exact();
@@ -1000,16 +986,7 @@ fn a_state_pages_in_key_order_and_a_status_keeps_history_graph_and_failures() {
     assert_eq!(definition, manifest["topologies"][0]["definition"]);
 
     // A sample a second, in columns of one length.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let history = loop {
-        let (status, history) = server.api("GET", "/v1/topologies/word-count/history", b"");
-        assert_eq!(status, 200, "{history}");
-        if history["at"].as_array().unwrap().len() >= 3 {
-            break history;
-        }
-        assert!(Instant::now() < deadline, "{history}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let history = wait_for_history(&server, "word-count", Duration::from_millis(200), |at| at.len() >= 3);
     let at: Vec<f64> = history["at"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
     assert!(at.windows(2).all(|w| w[1] > w[0]), "{at:?}");
     for column in ["last_committed", "batches_per_s", "tuples_per_s", "commit_p99_ms", "replays", "spout_lag"] {
@@ -1039,16 +1016,7 @@ fn a_state_pages_in_key_order_and_a_status_keeps_history_graph_and_failures() {
     }
     let (status, body) = server.api("POST", "/v1/topologies?topology=flaky-word-count&input=in/corpus.txt", &variants);
     assert_eq!(status, 201, "{body}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let history = loop {
-        let (status, history) = server.api("GET", "/v1/topologies/flaky-word-count/history", b"");
-        assert_eq!(status, 200, "{history}");
-        if !history["at"].as_array().unwrap().is_empty() {
-            break history;
-        }
-        assert!(Instant::now() < deadline, "{history}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let history = wait_for_history(&server, "flaky-word-count", Duration::from_millis(100), |at| !at.is_empty());
     for at in history["at"].as_array().unwrap() {
         assert!(at.as_f64().unwrap() >= deleted - 1e-3, "a sample from before the delete: {history}");
     }

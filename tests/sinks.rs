@@ -6,7 +6,7 @@
 mod common;
 
 use common::kill::{Point, Restarts};
-use common::nats::{LogReader, NatsServer, wait_for_exit};
+use common::nats::{LogReader, NatsServer};
 use common::server::{Server, bundle};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,8 +31,7 @@ fn truth(clicks: &[String]) -> BTreeMap<String, i64> {
 /// clicks.3) and an empty output stream `out` taking `out_subjects`.
 fn server_with(clicks: &[String], out_subjects: &[&str]) -> NatsServer {
     let nats = NatsServer::start();
-    let lines: Vec<&str> = clicks.iter().map(String::as_str).collect();
-    nats.publish("clicks", "clicks.{0..3}", &lines);
+    nats.publish("clicks", "clicks.{0..3}", clicks);
     if !out_subjects.is_empty() {
         nats.create_stream("out", out_subjects);
     }
@@ -40,10 +39,7 @@ fn server_with(clicks: &[String], out_subjects: &[&str]) -> NatsServer {
 }
 
 fn run_args<'a>(topology: &'a str, data: &'a Path, nats: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec!["run", TEST_TOPOLOGIES, "--topology", topology, "--data", data.to_str().unwrap()];
-    args.extend_from_slice(&["--nats", nats, "--nats-retry-ms", "20000"]);
-    args.extend_from_slice(extra);
-    args
+    run_topology_args(TEST_TOPOLOGIES, topology, data, &[&["--nats", nats, "--nats-retry-ms", "20000"], extra].concat())
 }
 
 /// One message of the output stream: its id's parts and its payload.
@@ -121,8 +117,7 @@ fn assert_published_once(published: &[Published], last: u64, topology: &str, cli
 fn survives_kills(topology: &str, seed: u64) {
     let clicks = clicks(3000, seed);
     let nats = server_with(&clicks, &["page-counts"]);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args(topology, &data, &url, &["--batch-size", "10", "--max-pending", "4"]);
     let mut restarts = Restarts::new(args, &data, topology);
@@ -158,20 +153,15 @@ fn an_opaque_topology_killed_at_thirteen_moments_publishes_each_committed_batch_
 fn the_server_killed_and_restarted_twice_mid_run_leaves_each_committed_batch_published_once() {
     let clicks = clicks(3000, 23);
     let mut nats = server_with(&clicks, &["page-counts"]);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args("jetstream-sink", &data, &url, &["--batch-size", "10"]);
     let (mut child, mut log) = LogReader::start(&args, "weir=debug");
     for at in [5, 30] {
         log.until(&format!("committed txid {at} "));
-        nats.kill();
-        log.until("lost the NATS server at");
-        std::thread::sleep(Duration::from_millis(1500));
-        nats.restart();
+        nats.crash_under(&mut log);
     }
-    let status = wait_for_exit(&mut child);
-    let log = log.rest();
+    let (status, log) = log.finish(&mut child);
     assert!(status.success(), "{log}");
     assert!(last_committed(&data, "jetstream-sink") > 30, "{log}");
     assert_exactly_once(&read_back(&nats), &data, "jetstream-sink", &clicks);
@@ -182,8 +172,7 @@ fn a_publish_refused_halts_naming_sink_subject_and_txid_and_keeps_the_output_for
     let clicks = clicks(200, 24);
     // No stream takes the sink's subject yet.
     let nats = server_with(&clicks, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args("jetstream-sink-raw", &data, &url, &["--batch-size", "10"]);
     let output = weir_output(&args);
@@ -233,8 +222,7 @@ fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batch_in_the_
         ..Default::default()
     };
     client.runtime.block_on(client.jetstream.create_stream(config)).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args("jetstream-sink", &data, &url, &["--batch-size", "10"]);
     let mut restarts = Restarts::new(args, &data, "jetstream-sink");
@@ -266,8 +254,7 @@ fn a_served_topology_publishes_through_its_sink_as_the_stream_grows() {
     let (status, body) = server.api("POST", "/v1/topologies?topology=jetstream-sink", &bytes);
     assert_eq!(status, 201, "{body}");
     server.wait_for_status("jetstream-sink", |s| s["tuples"] == 600 && s["spout_lag"] == 0);
-    let rest: Vec<&str> = clicks[600..].iter().map(String::as_str).collect();
-    nats.publish("clicks", "clicks.{0..3}", &rest);
+    nats.publish("clicks", "clicks.{0..3}", &clicks[600..]);
     let status = server.wait_for_status("jetstream-sink", |s| s["tuples"] == 1000 && s["spout_lag"] == 0);
     assert_eq!(status["state"], "running", "{status}");
     let last = status["last_committed"].as_u64().unwrap();
@@ -291,11 +278,9 @@ fn a_served_topology_publishes_through_its_sink_as_the_stream_grows() {
 fn a_sink_without_a_server_is_refused_before_anything_runs_naming_sink_and_subject() {
     let want = "topology file-sink: sink page-counts publishes to NATS JetStream subject page-counts: give the \
                 server with --nats URL";
-    let dir = tempfile::tempdir().unwrap();
-    let (input, data) = (dir.path().join("pages.txt"), dir.path().join("data"));
-    std::fs::write(&input, "/a\n/b\n").unwrap();
-    let args = ["run", TEST_TOPOLOGIES, "--topology", "file-sink", "--data", data.to_str().unwrap()];
-    let output = weir_output(&[&args[..], &["--input", input.to_str().unwrap()]].concat());
+    let (dir, input, data) = input_and_data("pages.txt", "/a\n/b\n");
+    let output =
+        weir_output(&run_topology_args(TEST_TOPOLOGIES, "file-sink", &data, &["--input", input.to_str().unwrap()]));
     assert!(!output.status.success() && text(&output).contains(want), "{}", text(&output));
     assert!(!data.exists(), "a refused run leaves no data dir");
     let server = Server::start(dir.path());

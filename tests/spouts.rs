@@ -12,24 +12,10 @@ fn emitted(log: &str, txid: u64, attempt: u32) -> Vec<String> {
     log.lines().filter_map(|line| line.split_once(&marker).map(|(_, rest)| rest.to_owned())).collect()
 }
 
-/// Sums per last digit of the integers 0 to 19,999, as `examples/spouts` keeps them.
-fn expected_sums() -> Vec<serde_json::Value> {
-    (0..10).map(|d: i64| serde_json::json!({"key": [d], "value": 19_990_000 + 2000 * d})).collect()
-}
-
 fn run_spout(topology: &str) -> String {
     let data = tempfile::tempdir().unwrap();
-    let output = weir_ok(&[
-        "run",
-        SPOUTS,
-        "--topology",
-        topology,
-        "--data",
-        data.path().to_str().unwrap(),
-        "--batch-size",
-        "1000",
-    ]);
-    assert_eq!(scan(data.path(), topology, "sums"), expected_sums(), "{topology}");
+    let output = weir_ok(&run_topology_args(SPOUTS, topology, data.path(), &["--batch-size", "1000"]));
+    assert_eq!(scan(data.path(), topology, "sums"), digit_sums(), "{topology}");
     let log = text(&output);
     assert!(log.contains("txid 2 attempt 0 failed: operator last-digit: retry"), "{log}");
     log
@@ -65,14 +51,7 @@ fn a_partitioned_opaque_spout_may_re_emit_differently_and_stays_exact() {
 #[test]
 fn an_opaque_spout_feeding_a_transactional_state_is_refused() {
     let data = tempfile::tempdir().unwrap();
-    let output = weir_output(&[
-        "run",
-        SPOUTS,
-        "--topology",
-        "opaque-into-transactional",
-        "--data",
-        data.path().to_str().unwrap(),
-    ]);
+    let output = weir_output(&run_topology_args(SPOUTS, "opaque-into-transactional", data.path(), &[]));
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -118,23 +97,13 @@ fn the_directory_spout_reads_files_in_name_order_and_picks_up_new_ones() {
 #[test]
 fn a_batch_failing_forever_halts_after_the_retries_and_leaves_committed_state_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    let lines: Vec<&str> = sentences.lines().collect();
-    std::fs::write(&input, lines[..4000].join("\n") + "\n").unwrap();
-    let data = dir.path().join("data");
+    let (input, data) = sentences_input(dir.path(), 4000);
     let extra = ["--topology", "fails-at-5", "--batch-size", "1000", "--max-attempts", "3", "--retry-backoff-ms", "1"];
     weir_ok(&run_args(TEST_TOPOLOGIES, &data, &input, &extra));
-    let raw = || {
-        let data = data.to_str().unwrap();
-        let args = ["state", "scan", "--data", data, "--topology", "fails-at-5", "--state", "counts", "--raw"];
-        weir_ok(&args).stdout
-    };
+    let raw = || raw_scan(&data, "fails-at-5", "counts");
     let before = raw();
-    std::fs::write(&input, lines[..6000].join("\n") + "\n").unwrap();
-    let output = weir_output(&run_args(TEST_TOPOLOGIES, &data, &input, &extra));
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    write_lines(&input, &sentences(6000));
+    let stderr = failed_stderr(&weir_output(&run_args(TEST_TOPOLOGIES, &data, &input, &extra)));
     assert!(
         stderr.contains(
             "error: topology fails-at-5 halted: txid 5 failed 3 times; last error at attempt 2: operator split: trap"
@@ -182,10 +151,7 @@ fn a_failed_spout_emission_is_retried_with_the_next_attempt() {
 /// counted by a run of the word count into `dir/data`: the input, the data
 /// dir and the committed state.
 fn counted(dir: &std::path::Path, n: usize) -> (std::path::PathBuf, std::path::PathBuf, Vec<serde_json::Value>) {
-    let input = dir.join("input.txt");
-    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    std::fs::write(&input, sentences.lines().take(n).collect::<Vec<_>>().join("\n") + "\n").unwrap();
-    let data = dir.join("data");
+    let (input, data) = sentences_input(dir, n);
     weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100"]));
     let state = scan(&data, "word-count", "counts");
     (input, data, state)
@@ -194,9 +160,7 @@ fn counted(dir: &std::path::Path, n: usize) -> (std::path::PathBuf, std::path::P
 /// Runs the word count again over `input` and returns its error, checking
 /// that it halted at once, before any batch, leaving `state` as it was.
 fn halted(input: &std::path::Path, data: &std::path::Path, state: &[serde_json::Value]) -> String {
-    let output = weir_output(&run_args(WORD_COUNT, data, input, &["--batch-size", "100"]));
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let stderr = failed_stderr(&weir_output(&run_args(WORD_COUNT, data, input, &["--batch-size", "100"])));
     assert!(!stderr.contains("retrying"), "a changed input is not retried: {stderr}");
     assert_eq!(scan(data, "word-count", "counts"), state, "committed state changed");
     stderr
@@ -222,8 +186,7 @@ fn an_input_replaced_since_its_batches_were_committed_halts_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let (input, data, state) = counted(dir.path(), 300);
     // Other sentences, as many bytes and more: only the content tells.
-    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    std::fs::write(&input, sentences.lines().skip(1000).take(400).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    write_lines(&input, &sentences(1400)[1000..]);
     let stderr = halted(&input, &data, &state);
     assert!(stderr.contains(&format!("halted at txid 4: input {} changed: bytes", input.display())), "{stderr}");
     assert!(stderr.contains("the last that the batches before txid 4 read, are not what they were"), "{stderr}");
@@ -234,11 +197,8 @@ fn a_data_dir_of_the_previous_release_resumes_after_its_last_line_range() {
     // The previous release recorded a batch's line range in 24 bytes:
     // start, end, lines. Its data dir: the first 100 lines committed.
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    let lines: Vec<&str> = sentences.lines().take(300).collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let data = dir.path().join("data");
+    let (input, data) = sentences_input(dir.path(), 300);
+    let lines = sentences(300);
     let end = lines[..100].iter().map(|l| l.len() as u64 + 1).sum::<u64>();
     let meta: Vec<u8> = [0, end, 100].iter().flat_map(|n: &u64| n.to_le_bytes()).collect();
     weir_state::Db::open(&data)

@@ -25,16 +25,7 @@ struct Run {
 /// every batch, the empty one included, and replayed txid 4 once.
 fn run(topology: &str) -> Run {
     let data = tempfile::tempdir().unwrap();
-    let output = weir_ok(&[
-        "run",
-        STREAM_OPS,
-        "--topology",
-        topology,
-        "--data",
-        data.path().to_str().unwrap(),
-        "--batch-size",
-        "6",
-    ]);
+    let output = weir_ok(&run_topology_args(STREAM_OPS, topology, data.path(), &["--batch-size", "6"]));
     let log = text(&output);
     assert!(log.contains("committed 4 batches (10 tuples)"), "{topology}: {log}");
     assert!(log.contains("txid 4 attempt 0 failed: operator fail-once: retry"), "{topology}: {log}");
@@ -614,23 +605,14 @@ fn broadcast_sends_every_tuple_to_every_partition() {
 
 #[test]
 fn parallelism_hint_2_counts_the_corpus_exactly_as_1_does() {
-    let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
-    weir_ok(&run_args(
-        STREAM_OPS,
-        data.path(),
-        &corpus.path,
-        &["--topology", "parallel-word-count", "--batch-size", "1000", "--max-pending", "2"],
-    ));
-    assert_counts_eq(&counts(data.path(), "parallel-word-count"), &corpus.truth);
+    let extra = ["--topology", "parallel-word-count", "--batch-size", "1000", "--max-pending", "2"];
+    let (data, _) = over_corpus(weir_ok, STREAM_OPS, &extra);
+    assert_counts_eq(&counts(data.path(), "parallel-word-count"), &corpus_20k().truth);
 }
 
 /// Loads the bad topology `topology` and returns why it was refused.
 fn refusal(topology: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    std::fs::write(&input, "one line\n").unwrap();
-    let data = dir.path().join("data");
+    let (_dir, input, data) = input_and_data("input.txt", "one line\n");
     let output = weir_output(&run_args(BAD_TOPOLOGIES, &data, &input, &["--topology", topology]));
     assert!(!output.status.success(), "{topology} was accepted:\n{}", text(&output));
     String::from_utf8_lossy(&output.stderr).into_owned()

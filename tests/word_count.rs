@@ -9,14 +9,11 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 fn exact_counts(batch_size: &str, max_pending: &str, extra: &[&str]) {
-    let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
-    let mut args = vec!["--batch-size", batch_size, "--max-pending", max_pending];
-    args.extend_from_slice(extra);
-    let output = weir_ok(&run_args(WORD_COUNT, data.path(), &corpus.path, &args));
+    let args = [&["--batch-size", batch_size, "--max-pending", max_pending], extra].concat();
+    let (data, output) = over_corpus(weir_ok, WORD_COUNT, &args);
     let batches = 20_000usize.div_ceil(batch_size.parse().unwrap());
     assert!(text(&output).contains(&format!("committed {batches} batches (20000 tuples)")), "{}", text(&output));
-    assert_counts_eq(&counts(data.path(), "word-count"), &corpus.truth);
+    assert_counts_eq(&counts(data.path(), "word-count"), &corpus_20k().truth);
 }
 
 #[test]
@@ -48,32 +45,19 @@ fn two_instances_per_operator_count_exactly() {
 
 #[test]
 fn a_guest_combiner_aggregator_counts_exactly() {
-    let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
-    weir_ok(&run_args(
-        TEST_TOPOLOGIES,
-        data.path(),
-        &corpus.path,
-        &["--topology", "guest-count", "--batch-size", "700"],
-    ));
-    assert_counts_eq(&counts(data.path(), "guest-count"), &corpus.truth);
+    let (data, _) = over_corpus(weir_ok, TEST_TOPOLOGIES, &["--topology", "guest-count", "--batch-size", "700"]);
+    assert_counts_eq(&counts(data.path(), "guest-count"), &corpus_20k().truth);
 }
 
 #[test]
 fn a_retry_error_replays_the_batch_and_counts_stay_exact() {
-    let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
-    let output = weir_ok(&run_args(
-        TEST_TOPOLOGIES,
-        data.path(),
-        &corpus.path,
-        &["--topology", "flaky-word-count", "--batch-size", "1000", "--max-pending", "4"],
-    ));
+    let extra = ["--topology", "flaky-word-count", "--batch-size", "1000", "--max-pending", "4"];
+    let (data, output) = over_corpus(weir_ok, TEST_TOPOLOGIES, &extra);
     let log = text(&output);
     assert!(log.contains("txid 3 attempt 0 failed: operator split: retry: txid 3 fails on its first attempt"), "{log}");
     assert!(log.contains("replaying txids 3..="), "{log}");
     assert!(log.contains("1 failed attempts replayed"), "{log}");
-    assert_counts_eq(&counts(data.path(), "flaky-word-count"), &corpus.truth);
+    assert_counts_eq(&counts(data.path(), "flaky-word-count"), &corpus_20k().truth);
     let w0 = &scan(data.path(), "flaky-word-count", "counts")[0];
     assert_eq!(w0["key"][0], "w0");
 }
@@ -146,14 +130,8 @@ fn a_second_run_loads_the_compiled_component_from_the_cache() {
 
 #[test]
 fn guest_output_reaches_the_host_log_prefixed_with_the_operator() {
-    let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
-    let output = weir_ok(&run_args(
-        TEST_TOPOLOGIES,
-        data.path(),
-        &corpus.path,
-        &["--topology", "chatty-word-count", "--batch-size", "10000"],
-    ));
+    let (_data, output) =
+        over_corpus(weir_ok, TEST_TOPOLOGIES, &["--topology", "chatty-word-count", "--batch-size", "10000"]);
     let log = String::from_utf8_lossy(&output.stderr);
     for line in ["[split] stdout: split starts txid 1", "[split] stderr: split warns about txid 2"] {
         assert!(log.contains(line), "{line:?} missing from:\n{log}");
@@ -162,14 +140,9 @@ fn guest_output_reaches_the_host_log_prefixed_with_the_operator() {
 
 #[test]
 fn a_batch_failing_every_attempt_halts_the_run_and_keeps_what_was_committed() {
-    let corpus = corpus_20k();
-    let data = tempfile::tempdir().unwrap();
-    let output = weir_output(&run_args(
-        TEST_TOPOLOGIES,
-        data.path(),
-        &corpus.path,
-        &["--topology", "poison-word-count", "--batch-size", "1000", "--max-pending", "1", "--max-attempts", "3"],
-    ));
+    let extra =
+        ["--topology", "poison-word-count", "--batch-size", "1000", "--max-pending", "1", "--max-attempts", "3"];
+    let (data, output) = over_corpus(weir_output, TEST_TOPOLOGIES, &extra);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     let error = stderr.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error in:\n{stderr}"));
@@ -180,42 +153,17 @@ fn a_batch_failing_every_attempt_halts_the_run_and_keeps_what_was_committed() {
     }
     assert!(stderr.contains("split cannot go on at txid 2"), "the panic message is missing:\n{stderr}");
     // Only txid 1, the first 1000 sentences, is committed.
-    let first_batch: String =
-        std::fs::read_to_string(&corpus.path).unwrap().lines().take(1000).collect::<Vec<_>>().join(" ");
-    let mut want = std::collections::BTreeMap::new();
-    for word in first_batch.split_whitespace() {
-        *want.entry(word.to_owned()).or_insert(0) += 1;
-    }
-    assert_counts_eq(&counts(data.path(), "poison-word-count"), &want);
+    assert_counts_eq(&counts(data.path(), "poison-word-count"), &count_words(&sentences(1000)));
 }
 
 /// A data dir where the example's word count committed 4 batches, and its
 /// state as `weir state scan --raw` prints it.
 fn four_batches_committed(dir: &std::path::Path, topology: &str, component: &str) -> (std::path::PathBuf, Vec<u8>) {
-    let input = dir.join("input.txt");
-    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    let lines: Vec<&str> = sentences.lines().take(8000).collect();
-    std::fs::write(&input, lines[..4000].join("\n") + "\n").unwrap();
-    let data = dir.join("data");
+    let (input, data) = sentences_input(dir, 4000);
     weir_ok(&run_args(component, &data, &input, &["--topology", topology, "--batch-size", "1000"]));
-    let raw = weir_ok(&[
-        "state",
-        "scan",
-        "--data",
-        data.to_str().unwrap(),
-        "--topology",
-        topology,
-        "--state",
-        "counts",
-        "--raw",
-    ]);
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    (input, raw.stdout)
-}
-
-fn raw_state(data: &std::path::Path, topology: &str) -> Vec<u8> {
-    weir_ok(&["state", "scan", "--data", data.to_str().unwrap(), "--topology", topology, "--state", "counts", "--raw"])
-        .stdout
+    let raw = raw_scan(&data, topology, "counts");
+    write_lines(&input, &sentences(8000));
+    (input, raw)
 }
 
 #[test]
@@ -229,8 +177,7 @@ fn a_fatal_error_halts_at_once_without_retrying() {
         &corpus.path,
         &["--topology", "fatal-at-3", "--batch-size", "1000"],
     ));
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = failed_stderr(&output);
     assert!(
         stderr.contains(
             "error: topology fatal-at-3 halted at txid 3, attempt 0: operator split: fatal: txid 3 cannot be processed"
@@ -258,10 +205,7 @@ fn a_fatal_error_halts_at_once_without_retrying() {
 
 #[test]
 fn a_batch_past_its_deadline_fails_and_is_replayed() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    std::fs::write(&input, "a calm sentence\nthe attack begins\n").unwrap();
-    let data = dir.path().join("data");
+    let (_dir, input, data) = input_and_data("input.txt", "a calm sentence\nthe attack begins\n");
     let output = weir_output(&run_args(
         HOSTILE,
         &data,
@@ -279,8 +223,7 @@ fn a_batch_past_its_deadline_fails_and_is_replayed() {
             "2",
         ],
     ));
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = failed_stderr(&output);
     assert!(
         stderr
             .contains("txid 2 attempt 0 failed: operator (batch deadline): the batch was not processed within 200 ms"),
@@ -309,11 +252,10 @@ fn a_state_declared_with_another_kind_is_refused_at_load_with_state_intact() {
         &input,
         &["--topology", "word-count", "--batch-size", "1000", "--max-attempts", "5"],
     ));
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = failed_stderr(&output);
     assert!(stderr.contains(&format!("error: {KIND_CHANGED}")), "{stderr}");
     assert!(!stderr.contains("attempt"), "a batch ran: {stderr}");
-    assert!(raw_state(&data, "word-count") == before, "committed state changed");
+    assert!(raw_scan(&data, "word-count", "counts") == before, "committed state changed");
     // The example itself goes on where it stopped.
     weir_ok(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "1000"]));
     assert_eq!(weir_state::Db::open(&data).unwrap().progress("word-count").unwrap().last_committed, 8);
@@ -359,11 +301,9 @@ fn a_state_error_no_replay_can_cure_halts_at_once_with_state_intact() {
     // A count written by a later batch than the one committing (a state
     // restored from a later copy, say): every replay would meet it again.
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.txt");
-    let sentences = std::fs::read_to_string(&corpus_20k().path).unwrap();
-    std::fs::write(&input, sentences.lines().take(300).collect::<Vec<_>>().join("\n") + "\n").unwrap();
-    let data = dir.path().join("data");
-    let word = sentences.split_whitespace().next().unwrap();
+    let (input, data) = sentences_input(dir.path(), 300);
+    let first = sentences(1);
+    let word = first[0].split_whitespace().next().unwrap();
     let ahead = weir_state::view::StateWrites {
         state: "counts".into(),
         records: vec![(
@@ -377,16 +317,15 @@ fn a_state_error_no_replay_can_cure_halts_at_once_with_state_intact() {
     let nothing_read = weir_io::spout::LineRange { start: 0, end: 0, lines: 0, tail: None }.encode();
     let record = weir_state::BatchRecord { attempt: 0, time_ms: 0, spout: nothing_read };
     weir_state::Db::open(&data).unwrap().commit("word-count", 1, &record, &[ahead]).unwrap();
-    let before = raw_state(&data, "word-count");
+    let before = raw_scan(&data, "word-count", "counts");
 
     let output = weir_output(&run_args(WORD_COUNT, &data, &input, &["--batch-size", "100", "--max-attempts", "5"]));
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = failed_stderr(&output);
     let expected = format!(
         "error: topology word-count halted at txid 2, attempt 0: operator counts: commit failed: state counts: key \
          [\"{word}\"]: stored txid 100 is ahead of batch txid 2"
     );
     assert!(stderr.contains(&expected), "{stderr}");
     assert!(!stderr.contains("replaying"), "a batch no replay can cure was replayed: {stderr}");
-    assert!(raw_state(&data, "word-count") == before, "committed state changed");
+    assert!(raw_scan(&data, "word-count", "counts") == before, "committed state changed");
 }

@@ -27,21 +27,23 @@ fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// An etcd of the benchmark's own, killed when dropped.
-struct Etcd {
+/// A process of the benchmark's own, reached at `url`: an etcd, or a
+/// `weir serve` pinned to one core. Killed when dropped.
+struct Process {
     child: Child,
     url: String,
 }
 
-impl Drop for Etcd {
+impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-impl Etcd {
-    fn start(dir: &Path) -> Result<Etcd> {
+impl Process {
+    /// An etcd with its data and log in `dir`, once it serves.
+    fn etcd(dir: &Path) -> Result<Process> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
         let (port, peer) = (free_port()?, free_port()?);
@@ -57,7 +59,7 @@ impl Etcd {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("starting etcd (scripts/ensure-services installs it)")?;
-        let etcd = Etcd { child, url };
+        let etcd = Process { child, url };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !std::fs::read_to_string(&log).unwrap_or_default().contains("ready to serve client requests") {
             if Instant::now() > deadline {
@@ -67,23 +69,9 @@ impl Etcd {
         }
         Ok(etcd)
     }
-}
 
-/// A `weir serve` pinned to one core, killed when dropped.
-struct Host {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Host {
-    fn start(bench: &Bench, core: usize, data: &Path, extra: &[String]) -> Result<Host> {
+    /// A `weir serve` pinned to core `core`, its data in `data`.
+    fn host(bench: &Bench, core: usize, data: &Path, extra: &[String]) -> Result<Process> {
         let _ = std::fs::remove_dir_all(data);
         let mut child = Command::new("taskset")
             .args(["-c", &core.to_string()])
@@ -101,7 +89,7 @@ impl Host {
         let mut line = String::new();
         BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
         let address = line.trim().strip_prefix("listening on ").context("weir serve did not say where it listens")?;
-        Ok(Host { url: format!("http://{address}"), child })
+        Ok(Process { url: format!("http://{address}"), child })
     }
 
     fn get(&self, path: &str) -> Result<Json> {
@@ -164,7 +152,7 @@ fn run_once(
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let cluster = format!("bench{}-{run}", std::process::id());
-    let etcd = if hosts > 0 { Some(Etcd::start(&bench.work.join("etcd"))?) } else { None };
+    let etcd = if hosts > 0 { Some(Process::etcd(&bench.work.join("etcd"))?) } else { None };
     let mut servers = Vec::new();
     for at in 0..hosts.max(1) {
         let data = bench.work.join(format!("data-cluster-{hosts}-{at}"));
@@ -178,7 +166,7 @@ fn run_once(
             // Outside a cluster the batch size is per partition: 8 make the span.
             None => extra.extend(["--batch-size".to_owned(), (SPAN / 8).to_string()]),
         }
-        servers.push(Host::start(bench, at, &data, &extra)?);
+        servers.push(Process::host(bench, at, &data, &extra)?);
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while etcd.is_some() {
@@ -199,7 +187,7 @@ fn run_once(
             None => servers[0].get("/v1/topologies/word-count")?["tuples"].as_u64().unwrap_or(0),
         })
     };
-    let cpu = |servers: &[Host]| servers.iter().map(|host| cpu_seconds(host.child.id())).sum::<Result<f64>>();
+    let cpu = |servers: &[Process]| servers.iter().map(|host| cpu_seconds(host.child.id())).sum::<Result<f64>>();
     let services = [Some(nats.pid()), etcd.as_ref().map(|e| e.child.id())];
     let service_cpu = || services.iter().flatten().map(|pid| cpu_seconds(*pid)).sum::<Result<f64>>();
     let cpu_before = cpu(&servers)?;

@@ -58,13 +58,69 @@ pub struct Bounded {
     pub peak_rss_kib: u64,
 }
 
-/// Kills a service started beside its [`watchdog`]: the watchdog, then the
-/// service with SIGKILL, as a crash would.
-pub fn kill_service(server: &mut Option<std::process::Child>, watchdog: &mut Option<std::process::Child>) {
-    for child in [watchdog, server] {
-        if let Some(mut child) = child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+/// The binary of service `name`: where the environment variable `var`
+/// says, else on the PATH, else at `fallback` if it is there.
+pub fn service_binary(var: &str, name: &str, fallback: Option<&str>, package: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
+        return PathBuf::from(path);
+    }
+    let on_path = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()));
+    on_path.or_else(|| fallback.map(PathBuf::from).filter(|p| p.is_file())).unwrap_or_else(|| {
+        panic!(
+            "{name} is not installed: run scripts/ensure-services (Debian: apt-get install {package}), \
+             or set {var} to its path"
+        )
+    })
+}
+
+/// A service process a test started (etcd, nats-server), beside its
+/// [`watchdog`]; dropped, it is killed.
+#[derive(Default)]
+pub struct Service {
+    server: Option<std::process::Child>,
+    watchdog: Option<std::process::Child>,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Service {
+    /// Starts `command` (stdin and stdout closed) as the service `name`,
+    /// beside a watchdog that kills it once this process's end of the pipe
+    /// closes, and waits up to 30 s until its log at `log`, past what it
+    /// held before, shows `ready`; returns that part of the log.
+    pub fn launch(&mut self, name: &str, command: &mut Command, log: &Path, ready: &str) -> String {
+        let log_before = std::fs::metadata(log).map_or(0, |m| m.len() as usize);
+        let server =
+            command.stdin(Stdio::null()).stdout(Stdio::null()).spawn().unwrap_or_else(|e| panic!("start {name}: {e}"));
+        self.watchdog = Some(watchdog(server.id()));
+        self.server = Some(server);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let text = text.get(log_before..).unwrap_or_default();
+            if text.contains(ready) {
+                return text.to_owned();
+            }
+            if let Some(status) = self.server.as_mut().unwrap().try_wait().unwrap() {
+                panic!("{name} exited ({status}) before it was ready:\n{text}");
+            }
+            assert!(Instant::now() < deadline, "{name} was not ready within 30 s:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the watchdog, then the service with SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        for child in [&mut self.watchdog, &mut self.server] {
+            if let Some(mut child) = child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
     }
 }
@@ -162,6 +218,57 @@ pub fn corpus_20k() -> &'static Corpus {
     CORPUS.get_or_init(|| generate(20_000))
 }
 
+/// The first `n` sentences of the 20,000-sentence corpus.
+pub fn sentences(n: usize) -> Vec<String> {
+    std::fs::read_to_string(&corpus_20k().path).unwrap().lines().take(n).map(str::to_owned).collect()
+}
+
+/// Writes `lines` to `path`, each ended by a newline.
+pub fn write_lines<S: std::borrow::Borrow<str>>(path: &Path, lines: &[S]) {
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+/// Grows the input at `path` by `lines`, each ended by a newline. Never a
+/// rewrite: between its truncation and its write a spout following it may
+/// find the file shorter than what it has committed, and halt, as it should.
+pub fn append_lines(path: &Path, lines: &[&str]) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all((lines.join("\n") + "\n").as_bytes()).unwrap();
+}
+
+/// The first `n` sentences of the 20,000-sentence corpus written to
+/// `dir/input.txt`: its path, and that of a data dir beside it (not made).
+pub fn sentences_input(dir: &Path, n: usize) -> (PathBuf, PathBuf) {
+    let input = dir.join("input.txt");
+    write_lines(&input, &sentences(n));
+    (input, dir.join("data"))
+}
+
+/// A fresh temporary directory, and the path of a data dir in it (not made).
+pub fn data_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    (dir, data)
+}
+
+/// A temporary directory holding `contents` as the input file `name`: the
+/// directory, the input's path, and that of a data dir beside it (not made).
+pub fn input_and_data(name: &str, contents: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join(name);
+    std::fs::write(&input, contents).unwrap();
+    let data = dir.path().join("data");
+    (dir, input, data)
+}
+
+/// A state's entries as stored, txids and all, byte for byte (`weir state
+/// scan --raw`).
+pub fn raw_scan(data: &Path, topology: &str, state: &str) -> Vec<u8> {
+    let data = data.to_str().unwrap();
+    weir_ok(&["state", "scan", "--data", data, "--topology", topology, "--state", state, "--raw"]).stdout
+}
+
 /// A state's entries as `weir state scan` prints them.
 pub fn scan(data: &Path, topology: &str, state: &str) -> Vec<serde_json::Value> {
     let output =
@@ -205,6 +312,36 @@ pub fn run_args<'a>(component: &'a str, data: &'a Path, input: &'a Path, extra: 
     args
 }
 
+/// `weir run` arguments for topology `topology` of `component` into
+/// `data`, with no input file (its spout makes or reads its own input).
+pub fn run_topology_args<'a>(component: &'a str, topology: &'a str, data: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", component, "--topology", topology, "--data", data.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// The sums per last digit of the integers 0 to 19,999, as the spouts
+/// guest's `sums` state keeps them.
+pub fn digit_sums() -> Vec<serde_json::Value> {
+    (0..10).map(|d: i64| serde_json::json!({"key": [d], "value": 19_990_000 + 2000 * d})).collect()
+}
+
+/// Runs `weir` with `run` (say [`weir_ok`] or [`weir_output`]) over the
+/// 20,000-sentence corpus into a fresh data dir, `component` with `extra`
+/// arguments: the data dir and what the run printed.
+pub fn over_corpus(run: fn(&[&str]) -> Output, component: &str, extra: &[&str]) -> (tempfile::TempDir, Output) {
+    let data = tempfile::tempdir().unwrap();
+    let output = run(&run_args(component, data.path(), &corpus_20k().path, extra));
+    (data, output)
+}
+
+/// The stderr of a `weir` that exited with status 1, as a halted or
+/// refused run does.
+pub fn failed_stderr(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(1), "{}", text(output));
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// Runs the query `query` of `topology` against the committed state in
 /// `data`: the result tuples `weir query` prints on its last line.
 pub fn query(data: &Path, topology: &str, query: &str, args: &str) -> serde_json::Value {
@@ -216,9 +353,9 @@ pub fn query(data: &Path, topology: &str, query: &str, args: &str) -> serde_json
 }
 
 /// Word counts of `lines`, split on whitespace.
-pub fn count_words(lines: &[&str]) -> BTreeMap<String, i64> {
+pub fn count_words<S: AsRef<str>>(lines: &[S]) -> BTreeMap<String, i64> {
     let mut counts = BTreeMap::new();
-    for word in lines.iter().flat_map(|l| l.split_whitespace()) {
+    for word in lines.iter().flat_map(|l| l.as_ref().split_whitespace()) {
         *counts.entry(word.to_owned()).or_insert(0) += 1;
     }
     counts

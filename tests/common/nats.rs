@@ -12,34 +12,12 @@ use std::time::{Duration, Instant};
 
 /// A running `nats-server`.
 pub struct NatsServer {
-    server: Option<Child>,
-    watchdog: Option<Child>,
+    /// Killed when dropped, before its directory goes.
+    service: Service,
     dir: tempfile::TempDir,
     /// The loopback port it listens on.
     pub port: u16,
     extra: Vec<String>,
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The `nats-server` binary: on the PATH, or where Debian puts it.
-fn binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("WEIR_NATS_SERVER") {
-        return PathBuf::from(path);
-    }
-    let on_path = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).map(|p| p.join("nats-server")).find(|p| p.is_file()))
-        .unwrap_or_default();
-    on_path.or_else(|| Some(PathBuf::from("/usr/sbin/nats-server")).filter(|p| p.is_file())).unwrap_or_else(|| {
-        panic!(
-            "nats-server is not installed: run scripts/ensure-services (Debian: apt-get install nats-server), \
-             or set WEIR_NATS_SERVER to its path"
-        )
-    })
 }
 
 impl NatsServer {
@@ -48,7 +26,7 @@ impl NatsServer {
     pub fn start_with(extra: &[&str]) -> NatsServer {
         let dir = tempfile::tempdir().unwrap();
         let extra = extra.iter().map(|a| (*a).to_owned()).collect();
-        let mut server = NatsServer { server: None, watchdog: None, dir, port: 0, extra };
+        let mut server = NatsServer { service: Service::default(), dir, port: 0, extra };
         server.launch();
         server
     }
@@ -70,48 +48,30 @@ impl NatsServer {
     /// Starts the server process (on the port it had, if it had one) and
     /// waits until it is ready.
     fn launch(&mut self) {
-        let log_before = std::fs::metadata(self.log()).map_or(0, |m| m.len() as usize);
         let port = if self.port == 0 { "-1".to_owned() } else { self.port.to_string() };
         let store = self.dir.path().join("store");
-        let server = Command::new(binary())
+        // On the PATH, or where Debian puts it.
+        let binary = service_binary("WEIR_NATS_SERVER", "nats-server", Some("/usr/sbin/nats-server"), "nats-server");
+        let mut command = Command::new(binary);
+        command
             .args(["-js", "-sd"])
             .arg(&store)
             .args(["-a", "127.0.0.1", "-p", &port, "-l"])
             .arg(self.log())
             .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server");
-        // Kills the server once this process's end of the pipe closes.
-        let watchdog = watchdog(server.id());
-        self.server = Some(server);
-        self.watchdog = Some(watchdog);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let log = std::fs::read_to_string(self.log()).unwrap_or_default();
-            let log = log.get(log_before..).unwrap_or_default();
-            if log.contains("Server is ready") {
-                if self.port == 0 {
-                    let marker = "Listening for client connections on 127.0.0.1:";
-                    let at = log.find(marker).unwrap_or_else(|| panic!("no client port in the log:\n{log}"));
-                    let digits: String = log[at + marker.len()..].chars().take_while(char::is_ascii_digit).collect();
-                    self.port = digits.parse().unwrap();
-                }
-                return;
-            }
-            if let Some(status) = self.server.as_mut().unwrap().try_wait().unwrap() {
-                panic!("nats-server exited ({status}) before it was ready:\n{log}");
-            }
-            assert!(Instant::now() < deadline, "nats-server was not ready within 30 s:\n{log}");
-            std::thread::sleep(Duration::from_millis(20));
+            .stderr(Stdio::null());
+        let log = self.service.launch("nats-server", &mut command, &self.log(), "Server is ready");
+        if self.port == 0 {
+            let marker = "Listening for client connections on 127.0.0.1:";
+            let at = log.find(marker).unwrap_or_else(|| panic!("no client port in the log:\n{log}"));
+            let digits: String = log[at + marker.len()..].chars().take_while(char::is_ascii_digit).collect();
+            self.port = digits.parse().unwrap();
         }
     }
 
     /// Kills the server with SIGKILL, as a crash would.
     pub fn kill(&mut self) {
-        super::kill_service(&mut self.server, &mut self.watchdog);
+        self.service.kill();
     }
 
     /// Starts the killed server again, on its port, over its store.
@@ -120,11 +80,20 @@ impl NatsServer {
         self.launch();
     }
 
+    /// Kills the server under a run that `log` follows, waits for the run
+    /// to say it lost the server, and starts it again 1.5 s later.
+    pub fn crash_under(&mut self, log: &mut LogReader) {
+        self.kill();
+        log.until("lost the NATS server at");
+        std::thread::sleep(Duration::from_millis(1500));
+        self.restart();
+    }
+
     /// Publishes `lines` into `stream` (created when missing) over the
     /// subjects `subjects` (braces expand), through `weir publish`.
-    pub fn publish(&self, stream: &str, subjects: &str, lines: &[&str]) -> String {
+    pub fn publish<S: AsRef<str>>(&self, stream: &str, subjects: &str, lines: &[S]) -> String {
         let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(file.path(), lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        std::fs::write(file.path(), lines.iter().map(|l| format!("{}\n", l.as_ref())).collect::<String>()).unwrap();
         self.publish_file(stream, subjects, file.path())
     }
 
@@ -271,6 +240,13 @@ impl LogReader {
                 Err(_) => panic!("no line holding {text:?} within two minutes:\n{}", self.seen.join("\n")),
             }
         }
+    }
+
+    /// Waits up to two minutes for `child`, whose log this follows, to
+    /// exit: how it exited, and its whole log.
+    pub fn finish(&mut self, child: &mut Child) -> (std::process::ExitStatus, String) {
+        let status = wait_for_exit(child);
+        (status, self.rest())
     }
 
     /// Every line until the process closes its stderr (bounded).
