@@ -364,15 +364,21 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// A file `in.txt` holding `contents`, in a directory removed when dropped.
+    fn input(contents: impl AsRef<[u8]>) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, contents).unwrap();
+        (dir, path)
+    }
+
     fn lines(batch: &Batch<'_>) -> Vec<String> {
         batch.rows().map(|r| r.get(0).map(|v| format!("{v:?}")).unwrap()).collect()
     }
 
     #[test]
     fn batches_cover_the_file_and_replay_exactly() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.txt");
-        std::fs::write(&path, "a b\r\nc\n\nlast").unwrap();
+        let (_dir, path) = input("a b\r\nc\n\nlast");
         let mut spout = FileLines::open(&path, 2).unwrap();
         let (first, batch1) = spout.next_batch(0, 2).unwrap().unwrap();
         assert_eq!(first, LineRange { start: 0, end: 7, lines: 2, tail: Some(hash(b"a b\r\nc\n")) });
@@ -398,9 +404,7 @@ mod tests {
 
     #[test]
     fn a_followed_file_emits_a_half_written_last_line_once_it_is_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.txt");
-        std::fs::write(&path, "one\ntw").unwrap();
+        let (_dir, path) = input("one\ntw");
         let mut spout = FileLines::open(&path, 10).unwrap().following(true);
         let first = spout.emit(1, 0, None).unwrap().unwrap();
         assert_eq!(lines(&first.batch), ["Str(\"one\")"]);
@@ -453,18 +457,14 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_utf8_is_an_error_naming_its_offset() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.txt");
-        std::fs::write(&path, b"ok\n\xff bad\nmore\n").unwrap();
+        let (_dir, path) = input(b"ok\n\xff bad\nmore\n");
         let err = FileLines::open(&path, 10).unwrap().next_batch(0, 10).unwrap_err();
         assert!(err.to_string().contains("the line at byte 3 is not UTF-8"), "{err}");
     }
 
     #[test]
     fn lag_is_the_input_not_yet_committed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.txt");
-        std::fs::write(&path, "one\ntwo\n").unwrap();
+        let (_dir, path) = input("one\ntwo\n");
         let mut spout = FileLines::open(&path, 1).unwrap();
         assert_eq!(Spout::lag(&mut spout, None), Some(8));
         let first = spout.emit(1, 0, None).unwrap().unwrap();
@@ -473,9 +473,7 @@ mod tests {
 
     #[test]
     fn a_changed_file_is_an_error_on_replay() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.txt");
-        std::fs::write(&path, "one\ntwo\n").unwrap();
+        let (_dir, path) = input("one\ntwo\n");
         let mut spout = FileLines::open(&path, 2).unwrap();
         let (range, _) = spout.next_batch(0, 10).unwrap().unwrap();
         std::fs::write(&path, "one\n").unwrap();

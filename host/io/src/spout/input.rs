@@ -169,16 +169,23 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    /// A directory `in` with the folder `sub` inside it, beside a directory
+    /// `out`, in a directory removed when dropped.
+    fn inside_and_outside(sub: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let (inside, outside) = (dir.path().join("in"), dir.path().join("out"));
+        std::fs::create_dir_all(inside.join(sub)).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        (dir, inside, outside)
+    }
+
     fn message(result: Result<impl Sized>) -> String {
         format!("{:#}", result.err().expect("refused"))
     }
 
     #[test]
     fn a_served_input_is_opened_only_under_the_allowed_directories() {
-        let dir = tempfile::tempdir().unwrap();
-        let (inside, outside) = (dir.path().join("in"), dir.path().join("out"));
-        std::fs::create_dir_all(inside.join("sub")).unwrap();
-        std::fs::create_dir(&outside).unwrap();
+        let (_dir, inside, outside) = inside_and_outside("sub");
         std::fs::write(inside.join("a.txt"), "a\n").unwrap();
         std::fs::write(outside.join("secret.txt"), "s\n").unwrap();
         symlink(inside.join("a.txt"), inside.join("ok-link")).unwrap();
@@ -211,10 +218,7 @@ mod tests {
 
     #[test]
     fn a_directory_checks_each_file_as_it_opens_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let (inside, outside) = (dir.path().join("in"), dir.path().join("out"));
-        std::fs::create_dir_all(inside.join("files")).unwrap();
-        std::fs::create_dir(&outside).unwrap();
+        let (_dir, inside, outside) = inside_and_outside("files");
         std::fs::write(inside.join("files/a.txt"), "a\n").unwrap();
         std::fs::write(outside.join("b.txt"), "b\n").unwrap();
         let scope = InputScope::Under(vec![inside.clone()]);
