@@ -91,7 +91,7 @@ impl StateHandle {
             for value in row.values() {
                 super::keys::encode_value(&mut key, value);
             }
-            let base = views.base(&self.state, &key).map_err(StateCallError::Abort)?;
+            let base = views.base(&self.state, &key).map_err(|e| StateCallError::Abort(e.into()))?;
             let value = base.value().map_or(ValueRef::Null, Value::as_ref);
             // Counted before it is copied out: what a call gets back stays
             // within its quota.
@@ -115,7 +115,7 @@ impl StateHandle {
             let key = super::keys::encode(values);
             // Counted before the host keeps a copy.
             self.charge(&mut views, Access::Write, key.len() as u64 + encoded_len(value))?;
-            views.put(&self.state, key, value.to_owned()).map_err(StateCallError::Abort)?;
+            views.put(&self.state, key, value.to_owned()).map_err(|e| StateCallError::Abort(e.into()))?;
         }
         Ok(())
     }
