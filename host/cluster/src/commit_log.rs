@@ -10,7 +10,7 @@
 use anyhow::{Context, Result, bail};
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, LeaderKey, Txn, TxnOp};
 use weir_state::store::CommitLog;
-use weir_state::{BatchRecord, Progress, StateError};
+use weir_state::{BatchRecord, Progress, StateError, StoreError};
 
 /// The commit log of one cluster's topologies, as written by one leader.
 pub struct EtcdCommitLog {
@@ -107,8 +107,9 @@ async fn commit_record(client: &mut Client, key: &str) -> Result<(u64, i64)> {
     Ok((last, kv.mod_revision()))
 }
 
-impl CommitLog for EtcdCommitLog {
-    fn progress(&self, topology: &str) -> Result<Progress> {
+impl EtcdCommitLog {
+    /// [`CommitLog::progress`], read from etcd.
+    fn read_progress(&self, topology: &str) -> Result<Progress> {
         let (last_committed, _) = self.last_committed(topology)?;
         let prefix = self.batches_prefix(topology);
         let from = format!("{prefix}{}", padded(last_committed));
@@ -122,10 +123,18 @@ impl CommitLog for EtcdCommitLog {
         }
         Ok(Progress { last_committed, batches })
     }
+}
 
-    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+// etcd's failures, and this host's loss of the lead, are another store's:
+// a replay may find etcd back, or another leader may go on.
+impl CommitLog for EtcdCommitLog {
+    fn progress(&self, topology: &str) -> Result<Progress, StoreError> {
+        self.read_progress(topology).map_err(StoreError::Backend)
+    }
+
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<(), StoreError> {
         let key = format!("{}{}", self.batches_prefix(topology), padded(txid));
         let txn = Txn::new().when([self.leading()]).and_then([TxnOp::put(key, record.encode(), None)]);
-        self.write(txn, &format!("recording batch {txid} of topology {topology}"))
+        self.write(txn, &format!("recording batch {txid} of topology {topology}")).map_err(StoreError::Backend)
     }
 }

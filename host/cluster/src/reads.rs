@@ -11,9 +11,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_state::Db;
 use weir_state::rules::Stored;
-use weir_state::store::{Snapshot, StateReader};
+use weir_state::store::{OtherEntries, Snapshot, StateReader};
+use weir_state::{Db, StoreError};
 
 /// Keys one answer holds at most.
 pub const PAGE: usize = 1000;
@@ -145,13 +145,14 @@ struct ClusterReader {
     name: String,
 }
 
+// What the owners answer, or fail to, comes over NATS: another store's.
 impl StateReader for ClusterReader {
-    fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
-        self.state.get(&self.name, key)
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>, StoreError> {
+        self.state.get(&self.name, key).map_err(StoreError::Backend)
     }
 
-    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
-        self.state.range(&self.name, Some(from), Some(to))
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
+        self.state.range(&self.name, Some(from), Some(to)).map_err(StoreError::Backend)
     }
 }
 
@@ -159,11 +160,11 @@ impl StateReader for ClusterReader {
 pub struct ClusterSnapshot(pub Arc<ClusterState>);
 
 impl Snapshot for ClusterSnapshot {
-    fn state(&self, _topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>> {
+    fn state(&self, _topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>, StoreError> {
         Ok(Some(Box::new(ClusterReader { state: Arc::clone(&self.0), name: state.to_owned() })))
     }
 
-    fn others(&self, _topology: &str, _table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn others(&self, _topology: &str, _table: &str) -> Result<OtherEntries, StoreError> {
         Ok(Vec::new())
     }
 }

@@ -1,8 +1,7 @@
 //! The passes that turn a description into a plan, in order; each pass
 //! lives in the room it is about.
 
-use super::{Node, Plan, checks, fields, phases};
-use anyhow::{Result, bail};
+use super::{Node, Plan, PlanError, checks, fields, phases};
 use weir_config::{SandboxConfig, TopologyLimits};
 use weir_runtime::sandbox::sandboxes;
 use weir_sdk::topology::{OperationDef, SPOUT_ID, SpoutDef, TopologyDef};
@@ -10,7 +9,11 @@ use weir_sdk::topology::{OperationDef, SPOUT_ID, SpoutDef, TopologyDef};
 /// Checks `def` against `limits` and builds its plan, with the sandboxes
 /// `config` grants (the host's defaults without one, ignoring what the
 /// description asks: a bundle being packed).
-pub(super) fn build(def: &TopologyDef, limits: &TopologyLimits, config: Option<&SandboxConfig>) -> Result<Plan> {
+pub(super) fn build(
+    def: &TopologyDef,
+    limits: &TopologyLimits,
+    config: Option<&SandboxConfig>,
+) -> Result<Plan, PlanError> {
     checks::check_limits(def, limits)?;
     checks::check_ids(def)?;
     let name = &def.name;
@@ -39,12 +42,12 @@ pub(super) fn build(def: &TopologyDef, limits: &TopologyLimits, config: Option<&
 /// Node indices in an order where inputs come first, or the cycle's error:
 /// a depth-first walk over the inputs, with a stack of its own, since a
 /// description may be as deep as it likes.
-pub(super) fn order(def: &TopologyDef) -> Result<Vec<usize>> {
+pub(super) fn order(def: &TopologyDef) -> Result<Vec<usize>, PlanError> {
     let name = &def.name;
     let count = def.nodes.len();
     for node in &def.nodes {
-        if let Some(bad) = node.inputs.iter().find(|&&i| i >= count) {
-            bail!("topology {name}: operator {} reads node {bad}, which does not exist", node.id);
+        if let Some(&bad) = node.inputs.iter().find(|&&i| i >= count) {
+            return Err(PlanError::NoSuchNode { topology: name.clone(), operator: node.id.clone(), node: bad });
         }
     }
     // 0: unvisited, 1: on the current path, 2: done.
@@ -68,10 +71,10 @@ pub(super) fn order(def: &TopologyDef) -> Result<Vec<usize>> {
                             mark[input] = 1;
                             path.push((input, 0));
                         }
-                        1 => bail!(
-                            "topology {name}: the stream graph has a cycle through operator {}",
-                            def.nodes[input].id
-                        ),
+                        1 => {
+                            let operator = def.nodes[input].id.clone();
+                            return Err(PlanError::Cycle { topology: name.clone(), operator });
+                        }
                         _ => {}
                     }
                 }
@@ -122,7 +125,7 @@ fn sandboxes_of(
     def: &TopologyDef,
     spout: Option<&SpoutDef>,
     config: Option<&SandboxConfig>,
-) -> Result<weir_runtime::sandbox::Sandboxes> {
+) -> Result<weir_runtime::sandbox::Sandboxes, PlanError> {
     let guest_ids: Vec<&str> = def
         .nodes
         .iter()
@@ -138,12 +141,13 @@ fn sandboxes_of(
         })
         .chain(spout.into_iter().filter(|s| matches!(s, SpoutDef::Guest { .. })).map(|_| SPOUT_ID))
         .collect();
-    Ok(match config {
-        Some(config) => sandboxes(def, &guest_ids, config)?,
+    let granted = match config {
+        Some(config) => sandboxes(def, &guest_ids, config),
         None => sandboxes(
             &TopologyDef { sandbox: Default::default(), ..def.clone() },
             &guest_ids,
             &SandboxConfig::default(),
-        )?,
-    })
+        ),
+    };
+    granted.map_err(PlanError::Sandbox)
 }

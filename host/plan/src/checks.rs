@@ -4,8 +4,7 @@
 //! parallelism a plan runs at.
 
 use super::SpoutKind;
-use super::{Aggregator, Node, Op, Phase, Plan, builtin_name, json};
-use anyhow::{Result, bail};
+use super::{Aggregator, Excess, NameOf, Node, Op, Phase, Plan, PlanError};
 use std::collections::{BTreeMap, HashSet};
 use weir_config::{MAX_SINKS, TopologyLimits};
 use weir_sdk::topology::{
@@ -24,42 +23,34 @@ pub fn allowed_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// Checks a name of kind `what` in `topology` (the topology's own name when
-/// `what` is "topology").
-fn check_name(topology: &str, what: &str, name: &str, limits: &TopologyLimits) -> Result<()> {
-    let place = if what == "topology" { String::new() } else { format!("topology {topology}: ") };
+/// Checks a name of `topology` naming `of` (the topology's own name when
+/// `of` is [`NameOf::Topology`]).
+fn check_name(topology: &str, of: NameOf, name: &str, limits: &TopologyLimits) -> Result<(), PlanError> {
+    let topology = || topology.to_owned();
     if name.len() > limits.max_name_len {
+        // A name may be as long as a guest likes: the refusal keeps its start.
         let start: String = name.chars().take(32).collect();
-        bail!(
-            "{place}{what} name {}... is {} bytes long, more than this host allows ({}; see --max-name-len)",
-            json(&start),
-            name.len(),
-            limits.max_name_len
-        );
+        let max = limits.max_name_len;
+        return Err(PlanError::NameTooLong { topology: topology(), of, start, len: name.len(), max });
     }
     if !allowed_name(name) {
-        bail!(
-            "{place}{what} name {} is not allowed: a name is ASCII letters, digits, '-', '_' and '.', and does not \
-             start with '.'",
-            json(name)
-        );
+        return Err(PlanError::NameNotAllowed { topology: topology(), of, name: name.to_owned() });
     }
     Ok(())
 }
 
-/// A topology over one of this host's caps: `what` it asks, then the cap
-/// and the flag that sets it.
-pub(super) fn refused(what: String, max: usize, flag: &str) -> anyhow::Error {
-    anyhow::anyhow!("{what}, more than this host allows ({max}; see {flag})")
+/// `topology` asks `excess`, past the cap `max`.
+pub(super) fn refused(topology: &str, excess: Excess, max: usize) -> PlanError {
+    PlanError::OverCap { topology: topology.to_owned(), excess, max }
 }
 
 /// Every name an operation lists, with its kind: fields, the operators of
 /// its aggregators, its state, its query.
-fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
-    let mut names: Vec<(&'static str, &'a str)> = Vec::new();
+fn names_of<'a>(op: &'a OperationDef) -> Vec<(NameOf, &'a str)> {
+    let mut names: Vec<(NameOf, &'a str)> = Vec::new();
     let mut fields = |lists: &[&'a [String]]| {
         for list in lists {
-            names.extend(list.iter().map(|f| ("field", f.as_str())));
+            names.extend(list.iter().map(|f| (NameOf::Field, f.as_str())));
         }
     };
     match op {
@@ -122,17 +113,17 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
         | OperationDef::Sink { .. } => {}
     }
     match op {
-        OperationDef::QueryStream { name } => names.push(("query", name)),
+        OperationDef::QueryStream { name } => names.push((NameOf::Query, name)),
         OperationDef::Aggregate { aggregators, .. } => {
-            names.extend(aggregators.iter().map(|a| ("operator", a.id.as_str())))
+            names.extend(aggregators.iter().map(|a| (NameOf::Operator, a.id.as_str())))
         }
         OperationDef::PersistentAggregate { state, aggregator, .. }
         | OperationDef::Window { state, aggregator, .. } => {
-            names.push(("operator", &aggregator.id));
-            names.push(("state", &state.name));
+            names.push((NameOf::Operator, &aggregator.id));
+            names.push((NameOf::State, &state.name));
         }
-        OperationDef::PartitionPersist { state, .. } => names.push(("state", &state.name)),
-        OperationDef::StateQuery { state, .. } => names.push(("state", state)),
+        OperationDef::PartitionPersist { state, .. } => names.push((NameOf::State, &state.name)),
+        OperationDef::StateQuery { state, .. } => names.push((NameOf::State, state)),
         _ => {}
     }
     names
@@ -141,91 +132,73 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(&'static str, &'a str)> {
 /// Checks what `def` asks of this host against `limits` before anything
 /// walks its graph: its size, its names and its parallelism. A guest
 /// describes its own topology: nothing in the description is trusted.
-pub fn check_limits(def: &TopologyDef, limits: &TopologyLimits) -> Result<()> {
+pub fn check_limits(def: &TopologyDef, limits: &TopologyLimits) -> Result<(), PlanError> {
     let name = &def.name;
-    check_name(name, "topology", name, limits)?;
+    check_name(name, NameOf::Topology, name, limits)?;
     let nodes = def.nodes.len();
     if nodes > limits.max_nodes {
-        return Err(refused(format!("topology {name} has {nodes} nodes"), limits.max_nodes, "--max-nodes"));
+        return Err(refused(name, Excess::Nodes(nodes), limits.max_nodes));
     }
     let inputs: usize = def.nodes.iter().map(|n| n.inputs.len()).sum();
     if inputs > limits.max_nodes {
-        return Err(refused(
-            format!("topology {name}: its nodes read {inputs} inputs in all"),
-            limits.max_nodes,
-            "--max-nodes",
-        ));
+        return Err(refused(name, Excess::Inputs(inputs), limits.max_nodes));
     }
     let (mut states, mut queries) = (0, 0);
     for node in &def.nodes {
         let id = &node.id;
-        check_name(name, "operator", id, limits)?;
+        check_name(name, NameOf::Operator, id, limits)?;
         if node.parallelism > limits.max_parallelism {
-            return Err(refused(
-                format!("topology {name}: operator {id} asks for a parallelism of {}", node.parallelism),
-                limits.max_parallelism as usize,
-                "--max-parallelism",
-            ));
+            let parallelism = node.parallelism as usize;
+            let excess = Excess::Parallelism { operator: id.clone(), parallelism };
+            return Err(refused(name, excess, limits.max_parallelism as usize));
         }
         let names = names_of(&node.op);
-        let listed = names.iter().filter(|(what, _)| matches!(*what, "field" | "operator")).count();
+        let listed = names.iter().filter(|(of, _)| matches!(of, NameOf::Field | NameOf::Operator)).count();
         if listed > limits.max_node_fields {
-            return Err(refused(
-                format!("topology {name}: operator {id} lists {listed} names (fields and aggregators)"),
-                limits.max_node_fields,
-                "--max-node-fields",
-            ));
+            return Err(refused(name, Excess::Names { operator: id.clone(), names: listed }, limits.max_node_fields));
         }
-        for (what, listed) in names {
-            check_name(name, what, listed, limits)?;
+        for (of, listed) in names {
+            check_name(name, of, listed, limits)?;
         }
         if let Some(state) = node.op.written_state() {
             states += 1;
-            if let Some(cache) = state.cache_size.filter(|&n| n > limits.max_state_cache) {
-                return Err(refused(
-                    format!("topology {name}: state {} asks for a cache of {cache} entries", state.name),
-                    limits.max_state_cache,
-                    "--max-state-cache",
-                ));
+            if let Some(entries) = state.cache_size.filter(|&n| n > limits.max_state_cache) {
+                let excess = Excess::StateCache { state: state.name.clone(), entries };
+                return Err(refused(name, excess, limits.max_state_cache));
             }
         }
         queries += usize::from(matches!(node.op, OperationDef::QueryStream { .. }));
     }
     if states > limits.max_states {
-        return Err(refused(format!("topology {name} has {states} states"), limits.max_states, "--max-states"));
+        return Err(refused(name, Excess::States(states), limits.max_states));
     }
     if queries > limits.max_queries {
-        return Err(refused(
-            format!("topology {name} has {queries} query streams"),
-            limits.max_queries,
-            "--max-queries",
-        ));
+        return Err(refused(name, Excess::Queries(queries), limits.max_queries));
     }
     Ok(())
 }
 
 /// Checks that `def` has nodes, that no two of its operators share an id,
 /// and that each runs at least once.
-pub(super) fn check_ids(def: &TopologyDef) -> Result<()> {
-    let name = &def.name;
+pub(super) fn check_ids(def: &TopologyDef) -> Result<(), PlanError> {
+    let topology = || def.name.clone();
     if def.nodes.is_empty() {
-        bail!("topology {name} is empty: it has no stream");
+        return Err(PlanError::Empty { topology: topology() });
     }
     let mut ids = HashSet::new();
     for node in &def.nodes {
         if !ids.insert(node.id.as_str()) {
-            bail!("topology {name}: two operators are named {}", json(&node.id));
+            return Err(PlanError::DuplicateOperator { topology: topology(), operator: node.id.clone() });
         }
         if node.parallelism == 0 {
-            bail!("topology {name}: operator {} has a parallelism of 0", node.id);
+            return Err(PlanError::NoParallelism { topology: topology(), operator: node.id.clone() });
         }
     }
     Ok(())
 }
 
 /// The topology's data spout, if it has one; a topology reads one at most.
-pub(super) fn single_spout(def: &TopologyDef) -> Result<Option<SpoutDef>> {
-    let name = &def.name;
+pub(super) fn single_spout(def: &TopologyDef) -> Result<Option<SpoutDef>, PlanError> {
     let spouts: Vec<&SpoutDef> = def
         .nodes
         .iter()
@@ -235,29 +208,26 @@ pub(super) fn single_spout(def: &TopologyDef) -> Result<Option<SpoutDef>> {
         })
         .collect();
     if spouts.len() > 1 {
-        bail!(
-            "topology {name} has {} spouts: a topology reads one data spout (merge its streams instead)",
-            spouts.len()
-        );
+        return Err(PlanError::SeveralSpouts { topology: def.name.clone(), spouts: spouts.len() });
     }
     Ok(spouts.first().map(|s| (*s).clone()))
 }
 
 /// Every state, by name: each written by exactly one operation, and paired
 /// with the spout as exactly-once allows.
-pub(super) fn states(def: &TopologyDef, spout: Option<&SpoutDef>) -> Result<BTreeMap<String, StateDef>> {
+pub(super) fn states(def: &TopologyDef, spout: Option<&SpoutDef>) -> Result<BTreeMap<String, StateDef>, PlanError> {
     let name = &def.name;
     let mut states: BTreeMap<String, StateDef> = BTreeMap::new();
     let mut writers: BTreeMap<&str, &str> = BTreeMap::new();
     for node in &def.nodes {
         if let Some(state) = node.op.written_state() {
             if let Some(other) = writers.insert(&state.name, &node.id) {
-                bail!(
-                    "topology {name}: state {} is written by both {other} and {}: each state has one writer, \
-                     whose aggregator kind fixes what its values mean",
-                    state.name,
-                    node.id
-                );
+                return Err(PlanError::TwoWriters {
+                    topology: name.clone(),
+                    state: state.name.clone(),
+                    first: other.to_owned(),
+                    second: node.id.clone(),
+                });
             }
             if let Some(spout) = spout {
                 check_pairing(name, spout, state)?;
@@ -272,7 +242,7 @@ pub(super) fn states(def: &TopologyDef, spout: Option<&SpoutDef>) -> Result<BTre
 /// transactional state needs a transactional spout; an opaque state takes a
 /// transactional or an opaque spout; a non-transactional state promises
 /// nothing (a warning, not an error).
-fn check_pairing(topology: &str, spout: &SpoutDef, state: &StateDef) -> Result<()> {
+fn check_pairing(topology: &str, spout: &SpoutDef, state: &StateDef) -> Result<(), PlanError> {
     match (state.kind, SpoutKind::of(spout)) {
         (StateKind::NonTransactional, _) => {
             tracing::warn!(
@@ -280,17 +250,12 @@ fn check_pairing(topology: &str, spout: &SpoutDef, state: &StateDef) -> Result<(
                 state.name
             );
         }
-        (StateKind::Transactional, SpoutKind::Opaque) => bail!(
-            "topology {topology}: transactional state {} cannot be fed by an opaque spout: a replay of an opaque \
-             spout may hold different tuples, and a transactional state skips a txid it has applied, so those \
-             tuples would be lost (use an opaque state)",
-            state.name
-        ),
-        (StateKind::Transactional | StateKind::Opaque, SpoutKind::NonTransactional) => bail!(
-            "topology {topology}: state {} claims exactly-once, but its spout is non-transactional: a replay may \
-             lose or repeat tuples (use a transactional or opaque spout, or a non-transactional state)",
-            state.name
-        ),
+        (StateKind::Transactional, SpoutKind::Opaque) => {
+            return Err(PlanError::OpaqueSpout { topology: topology.to_owned(), state: state.name.clone() });
+        }
+        (StateKind::Transactional | StateKind::Opaque, SpoutKind::NonTransactional) => {
+            return Err(PlanError::NonTransactionalSpout { topology: topology.to_owned(), state: state.name.clone() });
+        }
         _ => {}
     }
     Ok(())
@@ -302,31 +267,27 @@ pub(super) fn check_aggregator(
     fields: &[String],
     aggregator: &AggregatorDef,
     persistent: bool,
-) -> Result<()> {
+) -> Result<(), PlanError> {
     let id = &aggregator.id;
     super::fields::resolve(name, id, fields, &aggregator.input)?;
+    let (topology, operator, aggregator_id) = (|| name.to_owned(), || node.to_owned(), || id.clone());
     let single_output = !matches!(aggregator.kind, AggregatorKind::General);
     if single_output && aggregator.output.len() != 1 {
-        bail!("topology {name}: aggregator {id} must declare exactly one output field");
+        return Err(PlanError::AggregatorOutputs { topology: topology(), aggregator: aggregator_id() });
     }
     if let AggregatorKind::Builtin(builtin) = aggregator.kind
         && builtin.reads_a_field()
         && aggregator.input.len() != 1
     {
-        bail!("topology {name}: built-in {} in {id} needs exactly one input field", builtin_name(builtin));
+        return Err(PlanError::BuiltinInputs { topology: topology(), aggregator: aggregator_id(), builtin });
     }
     if persistent && aggregator.kind == AggregatorKind::General {
-        bail!(
-            "topology {name}: persistent_aggregate {node} uses the general aggregator {id}: a state is updated \
-             with a combiner or a reducer aggregator"
-        );
+        let (topology, operator, aggregator) = (topology(), operator(), aggregator_id());
+        return Err(PlanError::GeneralPersisted { topology, operator, aggregator });
     }
     if persistent && aggregator.kind == AggregatorKind::Combiner && aggregator.input.is_empty() {
-        bail!(
-            "topology {name}: persistent_aggregate {node} uses the guest combiner {id} without input fields: its \
-             init would see empty tuples, so it could only count (use the built-in Count, which runs in the host, \
-             or name the fields it reads with persistent_aggregate_over)"
-        );
+        let (topology, operator, aggregator) = (topology(), operator(), aggregator_id());
+        return Err(PlanError::CombinerWithoutInput { topology, operator, aggregator });
     }
     Ok(())
 }
@@ -348,8 +309,8 @@ pub(super) fn check_window(
     fields: &[String],
     window: &WindowDef,
     aggregator: &AggregatorDef,
-) -> Result<()> {
-    let at = format!("topology {name}: window {node}");
+) -> Result<(), PlanError> {
+    let (topology, window_id) = (|| name.to_owned(), || node.to_owned());
     let (size, slide, unit, times) = match window {
         WindowDef::Count { size, slide } => (*size, *slide, "tuples", vec![]),
         WindowDef::Duration { size_ms, slide_ms } => {
@@ -368,33 +329,32 @@ pub(super) fn check_window(
     if let Some(field) = window.time_field() {
         super::fields::resolve(name, node, fields, &[field.to_owned()])?;
     }
-    if let Some((what, ms)) = times.iter().find(|(_, ms)| i64::try_from(*ms).is_err()) {
-        bail!("{at}: its {what} of {ms} ms is more than a timestamp holds");
+    if let Some(&(what, ms)) = times.iter().find(|(_, ms)| i64::try_from(*ms).is_err()) {
+        return Err(PlanError::WindowTime { topology: topology(), window: window_id(), what, ms });
     }
     if size == 0 || slide == 0 {
-        bail!("{at}: a window's size, slide and gap must be at least 1 (size {size}, slide {slide} {unit})");
+        return Err(PlanError::WindowZero { topology: topology(), window: window_id(), size, slide, unit });
     }
-    if let WindowDef::Session { gap_ms, max_delay_ms, lateness_ms, .. } = window {
+    if let WindowDef::Session { gap_ms, max_delay_ms, lateness_ms, .. } = *window {
         let open = (max_delay_ms + lateness_ms) / gap_ms + 2;
         if open > MAX_OPEN_SESSIONS {
-            bail!(
-                "{at}: a gap of {gap_ms} ms under {max_delay_ms} ms of delay and {lateness_ms} ms of lateness lets \
-                 a group hold {open} sessions open; this host allows {MAX_OPEN_SESSIONS}"
-            );
+            return Err(PlanError::TooManySessions {
+                topology: topology(),
+                window: window_id(),
+                gap_ms,
+                max_delay_ms,
+                lateness_ms,
+                open,
+            });
         }
         if matches!(aggregator.kind, AggregatorKind::Reducer | AggregatorKind::General) {
-            bail!(
-                "{at} uses the {} {}: sessions that meet merge their partials, which takes a combiner or a built-in",
-                if aggregator.kind == AggregatorKind::Reducer { "reducer" } else { "general aggregator" },
-                aggregator.id
-            );
+            let (aggregator, kind) = (aggregator.id.clone(), aggregator.kind);
+            return Err(PlanError::SessionAggregator { topology: topology(), window: window_id(), aggregator, kind });
         }
     } else if size.div_ceil(slide) > MAX_WINDOWS_PER_TUPLE {
-        bail!(
-            "{at}: a size of {size} {unit} sliding by {slide} puts each tuple in {} windows; this host allows \
-             {MAX_WINDOWS_PER_TUPLE}",
-            size.div_ceil(slide)
-        );
+        let windows = size.div_ceil(slide);
+        let (topology, window) = (topology(), window_id());
+        return Err(PlanError::TooManyWindows { topology, window, size, slide, unit, windows });
     }
     // A general aggregator sees a window's tuples, kept until it closes.
     check_aggregator(name, node, fields, aggregator, aggregator.kind != AggregatorKind::General)
@@ -402,22 +362,21 @@ pub(super) fn check_window(
 
 /// Each late stream reads a window and that window's input, and a window
 /// has one late stream at most.
-pub(super) fn late_tuples(name: &str, nodes: &[Node]) -> Result<()> {
+pub(super) fn late_tuples(name: &str, nodes: &[Node]) -> Result<(), PlanError> {
     let mut windows = HashSet::new();
     for node in nodes.iter().filter(|n| matches!(n.op, Op::LateTuples(_))) {
         let (input, window) = (node.inputs[0], node.inputs[1]);
         let window_node = &nodes[window];
         if !matches!(window_node.op, Op::Window { .. }) || window_node.inputs.first() != Some(&input) {
-            bail!(
-                "topology {name}: late stream {} must read a window and that window's input ({} is not a window \
-                 of {})",
-                node.id,
-                window_node.id,
-                nodes[input].id
-            );
+            return Err(PlanError::LateStreamInputs {
+                topology: name.to_owned(),
+                late: node.id.clone(),
+                window: window_node.id.clone(),
+                input: nodes[input].id.clone(),
+            });
         }
         if !windows.insert(window) {
-            bail!("topology {name}: window {} has two late streams", window_node.id);
+            return Err(PlanError::TwoLateStreams { topology: name.to_owned(), window: window_node.id.clone() });
         }
     }
     Ok(())
@@ -425,20 +384,21 @@ pub(super) fn late_tuples(name: &str, nodes: &[Node]) -> Result<()> {
 
 /// Each query stream by name, with its root and the node that answers it:
 /// a query ends in one stream and writes no state.
-pub(super) fn queries(name: &str, nodes: &[Node]) -> Result<BTreeMap<String, (usize, usize)>> {
+pub(super) fn queries(name: &str, nodes: &[Node]) -> Result<BTreeMap<String, (usize, usize)>, PlanError> {
     let mut queries = BTreeMap::new();
     for (root, node) in nodes.iter().enumerate() {
         let Op::Query(query) = &node.op else { continue };
+        let (topology, query_name) = (|| name.to_owned(), || query.clone());
         if queries.contains_key(query) {
-            bail!("topology {name} has two query streams named {query}");
+            return Err(PlanError::DuplicateQuery { topology: topology(), query: query_name() });
         }
         let reachable = super::phases::reachable_from(nodes, root);
         let leaves: Vec<usize> = reachable.iter().copied().filter(|&n| nodes[n].children.is_empty()).collect();
         let [answer] = leaves[..] else {
-            bail!("topology {name}: query {query} must end in one stream (it ends in {} places)", leaves.len());
+            return Err(PlanError::QueryEnds { topology: topology(), query: query_name(), ends: leaves.len() });
         };
         if reachable.iter().any(|&n| nodes[n].op.writes_state()) {
-            bail!("topology {name}: query {query} writes state: a query only reads it");
+            return Err(PlanError::QueryWritesState { topology: topology(), query: query_name() });
         }
         queries.insert(query.clone(), (root, answer));
     }
@@ -447,27 +407,30 @@ pub(super) fn queries(name: &str, nodes: &[Node]) -> Result<BTreeMap<String, (us
 
 /// Checks that a topology has something to run, and that a data stream
 /// ends in a state.
-pub(super) fn runs_something(name: &str, spout: Option<&SpoutDef>, states: usize, queries: usize) -> Result<()> {
+pub(super) fn runs_something(
+    name: &str,
+    spout: Option<&SpoutDef>,
+    states: usize,
+    queries: usize,
+) -> Result<(), PlanError> {
     if spout.is_none() && queries == 0 {
-        bail!("topology {name} has neither a spout nor a query stream");
+        return Err(PlanError::NothingToRun { topology: name.to_owned() });
     }
     if spout.is_some() && states == 0 {
-        bail!(
-            "topology {name} persists nothing: its results would go nowhere (end a stream in persistent_aggregate or partition_persist)"
-        );
+        return Err(PlanError::PersistsNothing { topology: name.to_owned() });
     }
     Ok(())
 }
 
 /// Checks that each node belongs to one stream: the data stream or one
 /// query's.
-pub(super) fn one_stream_each(name: &str, nodes: &[Node]) -> Result<()> {
+pub(super) fn one_stream_each(name: &str, nodes: &[Node]) -> Result<(), PlanError> {
     let mut root: Vec<usize> = Vec::with_capacity(nodes.len());
     for (i, node) in nodes.iter().enumerate() {
         let mut roots = node.inputs.iter().map(|&p| root[p]);
         let first = roots.next().unwrap_or(i);
         if roots.any(|r| r != first) {
-            bail!("topology {name}: operator {} joins streams that start from different spouts or queries", node.id);
+            return Err(PlanError::MixedStreams { topology: name.to_owned(), operator: node.id.clone() });
         }
         root.push(first);
     }
@@ -477,30 +440,26 @@ pub(super) fn one_stream_each(name: &str, nodes: &[Node]) -> Result<()> {
 /// Checks that each sink ends a stream of the data stream's commit phase,
 /// where only committed batches reach it, and that nothing reads it; and
 /// that the topology has at most [`MAX_SINKS`].
-pub(super) fn sinks(name: &str, nodes: &[Node], data_stream: &[usize]) -> Result<()> {
+pub(super) fn sinks(name: &str, nodes: &[Node], data_stream: &[usize]) -> Result<(), PlanError> {
     let mut count = 0;
     for (i, node) in nodes.iter().enumerate() {
         if !matches!(node.op, Op::Sink { .. }) {
             continue;
         }
         count += 1;
-        let id = &node.id;
+        let (topology, sink) = (|| name.to_owned(), || node.id.clone());
         if !data_stream.contains(&i) {
-            bail!("topology {name}: sink {id} is on a query stream: a sink publishes what the data stream commits");
+            return Err(PlanError::SinkOnQuery { topology: topology(), sink: sink() });
         }
         if node.phase != Phase::Commit {
-            bail!(
-                "topology {name}: sink {id} reads a stream of the process phase, whose batches may be tried again: \
-                 put it after a state operation (a state's new_values_stream, or a state_query), so that its \
-                 output commits with the batch's state"
-            );
+            return Err(PlanError::SinkInProcessPhase { topology: topology(), sink: sink() });
         }
         if let Some(&child) = node.children.first() {
-            bail!("topology {name}: operator {} reads sink {id}: nothing follows a sink", nodes[child].id);
+            return Err(PlanError::SinkRead { topology: topology(), sink: sink(), reader: nodes[child].id.clone() });
         }
     }
     if count > MAX_SINKS {
-        bail!("topology {name} has {count} sinks; a topology may have {MAX_SINKS} at most");
+        return Err(PlanError::TooManySinks { topology: name.to_owned(), sinks: count });
     }
     Ok(())
 }
@@ -521,27 +480,17 @@ impl Plan {
     /// Checks every node's parallelism, and the guest operator instances
     /// they add up to, against `limits`: each of a node's partitions runs on
     /// a thread of its own, each guest operator in an instance per partition.
-    pub fn check_parallelism(&self, limits: &TopologyLimits) -> Result<()> {
+    pub fn check_parallelism(&self, limits: &TopologyLimits) -> Result<(), PlanError> {
         let name = &self.topology;
         for node in &self.nodes {
             if node.parallelism > limits.max_parallelism as usize {
-                return Err(refused(
-                    format!("topology {name}: operator {} asks for a parallelism of {}", node.id, node.parallelism),
-                    limits.max_parallelism as usize,
-                    "--max-parallelism",
-                ));
+                let excess = Excess::Parallelism { operator: node.id.clone(), parallelism: node.parallelism };
+                return Err(refused(name, excess, limits.max_parallelism as usize));
             }
         }
         let instances: usize = self.nodes.iter().map(|n| n.parallelism * guest_operators(&n.op)).sum();
         if instances > limits.max_instances {
-            return Err(refused(
-                format!(
-                    "topology {name} runs {instances} guest operator instances in all (each guest operator once per \
-                     partition)"
-                ),
-                limits.max_instances,
-                "--max-instances",
-            ));
+            return Err(refused(name, Excess::Instances(instances), limits.max_instances));
         }
         Ok(())
     }

@@ -4,8 +4,7 @@
 
 use super::checks::{check_aggregator, refused};
 use super::subject;
-use super::{Aggregator, FunctionKind, Input, Node, Op, Phase, json};
-use anyhow::{Result, bail};
+use super::{Aggregator, Excess, FunctionKind, Input, Node, Op, Phase, PlanError};
 use std::collections::{BTreeMap, HashSet};
 use weir_config::TopologyLimits;
 use weir_sdk::topology::{
@@ -14,13 +13,14 @@ use weir_sdk::topology::{
 
 /// The input of `operator` reading `names` from tuples of `fields`, or the
 /// error naming the field it lacks.
-pub(super) fn resolve(topology: &str, operator: &str, fields: &[String], names: &[String]) -> Result<Input> {
+pub(super) fn resolve(topology: &str, operator: &str, fields: &[String], names: &[String]) -> Result<Input, PlanError> {
     if let Some(name) = names.iter().find(|name| !fields.contains(name)) {
-        bail!(
-            "topology {topology}: operator {operator} reads field {}, which its input does not have (it has {})",
-            json(name),
-            json(fields)
-        );
+        return Err(PlanError::MissingField {
+            topology: topology.to_owned(),
+            operator: operator.to_owned(),
+            field: name.clone(),
+            fields: fields.to_vec(),
+        });
     }
     Ok(input_of(fields, names))
 }
@@ -32,7 +32,7 @@ pub(super) fn logical(
     order: &[usize],
     states: &BTreeMap<String, StateDef>,
     limits: &TopologyLimits,
-) -> Result<Vec<Vec<String>>> {
+) -> Result<Vec<Vec<String>>, PlanError> {
     let name = &def.name;
     let mut logical: Vec<Vec<String>> = vec![Vec::new(); def.nodes.len()];
     let mut all_fields = 0;
@@ -42,19 +42,12 @@ pub(super) fn logical(
         logical[i] = logical_fields(name, node, &inputs, states)?;
         let width = logical[i].len();
         if width > limits.max_node_fields {
-            return Err(refused(
-                format!("topology {name}: operator {}'s tuples have {width} fields", node.id),
-                limits.max_node_fields,
-                "--max-node-fields",
-            ));
+            let excess = Excess::NodeFields { operator: node.id.clone(), fields: width };
+            return Err(refused(name, excess, limits.max_node_fields));
         }
         all_fields += width;
         if all_fields > limits.max_fields {
-            return Err(refused(
-                format!("topology {name}'s tuples have at least {all_fields} fields in all (added up over its nodes)"),
-                limits.max_fields,
-                "--max-fields",
-            ));
+            return Err(refused(name, Excess::Fields(all_fields), limits.max_fields));
         }
     }
     Ok(logical)
@@ -244,8 +237,9 @@ fn logical_fields(
     node: &NodeDef,
     inputs: &[&[String]],
     states: &BTreeMap<String, StateDef>,
-) -> Result<Vec<String>> {
+) -> Result<Vec<String>, PlanError> {
     let id = &node.id;
+    let (topology, operator) = (|| name.to_owned(), || id.clone());
     let expected_inputs = match node.op {
         OperationDef::Spout { .. } | OperationDef::QueryStream { .. } => 0..=0,
         OperationDef::Merge => 2..=usize::MAX,
@@ -253,25 +247,27 @@ fn logical_fields(
         _ => 1..=1,
     };
     if !expected_inputs.contains(&inputs.len()) {
-        bail!("topology {name}: operator {id} ({}) has {} inputs", node.op.kind_name(), inputs.len());
+        let (kind, inputs) = (node.op.kind_name(), inputs.len());
+        return Err(PlanError::Inputs { topology: topology(), operator: operator(), kind, inputs });
     }
-    let appended = |input: &[String], output: &[String]| -> Result<Vec<String>> {
+    let no_outputs = || PlanError::NoOutputs { topology: topology(), operator: operator() };
+    let appended = |input: &[String], output: &[String]| -> Result<Vec<String>, PlanError> {
         if output.is_empty() {
-            bail!("topology {name}: operator {id} declares no output fields");
+            return Err(no_outputs());
         }
         let mut fields = input.to_vec();
         for out in output {
             if fields.contains(out) {
-                bail!("topology {name}: operator {id} outputs field {}, which the tuple already has", json(out));
+                return Err(PlanError::FieldExists { topology: topology(), operator: operator(), field: out.clone() });
             }
             fields.push(out.clone());
         }
         Ok(fields)
     };
-    let fresh = |fields: Vec<String>| -> Result<Vec<String>> {
+    let fresh = |fields: Vec<String>| -> Result<Vec<String>, PlanError> {
         let mut seen = HashSet::new();
         if let Some(dup) = fields.iter().find(|f| !seen.insert(f.as_str())) {
-            bail!("topology {name}: operator {id} outputs field {} twice", json(dup));
+            return Err(PlanError::FieldTwice { topology: topology(), operator: operator(), field: dup.clone() });
         }
         Ok(fields)
     };
@@ -286,7 +282,7 @@ fn logical_fields(
         OperationDef::Map { input, output } | OperationDef::FlatMap { input, output } => {
             resolve_all(inputs[0], input)?;
             if output.is_empty() {
-                bail!("topology {name}: operator {id} declares no output fields");
+                return Err(no_outputs());
             }
             fresh(output.clone())?
         }
@@ -307,7 +303,7 @@ fn logical_fields(
         OperationDef::Aggregate { group, aggregators, .. } => {
             resolve_all(inputs[0], group)?;
             if aggregators.is_empty() {
-                bail!("topology {name}: operator {id} has no aggregators");
+                return Err(PlanError::NoAggregators { topology: topology(), operator: operator() });
             }
             let mut fields = group.clone();
             for aggregator in aggregators {
@@ -337,11 +333,12 @@ fn logical_fields(
         }
         OperationDef::StateQuery { state, input, output, .. } => {
             if !states.contains_key(state) {
-                let known: Vec<&String> = states.keys().collect();
-                bail!(
-                    "topology {name}: operator {id} queries state {state}, which no operation writes (states: {})",
-                    json(&known)
-                );
+                return Err(PlanError::UnknownState {
+                    topology: topology(),
+                    operator: operator(),
+                    state: state.clone(),
+                    states: states.keys().cloned().collect(),
+                });
             }
             resolve_all(inputs[0], input)?;
             appended(inputs[0], output)?
@@ -350,32 +347,31 @@ fn logical_fields(
         OperationDef::Merge => {
             for other in &inputs[1..] {
                 if other != &inputs[0] {
-                    bail!(
-                        "topology {name}: merge {id} joins streams with different fields: {} and {}",
-                        json(inputs[0]),
-                        json(other)
-                    );
+                    return Err(PlanError::MergeFields {
+                        topology: topology(),
+                        merge: operator(),
+                        fields: inputs[0].to_vec(),
+                        other: other.to_vec(),
+                    });
                 }
             }
             inputs[0].to_vec()
         }
         OperationDef::Join { fields, kinds, output } => {
             if fields.len() != inputs.len() || kinds.len() != inputs.len() {
-                bail!(
-                    "topology {name}: join {id} needs join fields and a kind for each of its {} inputs",
-                    inputs.len()
-                );
+                return Err(PlanError::JoinInputs { topology: topology(), join: operator(), inputs: inputs.len() });
             }
             let width = fields[0].len();
             if width == 0 || fields.iter().any(|f| f.len() != width) {
-                bail!("topology {name}: join {id} needs the same number of join fields (at least one) on every input");
+                return Err(PlanError::JoinWidths { topology: topology(), join: operator() });
             }
             for (input, keys) in inputs.iter().zip(fields) {
                 resolve_all(input, keys)?;
             }
             let total = width + inputs.iter().zip(fields).map(|(i, k)| i.len() - k.len()).sum::<usize>();
             if output.len() != total {
-                bail!("topology {name}: join {id} produces {total} fields but names {} in its output", output.len());
+                let names = output.len();
+                return Err(PlanError::JoinOutputs { topology: topology(), join: operator(), produces: total, names });
             }
             fresh(output.clone())?
         }
@@ -384,7 +380,11 @@ fn logical_fields(
             inputs[0].to_vec()
         }
         OperationDef::Sink { sink: SinkDef::JetStream { subject, payload } } => {
-            subject::check_sink(subject).map_err(|e| anyhow::anyhow!("topology {name}: sink {id}: {e:#}"))?;
+            subject::check_sink(subject).map_err(|error| PlanError::SinkSubject {
+                topology: topology(),
+                sink: operator(),
+                error,
+            })?;
             if let SinkPayloadDef::Raw { field } = payload {
                 resolve_all(inputs[0], std::slice::from_ref(field))?;
             }

@@ -16,6 +16,7 @@
 
 mod build;
 mod checks;
+mod error;
 mod fields;
 mod phases;
 mod spout_kind;
@@ -24,9 +25,9 @@ pub mod subject;
 mod tests;
 
 pub use checks::{allowed_name, check_limits};
+pub use error::{Excess, NameOf, PlanError};
 pub use spout_kind::SpoutKind;
 
-use anyhow::Result;
 use std::collections::BTreeMap;
 use weir_config::{SandboxConfig, TopologyLimits};
 use weir_runtime::sandbox::Sandboxes;
@@ -258,15 +259,16 @@ fn json(value: &(impl serde::Serialize + ?Sized)) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-/// Checks `def` against this host's `config` and builds its plan.
-pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan> {
+/// Checks `def` against this host's `config` and builds its plan; a
+/// [`PlanError`] says what it refuses.
+pub fn plan(def: &TopologyDef, config: &SandboxConfig) -> Result<Plan, PlanError> {
     build::build(def, &config.topology, Some(config))
 }
 
 /// Checks `def`'s graph (its size against `limits`, fields, operators,
 /// states, pairings) without the sandbox it asks for, which only the host
 /// that runs it can grant: what packing a bundle checks.
-pub fn check_stream(def: &TopologyDef, limits: &TopologyLimits) -> Result<()> {
+pub fn check_stream(def: &TopologyDef, limits: &TopologyLimits) -> Result<(), PlanError> {
     build::build(def, limits, None).map(drop)
 }
 

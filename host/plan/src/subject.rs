@@ -1,50 +1,103 @@
 //! NATS subjects and subject patterns: tokens separated by `.`, where `*`
 //! stands for one token and a final `>` for one or more.
 
-use anyhow::{Result, bail};
-
 /// The longest subject or stream name taken from a topology.
 pub const MAX_LEN: usize = 255;
 
+/// Why a subject, a subject pattern or a stream name is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubjectError {
+    /// Empty, or longer than [`MAX_LEN`].
+    #[error("subject {subject:?} must have 1 to {MAX_LEN} bytes")]
+    Length {
+        /// The subject.
+        subject: String,
+    },
+    /// Two dots in a row, or one at an end.
+    #[error("subject {subject:?} has an empty token")]
+    EmptyToken {
+        /// The subject.
+        subject: String,
+    },
+    /// Whitespace or a control character.
+    #[error("subject {subject:?} holds whitespace or a control character")]
+    Whitespace {
+        /// The subject.
+        subject: String,
+    },
+    /// A wildcard within a token.
+    #[error("subject {subject:?}: a wildcard (* or >) must be a whole token")]
+    PartialWildcard {
+        /// The subject.
+        subject: String,
+    },
+    /// `>` before the last token.
+    #[error("subject {subject:?}: > may only be the last token")]
+    TailNotLast {
+        /// The subject.
+        subject: String,
+    },
+    /// A pattern where a sink needs a subject.
+    #[error("subject {subject:?}: a sink publishes to a subject, not a wildcard")]
+    Wildcard {
+        /// The subject.
+        subject: String,
+    },
+    /// A stream name, empty or longer than [`MAX_LEN`].
+    #[error("stream name {stream:?} must have 1 to {MAX_LEN} bytes")]
+    StreamNameLength {
+        /// The stream name.
+        stream: String,
+    },
+    /// A stream name holding what a stream's name may not.
+    #[error("stream name {stream:?} may not hold whitespace, '.', '*', '>', '/' or '\\'")]
+    StreamNameChars {
+        /// The stream name.
+        stream: String,
+    },
+}
+
 /// Checks that `pattern` is a subject, or a subject pattern.
-pub fn check(pattern: &str) -> Result<()> {
+pub fn check(pattern: &str) -> Result<(), SubjectError> {
+    let subject = || pattern.to_owned();
     if pattern.is_empty() || pattern.len() > MAX_LEN {
-        bail!("subject {pattern:?} must have 1 to {MAX_LEN} bytes");
+        return Err(SubjectError::Length { subject: subject() });
     }
     let tokens: Vec<&str> = pattern.split('.').collect();
     for (i, token) in tokens.iter().enumerate() {
         if token.is_empty() {
-            bail!("subject {pattern:?} has an empty token");
+            return Err(SubjectError::EmptyToken { subject: subject() });
         }
         if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            bail!("subject {pattern:?} holds whitespace or a control character");
+            return Err(SubjectError::Whitespace { subject: subject() });
         }
         if token.len() > 1 && token.contains(['*', '>']) {
-            bail!("subject {pattern:?}: a wildcard (* or >) must be a whole token");
+            return Err(SubjectError::PartialWildcard { subject: subject() });
         }
         if *token == ">" && i + 1 != tokens.len() {
-            bail!("subject {pattern:?}: > may only be the last token");
+            return Err(SubjectError::TailNotLast { subject: subject() });
         }
     }
     Ok(())
 }
 
 /// Checks a sink's subject: a subject, not a pattern.
-pub fn check_sink(name: &str) -> Result<()> {
+pub fn check_sink(name: &str) -> Result<(), SubjectError> {
     check(name)?;
     if is_wildcard(name) {
-        bail!("subject {name:?}: a sink publishes to a subject, not a wildcard");
+        return Err(SubjectError::Wildcard { subject: name.to_owned() });
     }
     Ok(())
 }
 
 /// Checks that `name` can name a stream.
-pub fn check_stream_name(name: &str) -> Result<()> {
+pub fn check_stream_name(name: &str) -> Result<(), SubjectError> {
     if name.is_empty() || name.len() > MAX_LEN {
-        bail!("stream name {name:?} must have 1 to {MAX_LEN} bytes");
+        return Err(SubjectError::StreamNameLength { stream: name.to_owned() });
     }
     if name.chars().any(|c| c.is_whitespace() || c.is_control() || matches!(c, '.' | '*' | '>' | '/' | '\\')) {
-        bail!("stream name {name:?} may not hold whitespace, '.', '*', '>', '/' or '\\'");
+        return Err(SubjectError::StreamNameChars { stream: name.to_owned() });
     }
     Ok(())
 }
@@ -109,21 +162,25 @@ mod tests {
 
     #[test]
     fn malformed_subjects_and_stream_names_are_named() {
+        let subject = |s: &str| s.to_owned();
         assert!(check("clicks.*").is_ok() && check("a.>").is_ok());
-        assert!(check("a..b").unwrap_err().to_string().contains("empty token"));
-        assert!(check("a.>.b").unwrap_err().to_string().contains("> may only be the last token"));
-        assert!(check("a.b*").unwrap_err().to_string().contains("whole token"));
-        assert!(check("a b").unwrap_err().to_string().contains("whitespace"));
-        assert!(check(&"x".repeat(300)).is_err());
+        assert_eq!(check("a..b"), Err(SubjectError::EmptyToken { subject: subject("a..b") }));
+        assert_eq!(check("a.>.b"), Err(SubjectError::TailNotLast { subject: subject("a.>.b") }));
+        assert_eq!(check("a.b*"), Err(SubjectError::PartialWildcard { subject: subject("a.b*") }));
+        assert_eq!(check("a b"), Err(SubjectError::Whitespace { subject: subject("a b") }));
+        assert!(matches!(check(&"x".repeat(300)), Err(SubjectError::Length { .. })));
         assert!(check_stream_name("clicks-2").is_ok());
-        assert!(check_stream_name("a.b").unwrap_err().to_string().contains("may not hold"));
-        assert!(check_stream_name("").is_err());
+        assert_eq!(check_stream_name("a.b"), Err(SubjectError::StreamNameChars { stream: subject("a.b") }));
+        assert_eq!(check_stream_name(""), Err(SubjectError::StreamNameLength { stream: subject("") }));
+        // The message quotes the name as Rust does, escapes and all.
+        let err = check_stream_name("a\\b").unwrap_err();
+        assert_eq!(err.to_string(), r#"stream name "a\\b" may not hold whitespace, '.', '*', '>', '/' or '\'"#);
     }
 
     #[test]
     fn a_sink_publishes_to_a_subject_not_a_pattern() {
         assert!(check_sink("page-counts").is_ok());
-        assert!(check_sink("pages.*").unwrap_err().to_string().contains("not a wildcard"));
-        assert!(check_sink("a..b").is_err());
+        assert_eq!(check_sink("pages.*"), Err(SubjectError::Wildcard { subject: "pages.*".to_owned() }));
+        assert_eq!(check_sink("a..b"), Err(SubjectError::EmptyToken { subject: "a..b".to_owned() }));
     }
 }

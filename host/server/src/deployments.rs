@@ -545,7 +545,7 @@ impl Deployments {
         Ok(match &deployment.loaded {
             Some(loaded) => loaded.plan.states.keys().cloned().collect(),
             // Not loaded: whatever it stored.
-            None => self.host.db.states(name)?,
+            None => self.host.db.states(name).map_err(anyhow::Error::from)?,
         })
     }
 

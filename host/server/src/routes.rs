@@ -243,7 +243,7 @@ fn read_state(app: &App, name: &str, state: &str, query: &StateQuery) -> Result<
             return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
         }
     }
-    let bad = |e: anyhow::Error| DeployError::BadRequest(format!("{e:#}"));
+    let bad = |e: weir_state::StoreError| DeployError::BadRequest(format!("{e:#}"));
     let db = &app.host.db;
     let entries = |all: Vec<(Vec<weir_sdk::codec::Value>, weir_state::rules::Stored)>| {
         json!(all.iter().map(|(k, v)| weir_state::json::entry(k, v, query.raw)).collect::<Vec<_>>())

@@ -5,16 +5,16 @@
 //! ([`merge`](super::merge)): a hot key is updated once for the group, not
 //! once for each of its batches.
 
+use super::error::Context;
 use super::merge::BatchPartials;
 use super::rules::Stored;
 use super::store::{BatchCommit, Written};
 use super::table::{Layout, Told, WriteTable};
 use super::view::StateWrites;
 use super::{
-    Db, LAST_COMMITTED, StateError, batches_def, batches_table, kinds_def, kinds_table, meta_def, meta_table,
-    others_def, others_prefix, record_kind, state_table,
+    Db, LAST_COMMITTED, StateError, StoreError, batches_def, batches_table, kinds_def, kinds_table, meta_def,
+    meta_table, others_def, others_prefix, record_kind, state_table,
 };
-use anyhow::{Context, Result, bail};
 use redb::{ReadableTable, WriteTransaction};
 use std::collections::BTreeMap;
 use weir_config::fault;
@@ -37,11 +37,12 @@ impl Db {
         &self,
         group: &[BatchCommit<'_>],
         mut written: Option<&mut Written<'_>>,
-    ) -> Result<usize> {
+    ) -> Result<usize, StoreError> {
         let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(0) };
         let topology = first.topology;
         if let Some(other) = group.iter().find(|b| b.topology != topology) {
-            bail!("a commit group holds batches of topologies {topology} and {}", other.topology);
+            let two = format!("a commit group holds batches of topologies {topology} and {}", other.topology);
+            return Err(StoreError::Refused(two));
         }
         let txn = self.db.begin_write()?;
         let meta_name = meta_table(topology);
@@ -61,7 +62,7 @@ impl Db {
                 let BatchCommit { txid, record, writes, others, .. } = *batch;
                 if txid != committed + 1 {
                     let not_next = StateError::NotNext { txid, last: committed };
-                    return Err(anyhow::Error::new(not_next).context(format!("topology {topology}")));
+                    return Err(StoreError::from(not_next).context(format!("topology {topology}")));
                 }
                 for writes in writes {
                     if let Some(kind) = writes.kind() {
@@ -182,7 +183,7 @@ fn write_gathered(
     except: &[(&[u8], &[u8])],
     encoded: &mut Vec<u8>,
     written: &mut Option<&mut Written<'_>>,
-) -> Result<usize> {
+) -> Result<usize, StoreError> {
     let name = state_table(topology, state);
     match gathered {
         Gathered::Records(latest) => {

@@ -14,7 +14,7 @@
 //! The kinds are the batch encoding's ([`ValueKind`]); what follows them
 //! is this encoding's own.
 
-use anyhow::{Result, bail};
+use super::DecodeError;
 use weir_sdk::codec::{self, ValueKind, ValueRef};
 
 /// Appends `n` as a LEB128 varint.
@@ -29,7 +29,7 @@ pub fn write_varint(out: &mut Vec<u8>, mut n: u64) {
 
 /// Reads a LEB128 varint from the start of `bytes`.
 #[inline]
-pub fn read_varint(bytes: &[u8]) -> Result<(u64, &[u8])> {
+pub fn read_varint(bytes: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
     let mut n = 0u64;
     for (i, &b) in bytes.iter().enumerate().take(10) {
         n |= u64::from(b & 0x7f) << (7 * i);
@@ -37,7 +37,7 @@ pub fn read_varint(bytes: &[u8]) -> Result<(u64, &[u8])> {
             return Ok((n, &bytes[i + 1..]));
         }
     }
-    bail!("truncated or overlong varint in stored value")
+    Err(DecodeError::new("truncated or overlong varint in stored value"))
 }
 
 /// Appends one value.
@@ -68,9 +68,11 @@ fn write_len_prefixed(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
 
 /// Reads the value at the start of `bytes`, returning it and the bytes after it.
 #[inline]
-pub fn read_value(bytes: &[u8]) -> Result<(ValueRef<'_>, &[u8])> {
-    let Some((&byte, rest)) = bytes.split_first() else { bail!("truncated stored value") };
-    let Some(kind) = ValueKind::from_byte(byte) else { bail!("unknown value kind {byte} in stored value") };
+pub fn read_value(bytes: &[u8]) -> Result<(ValueRef<'_>, &[u8]), DecodeError> {
+    let Some((&byte, rest)) = bytes.split_first() else { return Err(DecodeError::new("truncated stored value")) };
+    let Some(kind) = ValueKind::from_byte(byte) else {
+        return Err(DecodeError::new(format!("unknown value kind {byte} in stored value")));
+    };
     Ok(match kind {
         ValueKind::Null => (ValueRef::Null, rest),
         ValueKind::False => (ValueRef::Bool(false), rest),
@@ -80,18 +82,23 @@ pub fn read_value(bytes: &[u8]) -> Result<(ValueRef<'_>, &[u8])> {
             (ValueRef::I64((n >> 1) as i64 ^ -((n & 1) as i64)), rest)
         }
         ValueKind::F64 => {
-            let Some((bits, rest)) = rest.split_first_chunk::<8>() else { bail!("truncated float in stored value") };
+            let Some((bits, rest)) = rest.split_first_chunk::<8>() else {
+                return Err(DecodeError::new("truncated float in stored value"));
+            };
             (ValueRef::F64(f64::from_le_bytes(*bits)), rest)
         }
         ValueKind::Str | ValueKind::Bytes => {
             let (len, rest) = read_varint(rest)?;
             let Some((payload, rest)) = usize::try_from(len).ok().and_then(|len| rest.split_at_checked(len)) else {
-                bail!("truncated {} in stored value", if kind == ValueKind::Str { "string" } else { "bytes" })
+                let what = if kind == ValueKind::Str { "string" } else { "bytes" };
+                return Err(DecodeError::new(format!("truncated {what} in stored value")));
             };
             if kind == ValueKind::Bytes {
                 (ValueRef::Bytes(payload), rest)
             } else {
-                let Ok(s) = codec::utf8(payload) else { bail!("stored string is not valid UTF-8") };
+                let Ok(s) = codec::utf8(payload) else {
+                    return Err(DecodeError::new("stored string is not valid UTF-8"));
+                };
                 (ValueRef::Str(s), rest)
             }
         }

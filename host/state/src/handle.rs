@@ -6,6 +6,7 @@
 use super::budget::{Access, Scope, StateLimitExceeded, Usage};
 use super::view::Views;
 use std::sync::{Arc, Mutex};
+use weir_config::sync::Locked;
 use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
 use weir_sdk::operator::{Error, MapState};
 
@@ -68,12 +69,12 @@ impl StateHandle {
     }
 
     fn views(&self) -> std::sync::MutexGuard<'_, Views> {
-        self.views.lock().unwrap_or_else(|e| e.into_inner())
+        self.views.locked()
     }
 
     /// Counts one entry of `bytes` against the call's quota, then the batch's.
     fn charge(&self, views: &mut Views, access: Access, bytes: u64) -> Result<(), StateLimitExceeded> {
-        let mut call = self.call.lock().unwrap_or_else(|e| e.into_inner());
+        let mut call = self.call.locked();
         call.charge(views.call_quota(), access, bytes).map_err(|hit| hit.on(&self.state, Scope::Call))?;
         views.charge(access, bytes).map_err(|hit| hit.on(&self.state, Scope::Batch))
     }
@@ -91,7 +92,7 @@ impl StateHandle {
             for value in row.values() {
                 super::keys::encode_value(&mut key, value);
             }
-            let base = views.base(&self.state, &key).map_err(StateCallError::Abort)?;
+            let base = views.base(&self.state, &key).map_err(|e| StateCallError::Abort(e.into()))?;
             let value = base.value().map_or(ValueRef::Null, Value::as_ref);
             // Counted before it is copied out: what a call gets back stays
             // within its quota.
@@ -115,7 +116,7 @@ impl StateHandle {
             let key = super::keys::encode(values);
             // Counted before the host keeps a copy.
             self.charge(&mut views, Access::Write, key.len() as u64 + encoded_len(value))?;
-            views.put(&self.state, key, value.to_owned()).map_err(StateCallError::Abort)?;
+            views.put(&self.state, key, value.to_owned()).map_err(|e| StateCallError::Abort(e.into()))?;
         }
         Ok(())
     }

@@ -8,7 +8,7 @@
 //! encoding's ([`ValueKind`]), which sort in the order of their values'
 //! types.
 
-use anyhow::{Result, bail};
+use super::DecodeError;
 use weir_sdk::codec::{Value, ValueKind, ValueRef};
 
 /// Appends the order-preserving encoding of `value` to `out`.
@@ -69,17 +69,21 @@ pub fn prefix(key: &[u8]) -> u128 {
 }
 
 /// Decodes a key written by [`encode`].
-pub fn decode(mut key: &[u8]) -> Result<Vec<Value>> {
+pub fn decode(mut key: &[u8]) -> Result<Vec<Value>, DecodeError> {
     let mut values = Vec::new();
     while let Some((&byte, rest)) = key.split_first() {
         key = rest;
-        let Some(kind) = ValueKind::from_byte(byte) else { bail!("unknown value kind {byte} in key") };
+        let Some(kind) = ValueKind::from_byte(byte) else {
+            return Err(DecodeError::new(format!("unknown value kind {byte} in key")));
+        };
         values.push(match kind {
             ValueKind::Null => Value::Null,
             ValueKind::False => Value::Bool(false),
             ValueKind::True => Value::Bool(true),
             ValueKind::I64 | ValueKind::F64 => {
-                let Some((bytes, rest)) = key.split_first_chunk::<8>() else { bail!("truncated number in key") };
+                let Some((bytes, rest)) = key.split_first_chunk::<8>() else {
+                    return Err(DecodeError::new("truncated number in key"));
+                };
                 key = rest;
                 let bits = u64::from_be_bytes(*bytes);
                 if kind == ValueKind::I64 {
@@ -105,10 +109,14 @@ pub fn decode(mut key: &[u8]) -> Result<Vec<Value>> {
                             bytes.push(*b);
                             key = rest;
                         }
-                        _ => bail!("unterminated string in key"),
+                        _ => return Err(DecodeError::new("unterminated string in key")),
                     }
                 }
-                if kind == ValueKind::Str { Value::Str(String::from_utf8(bytes)?) } else { Value::Bytes(bytes) }
+                if kind == ValueKind::Str {
+                    Value::Str(String::from_utf8(bytes).map_err(|e| DecodeError::new(e.to_string()))?)
+                } else {
+                    Value::Bytes(bytes)
+                }
             }
         });
     }

@@ -27,6 +27,7 @@ pub mod json;
 pub mod budget;
 mod commit;
 pub mod compact;
+pub mod error;
 pub mod handle;
 pub mod keyed;
 pub mod keys;
@@ -39,13 +40,13 @@ pub mod store;
 pub mod table;
 pub mod view;
 
-use anyhow::{Context, Result, bail};
+use error::Context;
+pub use error::{ContextError, DecodeError, StateError, StoreError};
 use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use rules::{Stored, kind_name};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
-use store::{BatchCommit, CommitLog, Snapshot, StateReader, Store, Written};
+use store::{BatchCommit, CommitLog, OtherEntries, Snapshot, StateReader, Store, Written};
 use table::ReadTable;
 use view::StateWrites;
 use weir_sdk::codec::Value;
@@ -53,113 +54,6 @@ use weir_sdk::topology::{StateDef, StateKind};
 
 const DB_FILE: &str = "weir.redb";
 const LAST_COMMITTED: &str = "last-committed";
-
-/// What is wrong with a topology's state such that replaying the batch
-/// cannot cure it: the same records meet the same batch again. A batch
-/// failing with one halts its topology at once, and a topology whose
-/// states are of another kind is refused when it loads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StateError {
-    /// The topology declares a state with another kind than its stored
-    /// values have.
-    KindChanged {
-        /// The topology.
-        topology: String,
-        /// The state.
-        state: String,
-        /// The kind of what is stored.
-        stored: StateKind,
-        /// The kind the topology declares.
-        declared: StateKind,
-    },
-    /// A stored value is of another kind than its state's.
-    ValueOfAnotherKind {
-        /// The kind of the value.
-        stored: StateKind,
-        /// The kind of the state.
-        declared: StateKind,
-    },
-    /// A stored value was written by a later batch than the one committing.
-    Ahead {
-        /// The txid stored with the value.
-        stored: u64,
-        /// The batch's txid.
-        txid: u64,
-    },
-    /// The batch is not the one after the last committed.
-    NotNext {
-        /// The batch's txid.
-        txid: u64,
-        /// The last committed txid.
-        last: u64,
-    },
-    /// A stored record cannot be read, or a state cannot hold a record.
-    Malformed(String),
-    /// A partial cannot be combined with the stored value.
-    Combine(String),
-    /// The topology has no such state.
-    NoState {
-        /// The topology.
-        topology: String,
-        /// The state asked for.
-        state: String,
-        /// The states it has.
-        present: Vec<String>,
-    },
-    /// The data dir holds no such topology.
-    NoTopology {
-        /// The topology asked for.
-        topology: String,
-        /// The topologies it holds.
-        present: Vec<String>,
-    },
-}
-
-impl fmt::Display for StateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |names: &[String]| if names.is_empty() { "none".to_owned() } else { names.join(", ") };
-        match self {
-            StateError::KindChanged { topology, state, stored, declared } => write!(
-                f,
-                "topology {topology}: state {state} holds {} values, but the topology declares it {}: a state \
-                 keeps the kind it was first committed with (run the topology under another name or on another \
-                 data dir)",
-                kind_name(*stored),
-                kind_name(*declared)
-            ),
-            StateError::ValueOfAnotherKind { stored, declared } => write!(
-                f,
-                "the stored value is {} state, the topology declares {}",
-                kind_name(*stored),
-                kind_name(*declared)
-            ),
-            StateError::Ahead { stored, txid } => write!(
-                f,
-                "stored txid {stored} is ahead of batch txid {txid}: this state was written by a later batch than \
-                 the one being committed, so applying it could count twice"
-            ),
-            StateError::NotNext { txid, last } => {
-                write!(f, "cannot commit txid {txid}: the last committed txid is {last}")
-            }
-            StateError::Malformed(what) | StateError::Combine(what) => f.write_str(what),
-            StateError::NoState { topology, state, present } => {
-                write!(f, "topology {topology} has no state {state} (its states: {})", list(present))
-            }
-            StateError::NoTopology { topology, present } => {
-                write!(f, "this data dir holds no topology {topology} (it holds: {})", list(present))
-            }
-        }
-    }
-}
-
-impl std::error::Error for StateError {}
-
-/// Whether replaying a batch that failed with `error` cannot succeed:
-/// somewhere in its chain is a [`StateError`].
-pub fn retry_cannot_help(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| cause.is::<StateError>())
-}
 
 /// The host's database.
 pub struct Db {
@@ -187,9 +81,10 @@ impl BatchRecord {
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<BatchRecord> {
-        let Some((attempt, rest)) = bytes.split_first_chunk::<4>() else { bail!("truncated batch record") };
-        let Some((time_ms, spout)) = rest.split_first_chunk::<8>() else { bail!("truncated batch record") };
+    pub fn decode(bytes: &[u8]) -> Result<BatchRecord, DecodeError> {
+        let truncated = || DecodeError::new("truncated batch record");
+        let (attempt, rest) = bytes.split_first_chunk::<4>().ok_or_else(truncated)?;
+        let (time_ms, spout) = rest.split_first_chunk::<8>().ok_or_else(truncated)?;
         let (attempt, time_ms) = (u32::from_le_bytes(*attempt), u64::from_le_bytes(*time_ms));
         Ok(BatchRecord { attempt, time_ms, spout: spout.to_vec() })
     }
@@ -245,9 +140,11 @@ pub type Entries = Vec<(Vec<Value>, Stored)>;
 
 impl Db {
     /// Opens (creating if needed) the database of `data_dir`. Fails with a
-    /// clear message when another process has it open.
-    pub fn open(data_dir: &Path) -> Result<Db> {
-        std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+    /// clear message when another process has it open. (Opening is no part
+    /// of the seam: its failures are reported, never told apart.)
+    pub fn open(data_dir: &Path) -> anyhow::Result<Db> {
+        let cannot_create = |e| anyhow::Error::new(e).context(format!("cannot create data dir {}", data_dir.display()));
+        std::fs::create_dir_all(data_dir).map_err(cannot_create)?;
         let path = data_dir.join(DB_FILE);
         let db = Database::create(&path).map_err(|e| match e {
             DatabaseError::DatabaseAlreadyOpen => anyhow::anyhow!(
@@ -266,7 +163,7 @@ impl Db {
     }
 
     /// The topology's last committed txid and the batches recorded since.
-    pub fn progress(&self, topology: &str) -> Result<Progress> {
+    pub fn progress(&self, topology: &str) -> Result<Progress, StoreError> {
         let txn = self.db.begin_read()?;
         let meta_name = meta_table(topology);
         let last_committed = match txn.open_table(meta_def(&meta_name)) {
@@ -292,7 +189,7 @@ impl Db {
     /// Records a batch's attempt and spout metadata before it is processed.
     /// Not flushed on its own: the batch's durable commit flushes it, and a
     /// batch whose commit never happened may be emitted afresh.
-    pub fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+    pub fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<(), StoreError> {
         let mut txn = self.db.begin_write()?;
         txn.set_durability(Durability::None)?;
         {
@@ -305,14 +202,20 @@ impl Db {
     }
 
     /// A snapshot of everything committed, for a batch's or a query's reads.
-    pub fn begin_read(&self) -> Result<redb::ReadTransaction> {
+    pub fn begin_read(&self) -> Result<redb::ReadTransaction, StoreError> {
         Ok(self.db.begin_read()?)
     }
 
     /// Commits batch `txid`: its state writes and the progress record (the
     /// last committed txid and the batch's record), in one durable write
     /// transaction, keys in order.
-    pub fn commit(&self, topology: &str, txid: u64, record: &BatchRecord, writes: &[StateWrites]) -> Result<usize> {
+    pub fn commit(
+        &self,
+        topology: &str,
+        txid: u64,
+        record: &BatchRecord,
+        writes: &[StateWrites],
+    ) -> Result<usize, StoreError> {
         self.commit_batch(&BatchCommit { topology, txid, record, writes, others: &[] })
     }
 
@@ -320,7 +223,7 @@ impl Db {
     /// than the state's stored values have: its commits would meet values
     /// they cannot build on. Checked when a topology loads, before anything
     /// runs; the error is a [`StateError::KindChanged`].
-    pub fn check_state_kinds(&self, topology: &str, declared: &BTreeMap<String, StateDef>) -> Result<()> {
+    pub fn check_state_kinds(&self, topology: &str, declared: &BTreeMap<String, StateDef>) -> Result<(), StoreError> {
         let txn = self.db.begin_read()?;
         let kinds_name = kinds_table(topology);
         let kinds = match txn.open_table(kinds_def(&kinds_name)) {
@@ -344,19 +247,20 @@ impl Db {
                 },
             };
             if let Some(stored) = stored.filter(|&stored| stored != def.kind) {
-                bail!(StateError::KindChanged {
+                let changed = StateError::KindChanged {
                     topology: topology.to_owned(),
                     state: state.clone(),
                     stored,
-                    declared: def.kind
-                });
+                    declared: def.kind,
+                };
+                return Err(changed.into());
             }
         }
         Ok(())
     }
 
     /// Every key of a state with its stored value, sorted by key.
-    pub fn scan(&self, topology: &str, state: &str) -> Result<Entries> {
+    pub fn scan(&self, topology: &str, state: &str) -> Result<Entries, StoreError> {
         let txn = self.db.begin_read()?;
         let name = state_table(topology, state);
         let table = self.open_state(&txn, topology, state, &name)?;
@@ -366,7 +270,13 @@ impl Db {
 
     /// At most `limit` keys of a state after `after` (from its first,
     /// without one) with their stored values, sorted by key.
-    pub fn page(&self, topology: &str, state: &str, after: Option<&[Value]>, limit: usize) -> Result<Entries> {
+    pub fn page(
+        &self,
+        topology: &str,
+        state: &str,
+        after: Option<&[Value]>,
+        limit: usize,
+    ) -> Result<Entries, StoreError> {
         Ok(self.page_within(topology, state, after, limit, usize::MAX)?.0)
     }
 
@@ -380,35 +290,41 @@ impl Db {
         after: Option<&[Value]>,
         limit: usize,
         max_bytes: usize,
-    ) -> Result<(Entries, bool)> {
+    ) -> Result<(Entries, bool), StoreError> {
         let txn = self.db.begin_read()?;
         let name = state_table(topology, state);
         let table = self.open_state(&txn, topology, state, &name)?;
         let after = after.map(|key| keys::encode(key.iter().map(Value::as_ref)));
         let read = table.page_within(after.as_deref(), limit, max_bytes)?;
-        let entries: Result<Vec<_>> =
+        let entries: Result<Vec<_>, StoreError> =
             read.entries.into_iter().map(|(key, stored)| Ok((keys::decode(&key)?, stored))).collect();
         Ok((entries?, read.cut))
     }
 
     /// The stored value of one key.
-    pub fn get(&self, topology: &str, state: &str, key: &[Value]) -> Result<Option<Stored>> {
+    pub fn get(&self, topology: &str, state: &str, key: &[Value]) -> Result<Option<Stored>, StoreError> {
         let txn = self.db.begin_read()?;
         let name = state_table(topology, state);
         let table = self.open_state(&txn, topology, state, &name)?;
         table.get(&keys::encode(key.iter().map(Value::as_ref)))
     }
 
-    fn open_state(&self, txn: &redb::ReadTransaction, topology: &str, state: &str, name: &str) -> Result<ReadTable> {
+    fn open_state(
+        &self,
+        txn: &redb::ReadTransaction,
+        topology: &str,
+        state: &str,
+        name: &str,
+    ) -> Result<ReadTable, StoreError> {
         if let Some(table) = ReadTable::open(txn, name)? {
             return Ok(table);
         }
         let present = self.topologies()?;
         if !present.iter().any(|t| t == topology) {
-            bail!(StateError::NoTopology { topology: topology.to_owned(), present });
+            return Err(StateError::NoTopology { topology: topology.to_owned(), present }.into());
         }
         let present = self.states(topology)?;
-        bail!(StateError::NoState { topology: topology.to_owned(), state: state.to_owned(), present })
+        Err(StateError::NoState { topology: topology.to_owned(), state: state.to_owned(), present }.into())
     }
 
     /// The redb database itself, for what a host keeps beside its
@@ -419,7 +335,7 @@ impl Db {
 
     /// Deletes everything stored for `topology` (its states, their kinds,
     /// its progress and recorded batches) in `txn`.
-    pub fn drop_topology(txn: &redb::WriteTransaction, topology: &str) -> Result<()> {
+    pub fn drop_topology(txn: &redb::WriteTransaction, topology: &str) -> Result<(), StoreError> {
         let prefixes = [format!("state/{topology}/"), others_prefix(topology)];
         let meta = [meta_table(topology), batches_table(topology), kinds_table(topology)];
         let doomed: Vec<_> = txn
@@ -433,7 +349,7 @@ impl Db {
     }
 
     /// Names of the states stored for `topology`.
-    pub fn states(&self, topology: &str) -> Result<Vec<String>> {
+    pub fn states(&self, topology: &str) -> Result<Vec<String>, StoreError> {
         let txn = self.db.begin_read()?;
         let prefix = format!("state/{topology}/");
         Ok(txn.list_tables()?.filter_map(|t| t.name().strip_prefix(&prefix).map(str::to_owned)).collect())
@@ -441,7 +357,7 @@ impl Db {
 
     /// Names of the topologies this data dir holds anything of (state,
     /// progress or a recorded batch), sorted.
-    pub fn topologies(&self) -> Result<Vec<String>> {
+    pub fn topologies(&self) -> Result<Vec<String>, StoreError> {
         let txn = self.db.begin_read()?;
         let mut names: Vec<String> = txn
             .list_tables()?
@@ -464,7 +380,7 @@ fn record_kind(
     topology: &str,
     state: &str,
     kind: StateKind,
-) -> Result<()> {
+) -> Result<(), StoreError> {
     let recorded = kinds.get(state)?.map(|k| parse_kind(topology, state, k.value())).transpose()?;
     if kind_to_record(topology, state, recorded, kind)? {
         kinds.insert(state, kind_name(kind))?;
@@ -479,43 +395,43 @@ pub(crate) fn kind_to_record(
     state: &str,
     recorded: Option<StateKind>,
     kind: StateKind,
-) -> Result<bool> {
+) -> Result<bool, StateError> {
     match recorded {
         None => Ok(true),
-        Some(stored) if stored != kind => bail!(StateError::KindChanged {
+        Some(stored) if stored != kind => Err(StateError::KindChanged {
             topology: topology.to_owned(),
             state: state.to_owned(),
             stored,
-            declared: kind
+            declared: kind,
         }),
         Some(_) => Ok(false),
     }
 }
 
 impl CommitLog for Db {
-    fn progress(&self, topology: &str) -> Result<Progress> {
+    fn progress(&self, topology: &str) -> Result<Progress, StoreError> {
         Db::progress(self, topology)
     }
 
-    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<(), StoreError> {
         Db::record_batch(self, topology, txid, record)
     }
 }
 
 impl Store for Db {
-    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>> {
+    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>, StoreError> {
         Ok(Box::new(self.begin_read()?))
     }
 
-    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize> {
+    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize, StoreError> {
         self.commit_group_in_redb(group, None)
     }
 
-    fn commit_group_telling(&self, group: &[BatchCommit<'_>], written: &mut Written<'_>) -> Result<usize> {
+    fn commit_group_telling(&self, group: &[BatchCommit<'_>], written: &mut Written<'_>) -> Result<usize, StoreError> {
         self.commit_group_in_redb(group, Some(written))
     }
 
-    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError> {
         let name = format!("{}{table}", others_prefix(topology));
         let txn = self.db.begin_write()?;
         {
@@ -530,22 +446,22 @@ impl Store for Db {
 }
 
 impl StateReader for ReadTable {
-    fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>, StoreError> {
         ReadTable::get(self, key)
     }
 
-    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         ReadTable::range(self, from, to)
     }
 }
 
 impl Snapshot for redb::ReadTransaction {
-    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>> {
+    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>, StoreError> {
         let table = ReadTable::open(self, &state_table(topology, state))?;
         Ok(table.map(|table| Box::new(table) as Box<dyn StateReader>))
     }
 
-    fn others(&self, topology: &str, table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn others(&self, topology: &str, table: &str) -> Result<OtherEntries, StoreError> {
         let name = format!("{}{table}", others_prefix(topology));
         let table = match self.open_table(others_def(&name)) {
             Ok(table) => table,
@@ -561,11 +477,10 @@ impl Snapshot for redb::ReadTransaction {
     }
 }
 
-fn parse_kind(topology: &str, state: &str, name: &str) -> Result<StateKind> {
+fn parse_kind(topology: &str, state: &str, name: &str) -> Result<StateKind, StateError> {
     rules::kind_named(name).ok_or_else(|| {
         let name = serde_json::to_string(name).unwrap_or_default();
         StateError::Malformed(format!("topology {topology}: state {state} is recorded with an unknown kind {name}"))
-            .into()
     })
 }
 

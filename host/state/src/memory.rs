@@ -5,13 +5,14 @@
 //! transaction does (a group's commit: every batch of it); nothing
 //! survives the process.
 
+use super::error::Context;
 use super::rules::{self, Stored};
-use super::store::{BatchCommit, CommitLog, Snapshot, StateReader, Store};
-use super::{BatchRecord, Progress, StateError, kind_to_record};
-use anyhow::{Context, Result, bail};
+use super::store::{BatchCommit, CommitLog, OtherEntries, Snapshot, StateReader, Store};
+use super::{BatchRecord, Progress, StateError, StoreError, kind_to_record};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Included};
 use std::sync::{Arc, Mutex, MutexGuard};
+use weir_config::sync::Locked;
 use weir_sdk::topology::StateKind;
 
 type Records = BTreeMap<Vec<u8>, Stored>;
@@ -45,7 +46,7 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Topology>> {
         // A panic elsewhere leaves whole values behind: every change
         // replaces a topology at once.
-        self.topologies.lock().unwrap_or_else(|e| e.into_inner())
+        self.topologies.locked()
     }
 
     /// The txid and record of each batch `topology` committed, in order.
@@ -68,14 +69,14 @@ impl MemoryStore {
 }
 
 impl CommitLog for MemoryStore {
-    fn progress(&self, topology: &str) -> Result<Progress> {
+    fn progress(&self, topology: &str) -> Result<Progress, StoreError> {
         let topologies = self.lock();
         let Some(t) = topologies.get(topology) else { return Ok(Progress::default()) };
         let batches = t.batches.range(t.last_committed..).map(|(txid, r)| (*txid, r.clone())).collect();
         Ok(Progress { last_committed: t.last_committed, batches })
     }
 
-    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<(), StoreError> {
         self.lock().entry(topology.to_owned()).or_default().batches.insert(txid, record.clone());
         Ok(())
     }
@@ -90,11 +91,11 @@ struct MemorySnapshot {
 struct MemoryState(Arc<Records>);
 
 impl StateReader for MemoryState {
-    fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>, StoreError> {
         Ok(self.0.get(key).cloned())
     }
 
-    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         if from >= to {
             return Ok(Vec::new());
         }
@@ -103,19 +104,19 @@ impl StateReader for MemoryState {
 }
 
 impl Snapshot for MemorySnapshot {
-    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>> {
+    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>, StoreError> {
         let records = self.states.get(&(topology.to_owned(), state.to_owned()));
         Ok(records.map(|r| Box::new(MemoryState(Arc::clone(r))) as Box<dyn StateReader>))
     }
 
-    fn others(&self, topology: &str, table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn others(&self, topology: &str, table: &str) -> Result<OtherEntries, StoreError> {
         let records = self.others.get(&(topology.to_owned(), table.to_owned()));
         Ok(records.map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default())
     }
 }
 
 impl Store for MemoryStore {
-    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>> {
+    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>, StoreError> {
         let topologies = self.lock();
         let mut snapshot = MemorySnapshot { states: BTreeMap::new(), others: BTreeMap::new() };
         for (name, t) in topologies.iter() {
@@ -129,11 +130,12 @@ impl Store for MemoryStore {
         Ok(Box::new(snapshot))
     }
 
-    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize> {
+    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize, StoreError> {
         let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(0) };
         let topology = first.topology;
         if let Some(other) = group.iter().find(|b| b.topology != topology) {
-            bail!("a commit group holds batches of topologies {topology} and {}", other.topology);
+            let two = format!("a commit group holds batches of topologies {topology} and {}", other.topology);
+            return Err(StoreError::Refused(two));
         }
         let mut topologies = self.lock();
         let mut t = topologies.get(topology).cloned().unwrap_or_default();
@@ -146,7 +148,7 @@ impl Store for MemoryStore {
         Ok(written.len())
     }
 
-    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError> {
         let mut topologies = self.lock();
         if let Some(records) = topologies.get_mut(topology).and_then(|t| t.others.get_mut(table)) {
             for key in keys {
@@ -159,11 +161,15 @@ impl Store for MemoryStore {
 
 /// Applies `batch` to `t`, a copy of what is kept of its topology, adding
 /// the state and key of each value it writes to `written`.
-fn apply(t: &mut Topology, batch: &BatchCommit<'_>, written: &mut BTreeSet<(String, Vec<u8>)>) -> Result<()> {
+fn apply(
+    t: &mut Topology,
+    batch: &BatchCommit<'_>,
+    written: &mut BTreeSet<(String, Vec<u8>)>,
+) -> Result<(), StoreError> {
     let BatchCommit { topology, txid, record, writes, others } = *batch;
     if txid != t.last_committed + 1 {
         let not_next = StateError::NotNext { txid, last: t.last_committed };
-        return Err(anyhow::Error::new(not_next).context(format!("topology {topology}")));
+        return Err(StoreError::from(not_next).context(format!("topology {topology}")));
     }
     for write in writes {
         let in_state = || format!("state {}", write.state);

@@ -3,9 +3,9 @@
 //! for counts, summed), so that the commit looks each key up and writes it
 //! once for the whole group rather than once for each of its batches.
 
+use super::StoreError;
 use super::keyed::KeyedValues;
 use super::view::Combines;
-use anyhow::{Result, bail};
 use foldhash::fast::RandomState;
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -58,8 +58,8 @@ impl<'p> Partials<'p, '_> {
 /// takes them, each key once); a batch's out of order are refused.
 pub fn for_each_key<'a>(
     batches: &[BatchPartials<'a>],
-    mut each: impl FnMut(&'a [u8], &Partials<'_, 'a>) -> Result<()>,
-) -> Result<()> {
+    mut each: impl FnMut(&'a [u8], &Partials<'_, 'a>) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
     let mut call = |key, list: &[(u64, &Value)], summed_from| each(key, &Partials { key, list, summed_from, batches });
     if let [(txid, combines)] = batches {
         for (key, partial) in combines.partials.iter() {
@@ -122,7 +122,7 @@ struct Summed<'a> {
 /// each of a hundred batches, the hot keys in most: each key is summed into
 /// its entry, found by hashing, where merging the batches' runs compared
 /// or moved each key once for every batch or every level of the merge.
-fn summed_counts<'a>(batches: &[BatchPartials<'a>]) -> Result<Option<Vec<Summed<'a>>>> {
+fn summed_counts<'a>(batches: &[BatchPartials<'a>]) -> Result<Option<Vec<Summed<'a>>>, StoreError> {
     if batches.iter().any(|(_, combines)| combines.builtin != Builtin::Count) {
         return Ok(None);
     }
@@ -224,7 +224,7 @@ impl<'a> Head<'a> {
     }
 
     /// Moves to the next key, which must come after this one.
-    fn advance(&mut self) -> Result<()> {
+    fn advance(&mut self) -> Result<(), StoreError> {
         self.at += 1;
         if !self.done() {
             self.next = in_order(self.txid, self.at, Some(self.next), Next::of(self.partials.key(self.at)))?;
@@ -235,9 +235,9 @@ impl<'a> Head<'a> {
 
 /// `next`, the key at `at` of batch `txid`'s partials, if it comes after
 /// the key `before` it.
-fn in_order<'a>(txid: u64, at: usize, before: Option<Next<'_>>, next: Next<'a>) -> Result<Next<'a>> {
+fn in_order<'a>(txid: u64, at: usize, before: Option<Next<'_>>, next: Next<'a>) -> Result<Next<'a>, StoreError> {
     if before.is_some_and(|before| next.cmp(&before) != Ordering::Greater) {
-        bail!("batch {txid}'s partials are not in key order at key {at}");
+        return Err(StoreError::Refused(format!("batch {txid}'s partials are not in key order at key {at}")));
     }
     Ok(next)
 }
@@ -259,7 +259,7 @@ mod tests {
         for_each_key(batches, |key, partials| {
             let partials = partials.for_stored(written);
             let partials = partials.iter().map(|(t, v)| (*t, if let Value::I64(n) = v { *n } else { -1 })).collect();
-            out.push((String::from_utf8(key.to_vec())?, partials));
+            out.push((String::from_utf8(key.to_vec()).expect("keys are words"), partials));
             Ok(())
         })
         .unwrap();

@@ -3,10 +3,11 @@
 //! it would read their writes once committed, partials left to the commit
 //! combined with what they meet by Trident's rules.
 
+use super::StoreError;
+use super::error::Context;
 use super::rules::{self, Stored};
-use super::store::{Snapshot, StateReader};
+use super::store::{OtherEntries, Snapshot, StateReader};
 use super::view::{Combines, StateWrites, in_ranges};
-use anyhow::{Context, Result};
 use std::sync::Arc;
 use weir_sdk::codec::Value;
 
@@ -29,7 +30,7 @@ impl<'a> Pending<'a> {
 }
 
 impl Snapshot for Pending<'_> {
-    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>> {
+    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>, StoreError> {
         let base = self.base.state(topology, state)?;
         let written = |(_, layer): &Layer| layer.iter().any(|w| w.state == state);
         if topology != self.topology || !self.layers.iter().any(written) {
@@ -39,7 +40,7 @@ impl Snapshot for Pending<'_> {
         Ok(Some(Box::new(PendingState { state: state.to_owned(), layers, base })))
     }
 
-    fn others(&self, topology: &str, table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn others(&self, topology: &str, table: &str) -> Result<OtherEntries, StoreError> {
         self.base.others(topology, table)
     }
 }
@@ -66,7 +67,7 @@ fn combined(
     key: &[u8],
     partial: &Value,
     stored: Option<Stored>,
-) -> Result<Option<Stored>> {
+) -> Result<Option<Stored>, StoreError> {
     let value_for = |base| rules::with_partial(combines.builtin, base, partial);
     let new = rules::apply(combines.kind, stored.as_ref(), txid, value_for)
         .with_context(|| format!("key {}", super::describe_key(key)))?;
@@ -74,7 +75,7 @@ fn combined(
 }
 
 impl StateReader for PendingState {
-    fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>, StoreError> {
         // The newest layer that wrote or removed the key, and the partials
         // combined in place after it.
         let mut after = Vec::new();
@@ -110,7 +111,7 @@ impl StateReader for PendingState {
         Ok(stored)
     }
 
-    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         let mut found = match &self.base {
             Some(base) => base.range(from, to)?,
             None => Vec::new(),
@@ -144,8 +145,8 @@ impl StateReader for PendingState {
 fn merged<'e, E>(
     found: Vec<(Vec<u8>, Stored)>,
     edits: impl Iterator<Item = (&'e [u8], E)>,
-    mut edit: impl FnMut(&[u8], Option<Stored>, E) -> Result<Option<Stored>>,
-) -> Result<Vec<(Vec<u8>, Stored)>> {
+    mut edit: impl FnMut(&[u8], Option<Stored>, E) -> Result<Option<Stored>, StoreError>,
+) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
     let mut out = Vec::with_capacity(found.len());
     let mut found = found.into_iter().peekable();
     for (key, e) in edits {

@@ -3,10 +3,10 @@
 //! back as the topology's changelog holds them, setting where the copy
 //! stands (`cluster::worker`).
 
+use super::error::Context;
 use super::rules::Stored;
 use super::table::{Layout, ReadTable, WriteTable};
-use super::{Db, LAST_COMMITTED, kinds_def, kinds_table, meta_def, meta_table, record_kind, state_table};
-use anyhow::{Context, Result};
+use super::{Db, LAST_COMMITTED, StoreError, kinds_def, kinds_table, meta_def, meta_table, record_kind, state_table};
 use redb::{ReadableDatabase, TableHandle};
 use weir_sdk::topology::StateKind;
 
@@ -22,7 +22,7 @@ pub struct Restored<'a> {
 impl Db {
     /// The record of encoded key `key` in `state`; `None` when the state
     /// has no table yet.
-    pub fn stored(&self, topology: &str, state: &str, key: &[u8]) -> Result<Option<Stored>> {
+    pub fn stored(&self, topology: &str, state: &str, key: &[u8]) -> Result<Option<Stored>, StoreError> {
         Ok(self.stored_each(topology, state, [key])?.pop().flatten())
     }
 
@@ -32,7 +32,7 @@ impl Db {
         topology: &str,
         state: &str,
         keys: impl IntoIterator<Item = &'k [u8]>,
-    ) -> Result<Vec<Option<Stored>>> {
+    ) -> Result<Vec<Option<Stored>>, StoreError> {
         let txn = self.db.begin_read()?;
         let table = ReadTable::open(&txn, &state_table(topology, state))?;
         keys.into_iter().map(|key| table.as_ref().map_or(Ok(None), |table| table.get(key))).collect()
@@ -47,7 +47,7 @@ impl Db {
         after: Option<&[u8]>,
         limit: usize,
         keep: &dyn Fn(&[u8]) -> bool,
-    ) -> Result<Vec<(Vec<u8>, Stored)>> {
+    ) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         let txn = self.db.begin_read()?;
         let Some(table) = ReadTable::open(&txn, &state_table(topology, state))? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
@@ -73,7 +73,7 @@ impl Db {
 
     /// Puts back `restored` states of `topology` and records `last_committed`
     /// as where its copy stands, in one durable write.
-    pub fn restore(&self, topology: &str, restored: &[Restored<'_>], last_committed: u64) -> Result<()> {
+    pub fn restore(&self, topology: &str, restored: &[Restored<'_>], last_committed: u64) -> Result<(), StoreError> {
         let txn = self.db.begin_write()?;
         {
             let existing: Vec<String> = txn.list_tables()?.map(|t| t.name().to_owned()).collect();

@@ -10,8 +10,7 @@
 //!
 //! A stored txid ahead of the batch's is an error, never a silent double count.
 
-use super::{StateError, compact};
-use anyhow::{Result, bail};
+use super::{DecodeError, StateError, compact};
 use weir_sdk::codec::{self, Value, ValueRef};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::StateKind;
@@ -117,16 +116,16 @@ impl Stored {
 
     /// Reads what [`Stored::encode`] wrote, or a value of the legacy layout;
     /// the error is a [`StateError::Malformed`]: reading it again cannot help.
-    pub fn decode(bytes: &[u8]) -> Result<Stored> {
-        Self::decode_fields(bytes).map_err(|e| StateError::Malformed(format!("unreadable stored value: {e:#}")).into())
+    pub fn decode(bytes: &[u8]) -> Result<Stored, StateError> {
+        Self::decode_fields(bytes).map_err(|e| StateError::Malformed(format!("unreadable stored value: {e}")))
     }
 
-    fn decode_fields(bytes: &[u8]) -> Result<Stored> {
-        let Some((&tag, rest)) = bytes.split_first() else { bail!("empty stored value") };
+    fn decode_fields(bytes: &[u8]) -> Result<Stored, DecodeError> {
+        let Some((&tag, rest)) = bytes.split_first() else { return Err(DecodeError::new("empty stored value")) };
         let fields = match tag {
             TAG_TRANSACTIONAL | TAG_OPAQUE | TAG_PLAIN => Fields { legacy: false },
             LEGACY_TRANSACTIONAL | LEGACY_OPAQUE | LEGACY_PLAIN => Fields { legacy: true },
-            other => bail!("unknown stored value tag {other}"),
+            other => return Err(DecodeError::new(format!("unknown stored value tag {other}"))),
         };
         Ok(match tag {
             TAG_TRANSACTIONAL | LEGACY_TRANSACTIONAL => {
@@ -151,23 +150,23 @@ struct Fields {
 }
 
 impl Fields {
-    fn txid(self, rest: &[u8]) -> Result<(u64, &[u8])> {
+    fn txid(self, rest: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
         if !self.legacy {
             return compact::read_varint(rest);
         }
-        let Some((txid, rest)) = rest.split_first_chunk::<8>() else { bail!("truncated stored value") };
+        let (txid, rest) = rest.split_first_chunk::<8>().ok_or_else(|| DecodeError::new("truncated stored value"))?;
         Ok((u64::from_le_bytes(*txid), rest))
     }
 
-    fn value(self, rest: &[u8]) -> Result<(ValueRef<'_>, &[u8])> {
+    fn value(self, rest: &[u8]) -> Result<(ValueRef<'_>, &[u8]), DecodeError> {
         if self.legacy { Ok(codec::read_value(rest)?) } else { compact::read_value(rest) }
     }
 
     /// The value that ends the record.
-    fn last_value(self, rest: &[u8]) -> Result<Value> {
+    fn last_value(self, rest: &[u8]) -> Result<Value, DecodeError> {
         let (value, tail) = self.value(rest)?;
         if !tail.is_empty() {
-            bail!("trailing bytes in stored value");
+            return Err(DecodeError::new("trailing bytes in stored value"));
         }
         Ok(value.to_owned())
     }
@@ -190,29 +189,25 @@ pub fn kind_named(name: &str) -> Option<StateKind> {
 }
 
 /// A stored value of one kind of state met a topology that declares another.
-pub fn kind_mismatch(stored: StateKind, declared: StateKind) -> anyhow::Error {
-    StateError::ValueOfAnotherKind { stored, declared }.into()
-}
-
-fn ahead(stored: u64, txid: u64) -> anyhow::Error {
-    StateError::Ahead { stored, txid }.into()
+pub fn kind_mismatch(stored: StateKind, declared: StateKind) -> StateError {
+    StateError::ValueOfAnotherKind { stored, declared }
 }
 
 /// The new value of a key whose partial is combined in place by
 /// `builtin`: `base ⊕ partial`, or the partial where there is no base. The
 /// same stored value and partial fail the same way again: the error is a
 /// [`StateError::Combine`].
-pub fn with_partial(builtin: Builtin, base: Option<Value>, partial: &Value) -> Result<Value> {
+pub fn with_partial(builtin: Builtin, base: Option<Value>, partial: &Value) -> Result<Value, StateError> {
     match base {
         Some(base) => builtin
             .combine(base, partial.clone())
-            .map_err(|e| StateError::Combine(format!("cannot combine the batch's partial: {e}")).into()),
+            .map_err(|e| StateError::Combine(format!("cannot combine the batch's partial: {e}"))),
         None => Ok(partial.clone()),
     }
 }
 
 /// What a batch with `txid` does to `stored`, for a state of `kind`.
-pub fn step(kind: StateKind, stored: Option<&Stored>, txid: u64) -> Result<Step> {
+pub fn step(kind: StateKind, stored: Option<&Stored>, txid: u64) -> Result<Step, StateError> {
     let Some(stored) = stored else { return Ok(Step::Fresh) };
     if stored.kind() != kind {
         return Err(kind_mismatch(stored.kind(), kind));
@@ -239,9 +234,9 @@ pub fn step(kind: StateKind, stored: Option<&Stored>, txid: u64) -> Result<Step>
 /// Whether batch `txid` follows the batch `at` that wrote a value (false:
 /// it is that batch, replayed); a value written by a later batch is an
 /// error.
-pub fn moves_on(at: u64, txid: u64) -> Result<bool> {
+pub fn moves_on(at: u64, txid: u64) -> Result<bool, StateError> {
     match at.cmp(&txid) {
-        std::cmp::Ordering::Greater => Err(ahead(at, txid)),
+        std::cmp::Ordering::Greater => Err(StateError::Ahead { stored: at, txid }),
         std::cmp::Ordering::Equal => Ok(false),
         std::cmp::Ordering::Less => Ok(true),
     }
@@ -266,13 +261,14 @@ pub fn updated(kind: StateKind, stored: Option<&Stored>, txid: u64, value: Value
 /// The whole rule for one key: the record to store once batch `txid`
 /// writes what `value_for` makes of the value it builds on (`None`: the key
 /// has none to build on); `None` when the batch was applied to the key
-/// already and nothing is written.
-pub fn apply(
+/// already and nothing is written. Fails with the rule's [`StateError`] or
+/// with what `value_for` fails with.
+pub fn apply<E: From<StateError>>(
     kind: StateKind,
     stored: Option<&Stored>,
     txid: u64,
-    value_for: impl FnOnce(Option<Value>) -> Result<Value>,
-) -> Result<Option<Stored>> {
+    value_for: impl FnOnce(Option<Value>) -> Result<Value, E>,
+) -> Result<Option<Stored>, E> {
     let value = match step(kind, stored, txid)? {
         Step::Skip => return Ok(None),
         Step::Fresh => value_for(None)?,
@@ -287,9 +283,11 @@ mod tests {
     use std::collections::BTreeMap;
 
     /// What a batch whose partial is `partial` makes of a key's base.
-    fn plus(partial: i64) -> impl FnOnce(Option<Value>) -> Result<Value> {
+    fn plus(partial: i64) -> impl FnOnce(Option<Value>) -> Result<Value, StateError> {
         move |base| match base {
-            Some(base) => Ok(weir_sdk::operator::add(base, Value::I64(partial))?),
+            Some(base) => {
+                weir_sdk::operator::add(base, Value::I64(partial)).map_err(|e| StateError::Combine(e.to_string()))
+            }
             None => Ok(Value::I64(partial)),
         }
     }
@@ -363,8 +361,7 @@ mod tests {
     fn stored_txid_ahead_of_the_batch_is_an_error() {
         for (kind, stored) in [(StateKind::Transactional, tx(1, 5)), (StateKind::Opaque, opaque(1, None, 5))] {
             let err = apply(kind, Some(&stored), 4, plus(1)).unwrap_err();
-            assert!(err.to_string().contains("stored txid 5 is ahead of batch txid 4"), "{err}");
-            assert!(super::super::retry_cannot_help(&err));
+            assert_eq!(err, StateError::Ahead { stored: 5, txid: 4 });
         }
     }
 
@@ -379,11 +376,11 @@ mod tests {
     fn a_value_of_another_kind_is_refused() {
         let err = apply(StateKind::Opaque, Some(&tx(1, 1)), 2, plus(1)).unwrap_err();
         assert_eq!(
-            err.downcast_ref::<StateError>(),
-            Some(&StateError::ValueOfAnotherKind { stored: StateKind::Transactional, declared: StateKind::Opaque })
+            err,
+            StateError::ValueOfAnotherKind { stored: StateKind::Transactional, declared: StateKind::Opaque }
         );
         assert_eq!(err.to_string(), "the stored value is transactional state, the topology declares opaque");
-        assert!(super::super::retry_cannot_help(&err.context("state counts")));
+        assert!(!crate::StoreError::from(err).context("state counts").is_retryable());
     }
 
     #[test]
@@ -393,8 +390,7 @@ mod tests {
         }
         assert_eq!(tx(3, 7).encode(), [TAG_TRANSACTIONAL, 7, 3, 6], "a small count at rest takes four bytes");
         let err = Stored::decode(&[9]).unwrap_err();
-        assert_eq!(err.to_string(), "unreadable stored value: unknown stored value tag 9");
-        assert!(super::super::retry_cannot_help(&err));
+        assert_eq!(err, StateError::Malformed("unreadable stored value: unknown stored value tag 9".into()));
         assert!(Stored::decode(&[1, 0]).is_err());
         assert!(Stored::decode(&[TAG_TRANSACTIONAL, 7, 3, 6, 0]).is_err(), "trailing bytes");
     }

@@ -10,41 +10,46 @@
 //! and the state store are separate traits, the commit spans both. Several
 //! batches ready together commit as a group, in one durable write, so that
 //! they share its cost (its flush).
+//!
+//! Every method fails with a [`StoreError`], which says whether replaying
+//! the batch may cure it ([`StoreError::is_retryable`]).
 
 use super::rules::Stored;
 use super::view::StateWrites;
-use super::{BatchRecord, Progress};
-use anyhow::Result;
+use super::{BatchRecord, Progress, StoreError};
 
 /// Where each topology stands.
 pub trait CommitLog {
     /// The topology's last committed txid and the batches recorded since.
-    fn progress(&self, topology: &str) -> Result<Progress>;
+    fn progress(&self, topology: &str) -> Result<Progress, StoreError>;
 
     /// Records a batch's attempt and spout metadata before it is
     /// processed; made durable by the batch's commit.
-    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()>;
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<(), StoreError>;
 }
 
 /// One state's committed records in a snapshot.
 pub trait StateReader: Send {
     /// The record of `key` (encoded, see [`keys`](super::keys)).
-    fn get(&self, key: &[u8]) -> Result<Option<Stored>>;
+    fn get(&self, key: &[u8]) -> Result<Option<Stored>, StoreError>;
 
     /// The keys from `from` up to (not including) `to`, with their
     /// records, sorted by key.
-    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>>;
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>, StoreError>;
 }
 
 /// What is committed, as of one moment, for a batch's or a query's reads.
 pub trait Snapshot {
     /// State `state` of `topology`; `None` when nothing was committed to it.
-    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>>;
+    fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>, StoreError>;
 
     /// The records of table `table` of `topology` that other rooms commit
     /// with batches (see [`BatchCommit::others`]), sorted by key.
-    fn others(&self, topology: &str, table: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    fn others(&self, topology: &str, table: &str) -> Result<OtherEntries, StoreError>;
 }
+
+/// Keys and values of records another room keeps, as bytes, sorted by key.
+pub type OtherEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Records another room keeps per batch, committed with it: the store
 /// knows only their table's name, their keys and their bytes.
@@ -77,13 +82,13 @@ pub type Written<'a> = dyn FnMut(&str, &[u8], Option<&Stored>) + 'a;
 /// A commit log and a state store that commit batches.
 pub trait Store: CommitLog + Sync {
     /// A snapshot of everything committed.
-    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>>;
+    fn snapshot(&self) -> Result<Box<dyn Snapshot + '_>, StoreError>;
 
     /// Commits `batch` durably, or nothing of it: its state writes, its
     /// progress and its other records. Returns the number of keys written.
     /// A batch out of txid order is refused with
     /// [`StateError::NotNext`](super::StateError::NotNext).
-    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize> {
+    fn commit_batch(&self, batch: &BatchCommit<'_>) -> Result<usize, StoreError> {
         self.commit_group(std::slice::from_ref(batch))
     }
 
@@ -96,7 +101,7 @@ pub trait Store: CommitLog + Sync {
     /// that does not follow the last committed txid, or whose txids are
     /// not consecutive, is refused with
     /// [`StateError::NotNext`](super::StateError::NotNext).
-    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize>;
+    fn commit_group(&self, group: &[BatchCommit<'_>]) -> Result<usize, StoreError>;
 
     /// [`Store::commit_group`], telling `written` each key the group wrote
     /// or removed (by key; not those a range removed) with its record as
@@ -104,7 +109,7 @@ pub trait Store: CommitLog + Sync {
     /// caller passing the records on need not read them back. Told before
     /// the commit is durable: what it was told holds only once this
     /// returns `Ok`. A store that cannot tell as it writes reads them back.
-    fn commit_group_telling(&self, group: &[BatchCommit<'_>], written: &mut Written<'_>) -> Result<usize> {
+    fn commit_group_telling(&self, group: &[BatchCommit<'_>], written: &mut Written<'_>) -> Result<usize, StoreError> {
         let count = self.commit_group(group)?;
         let snapshot = self.snapshot()?;
         let topology = group.first().map_or("", |b| b.topology);
@@ -122,7 +127,7 @@ pub trait Store: CommitLog + Sync {
     /// Removes the records `keys` of table `table` of `topology` that
     /// batches committed (a sink's published outbox entries), durably, all
     /// or none; keys it does not hold are passed over.
-    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()>;
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError>;
 }
 
 #[cfg(test)]
@@ -158,7 +163,12 @@ mod tests {
         }]
     }
 
-    fn commit(store: &dyn Store, txid: u64, writes: &[StateWrites], others: &[OtherRecords]) -> Result<usize> {
+    fn commit(
+        store: &dyn Store,
+        txid: u64,
+        writes: &[StateWrites],
+        others: &[OtherRecords],
+    ) -> Result<usize, StoreError> {
         let record = BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() };
         store.commit_batch(&BatchCommit { topology: "t", txid, record: &record, writes, others })
     }
@@ -178,10 +188,10 @@ mod tests {
             commit(store, 1, &counts(StateKind::Transactional, &["a"]), &[outbox(&[("1", "a=1")])]).unwrap();
             // Out of order: refused, and nothing of it is kept.
             let err = commit(store, 3, &[], &[outbox(&[("3", "lost")])]).unwrap_err();
-            assert!(matches!(err.downcast_ref::<StateError>(), Some(StateError::NotNext { txid: 3, last: 1 })));
+            assert!(matches!(err.root(), StoreError::State(StateError::NotNext { txid: 3, last: 1 })), "{err:#}");
             // A commit whose state writes fail keeps none of its records.
             let err = commit(store, 2, &counts(StateKind::Opaque, &["a"]), &[outbox(&[("2", "lost")])]).unwrap_err();
-            assert!(matches!(err.downcast_ref::<StateError>(), Some(StateError::KindChanged { .. })), "{err:#}");
+            assert!(matches!(err.root(), StoreError::State(StateError::KindChanged { .. })), "{err:#}");
             assert_eq!(store.progress("t").unwrap().last_committed, 1);
             commit(store, 2, &counts(StateKind::Transactional, &["a"]), &[outbox(&[("2", "a=2")])]).unwrap();
             let snapshot = store.snapshot().unwrap();
@@ -238,13 +248,12 @@ mod tests {
             let lost = [outbox(&[("4", "lost")])];
             let gap = [batch(4, &records, &[], &lost), batch(6, &records, &[], &[])];
             let err = store.commit_group(&gap).unwrap_err();
-            let not_next = err.downcast_ref::<StateError>();
-            assert!(matches!(not_next, Some(StateError::NotNext { txid: 6, last: 4 })), "{err:#}");
+            assert!(matches!(err.root(), StoreError::State(StateError::NotNext { txid: 6, last: 4 })), "{err:#}");
             // So is a group whose last batch fails: its first is not kept.
             let opaque = counts(StateKind::Opaque, &["a"]);
             let failing = [batch(4, &records, &writes[1], &lost), batch(5, &records, &opaque, &[])];
             let err = store.commit_group(&failing).unwrap_err();
-            assert!(matches!(err.downcast_ref::<StateError>(), Some(StateError::KindChanged { .. })), "{err:#}");
+            assert!(matches!(err.root(), StoreError::State(StateError::KindChanged { .. })), "{err:#}");
             assert_eq!(store.progress("t").unwrap().last_committed, 3);
             assert_eq!(stored(store, "a"), Some(Stored::Transactional { txid: 3, value: Value::I64(3) }));
             assert_eq!(kept(store), 3);

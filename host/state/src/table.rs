@@ -11,11 +11,11 @@
 //! redb records it as the table's value type, so readers open any. The
 //! counts layouts also compare their keys a word at a time ([`StateKey`]).
 
-use super::StateError;
+use super::error::Context;
 use super::merge::{self, BatchPartials};
 use super::rules::{self, Stored};
 use super::view::Combines;
-use anyhow::{Context, Result, bail};
+use super::{StateError, StoreError};
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, TableError, TypeName, WriteTransaction,
 };
@@ -220,7 +220,7 @@ fn decoded<'a, V: redb::Value + 'static>(
     >,
     record: impl for<'v> Fn(V::SelfType<'v>) -> Stored,
     read: &mut Read,
-) -> Result<()> {
+) -> Result<(), StoreError> {
     for entry in entries {
         let (key, value) = entry?;
         if !read.has_room(key.value().len() + std::mem::size_of::<V::SelfType<'_>>()) {
@@ -258,7 +258,7 @@ impl Read {
 
 impl ReadTable {
     /// The table `name`, in whichever layout it has; `None` when there is none.
-    pub fn open(txn: &ReadTransaction, name: &str) -> Result<Option<ReadTable>> {
+    pub fn open(txn: &ReadTransaction, name: &str) -> Result<Option<ReadTable>, StoreError> {
         for layout in Layout::ALL {
             let opened = match layout {
                 Layout::Records => txn.open_table(records_def(name)).map(ReadTable::Records),
@@ -272,20 +272,20 @@ impl ReadTable {
                 Err(e) => return Err(e.into()),
             }
         }
-        bail!(StateError::Malformed(format!("table {name} has a layout this host does not know")))
+        Err(StateError::Malformed(format!("table {name} has a layout this host does not know")).into())
     }
 
     /// The record of `key`.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Stored>> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Stored>, StoreError> {
         match self {
-            ReadTable::Records(table) => table.get(key)?.map(|v| Stored::decode(v.value())).transpose(),
+            ReadTable::Records(table) => Ok(table.get(key)?.map(|v| Stored::decode(v.value())).transpose()?),
             ReadTable::Counts(table) => Ok(table.get(key)?.map(|v| stored_count(v.value()))),
             ReadTable::OpaqueCounts(table) => Ok(table.get(key)?.map(|v| stored_opaque(v.value()))),
         }
     }
 
     /// The kind of the first record, `None` when there is none.
-    pub fn first_kind(&self) -> Result<Option<StateKind>> {
+    pub fn first_kind(&self) -> Result<Option<StateKind>, StoreError> {
         match self {
             ReadTable::Records(table) => match table.first()? {
                 Some((_, value)) => Ok(Some(Stored::decode(value.value())?.kind())),
@@ -299,24 +299,29 @@ impl ReadTable {
     /// At most `limit` keys after `after` (from the first, without one)
     /// with their records, sorted by key: a range scan that reads no more
     /// than it returns.
-    pub fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Stored)>> {
+    pub fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         Ok(self.page_within(after, limit, usize::MAX)?.entries)
     }
 
     /// [`ReadTable::page`], ending early, before the key that would take
     /// its keys and records past `max_bytes` (never before the first).
-    pub fn page_within(&self, after: Option<&[u8]>, limit: usize, max_bytes: usize) -> Result<Read> {
+    pub fn page_within(&self, after: Option<&[u8]>, limit: usize, max_bytes: usize) -> Result<Read, StoreError> {
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         self.range_of((from, Bound::Unbounded), limit, max_bytes)
     }
 
     /// The keys from `from` up to (not including) `to` with their
     /// records, sorted by key.
-    pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
+    pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         Ok(self.range_of((Bound::Included(from), Bound::Excluded(to)), usize::MAX, usize::MAX)?.entries)
     }
 
-    fn range_of(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>), limit: usize, max_bytes: usize) -> Result<Read> {
+    fn range_of(
+        &self,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Read, StoreError> {
         let mut read = Read::within(max_bytes, limit);
         match self {
             ReadTable::Records(table) => {
@@ -337,7 +342,7 @@ impl ReadTable {
     }
 
     /// Every key with its record, sorted by key.
-    pub fn entries(&self) -> Result<Vec<(Vec<u8>, Stored)>> {
+    pub fn entries(&self) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         Ok(self.range_of((Bound::Unbounded, Bound::Unbounded), usize::MAX, usize::MAX)?.entries)
     }
 }
@@ -358,7 +363,7 @@ pub type Told<'a> = dyn FnMut(&[u8], &Stored) + 'a;
 impl<'t> WriteTable<'t> {
     /// The table `name`, in whichever layout it has; created in `layout`
     /// when it does not exist yet.
-    pub fn open(txn: &'t WriteTransaction, name: &str, layout: Layout) -> Result<WriteTable<'t>> {
+    pub fn open(txn: &'t WriteTransaction, name: &str, layout: Layout) -> Result<WriteTable<'t>, StoreError> {
         // Opening creates a missing table in the layout asked for first.
         let others = Layout::ALL.into_iter().filter(|l| *l != layout);
         for layout in std::iter::once(layout).chain(others) {
@@ -372,11 +377,11 @@ impl<'t> WriteTable<'t> {
                 other => return Ok(other?),
             }
         }
-        bail!(StateError::Malformed(format!("table {name} has a layout this host does not know")))
+        Err(StateError::Malformed(format!("table {name} has a layout this host does not know")).into())
     }
 
     /// Stores `stored` as the record of `key`.
-    pub fn insert(&mut self, key: &[u8], stored: &Stored, encoded: &mut Vec<u8>) -> Result<()> {
+    pub fn insert(&mut self, key: &[u8], stored: &Stored, encoded: &mut Vec<u8>) -> Result<(), StoreError> {
         match self {
             WriteTable::Records(table) => {
                 encoded.clear();
@@ -397,7 +402,7 @@ impl<'t> WriteTable<'t> {
 
     /// Removes every record from `from` up to (not including) `to`, in one
     /// pass over the tree. Returns how many it removed.
-    pub fn remove_range(&mut self, from: &[u8], to: &[u8]) -> Result<usize> {
+    pub fn remove_range(&mut self, from: &[u8], to: &[u8]) -> Result<usize, StoreError> {
         let mut removed = 0;
         let mut counted = |_: &[u8]| {
             removed += 1;
@@ -414,7 +419,7 @@ impl<'t> WriteTable<'t> {
     }
 
     /// The greatest key the table holds.
-    fn last_key(&self) -> Result<Option<Vec<u8>>> {
+    fn last_key(&self) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(match self {
             WriteTable::Records(table) => table.last()?.map(|(key, _)| key.value().to_vec()),
             WriteTable::Counts(table) => table.last()?.map(|(key, _)| key.value().to_vec()),
@@ -424,7 +429,7 @@ impl<'t> WriteTable<'t> {
 
     /// Removes the record of `key`, if there is one.
     /// Every key of the table, in order.
-    pub fn keys(&self) -> Result<Vec<Vec<u8>>> {
+    pub fn keys(&self) -> Result<Vec<Vec<u8>>, StoreError> {
         let mut out = Vec::new();
         match self {
             WriteTable::Records(table) => {
@@ -446,7 +451,7 @@ impl<'t> WriteTable<'t> {
         Ok(out)
     }
 
-    pub fn remove(&mut self, key: &[u8]) -> Result<()> {
+    pub fn remove(&mut self, key: &[u8]) -> Result<(), StoreError> {
         match self {
             WriteTable::Records(table) => drop(table.remove(key)?),
             WriteTable::Counts(table) => drop(table.remove(key)?),
@@ -459,7 +464,11 @@ impl<'t> WriteTable<'t> {
     /// rules applied batch by batch in txid order: one tree lookup and at
     /// most one write per key for the whole group, the value replaced in
     /// place. Returns the keys written.
-    pub fn combine_in_place(&mut self, batches: &[BatchPartials<'_>], encoded: &mut Vec<u8>) -> Result<usize> {
+    pub fn combine_in_place(
+        &mut self,
+        batches: &[BatchPartials<'_>],
+        encoded: &mut Vec<u8>,
+    ) -> Result<usize, StoreError> {
         self.combine_in_place_except(batches, &[], encoded, None)
     }
 
@@ -473,17 +482,18 @@ impl<'t> WriteTable<'t> {
         except: &[(&[u8], &[u8])],
         encoded: &mut Vec<u8>,
         mut told: Option<&mut Told<'_>>,
-    ) -> Result<usize> {
+    ) -> Result<usize, StoreError> {
         let Some((_, first)) = batches.first() else { return Ok(0) };
         let (kind, builtin) = (first.kind, first.builtin);
         if let Some((txid, _)) = batches.iter().find(|(_, c)| c.kind != kind || c.builtin != builtin) {
-            bail!(StateError::Malformed(format!("batch {txid} combines the state unlike the batch before it")));
+            let unlike = format!("batch {txid} combines the state unlike the batch before it");
+            return Err(StateError::Malformed(unlike).into());
         }
         if matches!(self, WriteTable::Counts(_)) && kind != StateKind::Transactional {
-            return Err(rules::kind_mismatch(StateKind::Transactional, kind));
+            return Err(rules::kind_mismatch(StateKind::Transactional, kind).into());
         }
         if matches!(self, WriteTable::OpaqueCounts(_)) && kind != StateKind::Opaque {
-            return Err(rules::kind_mismatch(StateKind::Opaque, kind));
+            return Err(rules::kind_mismatch(StateKind::Opaque, kind).into());
         }
         let mut written = 0;
         // Keys come in order: those past the table's last (a new window's,
@@ -555,7 +565,8 @@ impl<'t> WriteTable<'t> {
                             }
                         };
                         let Value::I64(count) = new else {
-                            bail!(StateError::Malformed(format!("{}: the new value is not a count", context())));
+                            let not_a_count = format!("{}: the new value is not a count", context());
+                            return Err(StateError::Malformed(not_a_count).into());
                         };
                         record = Some((txid, count));
                         changed = true;
@@ -585,7 +596,7 @@ fn combined(
     builtin: Builtin,
     mut stored: Option<Stored>,
     partials: &[(u64, &Value)],
-) -> Result<(Option<Stored>, bool)> {
+) -> Result<(Option<Stored>, bool), StoreError> {
     let mut changed = false;
     for &(txid, partial) in partials {
         let value_for = |base| rules::with_partial(builtin, base, partial);
@@ -597,12 +608,12 @@ fn combined(
     Ok((stored, changed))
 }
 
-fn not_a_count(kind: &str, stored: &Stored) -> anyhow::Error {
-    anyhow::Error::new(StateError::Malformed(format!(
+fn not_a_count(kind: &str, stored: &Stored) -> StateError {
+    StateError::Malformed(format!(
         "this state holds {kind} counts, and the {} value {} is not one",
         rules::kind_name(stored.kind()),
         crate::json::to_json(stored.value())
-    )))
+    ))
 }
 
 impl Layout {
@@ -648,7 +659,7 @@ mod tests {
         }]
     }
 
-    fn commit(db: &Db, txid: u64, writes: &[StateWrites]) -> Result<usize> {
+    fn commit(db: &Db, txid: u64, writes: &[StateWrites]) -> Result<usize, StoreError> {
         db.commit("t", txid, &BatchRecord { attempt: 0, time_ms: 0, spout: vec![] }, writes)
     }
 
@@ -714,7 +725,7 @@ mod tests {
             format!("{err:#}"),
             "state counts: this state holds transactional counts, and the transactional value \"x\" is not one"
         );
-        assert!(crate::retry_cannot_help(&err));
+        assert!(matches!(err.root(), StoreError::State(StateError::Malformed(_))), "{err:#}");
         let err = commit(&db, 3, &count_writes(StateKind::Opaque, &[("a", 1)])).unwrap_err();
         assert!(format!("{err:#}").contains("state counts holds transactional values"), "{err:#}");
         // Without the recorded kind (a data dir of an earlier release), the
@@ -727,7 +738,9 @@ mod tests {
             format!("{err:#}").contains("the stored value is transactional state, the topology declares opaque"),
             "{err:#}"
         );
-        assert!(crate::retry_cannot_help(&err));
+        let another_kind =
+            StateError::ValueOfAnotherKind { stored: StateKind::Transactional, declared: StateKind::Opaque };
+        assert!(matches!(err.root(), StoreError::State(e) if *e == another_kind), "{err:#}");
         assert_eq!(db.progress("t").unwrap().last_committed, 2);
         assert_eq!(db.get("t", "counts", &[Value::from("a")]).unwrap(), Some(tx(2, 5)));
     }

@@ -6,11 +6,12 @@
 //! Queries use the same view, read-only, over what is committed.
 
 use super::budget::{Access, Overrun, Usage};
+use super::error::Context;
 use super::keyed::KeyedValues;
 use super::keys;
 use super::rules::{self, Step, Stored};
 use super::store::{Snapshot, StateReader};
-use anyhow::{Context, Result, bail};
+use super::{StateError, StoreError};
 use std::collections::{BTreeMap, HashMap};
 use weir_config::{StateLimits, StateQuota};
 use weir_sdk::codec::Value;
@@ -150,17 +151,17 @@ impl View {
     /// Fails if the batch left a partial of a key from `from` to `to`
     /// (both included when equal, else `to` excluded) to the commit: the
     /// batch cannot read or write it any more.
-    fn not_combined(&self, from: &[u8], to: &[u8]) -> Result<()> {
+    fn not_combined(&self, from: &[u8], to: &[u8]) -> Result<(), StoreError> {
         let Some(combines) = &self.combines else { return Ok(()) };
         let at = combines.partials.first_at_or_after(from);
         if at < combines.partials.len() {
             let key = combines.partials.key(at);
             if key == from || key < to {
-                bail!(
+                return Err(StoreError::Refused(format!(
                     "state {}, key {}: its partial was left to the commit; the batch cannot read or write it",
                     self.def.name,
                     super::describe_key(key)
-                );
+                )));
             }
         }
         Ok(())
@@ -222,7 +223,7 @@ impl Views {
         txid: u64,
         writable: bool,
         limits: &StateLimits,
-    ) -> Result<Views> {
+    ) -> Result<Views, StoreError> {
         let mut views = HashMap::new();
         for (name, def) in states {
             let table = read.state(topology, name)?;
@@ -251,6 +252,11 @@ impl Views {
         })
     }
 
+    /// A query's refusal to write `state`.
+    fn read_only(&self, state: &str) -> StoreError {
+        StoreError::Refused(format!("topology {}: a query cannot write state {state}", self.topology))
+    }
+
     /// What one guest call may read and write.
     pub fn call_quota(&self) -> &StateQuota {
         &self.limits.per_call
@@ -262,18 +268,18 @@ impl Views {
         self.usage.charge(&self.limits.per_batch, access, bytes)
     }
 
-    fn view(&mut self, state: &str) -> Result<&mut View> {
+    fn view(&mut self, state: &str) -> Result<&mut View, StoreError> {
         let (topology, states) = (&self.topology, &mut self.states);
         if !states.contains_key(state) {
             let mut present: Vec<String> = states.keys().cloned().collect();
             present.sort();
-            bail!(super::StateError::NoState { topology: topology.clone(), state: state.to_owned(), present });
+            return Err(StateError::NoState { topology: topology.clone(), state: state.to_owned(), present }.into());
         }
         Ok(states.get_mut(state).expect("present"))
     }
 
     /// The committed record of `key`.
-    fn committed(view: &mut View, key: &[u8]) -> Result<Option<Stored>> {
+    fn committed(view: &mut View, key: &[u8]) -> Result<Option<Stored>, StoreError> {
         if view.range_removed(key) {
             return Ok(None);
         }
@@ -286,7 +292,7 @@ impl Views {
     }
 
     /// The committed record of `key`, out of the cache: the batch writes it.
-    fn committed_for_write(view: &mut View, key: &[u8]) -> Result<Option<Stored>> {
+    fn committed_for_write(view: &mut View, key: &[u8]) -> Result<Option<Stored>, StoreError> {
         if view.range_removed(key) {
             return Ok(None);
         }
@@ -296,7 +302,7 @@ impl Views {
         }
     }
 
-    fn read(view: &View, key: &[u8]) -> Result<Option<Stored>> {
+    fn read(view: &View, key: &[u8]) -> Result<Option<Stored>, StoreError> {
         Ok(match &view.table {
             Some(table) => {
                 table.get(key).with_context(|| format!("state {} has an unreadable value", view.def.name))?
@@ -314,7 +320,7 @@ impl Views {
     /// else the committed value by Trident's rules (an opaque state's replay
     /// starts from the value before its first attempt); `None` when the key
     /// has none, or a transactional state applied this batch already.
-    pub fn base(&mut self, state: &str, key: &[u8]) -> Result<Base> {
+    pub fn base(&mut self, state: &str, key: &[u8]) -> Result<Base, StoreError> {
         let txid = self.txid;
         let view = self.view(state)?;
         view.not_combined(key, key)?;
@@ -325,7 +331,7 @@ impl Views {
         Self::base_of(&view.def, key, stored.as_ref(), txid)
     }
 
-    fn base_of(def: &StateDef, key: &[u8], stored: Option<&Stored>, txid: u64) -> Result<Base> {
+    fn base_of(def: &StateDef, key: &[u8], stored: Option<&Stored>, txid: u64) -> Result<Base, StoreError> {
         let step = rules::step(def.kind, stored, txid)
             .with_context(|| format!("state {}, key {}", def.name, super::describe_key(key)))?;
         Ok(match step {
@@ -338,20 +344,26 @@ impl Views {
     /// The keys of `state` from `from` up to (not including) `to` that
     /// hold a value for the batch, with their bases (see [`Views::base`]),
     /// sorted by key: what is committed, under the batch's own writes.
-    pub fn range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>> {
+    pub fn range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>, StoreError> {
         self.range_of(state, from, to, false)
     }
 
     /// [`Views::range`], and every key from `from` up to `to` removed when
     /// the batch commits, at once: one read for both.
-    pub fn take_range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>> {
+    pub fn take_range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>, StoreError> {
         if !self.writable {
-            bail!("topology {}: a query cannot write state {state}", self.topology);
+            return Err(self.read_only(state));
         }
         self.range_of(state, from, to, true)
     }
 
-    fn range_of(&mut self, state: &str, from: &[u8], to: &[u8], take: bool) -> Result<Vec<(Vec<u8>, Base)>> {
+    fn range_of(
+        &mut self,
+        state: &str,
+        from: &[u8],
+        to: &[u8],
+        take: bool,
+    ) -> Result<Vec<(Vec<u8>, Base)>, StoreError> {
         let txid = self.txid;
         let view = self.view(state)?;
         if from >= to {
@@ -411,9 +423,9 @@ impl Views {
     }
 
     /// Removes `key` from `state` when the batch commits.
-    pub fn remove(&mut self, state: &str, key: &[u8]) -> Result<()> {
+    pub fn remove(&mut self, state: &str, key: &[u8]) -> Result<(), StoreError> {
         if !self.writable {
-            bail!("topology {}: a query cannot write state {state}", self.topology);
+            return Err(self.read_only(state));
         }
         let view = self.view(state)?;
         view.not_combined(key, key)?;
@@ -428,17 +440,23 @@ impl Views {
 
     /// Writes `value` for `key`, to commit with the batch. A transactional
     /// key this batch applied already keeps its value.
-    pub fn put(&mut self, state: &str, key: Vec<u8>, value: Value) -> Result<()> {
+    pub fn put(&mut self, state: &str, key: Vec<u8>, value: Value) -> Result<(), StoreError> {
         self.update(state, key, |_| Ok(value))
     }
 
     /// Writes for `key` what `new` makes of its base (see [`Views::base`]),
     /// in one lookup: how a batch's partial meets the stored value. A
-    /// transactional key this batch applied already keeps its value.
-    pub fn update(&mut self, state: &str, key: Vec<u8>, new: impl FnOnce(Base) -> Result<Value>) -> Result<()> {
+    /// transactional key this batch applied already keeps its value. What
+    /// `new` fails with is the update's error.
+    pub fn update(
+        &mut self,
+        state: &str,
+        key: Vec<u8>,
+        new: impl FnOnce(Base) -> Result<Value, StoreError>,
+    ) -> Result<(), StoreError> {
         let (txid, writable) = (self.txid, self.writable);
         if !writable {
-            bail!("topology {}: a query cannot write state {state}", self.topology);
+            return Err(self.read_only(state));
         }
         let view = self.view(state)?;
         view.not_combined(&key, &key)?;
@@ -465,15 +483,20 @@ impl Views {
     /// with its stored value in place: for keys the batch reads and writes
     /// no further, once for each batch. Later batches of the commit group
     /// read through them.
-    pub fn combine_at_commit(&mut self, state: &str, builtin: Builtin, partials: KeyedValues) -> Result<()> {
+    pub fn combine_at_commit(
+        &mut self,
+        state: &str,
+        builtin: Builtin,
+        partials: KeyedValues,
+    ) -> Result<(), StoreError> {
         if !self.writable {
-            bail!("topology {}: a query cannot write state {state}", self.topology);
+            return Err(self.read_only(state));
         }
         let view = self.view(state)?;
         let written = view.writes.keys().any(|key| partials.find(key).is_some())
             || (!view.removed_ranges.is_empty() && partials.iter().any(|(key, _)| view.range_removed(key)));
         if view.combines.is_some() || written {
-            bail!("state {state} is written twice in one batch");
+            return Err(StoreError::Refused(format!("state {state} is written twice in one batch")));
         }
         // Their cached records go stale here: the group's later batches
         // read them through this batch's partials.

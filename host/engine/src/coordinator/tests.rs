@@ -9,6 +9,7 @@ use weir_io::spout::FileLines;
 use weir_runtime::{ComponentCache, Limit};
 use weir_sdk::codec::{BatchWriter, Value, ValueRef};
 use weir_sdk::topology::SPOUT_ID;
+use weir_state::StoreError;
 use weir_state::keys;
 use weir_state::memory::MemoryStore;
 use weir_state::rules::Stored;
@@ -272,28 +273,28 @@ impl SlowStore {
 }
 
 impl CommitLog for SlowStore {
-    fn progress(&self, topology: &str) -> Result<weir_state::Progress> {
+    fn progress(&self, topology: &str) -> Result<weir_state::Progress, StoreError> {
         self.inner.progress(topology)
     }
 
-    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<()> {
+    fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<(), StoreError> {
         self.inner.record_batch(topology, txid, record)
     }
 }
 
 impl Store for SlowStore {
-    fn snapshot(&self) -> Result<Box<dyn weir_state::store::Snapshot + '_>> {
+    fn snapshot(&self) -> Result<Box<dyn weir_state::store::Snapshot + '_>, StoreError> {
         self.inner.snapshot()
     }
 
-    fn commit_group(&self, group: &[weir_state::store::BatchCommit<'_>]) -> Result<usize> {
+    fn commit_group(&self, group: &[weir_state::store::BatchCommit<'_>]) -> Result<usize, StoreError> {
         std::thread::sleep(self.delay);
         let committed = self.inner.commit_group(group)?;
         self.events.lock().unwrap().extend(group.iter().map(|batch| format!("commit {}", batch.txid)));
         Ok(committed)
     }
 
-    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<()> {
+    fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError> {
         self.inner.remove_others(topology, table, keys)
     }
 }

@@ -18,10 +18,10 @@ use weir_io::sink;
 use weir_plan::{Op, Phase, Plan};
 use weir_runtime::BatchId;
 use weir_runtime::{BatchError, Origin};
-use weir_state::BatchRecord;
 use weir_state::pending::Pending;
 use weir_state::store::{BatchCommit, OtherRecords, Store, Written};
 use weir_state::view::{StateCache, StateWrites, Views, refresh_caches};
+use weir_state::{BatchRecord, StoreError};
 
 /// Runs the commit phase of a plan, keeps its states' caches and the
 /// commit group: batches whose commit phase ran, waiting to commit.
@@ -99,7 +99,7 @@ impl Committer {
         handover: Handover,
     ) -> Result<(), BatchError> {
         let plan = Arc::clone(&self.plan);
-        let storage = |e: anyhow::Error| state_failure("(state)", format!("{e:#}"), &e, Origin::State);
+        let storage = |e: StoreError| state_failure("(state)", format!("{e:#}"), &e, Origin::State);
         let committed = store.snapshot().map_err(storage)?;
         let layers = self.group.iter().map(|b| (b.txid, Arc::clone(&b.writes))).collect();
         let read = Pending::new(&*committed, &plan.stored_as, layers);

@@ -2,12 +2,12 @@
 
 use std::fmt;
 use weir_runtime::{BatchError, Origin};
+use weir_state::StoreError;
 
 /// A state's error, come from `origin`: fatal when replaying the batch
-/// cannot cure it (see [`weir_state::StateError`]).
-pub(super) fn state_failure(operator: &str, message: String, error: &anyhow::Error, origin: Origin) -> BatchError {
-    BatchError { retryable: !weir_state::retry_cannot_help(error), ..BatchError::retry(operator, message) }
-        .with_origin(origin)
+/// cannot cure it (see [`StoreError::is_retryable`]).
+pub(super) fn state_failure(operator: &str, message: String, error: &StoreError, origin: Origin) -> BatchError {
+    BatchError { retryable: error.is_retryable(), ..BatchError::retry(operator, message) }.with_origin(origin)
 }
 
 pub(super) fn malformed(operator: &str, what: impl fmt::Display) -> BatchError {

@@ -18,8 +18,8 @@ use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::AggregatorKind;
 use weir_state::keyed::KeyedValues;
-use weir_state::keys;
 use weir_state::view::{Base, Views};
+use weir_state::{DecodeError, StateError, StoreError, keys};
 
 /// A batch's contribution to a persistent aggregate, by key (sorted).
 pub enum Partials {
@@ -83,8 +83,13 @@ pub(super) fn lock(views: &Arc<Mutex<Views>>) -> MutexGuard<'_, Views> {
     views.locked()
 }
 
-pub(super) fn storage(state: &str) -> impl Fn(anyhow::Error) -> BatchError + '_ {
-    move |e| state_failure(state, format!("commit failed: {e:#}"), &e, Origin::State)
+/// A state's failure, as the batch's: `{:#}` prints the store's error with
+/// the context it was given.
+pub(super) fn storage<E: Into<StoreError>>(state: &str) -> impl Fn(E) -> BatchError + '_ {
+    move |e| {
+        let e = e.into();
+        state_failure(state, format!("commit failed: {e:#}"), &e, Origin::State)
+    }
 }
 
 /// Combines a batch's partials (or folds its rows) into the stored values,
@@ -133,7 +138,7 @@ pub(super) fn store_partials(
     };
     let bases: Vec<Base> = {
         let mut views = lock(views);
-        keys.iter().map(|key| views.base(state, key)).collect::<anyhow::Result<_>>().map_err(storage(state))?
+        keys.iter().map(|key| views.base(state, key)).collect::<Result<_, StoreError>>().map_err(storage(state))?
     };
     let id = &aggregator.id;
     let fresh: Vec<Value> = match partials {
@@ -192,7 +197,7 @@ pub(super) fn store_partials(
 }
 
 /// A new-values row: the group fields (decoded from the key), then the value.
-fn push_new_value(writer: &mut BatchWriter, key: &[u8], value: ValueRef<'_>) -> anyhow::Result<()> {
+fn push_new_value(writer: &mut BatchWriter, key: &[u8], value: ValueRef<'_>) -> Result<(), DecodeError> {
     writer.begin_row(0);
     for group_value in keys::decode(key)? {
         writer.push(group_value.as_ref());
@@ -220,10 +225,10 @@ fn combine_in_host(
             emitted.push(key.clone());
         }
         let combined = views.update(state, key, |base| match base {
+            // The batch fails with `failed`, not with the update's error.
             Base::Value(stored) => builtin.combine(stored, partial).map_err(|e| {
-                let error = anyhow::anyhow!("{e}");
                 failed = Some(BatchError::fatal(id, e.to_string()));
-                error
+                StateError::Combine(e.to_string()).into()
             }),
             _ => Ok(partial),
         });
