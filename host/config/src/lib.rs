@@ -486,6 +486,14 @@ pub const FAULT_ENV: &str = "WEIR_FAULT";
 /// n` milliseconds (see `crate::clock`). Unset in any real deployment.
 pub const CLOCK_ENV: &str = "WEIR_CLOCK";
 
+/// The most windows one tuple may fall into: a sliding window's size over
+/// its slide, which a description chooses.
+pub const MAX_WINDOWS_PER_TUPLE: u64 = 1_000;
+
+/// The most sessions a group may hold open at once: how many gaps fit in
+/// the watermark's delay and lateness, which a description chooses.
+pub const MAX_OPEN_SESSIONS: u64 = 10_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

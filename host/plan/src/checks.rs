@@ -6,7 +6,7 @@
 use super::SpoutKind;
 use super::{Aggregator, Excess, NameOf, Node, Op, Phase, Plan, PlanError};
 use std::collections::{BTreeMap, HashSet};
-use weir_config::{MAX_SINKS, TopologyLimits};
+use weir_config::{MAX_OPEN_SESSIONS, MAX_SINKS, MAX_WINDOWS_PER_TUPLE, TopologyLimits};
 use weir_sdk::topology::{
     AggregatorDef, AggregatorKind, OperationDef, Partitioning, PayloadDef, QueryDef, SinkDef, SinkPayloadDef, SpoutDef,
     StateDef, StateKind, TopologyDef, WindowDef,
@@ -269,7 +269,7 @@ pub(super) fn check_aggregator(
     persistent: bool,
 ) -> Result<(), PlanError> {
     let id = &aggregator.id;
-    super::fields::resolve(name, id, fields, &aggregator.input)?;
+    super::positions::resolve(name, id, fields, &aggregator.input)?;
     let (topology, operator, aggregator_id) = (|| name.to_owned(), || node.to_owned(), || id.clone());
     let single_output = !matches!(aggregator.kind, AggregatorKind::General);
     if single_output && aggregator.output.len() != 1 {
@@ -291,14 +291,6 @@ pub(super) fn check_aggregator(
     }
     Ok(())
 }
-
-/// The most windows one tuple may fall into: a sliding window's size over
-/// its slide, which a description chooses.
-pub const MAX_WINDOWS_PER_TUPLE: u64 = 1_000;
-
-/// The most sessions a group may hold open at once: how many gaps fit in
-/// the watermark's delay and lateness, which a description chooses.
-pub const MAX_OPEN_SESSIONS: u64 = 10_000;
 
 /// Checks a window operation `node` of topology `name`: sizes a tuple can
 /// be assigned by, a timestamp field in `fields`, and an aggregator that
@@ -327,7 +319,7 @@ pub(super) fn check_window(
         }
     };
     if let Some(field) = window.time_field() {
-        super::fields::resolve(name, node, fields, &[field.to_owned()])?;
+        super::positions::resolve(name, node, fields, &[field.to_owned()])?;
     }
     if let Some(&(what, ms)) = times.iter().find(|(_, ms)| i64::try_from(*ms).is_err()) {
         return Err(PlanError::WindowTime { topology: topology(), window: window_id(), what, ms });

@@ -4,11 +4,11 @@
 //! reading the message. Each message is the one the host has always
 //! printed.
 
-use super::checks::{MAX_OPEN_SESSIONS, MAX_WINDOWS_PER_TUPLE};
 use super::subject::SubjectError;
 use super::{builtin_name, json};
 use std::fmt;
 use weir_config::MAX_SINKS;
+use weir_config::{MAX_OPEN_SESSIONS, MAX_WINDOWS_PER_TUPLE};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::AggregatorKind;
 

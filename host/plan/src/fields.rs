@@ -3,27 +3,14 @@
 //! with its fields resolved to positions.
 
 use super::checks::{check_aggregator, refused};
+use super::positions::{input_of, positions, resolve};
 use super::subject;
-use super::{Aggregator, Excess, FunctionKind, Input, Node, Op, Phase, PlanError};
+use super::{Aggregator, Excess, FunctionKind, Node, Op, Phase, PlanError};
 use std::collections::{BTreeMap, HashSet};
 use weir_config::TopologyLimits;
 use weir_sdk::topology::{
     AggregatorDef, NodeDef, OperationDef, Partitioning, SinkDef, SinkPayloadDef, StateDef, TopologyDef,
 };
-
-/// The input of `operator` reading `names` from tuples of `fields`, or the
-/// error naming the field it lacks.
-pub(super) fn resolve(topology: &str, operator: &str, fields: &[String], names: &[String]) -> Result<Input, PlanError> {
-    if let Some(name) = names.iter().find(|name| !fields.contains(name)) {
-        return Err(PlanError::MissingField {
-            topology: topology.to_owned(),
-            operator: operator.to_owned(),
-            field: name.clone(),
-            fields: fields.to_vec(),
-        });
-    }
-    Ok(input_of(fields, names))
-}
 
 /// Each node's logical fields, in dependency order, each node's and all of
 /// them within the host's caps.
@@ -446,16 +433,6 @@ fn reads(child: &NodeDef, parent_fields: &[String], needed: &HashSet<String>) ->
         OperationDef::Spout { .. } | OperationDef::QueryStream { .. } => {}
     }
     out
-}
-
-fn positions(fields: &[String], names: impl IntoIterator<Item = impl AsRef<str>>) -> Vec<usize> {
-    names.into_iter().map(|n| fields.iter().position(|f| f == n.as_ref()).expect("resolved at load")).collect()
-}
-
-fn input_of(fields: &[String], names: &[String]) -> Input {
-    let positions = positions(fields, names);
-    let whole_tuple = positions.iter().copied().eq(0..fields.len());
-    Input { positions, names: names.to_vec(), whole_tuple }
 }
 
 fn aggregator_of(fields: &[String], def: &AggregatorDef) -> Aggregator {

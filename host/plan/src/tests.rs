@@ -1,7 +1,11 @@
 use super::build::order;
 use super::subject::SubjectError;
 use super::*;
-use weir_sdk::topology::{AggregatorDef, AggregatorKind, NodeDef, OperationDef, SpoutDef, StateDef, StateKind};
+use weir_config::SandboxConfig;
+use weir_sdk::operator::Builtin;
+use weir_sdk::topology::{
+    AggregatorDef, AggregatorKind, NodeDef, OperationDef, SinkDef, SpoutDef, StateDef, StateKind, TopologyDef,
+};
 
 fn names(n: &[&str]) -> Vec<String> {
     n.iter().map(|s| s.to_string()).collect()

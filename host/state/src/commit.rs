@@ -10,7 +10,7 @@ use super::merge::BatchPartials;
 use super::rules::Stored;
 use super::store::{BatchCommit, Written};
 use super::table::{Layout, Told, WriteTable};
-use super::view::StateWrites;
+use super::writes::StateWrites;
 use super::{
     Db, LAST_COMMITTED, StateError, StoreError, batches_def, batches_table, kinds_def, kinds_table, meta_def,
     meta_table, others_def, others_prefix, record_kind, state_table,

@@ -7,7 +7,7 @@
 //! displays its outermost context, as an `anyhow` error did, and with `{:#}`
 //! the errors beneath it too, each after a colon.
 
-use super::rules::kind_name;
+use super::kind::kind_name;
 use std::error::Error;
 use std::fmt;
 use weir_sdk::topology::StateKind;

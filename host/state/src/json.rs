@@ -1,6 +1,7 @@
 //! Values and state entries to and from JSON, as the CLI prints and reads
 //! them and the server's API answers with them.
 
+use crate::keys;
 use crate::rules::Stored;
 use anyhow::{Result, bail};
 use serde_json::{Value as Json, json};
@@ -66,6 +67,16 @@ pub fn entry(key: &[Value], stored: &Stored, raw: bool) -> Json {
         }
     }
     out
+}
+
+/// An encoded key for messages: its values as a JSON array (the bytes
+/// themselves, as `{"bytes": ...}`, if they do not decode).
+pub(crate) fn describe_key(key: &[u8]) -> String {
+    let json = match keys::decode(key) {
+        Ok(values) => serde_json::Value::Array(values.iter().map(to_json).collect()),
+        Err(_) => to_json(&Value::Bytes(key.to_vec())),
+    };
+    json.to_string()
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub mod error;
 pub mod handle;
 pub mod keyed;
 pub mod keys;
+mod kind;
 pub mod memory;
 pub mod merge;
 pub mod pending;
@@ -39,18 +40,21 @@ pub mod rules;
 pub mod store;
 pub mod table;
 pub mod view;
+pub mod writes;
 
 use error::Context;
 pub use error::{ContextError, DecodeError, StateError, StoreError};
+pub(crate) use json::describe_key;
 use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use rules::{Stored, kind_name};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use store::{BatchCommit, CommitLog, OtherEntries, Snapshot, StateReader, Store, Written};
+pub use store::{BatchRecord, Progress};
 use table::ReadTable;
-use view::StateWrites;
 use weir_sdk::codec::Value;
 use weir_sdk::topology::{StateDef, StateKind};
+use writes::StateWrites;
 
 const DB_FILE: &str = "weir.redb";
 const LAST_COMMITTED: &str = "last-committed";
@@ -59,44 +63,6 @@ const LAST_COMMITTED: &str = "last-committed";
 pub struct Db {
     db: Database,
     path: PathBuf,
-}
-
-/// What the host recorded about a batch before processing it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BatchRecord {
-    /// The attempt being processed.
-    pub attempt: u32,
-    /// When the batch was emitted, in milliseconds since the Unix epoch: the
-    /// time its processing-time windows go by, the same on a replay.
-    pub time_ms: u64,
-    /// The spout's metadata for the batch (opaque to the store).
-    pub spout: Vec<u8>,
-}
-
-impl BatchRecord {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = self.attempt.to_le_bytes().to_vec();
-        out.extend_from_slice(&self.time_ms.to_le_bytes());
-        out.extend_from_slice(&self.spout);
-        out
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<BatchRecord, DecodeError> {
-        let truncated = || DecodeError::new("truncated batch record");
-        let (attempt, rest) = bytes.split_first_chunk::<4>().ok_or_else(truncated)?;
-        let (time_ms, spout) = rest.split_first_chunk::<8>().ok_or_else(truncated)?;
-        let (attempt, time_ms) = (u32::from_le_bytes(*attempt), u64::from_le_bytes(*time_ms));
-        Ok(BatchRecord { attempt, time_ms, spout: spout.to_vec() })
-    }
-}
-
-/// Where a topology stands.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Progress {
-    /// Last committed txid; 0 before the first commit.
-    pub last_committed: u64,
-    /// Recorded batches from the last committed one on, in txid order.
-    pub batches: Vec<(u64, BatchRecord)>,
 }
 
 pub(crate) fn state_table(topology: &str, state: &str) -> String {
@@ -482,16 +448,6 @@ fn parse_kind(topology: &str, state: &str, name: &str) -> Result<StateKind, Stat
         let name = serde_json::to_string(name).unwrap_or_default();
         StateError::Malformed(format!("topology {topology}: state {state} is recorded with an unknown kind {name}"))
     })
-}
-
-/// An encoded key for messages: its values as a JSON array (the bytes
-/// themselves, as `{"bytes": ...}`, if they do not decode).
-pub(crate) fn describe_key(key: &[u8]) -> String {
-    let json = match keys::decode(key) {
-        Ok(values) => serde_json::Value::Array(values.iter().map(crate::json::to_json).collect()),
-        Err(_) => crate::json::to_json(&Value::Bytes(key.to_vec())),
-    };
-    json.to_string()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use super::StoreError;
 use super::keyed::KeyedValues;
-use super::view::Combines;
+use super::writes::Combines;
 use foldhash::fast::RandomState;
 use std::borrow::Cow;
 use std::cmp::Ordering;

@@ -7,7 +7,8 @@ use super::StoreError;
 use super::error::Context;
 use super::rules::{self, Stored};
 use super::store::{OtherEntries, Snapshot, StateReader};
-use super::view::{Combines, StateWrites, in_ranges};
+use super::view::in_ranges;
+use super::writes::{Combines, StateWrites};
 use std::sync::Arc;
 use weir_sdk::codec::Value;
 

@@ -10,6 +10,7 @@
 //!
 //! A stored txid ahead of the batch's is an error, never a silent double count.
 
+pub use super::kind::{kind_name, kind_named};
 use super::{DecodeError, StateError, compact};
 use weir_sdk::codec::{self, Value, ValueRef};
 use weir_sdk::operator::Builtin;
@@ -170,22 +171,6 @@ impl Fields {
         }
         Ok(value.to_owned())
     }
-}
-
-/// A state kind's name, as topologies write it.
-pub fn kind_name(kind: StateKind) -> &'static str {
-    match kind {
-        StateKind::Transactional => "transactional",
-        StateKind::Opaque => "opaque",
-        StateKind::NonTransactional => "non-transactional",
-    }
-}
-
-/// The state kind named `name` (see [`kind_name`]).
-pub fn kind_named(name: &str) -> Option<StateKind> {
-    [StateKind::Transactional, StateKind::Opaque, StateKind::NonTransactional]
-        .into_iter()
-        .find(|&kind| kind_name(kind) == name)
 }
 
 /// A stored value of one kind of state met a topology that declares another.

@@ -14,9 +14,48 @@
 //! Every method fails with a [`StoreError`], which says whether replaying
 //! the batch may cure it ([`StoreError::is_retryable`]).
 
+use super::DecodeError;
+use super::StoreError;
 use super::rules::Stored;
-use super::view::StateWrites;
-use super::{BatchRecord, Progress, StoreError};
+use super::writes::StateWrites;
+
+/// What the host recorded about a batch before processing it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchRecord {
+    /// The attempt being processed.
+    pub attempt: u32,
+    /// When the batch was emitted, in milliseconds since the Unix epoch: the
+    /// time its processing-time windows go by, the same on a replay.
+    pub time_ms: u64,
+    /// The spout's metadata for the batch (opaque to the store).
+    pub spout: Vec<u8>,
+}
+
+impl BatchRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.attempt.to_le_bytes().to_vec();
+        out.extend_from_slice(&self.time_ms.to_le_bytes());
+        out.extend_from_slice(&self.spout);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<BatchRecord, DecodeError> {
+        let truncated = || DecodeError::new("truncated batch record");
+        let (attempt, rest) = bytes.split_first_chunk::<4>().ok_or_else(truncated)?;
+        let (time_ms, spout) = rest.split_first_chunk::<8>().ok_or_else(truncated)?;
+        let (attempt, time_ms) = (u32::from_le_bytes(*attempt), u64::from_le_bytes(*time_ms));
+        Ok(BatchRecord { attempt, time_ms, spout: spout.to_vec() })
+    }
+}
+
+/// Where a topology stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Last committed txid; 0 before the first commit.
+    pub last_committed: u64,
+    /// Recorded batches from the last committed one on, in txid order.
+    pub batches: Vec<(u64, BatchRecord)>,
+}
 
 /// Where each topology stands.
 pub trait CommitLog {
@@ -134,7 +173,7 @@ pub trait Store: CommitLog + Sync {
 mod tests {
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::view::Combines;
+    use crate::writes::Combines;
     use crate::{Db, StateError, keys};
     use std::collections::BTreeMap;
     use weir_sdk::codec::{Value, ValueRef};

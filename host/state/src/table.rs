@@ -14,7 +14,7 @@
 use super::error::Context;
 use super::merge::{self, BatchPartials};
 use super::rules::{self, Stored};
-use super::view::Combines;
+use super::writes::Combines;
 use super::{StateError, StoreError};
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, TableError, TypeName, WriteTransaction,

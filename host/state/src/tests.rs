@@ -1,5 +1,5 @@
 use super::*;
-use crate::view::Combines;
+use crate::writes::Combines;
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::TopologyDef;
 

@@ -21,11 +21,11 @@ mod state;
 mod status;
 mod stop;
 mod target;
+mod token;
 mod upgrade;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
-use std::path::Path;
 use tracing_subscriber::EnvFilter;
 
 /// Weir runs exactly-once stream topologies whose operators are WebAssembly
@@ -122,16 +122,6 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
         LogFormat::Json => logs.json().init(),
     }
-}
-
-/// The token held in the file at `path`, if one is given: the file's text,
-/// trimmed, which must not be empty.
-fn read_token(path: Option<&Path>) -> Result<Option<String>> {
-    let Some(path) = path else { return Ok(None) };
-    let token = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let token = token.trim().to_owned();
-    anyhow::ensure!(!token.is_empty(), "{} holds no token", path.display());
-    Ok(Some(token))
 }
 
 /// Runs the chosen verb; `started` is when the process started.

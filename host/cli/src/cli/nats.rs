@@ -30,7 +30,7 @@ impl NatsArgs {
     /// The server asked for, if any.
     pub fn config(&self) -> Result<Option<NatsConfig>> {
         let Some(url) = &self.nats else { return Ok(None) };
-        let token = super::read_token(self.nats_token_file.as_deref())?;
+        let token = super::token::read_token(self.nats_token_file.as_deref())?;
         Ok(Some(NatsConfig { url: url.clone(), token, retry_for: Duration::from_millis(self.nats_retry_ms) }))
     }
 }

@@ -88,7 +88,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let token = super::read_token(args.token_file.as_deref())?;
+    let token = super::token::read_token(args.token_file.as_deref())?;
     args.sandbox.limit_guest_memory();
     let db = Arc::new(Db::open(&args.data)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.

@@ -5,11 +5,12 @@
 //! resumes in a file that was truncated or replaced halts, as
 //! [`FileLines`] does.
 
+use super::contract::{Emitted, Spout};
 use super::file_lines::{FileLines, LineRange};
 use super::input::{InputDir, InputScope};
-use super::{Emitted, Spout, SpoutKind};
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
+use weir_plan::SpoutKind;
 use weir_sdk::codec::{Batch, Buffers};
 
 /// Reads batches of lines from the files of a directory.

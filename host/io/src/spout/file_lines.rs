@@ -12,13 +12,15 @@
 //! nothing without a word. Ranges recorded before the hash was kept (24
 //! bytes of metadata) resume with the size check alone.
 
-use super::{Emitted, InputScope, Spout, SpoutKind};
+use super::contract::{Emitted, Spout};
+use super::input::InputScope;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use weir_plan::SpoutKind;
 use weir_sdk::codec::{Batch, BatchWriter, Buffers, ValueRef};
 
 /// Bytes at the end of a range whose hash its metadata keeps.

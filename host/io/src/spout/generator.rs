@@ -1,8 +1,9 @@
 //! The built-in spout emitting the integers 0 to count - 1: for tests and
 //! benchmarks, transactional (a batch is a range).
 
-use super::{Emitted, Spout, SpoutKind};
+use super::contract::{Emitted, Spout};
 use anyhow::{Result, bail};
+use weir_plan::SpoutKind;
 use weir_sdk::codec::{Batch, BatchWriter, ValueRef};
 
 /// Emits `count` integers in batches.

@@ -2,9 +2,10 @@
 //! whose metadata (the partition list and each partition's metadata) the
 //! host keeps as the batch's metadata.
 
-use super::{Emitted, Spout, SpoutKind};
+use super::contract::{Emitted, Spout};
 use anyhow::{Result, bail};
 use std::sync::Arc;
+use weir_plan::SpoutKind;
 use weir_runtime::bindings::SpoutContext;
 use weir_runtime::sandbox::OperatorSandbox;
 use weir_runtime::{BatchError, Cause, Origin};

@@ -22,7 +22,7 @@ mod pull;
 mod reader;
 mod tuples;
 
-use super::{Emitted, Spout, SpoutKind};
+use super::contract::{Emitted, Spout};
 use crate::nats::{Nats, NatsConfig, subject};
 use anyhow::{Context, Result, bail};
 use reader::{Failure, Read, Reader};
@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use weir_config::backoff::RECONNECT;
 use weir_config::{MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS};
+use weir_plan::SpoutKind;
 use weir_sdk::codec::Batch;
 use weir_sdk::topology::{JetStreamDef, JetStreamKind, PayloadDef};
 
