@@ -12,7 +12,7 @@ pub mod changelog;
 pub mod commit_log;
 pub mod coordinator;
 mod leader;
-pub mod membership;
+mod membership;
 pub mod plan;
 pub mod reads;
 pub mod slots;

@@ -464,6 +464,7 @@ impl<'t> WriteTable<'t> {
     /// rules applied batch by batch in txid order: one tree lookup and at
     /// most one write per key for the whole group, the value replaced in
     /// place. Returns the keys written.
+    #[cfg(test)]
     pub fn combine_in_place(
         &mut self,
         batches: &[BatchPartials<'_>],
