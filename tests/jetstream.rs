@@ -283,6 +283,18 @@ fn a_server_out_of_reach_at_start_is_retried_then_the_run_halts_naming_it() {
 }
 
 #[test]
+fn a_start_that_cannot_reach_the_server_leaves_no_data_dir_behind() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let output = weir_output(&run_args("jetstream-word-count", &data, &url, &["--nats-retry-ms", "300"]));
+    let err = failed_stderr(&output);
+    assert!(err.contains(&format!("cannot reach the NATS server at {url}")), "{err}");
+    assert!(!data.exists(), "the failed start made {}", data.display());
+}
+
+#[test]
 fn a_jetstream_topology_needs_a_server_and_takes_no_input() {
     let data = tempfile::tempdir().unwrap();
     let dir = data.path().to_str().unwrap();

@@ -158,38 +158,43 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         spout::check_input(spout, &spout::SpoutEnv { topology: name, stored_as: name, ..env })?;
         weir_io::sink::check_server(&loaded.plan, nats.as_ref())?;
     }
+    // Spouts and sinks connect before the data dir is made: a start that
+    // fails (a server out of reach) leaves nothing behind.
+    let mut opened = Vec::with_capacity(topologies.len());
+    for loaded in topologies {
+        let spout_component = Arc::clone(loaded.components.for_operator(SPOUT_ID));
+        let guest = Some((spout_component, loaded.plan.sandboxes.of(SPOUT_ID).clone()));
+        let spout_def = loaded.definition.spout().expect("checked above");
+        let env = spout::SpoutEnv { topology: &loaded.definition.name, stored_as: &loaded.definition.name, ..env };
+        let spout = spout::open(spout_def, &env, guest)?;
+        let sinks = Publisher::open(&loaded.plan, nats.as_ref())?;
+        opened.push((loaded, spout, sinks));
+    }
     // Opened once the topologies are known good: a refused one leaves no trace.
     let db = Db::open(&args.data)?;
-    for loaded in &topologies {
+    for (loaded, _, _) in &opened {
         db.check_state_kinds(&loaded.plan.stored_as, &loaded.plan.states)?;
     }
     let loaded_after = started.elapsed();
-    for loaded in &topologies {
+    for (loaded, _, _) in &opened {
         load::remember(&args.data, &loaded.plan.topology, &wasm)?;
     }
-    let cached = topologies[0].components.default.was_cached();
+    let cached = opened[0].0.components.default.was_cached();
     tracing::info!(
         "{} from {} ({})",
-        topologies.iter().map(|t| format!("topology {}", t.plan.topology)).collect::<Vec<_>>().join(", "),
+        opened.iter().map(|(t, _, _)| format!("topology {}", t.plan.topology)).collect::<Vec<_>>().join(", "),
         wasm.display(),
         if cached { "compiled component loaded from cache" } else { "compiled" }
     );
     let bar = progress_bar();
     let reports = Mutex::new(BTreeMap::new());
     let outcomes: Vec<(String, Result<RunReport>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = topologies
+        let handles: Vec<_> = opened
             .into_iter()
-            .map(|loaded| {
-                let (db, config, bar, reports, nats) = (&db, &config, &bar, &reports, nats.as_ref());
+            .map(|(loaded, mut spout, mut sinks)| {
+                let (db, config, bar, reports) = (&db, &config, &bar, &reports);
                 let name = loaded.plan.topology.clone();
                 let handle = scope.spawn(move || {
-                    let definition = &loaded.definition;
-                    let spout_component = Arc::clone(loaded.components.for_operator(SPOUT_ID));
-                    let guest = Some((spout_component, loaded.plan.sandboxes.of(SPOUT_ID).clone()));
-                    let spout_def = definition.spout().expect("checked above");
-                    let env = spout::SpoutEnv { topology: &definition.name, stored_as: &definition.name, ..env };
-                    let mut spout = spout::open(spout_def, &env, guest)?;
-                    let mut sinks = Publisher::open(&loaded.plan, nats)?;
                     coordinator::run(
                         db,
                         loaded.plan,
