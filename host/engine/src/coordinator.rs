@@ -462,8 +462,9 @@ impl Coordinator<'_> {
         loop {
             match self.spout.emit(txid, attempt, self.last_meta.as_deref()) {
                 Ok(emitted) => return Ok(emitted.map(|e| (attempt, e))),
-                // Its input changed under committed batches: no retry helps.
-                Err(e) if weir_io::spout::input_changed(&e) => {
+                // Its input changed under committed batches, or a message
+                // can never be read: no retry helps.
+                Err(e) if weir_io::spout::retry_cannot_help(&e) => {
                     self.report.record_failure(txid, attempt, &format_args!("{e:#}"));
                     return Err(e.context(format!("topology {} halted at txid {txid}", self.topology())));
                 }

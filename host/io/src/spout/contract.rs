@@ -62,3 +62,17 @@ pub trait Spout: Send {
         std::thread::sleep(timeout);
     }
 }
+
+/// A message a spout read that can never become a tuple (not UTF-8, not the
+/// declared JSON object): no replay changes it, so the topology halts at
+/// once rather than after its retries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreadable(pub String);
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unreadable {}

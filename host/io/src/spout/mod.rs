@@ -9,7 +9,7 @@ mod guest;
 mod input;
 pub mod jetstream;
 
-pub use contract::{Emitted, Spout};
+pub use contract::{Emitted, Spout, Unreadable};
 pub use directory::DirectoryLines;
 pub use file_lines::{FileLines, InputChanged, LineRange, input_changed};
 pub use generator::Generator;
@@ -26,6 +26,12 @@ use weir_runtime::sandbox::OperatorSandbox;
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use weir_sdk::topology::SpoutDef;
+
+/// Whether no replay can cure `error`: the input changed under committed
+/// batches, or a message can never become a tuple.
+pub fn retry_cannot_help(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| cause.is::<InputChanged>() || cause.is::<Unreadable>())
+}
 
 /// Where a guest spout runs: the component, and the spout's sandbox.
 pub type GuestCode = Option<(Arc<LoadedComponent>, OperatorSandbox)>;

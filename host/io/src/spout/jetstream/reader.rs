@@ -7,6 +7,7 @@ use super::meta::Position;
 use super::pull::{self, Flow};
 use super::tuples::{Message, TupleShape};
 use crate::nats::{Nats, is_stream_not_found, subject};
+use crate::spout::Unreadable;
 use anyhow::anyhow;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull::Config as PullConfig};
 use async_nats::jetstream::{self, stream::Stream};
@@ -83,7 +84,7 @@ struct Got {
 
 /// Puts a message of `partition` of `stream` into the batch as its tuple; a
 /// message the tuple shape refuses is named by stream, partition and
-/// sequence.
+/// sequence, and is [`Unreadable`]: no retry reads it otherwise.
 fn push_delivered(
     shape: &mut TupleShape,
     writer: &mut BatchWriter,
@@ -98,9 +99,10 @@ fn push_delivered(
         sequence,
         timestamp_ms: delivered.timestamp_ms,
     };
-    shape
-        .push(writer, &message)
-        .map_err(|e| e.context(format!("stream {stream}, partition {partition}, sequence {sequence}")))
+    shape.push(writer, &message).map_err(|e| {
+        let named = e.context(format!("stream {stream}, partition {partition}, sequence {sequence}"));
+        anyhow::Error::new(Unreadable(format!("{named:#}")))
+    })
 }
 
 /// Reads the stream a JetStream spout declares.
