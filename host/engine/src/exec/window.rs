@@ -12,7 +12,7 @@
 use super::aggregate::groups;
 use super::context::Exec;
 use super::count::count_rows_by_key;
-use super::parts::{Parts, gather};
+use super::parts::{Parts, gather_in_order};
 use super::persistent_aggregate::{Partials, lock, partials_of, storage, store_partials};
 use super::session;
 use super::window_state::{
@@ -38,7 +38,7 @@ const COUNT: ValueRef<'static> = ValueRef::Bool(true);
 pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result<Parts, BatchError> {
     let node = &exec.plan.nodes[index];
     let Op::Window { state, window, time, group, aggregator } = &node.op else { unreachable!("a window") };
-    let batch = gather(input);
+    let batch = gather_in_order(input);
     let time_spec = |size: &u64, slide: &u64, delay: &u64, lateness: &u64| TimeSpec {
         size: *size as i64,
         slide: *slide as i64,
@@ -134,7 +134,7 @@ pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) ->
     let Op::Window { window, time, group, aggregator, .. } = &node.op else { unreachable!("a window") };
     let (field, spec) = event_time_spec(window).expect("an event-time window");
     let stamp = Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
-    let batch = gather(input);
+    let batch = gather_in_order(input);
     let mut newest_ends = Vec::with_capacity(batch.len());
     let mut greatest: Option<i64> = None;
     // A count goes by each window's rows, counted by the group's fields
@@ -258,12 +258,12 @@ pub(super) fn window_preassigned(exec: &mut Exec<'_>, index: usize, pre: Preassi
         for partials in [closing, open].into_iter().filter(|p| !p.is_empty()) {
             store_partials(exec, node, state, aggregator, Partials::Values(partials), false)?;
         }
-        return finish(exec, index, &gather(&pre.input), Ok(watermark), None);
+        return finish(exec, index, &gather_in_order(&pre.input), Ok(watermark), None);
     };
     if !open.is_empty() {
         lock(exec.views(node)?).combine_at_commit(state, builtin, open).map_err(storage(state))?;
     }
-    finish(exec, index, &gather(&pre.input), Ok(watermark), Some((builtin, closing)))
+    finish(exec, index, &gather_in_order(&pre.input), Ok(watermark), Some((builtin, closing)))
 }
 
 /// The end of the window a window key is of.
@@ -333,12 +333,14 @@ fn finish(
     }
     let mut writer = BatchWriter::new(node.fields.len());
     let mut closed_keys = Vec::with_capacity(closed.len());
-    for (key, value) in closed {
+    for (index, (key, value)) in closed.into_iter().enumerate() {
         let bounds = keys::decode(&key).map_err(storage(state))?;
         let [end, start, group_values @ ..] = &bounds[..] else {
             return Err(BatchError::fatal(&node.id, format!("state {state} holds a window key without bounds")));
         };
-        writer.begin_row(0);
+        // Each window's row is tagged with its index, as if a spout had
+        // emitted the closed windows in key order.
+        writer.begin_row(index as u32);
         for v in group_values {
             writer.push(v.as_ref());
         }
@@ -354,7 +356,7 @@ fn finish(
     if let (WindowDef::Session { .. }, Closing::Through { end, .. }) = (window, closes) {
         session::forget_closed(exec, node, &closed_keys, end)?;
     }
-    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism))
+    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism, exec.plan.tags_origins()))
 }
 
 /// Closed windows' values (sorted by key) with a batch's partials for
@@ -380,8 +382,8 @@ fn with_partials(
     Ok(out)
 }
 
-/// Count windows: each group's tuples numbered on from its stored count;
-/// tuple `n` falls into the windows ending at the multiples of `slide` in
+/// Count windows: each group's tuples numbered on from its stored count,
+/// in the order the spout emitted them (`batch` is in that order); tuple `n` falls into the windows ending at the multiples of `slide` in
 /// `(n, n + size]`, and the windows ending at or before the group's new
 /// count close.
 fn by_count(
