@@ -369,6 +369,7 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
         slide_ms,
         max_delay_ms: 0,
         lateness_ms: 0,
+        idle_timeout_ms: None,
     };
     let sum = AggregatorKind::Builtin(Builtin::Sum);
     let topology =
@@ -387,22 +388,58 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
         (event_time(1_000_000, 1), sum, "puts each tuple in 1000000 windows; this host allows 1000"),
         (event_time(u64::MAX, 1), sum, "more than a timestamp holds"),
         (
-            WindowDef::Session { field: "ts".into(), gap_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            WindowDef::Session {
+                field: "ts".into(),
+                gap_ms: 10,
+                max_delay_ms: 0,
+                lateness_ms: 0,
+                idle_timeout_ms: Some(u64::MAX),
+            },
+            sum,
+            "its idle timeout of 18446744073709551615 ms is more than a timestamp holds",
+        ),
+        (
+            WindowDef::Session {
+                field: "ts".into(),
+                gap_ms: 10,
+                max_delay_ms: 0,
+                lateness_ms: 0,
+                idle_timeout_ms: None,
+            },
             AggregatorKind::General,
             "uses the general aggregator win: sessions that meet merge their partials",
         ),
         (
-            WindowDef::Session { field: "ts".into(), gap_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            WindowDef::Session {
+                field: "ts".into(),
+                gap_ms: 10,
+                max_delay_ms: 0,
+                lateness_ms: 0,
+                idle_timeout_ms: None,
+            },
             AggregatorKind::Reducer,
             "uses the reducer win",
         ),
         (
-            WindowDef::Session { field: "ts".into(), gap_ms: 1, max_delay_ms: 100_000, lateness_ms: 0 },
+            WindowDef::Session {
+                field: "ts".into(),
+                gap_ms: 1,
+                max_delay_ms: 100_000,
+                lateness_ms: 0,
+                idle_timeout_ms: None,
+            },
             sum,
             "lets a group hold 100002 sessions open; this host allows 10000",
         ),
         (
-            WindowDef::EventTime { field: "when".into(), size_ms: 10, slide_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            WindowDef::EventTime {
+                field: "when".into(),
+                size_ms: 10,
+                slide_ms: 10,
+                max_delay_ms: 0,
+                lateness_ms: 0,
+                idle_timeout_ms: None,
+            },
             sum,
             "\"when\"",
         ),

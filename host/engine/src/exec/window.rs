@@ -16,7 +16,7 @@ use super::parts::{Parts, gather_in_order};
 use super::persistent_aggregate::{Partials, lock, partials_of, storage, store_partials};
 use super::session;
 use super::window_state::{
-    Closing, Stamp, TimeSpec, Watermark, closed_range, push_assigned, put_i64, stored_i64, window_key,
+    Closing, Stamp, TimeSpec, Watermark, closed_range, partition_of, push_assigned, put_i64, stored_i64, window_key,
 };
 use super::window_tuples;
 use std::collections::HashMap;
@@ -39,11 +39,12 @@ pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result
     let node = &exec.plan.nodes[index];
     let Op::Window { state, window, time, group, aggregator } = &node.op else { unreachable!("a window") };
     let batch = gather_in_order(input);
-    let time_spec = |size: &u64, slide: &u64, delay: &u64, lateness: &u64| TimeSpec {
+    let time_spec = |size: &u64, slide: &u64, delay: &u64, lateness: &u64, idle: &Option<u64>| TimeSpec {
         size: *size as i64,
         slide: *slide as i64,
         delay: *delay as i64,
         lateness: *lateness as i64,
+        idle: idle.map(|ms| ms as i64),
     };
     let event_time = |field| Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
     let (assigned, watermark) = match window {
@@ -53,16 +54,17 @@ pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result
         }
         WindowDef::Duration { size_ms, slide_ms } => {
             let emitted = Stamp::Batch(i64::try_from(exec.time_ms).unwrap_or(i64::MAX));
-            let (assigned, watermark) = by_time(exec, node, &batch, &emitted, &time_spec(size_ms, slide_ms, &0, &0))?;
+            let spec = time_spec(size_ms, slide_ms, &0, &0, &None);
+            let (assigned, watermark) = by_time(exec, node, &batch, &emitted, &spec)?;
             (assigned, Ok(watermark))
         }
-        WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
-            let spec = time_spec(size_ms, slide_ms, max_delay_ms, lateness_ms);
+        WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms, idle_timeout_ms } => {
+            let spec = time_spec(size_ms, slide_ms, max_delay_ms, lateness_ms, idle_timeout_ms);
             let (assigned, watermark) = by_time(exec, node, &batch, &event_time(field), &spec)?;
             (assigned, Ok(watermark))
         }
-        WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms } => {
-            let spec = time_spec(gap_ms, gap_ms, max_delay_ms, lateness_ms);
+        WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms, idle_timeout_ms } => {
+            let spec = time_spec(gap_ms, gap_ms, max_delay_ms, lateness_ms, idle_timeout_ms);
             let (assigned, watermark) = session::assign(exec, node, &batch, &event_time(field), *gap_ms as i64, &spec)?;
             (assigned, Ok(watermark))
         }
@@ -88,12 +90,15 @@ fn window_keyed(group: &[usize]) -> Vec<usize> {
 /// An event-time window's sizes, for a window that goes by a timestamp
 /// field and cuts fixed windows.
 fn event_time_spec(window: &WindowDef) -> Option<(&str, TimeSpec)> {
-    let WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } = window else { return None };
+    let WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms, idle_timeout_ms } = window else {
+        return None;
+    };
     let spec = TimeSpec {
         size: *size_ms as i64,
         slide: *slide_ms as i64,
         delay: *max_delay_ms as i64,
         lateness: *lateness_ms as i64,
+        idle: idle_timeout_ms.map(|ms| ms as i64),
     };
     Some((field, spec))
 }
@@ -106,8 +111,8 @@ pub struct Preassigned {
     partials: KeyedValues,
     /// Each row's newest window's end: the row is late if it closed.
     newest_ends: Vec<i64>,
-    /// The batch's greatest timestamp.
-    greatest: Option<i64>,
+    /// The batch's greatest timestamp from each spout partition.
+    greatest: Vec<Option<i64>>,
     /// The batch's parts, for the late stream.
     input: Arc<Parts>,
 }
@@ -135,8 +140,9 @@ pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) ->
     let (field, spec) = event_time_spec(window).expect("an event-time window");
     let stamp = Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
     let batch = gather_in_order(input);
+    let partitions = exec.plan.spout_partitions();
     let mut newest_ends = Vec::with_capacity(batch.len());
-    let mut greatest: Option<i64> = None;
+    let mut greatest: Vec<Option<i64>> = vec![None; partitions];
     // A count goes by each window's rows, counted by the group's fields
     // read in place; other aggregators by a batch of the rows with their
     // window's bounds in front.
@@ -148,7 +154,8 @@ pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) ->
     let mut slot = (1, 0);
     for (r, row) in batch.rows().enumerate() {
         let ts = stamp.of(node, row)?;
-        greatest = Some(greatest.map_or(ts, |g| g.max(ts)));
+        let g = &mut greatest[partition_of(row, partitions)];
+        *g = Some(g.map_or(ts, |g| g.max(ts)));
         if !(slot.0..slot.1).contains(&ts) {
             let start = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
             slot = (start, start.saturating_add(spec.slide));
@@ -235,11 +242,13 @@ pub(super) fn window_preassigned(exec: &mut Exec<'_>, index: usize, pre: Preassi
     let node = &exec.plan.nodes[index];
     let Op::Window { state, window, aggregator, .. } = &node.op else { unreachable!("a window") };
     let (_, spec) = event_time_spec(window).expect("an event-time window");
-    let mut watermark = Watermark::read(exec, node, &spec)?;
+    let mut watermark = Watermark::read(exec, node, &spec, pre.greatest.len())?;
     let closed_before = watermark.closed_before;
     watermark.late_rows = (0..pre.newest_ends.len()).filter(|&r| pre.newest_ends[r] <= closed_before).collect();
-    if let Some(greatest) = pre.greatest {
-        watermark.see(greatest);
+    for (partition, greatest) in pre.greatest.iter().enumerate() {
+        if let Some(greatest) = *greatest {
+            watermark.see(greatest, partition);
+        }
     }
     // The windows the batch closes are read back and emitted in this
     // batch; the others stay open, and a built-in's partials for them are
@@ -383,9 +392,11 @@ fn with_partials(
 }
 
 /// Count windows: each group's tuples numbered on from its stored count,
-/// in the order the spout emitted them (`batch` is in that order); tuple `n` falls into the windows ending at the multiples of `slide` in
-/// `(n, n + size]`, and the windows ending at or before the group's new
-/// count close.
+/// in the order the spout emitted them (`batch` is in that order); tuple
+/// `n` falls into the windows ending at the multiples of `slide` in
+/// `(n, n + size]`, each starting at its end less `size` (below 0 for the
+/// first windows of a sliding one: no two windows share a start), and the
+/// windows ending at or before the group's new count close.
 fn by_count(
     exec: &mut Exec<'_>,
     node: &Node,
@@ -412,7 +423,7 @@ fn by_count(
         counts[g as usize] += 1;
         let mut end = (n / slide + 1) * slide;
         while end <= n + size {
-            push_assigned(&mut writer, row, end, (end - size).max(0));
+            push_assigned(&mut writer, row, end, end - size);
             end += slide;
         }
     }
@@ -420,7 +431,7 @@ fn by_count(
     for ((group_key, &from), &to) in groups.keys.iter().zip(&before).zip(&counts) {
         let mut end = (from / slide + 1) * slide;
         while end <= to {
-            closing.push(window_key(end, (end - size).max(0), group_key));
+            closing.push(window_key(end, end - size, group_key));
             end += slide;
         }
         if to != from {
@@ -440,15 +451,16 @@ fn by_time(
     stamp: &Stamp<'_>,
     spec: &TimeSpec,
 ) -> Result<(Batch<'static>, Watermark), BatchError> {
-    let mut watermark = Watermark::read(exec, node, spec)?;
+    let partitions = if let Stamp::Batch(_) = stamp { 1 } else { exec.plan.spout_partitions() };
+    let mut watermark = Watermark::read(exec, node, spec, partitions)?;
     let mut writer = BatchWriter::new(batch.arity() + 2);
     if let Stamp::Batch(emitted) = stamp {
         // A batch's time moves its windows on even when it holds nothing.
-        watermark.see(*emitted);
+        watermark.see(*emitted, 0);
     }
     for (r, row) in batch.rows().enumerate() {
         let ts = stamp.of(node, row)?;
-        watermark.see(ts);
+        watermark.see(ts, partition_of(row, partitions));
         let mut assigned = false;
         let newest = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
         for (end, start) in windows_of(ts, newest, spec).filter(|&(end, _)| end > watermark.closed_before) {
