@@ -294,6 +294,86 @@ fn a_skewed_partition_holds_the_watermark_back_until_it_is_idle() {
     assert_windows_eq(kind, &one, &expected_at(kind, &input, 2, 1));
 }
 
+/// Runs `kind` over `lines` in batches of `batch` at `parallelism`, checks
+/// it against the reference and returns what it stored.
+fn run_lines(kind: &str, lines: &[&str], batch: usize, parallelism: usize) -> Windows {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("readings.txt");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let got = run_kind(kind, dir.path(), &input, batch, parallelism);
+    assert_windows_eq(kind, &got, &expected_at(kind, &input, batch, parallelism));
+    got
+}
+
+/// The windows `windows` holds, as `(key, value)`, in key order.
+fn values(windows: &Windows) -> Vec<(String, i64)> {
+    windows.values.iter().map(|(k, v)| (k.clone(), v.as_i64().unwrap())).collect()
+}
+
+fn late(windows: &Windows) -> Vec<String> {
+    windows.late_readings.as_ref().unwrap().keys().cloned().collect()
+}
+
+#[test]
+fn the_examples_of_the_windows_page_hold() {
+    let own =
+        |pairs: &[(&str, i64)]| -> Vec<(String, i64)> { pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect() };
+    // The watermark per spout partition: `time-skew` is tumbling seconds,
+    // no delay, a partition idle after 5 s.
+    let skewed = [
+        "a,10000,1",
+        "b,1000,1",
+        "a,11000,1",
+        "b,2000,1",
+        "a,12000,1",
+        "skip",
+        "a,20000,1",
+        "skip",
+        "a,21000,1",
+        "b,3000,1",
+    ];
+    let one = run_lines("time-skew", &skewed, 2, 1);
+    assert_eq!(late(&one), [r#"["b",2000,1]"#, r#"["b",3000,1]"#]);
+    let two = run_lines("time-skew", &skewed, 2, 2);
+    assert_eq!(late(&two), [r#"["b",3000,1]"#]);
+    let closed = [
+        (r#"["a",10000,11000]"#, 1),
+        (r#"["a",11000,12000]"#, 1),
+        (r#"["a",12000,13000]"#, 1),
+        (r#"["b",1000,2000]"#, 1),
+        (r#"["b",2000,3000]"#, 1),
+    ];
+    assert_eq!(values(&two), own(&closed));
+    // A reading late for one of its sliding windows joins the others.
+    let sliding = run_lines("time-sliding", &["a,2300,1", "a,1900,2", "a,9000,3"], 1, 1);
+    assert_eq!(sliding.late, 0);
+    let holds_2 = |v: &Json| v.as_str().unwrap().split(' ').any(|n| n == "2");
+    let joined: Vec<&String> = sliding.values.iter().filter(|(_, v)| holds_2(v)).map(|(k, _)| k).collect();
+    assert_eq!(joined, [r#"["a",1250,2250]"#, r#"["a",1500,2500]"#, r#"["a",1750,2750]"#]);
+    // Sessions that touch merge.
+    let touching = run_lines("session-flink", &["a,0,1", "a,5000,2", "a,20000,3"], 1, 1);
+    assert_eq!(values(&touching), own(&[(r#"["a",0,10000]"#, 3)]));
+    // Where batches are cut: one batch of two, or two of one.
+    let cut = ["a,5000,1", "a,500,2"];
+    assert_eq!(values(&run_lines("time-skew", &cut, 2, 1)), own(&[(r#"["a",0,1000]"#, 2)]));
+    let apart = run_lines("time-skew", &cut, 1, 1);
+    assert_eq!((values(&apart), late(&apart)), (vec![], vec![r#"["a",500,2]"#.to_owned()]));
+}
+
+#[test]
+fn a_reading_without_a_timestamp_halts_the_topology_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("readings.txt");
+    std::fs::write(&input, "a,1000,1\na,2000,2\na,,3\na,3000,4\n").unwrap();
+    let data = dir.path().join("data");
+    let output = weir_output(&run_args_for("time-tumbling", &data, &input, "2"));
+    assert!(!output.status.success(), "{}", text(&output));
+    let log = text(&output);
+    assert!(log.contains(r#"window windows: field "ts" holds null, not a timestamp in milliseconds"#), "{log}");
+    // The batches before it committed; nothing of its batch did.
+    assert_eq!(last_committed(&data, "time-tumbling"), 1);
+}
+
 #[test]
 fn windows_survive_kills_at_seeded_moments() {
     let dir = tempfile::tempdir().unwrap();

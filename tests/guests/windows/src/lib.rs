@@ -17,7 +17,7 @@ use weir_sdk::{Stream, Window};
 /// The txid whose first attempt fails, and is replayed.
 pub const REPLAYED_TXID: u64 = 3;
 
-/// Parses `sensor,timestamp,value`.
+/// Parses `sensor,timestamp,value`; an empty timestamp is null.
 pub struct Parse;
 
 impl Function for Parse {
@@ -30,7 +30,8 @@ impl Function for Parse {
         let fields: Vec<&str> = line.split(',').collect();
         let [sensor, ts, value] = fields[..] else { return Err(Error::fatal(format!("not a reading: {line:?}"))) };
         let number = |s: &str| s.parse::<i64>().map_err(|e| Error::fatal(format!("{s:?} in {line:?}: {e}")));
-        out.emit([ValueRef::Str(sensor), ValueRef::I64(number(ts)?), ValueRef::I64(number(value)?)])
+        let ts = if ts.is_empty() { ValueRef::Null } else { ValueRef::I64(number(ts)?) };
+        out.emit([ValueRef::Str(sensor), ts, ValueRef::I64(number(value)?)])
     }
 }
 
