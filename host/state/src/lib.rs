@@ -537,6 +537,10 @@ impl StateReader for ReadTable {
     fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>> {
         ReadTable::range(self, from, to)
     }
+
+    fn each_in(&self, from: &[u8], to: &[u8], each: &mut dyn FnMut(&[u8], Stored) -> Result<()>) -> Result<()> {
+        ReadTable::each_in(self, from, to, each)
+    }
 }
 
 impl Snapshot for redb::ReadTransaction {

@@ -100,6 +100,15 @@ impl StateReader for MemoryState {
         }
         Ok(self.0.range(from.to_vec()..to.to_vec()).map(|(k, v)| (k.clone(), v.clone())).collect())
     }
+
+    fn each_in(&self, from: &[u8], to: &[u8], each: &mut dyn FnMut(&[u8], Stored) -> Result<()>) -> Result<()> {
+        if from < to {
+            for (key, stored) in self.0.range(from.to_vec()..to.to_vec()) {
+                each(key, stored.clone())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Snapshot for MemorySnapshot {

@@ -28,6 +28,7 @@ use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregatorKind, WindowDef};
 use weir_state::keyed::KeyedValues;
 use weir_state::keys;
+use weir_state::view::Base;
 
 /// First value of a group's count key (count windows).
 const COUNT: ValueRef<'static> = ValueRef::Bool(true);
@@ -319,76 +320,98 @@ fn finish(
     if general {
         return window_tuples::close(exec, node, &closes);
     }
+    let sessions = matches!(window, WindowDef::Session { .. });
+    let mut emitted = Emitted { writer: BatchWriter::new(node.fields.len()), rows: 0, keys: sessions.then(Vec::new) };
     let mut views = lock(exec.views(node)?);
-    let mut closed: Vec<(Vec<u8>, Value)> = match &closes {
+    match &closes {
         Closing::Keys(keys) => {
-            let mut closed = Vec::with_capacity(keys.len());
+            // Count windows: each group's own, a few a batch.
             for key in keys {
-                if let Some(value) = views.base(state, key).map_err(storage(state))?.value() {
-                    closed.push((key.clone(), value.clone()));
-                }
+                let Some(value) = views.base(state, key).map_err(storage(state))?.value().cloned() else { continue };
+                emitted.push(node, state, key, &value)?;
+                views.remove(state, key).map_err(storage(state))?;
             }
-            closed
         }
         Closing::Through { after, end } => {
+            // Time windows: read, emitted and removed as one key range, a
+            // window at a time, merged with a built-in's partials of the
+            // batch for them (both sorted by key): however many close, no
+            // more than their rows is held.
             let (from, to) = closed_range(*after, *end);
-            let closed = views.take_range(state, &from, &to).map_err(storage(state))?;
-            closed.into_iter().filter_map(|(key, base)| base.value().cloned().map(|v| (key, v))).collect()
+            let mut partials = closing.map(|(builtin, partials)| (builtin, partials.into_pairs().peekable()));
+            let mut failed = None;
+            let mut give = |key: &[u8], value: Value| -> anyhow::Result<()> {
+                let mut value = value;
+                if let Some((builtin, partials)) = &mut partials {
+                    while let Some((earlier, partial)) = partials.next_if(|(k, _)| k.as_slice() < key) {
+                        emitted.push(node, state, &earlier, &partial).map_err(|e| stop(&mut failed, e))?;
+                    }
+                    if let Some((_, partial)) = partials.next_if(|(k, _)| k.as_slice() == key) {
+                        let combined = builtin.combine(value, partial);
+                        value = combined
+                            .map_err(|e| stop(&mut failed, BatchError::fatal(&aggregator.id, e.to_string())))?;
+                    }
+                }
+                emitted.push(node, state, key, &value).map_err(|e| stop(&mut failed, e))
+            };
+            let taken = views.take_range_each(state, &from, &to, |key, base| match base {
+                Base::Value(value) | Base::Applied(value) => give(&key, value),
+                Base::None => Ok(()),
+            });
+            if let Err(e) = taken {
+                return Err(failed.take().unwrap_or_else(|| storage(state)(e)));
+            }
+            for (key, partial) in partials.into_iter().flat_map(|(_, rest)| rest) {
+                emitted.push(node, state, &key, &partial)?;
+            }
         }
-    };
-    if let Some((builtin, partials)) = closing {
-        closed =
-            with_partials(closed, builtin, partials).map_err(|e| BatchError::fatal(&aggregator.id, e.to_string()))?;
     }
-    let mut writer = BatchWriter::new(node.fields.len());
-    let mut closed_keys = Vec::with_capacity(closed.len());
-    for (index, (key, value)) in closed.into_iter().enumerate() {
-        let bounds = keys::decode(&key).map_err(storage(state))?;
+    drop(views);
+    if let (Some(keys), Closing::Through { end, .. }) = (&emitted.keys, closes) {
+        session::forget_closed(exec, node, keys, end)?;
+    }
+    let rows = emitted.writer.finish_batch();
+    Ok(super::parts::fit_owned(vec![rows], node.parallelism, exec.plan.tags_origins()))
+}
+
+/// Keeps `error` to return, and stops a range read with it.
+fn stop(failed: &mut Option<BatchError>, error: BatchError) -> anyhow::Error {
+    let message = error.to_string();
+    *failed = Some(error);
+    anyhow::anyhow!(message)
+}
+
+/// The closed windows' rows a batch emits, as they close.
+struct Emitted {
+    writer: BatchWriter,
+    rows: u32,
+    /// The closed sessions' keys, for their groups' indexes.
+    keys: Option<Vec<Vec<u8>>>,
+}
+
+impl Emitted {
+    /// The row of the window under `key` (its end, its start, its group)
+    /// holding `value`: the group fields, its start and end, the value.
+    fn push(&mut self, node: &Node, state: &str, key: &[u8], value: &Value) -> Result<(), BatchError> {
+        let bounds = keys::decode(key).map_err(storage(state))?;
         let [end, start, group_values @ ..] = &bounds[..] else {
             return Err(BatchError::fatal(&node.id, format!("state {state} holds a window key without bounds")));
         };
         // Each window's row is tagged with its index, as if a spout had
         // emitted the closed windows in key order.
-        writer.begin_row(index as u32);
+        self.writer.begin_row(self.rows);
+        self.rows += 1;
         for v in group_values {
-            writer.push(v.as_ref());
+            self.writer.push(v.as_ref());
         }
-        writer.push(start.as_ref());
-        writer.push(end.as_ref());
-        writer.push(value.as_ref());
-        if matches!(closes, Closing::Keys(_)) {
-            views.remove(state, &key).map_err(storage(state))?;
+        self.writer.push(start.as_ref());
+        self.writer.push(end.as_ref());
+        self.writer.push(value.as_ref());
+        if let Some(keys) = &mut self.keys {
+            keys.push(key.to_vec());
         }
-        closed_keys.push(key);
+        Ok(())
     }
-    drop(views);
-    if let (WindowDef::Session { .. }, Closing::Through { end, .. }) = (window, closes) {
-        session::forget_closed(exec, node, &closed_keys, end)?;
-    }
-    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism, exec.plan.tags_origins()))
-}
-
-/// Closed windows' values (sorted by key) with a batch's partials for
-/// them (sorted by key) combined in.
-fn with_partials(
-    stored: Vec<(Vec<u8>, Value)>,
-    builtin: Builtin,
-    partials: KeyedValues,
-) -> Result<Vec<(Vec<u8>, Value)>, weir_sdk::Error> {
-    let mut out = Vec::with_capacity(stored.len() + partials.len());
-    let mut stored = stored.into_iter().peekable();
-    for (key, partial) in partials.into_pairs() {
-        while let Some(earlier) = stored.next_if(|(k, _)| *k < key) {
-            out.push(earlier);
-        }
-        let value = match stored.next_if(|(k, _)| *k == key) {
-            Some((_, value)) => builtin.combine(value, partial)?,
-            None => partial,
-        };
-        out.push((key, value));
-    }
-    out.extend(stored);
-    Ok(out)
 }
 
 /// Count windows: each group's tuples numbered on from its stored count,
