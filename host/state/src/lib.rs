@@ -244,12 +244,22 @@ fn batches_def(name: &str) -> TableDefinition<'_, u64, &'static [u8]> {
 pub type Entries = Vec<(Vec<Value>, Stored)>;
 
 impl Db {
-    /// Opens (creating if needed) the database of `data_dir`. Fails with a
-    /// clear message when another process has it open.
+    /// Opens (creating if needed) the database of `data_dir`, keeping the
+    /// default of its pages in memory
+    /// ([`DEFAULT_MAX_DB_CACHE_MIB`](weir_config::DEFAULT_MAX_DB_CACHE_MIB)).
+    /// Fails with a clear message when another process has it open.
     pub fn open(data_dir: &Path) -> Result<Db> {
+        Db::open_caching(data_dir, weir_config::DEFAULT_MAX_DB_CACHE_MIB << 20)
+    }
+
+    /// [`Db::open`], keeping at most `cache_bytes` of the database's pages
+    /// in memory.
+    pub fn open_caching(data_dir: &Path, cache_bytes: u64) -> Result<Db> {
         std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
         let path = data_dir.join(DB_FILE);
-        let db = Database::create(&path).map_err(|e| match e {
+        let mut builder = Database::builder();
+        builder.set_cache_size(usize::try_from(cache_bytes).unwrap_or(usize::MAX));
+        let db = builder.create(&path).map_err(|e| match e {
             DatabaseError::DatabaseAlreadyOpen => anyhow::anyhow!(
                 "data dir {} is in use by another weir process (its database {} is locked)",
                 data_dir.display(),

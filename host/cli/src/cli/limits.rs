@@ -8,8 +8,9 @@ use clap::builder::RangedU64ValueParser;
 use weir_config::{
     DEFAULT_MAX_BATCH_STATE_READ_MIB, DEFAULT_MAX_BATCH_STATE_READS, DEFAULT_MAX_BATCH_STATE_WRITE_MIB,
     DEFAULT_MAX_BATCH_STATE_WRITES, DEFAULT_MAX_CALL_STATE_READ_MIB, DEFAULT_MAX_CALL_STATE_READS,
-    DEFAULT_MAX_CALL_STATE_WRITE_MIB, DEFAULT_MAX_CALL_STATE_WRITES, DEFAULT_MAX_LOG_KIB, DEFAULT_MAX_LOG_LINES,
-    DEFAULT_MAX_STATE_CACHE_MIB, DEFAULT_MAX_TOPOLOGY_MEMORY_MIB, LogLimits, StateLimits, StateQuota,
+    DEFAULT_MAX_CALL_STATE_WRITE_MIB, DEFAULT_MAX_CALL_STATE_WRITES, DEFAULT_MAX_DB_CACHE_MIB, DEFAULT_MAX_LOG_KIB,
+    DEFAULT_MAX_LOG_LINES, DEFAULT_MAX_STATE_CACHE_MIB, DEFAULT_MAX_TOPOLOGY_MEMORY_MIB, LogLimits, StateLimits,
+    StateQuota,
 };
 use weir_config::{
     DEFAULT_MAX_FIELDS, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_NAME_LEN, DEFAULT_MAX_NODE_FIELDS, DEFAULT_MAX_NODES,
@@ -120,6 +121,10 @@ pub struct HoldLimitArgs {
     /// of entries the topology asks to cache.
     #[arg(long, default_value_t = DEFAULT_MAX_STATE_CACHE_MIB)]
     max_state_cache_mib: u64,
+    /// Bytes of the state database's pages kept in memory, in MiB: the rest
+    /// is read from the file (through the system's page cache).
+    #[arg(long, default_value_t = DEFAULT_MAX_DB_CACHE_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_db_cache_mib: u64,
     /// Bytes one operator call may write to stdout and stderr together, in
     /// KiB; past it the call traps.
     #[arg(long, default_value_t = DEFAULT_MAX_LOG_KIB, value_parser = clap::value_parser!(u64).range(1..))]
@@ -159,6 +164,12 @@ impl HoldLimitArgs {
             },
             cache_bytes: self.max_state_cache_mib.saturating_mul(MIB),
         }
+    }
+
+    /// Opens the state database of `data`, with its pages cached as
+    /// --max-db-cache-mib says.
+    pub fn open_db(&self, data: &std::path::Path) -> anyhow::Result<weir_state::Db> {
+        weir_state::Db::open_caching(data, self.max_db_cache_mib.saturating_mul(MIB))
     }
 
     /// The log limits these flags set.

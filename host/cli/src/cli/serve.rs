@@ -15,7 +15,6 @@ use weir_config::{
 use weir_io::spout::InputScope;
 use weir_server::deployments::Host;
 use weir_server::{ServeConfig, serve};
-use weir_state::Db;
 
 use super::nats::NatsArgs;
 
@@ -118,7 +117,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         None => None,
     };
     args.hold.limit_guest_memory();
-    let db = Arc::new(Db::open(&args.data)?);
+    let db = Arc::new(args.hold.open_db(&args.data)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.
     let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
     let (engine, cache) = args.compile.engine_and_cache(args.max_call_ms > 0)?;
