@@ -35,6 +35,22 @@ impl Function for Parse {
     }
 }
 
+/// Parses `sensor,timestamp,value`, failing no attempt (for the
+/// benchmark's open windows).
+pub struct ParseReading;
+
+impl Function for ParseReading {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        let line = tuple.str(0)?;
+        let mut fields = line.split(',');
+        let (Some(sensor), Some(ts), Some(value)) = (fields.next(), fields.next(), fields.next()) else {
+            return Err(Error::fatal(format!("not a reading: {line:?}")));
+        };
+        let number = |s: &str| s.parse::<i64>().map_err(|e| Error::fatal(format!("{s:?} in {line:?}: {e}")));
+        out.emit([ValueRef::Str(sensor), ValueRef::I64(number(ts)?), ValueRef::I64(number(value)?)])
+    }
+}
+
 /// A general aggregator: a window's lowest and highest values, as the
 /// tuples `("low", n)` and `("high", n)`.
 pub struct Extremes;
@@ -154,7 +170,31 @@ pub fn topologies() -> Vec<Topology> {
     // greatest timestamp moves on by more than 5 s stops holding it back.
     let skew = Window::tumbling("ts", 1_000).idle_timeout_ms(5_000);
 
+    // The benchmark's open windows (`bench/src/windows.rs`): each sensor's
+    // readings in tumbling seconds, held open by a max delay of 10 s, the
+    // windows that close counted by start.
+    let open_windows = Topology::new("open-windows")
+        .new_stream(FileLines::new("line"))
+        .each(["line"], ParseReading, ["sensor", "ts", "value"])
+        .name("parse")
+        .group_by(["sensor"])
+        .window(Window::tumbling("ts", 1_000).max_delay_ms(10_000), "open", ["value"], Max, ["max"])
+        .name("windows")
+        .group_by(["window_start"])
+        .persistent_aggregate(State::transactional("closed"), Count, ["windows"]);
+
+    // The same readings' values kept per sensor and timestamp: a state of
+    // as many keys as the open windows, to compare their costs.
+    let open_keys = Topology::new("open-keys")
+        .new_stream(FileLines::new("line"))
+        .each(["line"], ParseReading, ["sensor", "ts", "value"])
+        .name("parse")
+        .group_by(["sensor", "ts"])
+        .persistent_aggregate_over(State::opaque("keys"), ["value"], Max, ["max"]);
+
     vec![
+        open_windows.build(),
+        open_keys.build(),
         per_sensor("count-tumbling", Window::tumbling_count(3), Sum, "sum").build(),
         per_sensor("count-sliding-sum", Window::sliding_count(50, 20), Sum, "sum").build(),
         keep_late(per_sensor("time-skew", skew, Sum, "sum")).build(),
