@@ -1,13 +1,15 @@
-//! Windows, exactly once. Each batch's tuples are assigned to their
-//! windows, and each window's partial lives in the operation's state
-//! under the key (end, start, group): combined with the batch's partials
-//! by Trident's rules, as a persistent aggregate's values are. A window
-//! closes in the commit of the batch that takes its count to the window's
-//! end (count windows) or its watermark past the end plus the lateness
-//! (event time); it is emitted then, once, and removed. The watermark, the
-//! late tuples and each group's count are kept in the same state, before
-//! the windows in key order, so that a replay of the batch starts from
-//! what it started from the first time and emits the same windows.
+//! Windows, exactly once. Each batch's tuples, in the order the spout
+//! emitted them, are assigned to their windows, and each window's partial
+//! lives in the operation's state under the key (end, start, group):
+//! combined with the batch's partials by Trident's rules, as a persistent
+//! aggregate's values are. A window closes in the commit of the batch that
+//! takes its count to the window's end (count windows) or its watermark
+//! (the least over the spout's partitions, see [`Watermark`]) past the end
+//! plus the lateness (event time); it is emitted then, once, and removed.
+//! The watermark, the late tuples and each group's count are kept in the
+//! same state, before the windows in key order, so that a replay of the
+//! batch starts from what it started from the first time and emits the
+//! same windows.
 
 use super::aggregate::groups;
 use super::context::Exec;
