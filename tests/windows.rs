@@ -60,7 +60,7 @@ struct Windows {
 }
 
 /// The guest's topologies whose window has a late stream.
-const LATE_STREAMS: [&str; 3] = ["time-tumbling", "time-skew", "session-greatest"];
+const LATE_STREAMS: [&str; 4] = ["time-tumbling", "time-skew", "time-held", "session-greatest"];
 
 /// The windows `kind` must emit over `input` in batches of `batch` lines.
 fn expected(kind: &str, input: &Path, batch: usize) -> Windows {
@@ -334,6 +334,10 @@ fn the_examples_of_the_windows_page_hold() {
     ];
     let one = run_lines("time-skew", &skewed, 2, 1);
     assert_eq!(late(&one), [r#"["b",2000,1]"#, r#"["b",3000,1]"#]);
+    // `time-held` is the same with no idle timeout: `a`'s windows wait.
+    let held = run_lines("time-held", &skewed, 2, 2);
+    assert_eq!(late(&held), Vec::<String>::new());
+    assert_eq!(values(&held), own(&[(r#"["b",1000,2000]"#, 1), (r#"["b",2000,3000]"#, 1)]));
     let two = run_lines("time-skew", &skewed, 2, 2);
     assert_eq!(late(&two), [r#"["b",3000,1]"#]);
     let closed = [
@@ -353,6 +357,15 @@ fn the_examples_of_the_windows_page_hold() {
     // Sessions that touch merge.
     let touching = run_lines("session-flink", &["a,0,1", "a,5000,2", "a,20000,3"], 1, 1);
     assert_eq!(values(&touching), own(&[(r#"["a",0,10000]"#, 3)]));
+    // Count windows: sliding 4 every 2 (values space-joined), tumbling 3.
+    let seven: Vec<String> = (0..7).map(|i| format!("a,1,{i}")).collect();
+    let seven: Vec<&str> = seven.iter().map(String::as_str).collect();
+    let sliding = run_lines("count-sliding", &seven, 7, 1);
+    let want = [(r#"["a",-2,2]"#, "0 1"), (r#"["a",0,4]"#, "0 1 2 3"), (r#"["a",2,6]"#, "2 3 4 5")];
+    let want: BTreeMap<String, Json> = want.iter().map(|(k, v)| ((*k).to_owned(), Json::from(*v))).collect();
+    assert_eq!(sliding.values, want);
+    let tumbling = run_lines("count-tumbling", &seven, 7, 1);
+    assert_eq!(values(&tumbling), own(&[(r#"["a",0,3]"#, 3), (r#"["a",3,6]"#, 12)]));
     // Where batches are cut: one batch of two, or two of one.
     let cut = ["a,5000,1", "a,500,2"];
     assert_eq!(values(&run_lines("time-skew", &cut, 2, 1)), own(&[(r#"["a",0,1000]"#, 2)]));

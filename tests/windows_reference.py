@@ -233,6 +233,7 @@ KINDS = {
     "time-sliding": lambda p, b, n: by_time(p, b, 1_000, 250, 150, 0, joined, partitions=n),
     "time-all": lambda p, b, n: by_time(p, b, 500, 500, 100, 0, len, grouped=False, partitions=n),
     "time-skew": lambda p, b, n: by_time(p, b, 1_000, 1_000, 0, 0, sum, partitions=n, idle=5_000),
+    "time-held": lambda p, b, n: by_time(p, b, 1_000, 1_000, 0, 0, sum, partitions=n),
     "session-greatest": lambda p, b, n: by_session(p, b, 150, 300, 100, max, n),
     "session-sum": lambda p, b, n: by_session(p, b, 120, 200, 0, sum, n),
     "session-flink": lambda p, b, n: by_session(p, b, 5_000, 2_000, 3_000, sum, n),

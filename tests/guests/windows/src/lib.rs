@@ -198,6 +198,7 @@ pub fn topologies() -> Vec<Topology> {
         per_sensor("count-tumbling", Window::tumbling_count(3), Sum, "sum").build(),
         per_sensor("count-sliding-sum", Window::sliding_count(50, 20), Sum, "sum").build(),
         keep_late(per_sensor("time-skew", skew, Sum, "sum")).build(),
+        keep_late(per_sensor("time-held", Window::tumbling("ts", 1_000), Sum, "sum")).build(),
         counts.build(),
         per_sensor("count-sliding", Window::sliding_count(4, 2), space_joined(), "values").build(),
         keep_late(per_sensor("time-tumbling", time_tumbling, Greatest, "max")).build(),
