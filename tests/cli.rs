@@ -214,6 +214,7 @@ fn every_verb_explains_itself() {
                 "--max-batch-state-writes",
                 "--max-batch-state-write-mib",
                 "--max-state-cache-mib",
+                "--max-db-cache-mib",
                 "--max-log-kib",
                 "--max-log-lines",
                 "--report-json",

@@ -235,12 +235,14 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
         }
     }
     let main = |engine, sentences| Config { engine, sentences, batch_size: 10_000, max_pending: 4, parallelism: 1 };
-    let windows_wasm = windows::wasm(&root);
+    let (windows_wasm, open_wasm) = (windows::wasm(&root), windows::open_wasm(&root));
     let windows_rows = |runs| {
-        if !windows_wasm.exists() {
-            bail!("{} is missing: run scripts/bench, which builds it", windows_wasm.display());
+        for needed in [&windows_wasm, &open_wasm] {
+            if !needed.exists() {
+                bail!("{} is missing: run scripts/bench, which builds it", needed.display());
+            }
         }
-        windows::measure(&bench, &windows_wasm, sentences, runs)
+        windows::measure(&bench, &windows_wasm, &open_wasm, sentences, runs)
     };
     let jetstream_wasm = jetstream::wasm(&root);
     let jetstream_rows = |runs| {

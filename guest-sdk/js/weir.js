@@ -638,8 +638,11 @@ function whole(value, what) {
 export class Window {
   constructor(definition) {
     this.definition = definition;
-    // Event time only: the watermark's delay and the lateness allowed.
+    // Event time only: the watermark's delay and the lateness allowed,
+    // and after how long a spout partition with no tuples stops holding
+    // the watermark back (null: never).
     this.delays = { max_delay_ms: 0, lateness_ms: 0 };
+    this.idleTimeout = null;
   }
 
   /** Trident's tumbling count window: every `size` tuples of a group. */
@@ -682,8 +685,8 @@ export class Window {
     return new Window({ kind: "session", field, gap_ms: whole(gapMs, "gap") });
   }
 
-  /** Event time: timestamps may come up to `ms` out of order (the
-   *  watermark trails the greatest timestamp by this much). */
+  /** Event time: timestamps may come up to `ms` out of order (a spout
+   *  partition's watermark trails its greatest timestamp by this much). */
   maxDelayMs(ms) {
     this.delays.max_delay_ms = whole(ms, "max delay");
     return this;
@@ -696,10 +699,21 @@ export class Window {
     return this;
   }
 
+  /** Event time, with a spout that deals into several partitions: a
+   *  partition that has brought tuples stops holding the watermark back
+   *  once the greatest timestamp seen has moved on by more than `ms`
+   *  without a tuple of it (by default it holds it back until it brings
+   *  more). */
+  idleTimeoutMs(ms) {
+    this.idleTimeout = whole(ms, "idle timeout");
+    return this;
+  }
+
   def() {
     const out = { ...this.definition };
     if (out.kind === "event-time" || out.kind === "session") {
       for (const [key, ms] of Object.entries(this.delays)) if (ms) out[key] = ms;
+      if (this.idleTimeout !== null) out.idle_timeout_ms = this.idleTimeout;
     }
     return out;
   }

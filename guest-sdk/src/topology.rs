@@ -458,9 +458,10 @@ pub enum OperationDef {
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum WindowDef {
     /// Trident's count windows, per group: every `slide` tuples, a window
-    /// of the last `size` (tumbling when `slide` is `size`). A window's
-    /// start and end are tuple numbers, from 0; the first windows of a
-    /// sliding one hold fewer than `size`.
+    /// of the last `size` (tumbling when `slide` is `size`). A group's
+    /// tuples are numbered from 0 in the order the spout emitted them; a
+    /// window's end is a tuple number and its start the end less `size`,
+    /// below 0 for the first windows of a sliding one, which hold fewer.
     Count {
         /// Tuples in a window.
         size: u64,
@@ -481,9 +482,11 @@ pub enum WindowDef {
     },
     /// Event-time windows `[start, start + size_ms)`, `start` a multiple of
     /// `slide_ms`, by the tuple's timestamp in `field` (milliseconds, an
-    /// integer). The watermark is the greatest timestamp seen less
-    /// `max_delay_ms`; a window closes once the watermark reaches its end
-    /// plus `lateness_ms`, and a tuple whose windows have all closed is late.
+    /// integer). Each spout partition's watermark is the greatest timestamp
+    /// of its tuples less `max_delay_ms`, and the operation's the least of
+    /// those of the partitions not idle (see `idle_timeout_ms`); a window
+    /// closes once the watermark reaches its end plus `lateness_ms`, and a
+    /// tuple whose windows have all closed is late.
     EventTime {
         /// The timestamp field.
         field: String,
@@ -499,11 +502,18 @@ pub enum WindowDef {
         /// takes tuples.
         #[serde(default, skip_serializing_if = "is_zero")]
         lateness_ms: u64,
+        /// How long a spout partition that has brought tuples may bring
+        /// none, in event time (while the greatest timestamp seen moves on
+        /// by more than this), before it stops holding the watermark back;
+        /// none: it holds it back until it brings more.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idle_timeout_ms: Option<u64>,
     },
     /// Event-time session windows, per group: a tuple at `t` opens
-    /// `[t, t + gap_ms)`, and sessions that meet merge into one. Watermark
-    /// and lateness as for [`WindowDef::EventTime`]; a tuple is late when
-    /// the session it would open has closed already.
+    /// `[t, t + gap_ms)`, and sessions that meet (one starting at or before
+    /// the other's end) merge into one. Watermark and lateness as for
+    /// [`WindowDef::EventTime`]; a tuple is late when the session it would
+    /// open has closed already and it meets no session still open.
     Session {
         /// The timestamp field.
         field: String,
@@ -516,6 +526,12 @@ pub enum WindowDef {
         /// takes tuples.
         #[serde(default, skip_serializing_if = "is_zero")]
         lateness_ms: u64,
+        /// How long a spout partition that has brought tuples may bring
+        /// none, in event time (while the greatest timestamp seen moves on
+        /// by more than this), before it stops holding the watermark back;
+        /// none: it holds it back until it brings more.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idle_timeout_ms: Option<u64>,
     },
 }
 

@@ -232,11 +232,17 @@ fn windows() -> Topology {
         .window(Window::tumbling("at", 1_000).lateness_ms(500).max_delay_ms(200), "seconds", ["value"], Max, ["max"])
         .name("per-second")
         .project(["window_end", "max"]);
-    sensors.window(Window::sliding("at", 10_000, 2_500).lateness_ms(1_000), "sliding", ["value"], Min, ["min"]);
+    sensors.window(
+        Window::sliding("at", 10_000, 2_500).lateness_ms(1_000).idle_timeout_ms(3_000),
+        "sliding",
+        ["value"],
+        Min,
+        ["min"],
+    );
     let sessions = sensors
         .window(Window::session("at", 30_000).max_delay_ms(5_000), "sessions", ["value"], Reducer(Total), ["total"])
         .name("sessions");
-    readings.window(Window::session("at", 1), "bursts", ["value"], Longest, ["longest"]);
+    readings.window(Window::session("at", 1).idle_timeout_ms(0), "bursts", ["value"], Longest, ["longest"]);
     sessions.late_stream().group_by(["sensor"]).persistent_aggregate(State::transactional("late"), Count, ["count"]);
     t.build()
 }

@@ -236,11 +236,11 @@ function windows() {
     .window(Window.tumbling("at", 1_000).latenessMs(500).maxDelayMs(200), "seconds", "value", Max, "max")
     .name("per-second")
     .project(["window_end", "max"]);
-  sensors.window(Window.sliding("at", 10_000, 2_500).latenessMs(1_000), "sliding", ["value"], Min, ["min"]);
+  sensors.window(Window.sliding("at", 10_000, 2_500).latenessMs(1_000).idleTimeoutMs(3_000), "sliding", ["value"], Min, ["min"]);
   const sessions = sensors
     .window(Window.session("at", 30_000).maxDelayMs(5_000), "sessions", ["value"], total, ["total"])
     .name("sessions");
-  readings.window(Window.session("at", 1), "bursts", ["value"], longest, ["longest"]);
+  readings.window(Window.session("at", 1).idleTimeoutMs(0), "bursts", ["value"], longest, ["longest"]);
   sessions.lateStream().groupBy("sensor").persistentAggregate(State.transactional("late"), Count, ["count"]);
   return t.build();
 }
@@ -295,6 +295,7 @@ test("a window size that is no whole number is refused, naming it", () => {
     [() => Window.slidingDuration(1_000, 2.5), "window slide: 2.5 is not a whole number"],
     [() => Window.session("at", "10"), "window gap: 10 is not a whole number"],
     [() => Window.tumbling("at", 10).latenessMs(2n ** 53n), "window lateness: 9007199254740992 is not"],
+    [() => Window.session("at", 10).idleTimeoutMs(-1), "window idle timeout: -1 is not a whole number"],
   ]) {
     assert.throws(make, (e) => e instanceof RangeError && e.message.includes(message));
   }

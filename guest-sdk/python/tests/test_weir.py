@@ -319,12 +319,12 @@ def windows():
         .name("per-second")
         .project(["window_end", "max"])
     )
-    sensors.window(Window.sliding("at", 10_000, 2_500).lateness_ms(1_000), "sliding", ["value"], Min, ["min"])
+    sensors.window(Window.sliding("at", 10_000, 2_500).lateness_ms(1_000).idle_timeout_ms(3_000), "sliding", ["value"], Min, ["min"])
     sessions = (
         sensors.window(Window.session("at", 30_000).max_delay_ms(5_000), "sessions", ["value"], Total(), ["total"])
         .name("sessions")
     )
-    readings.window(Window.session("at", 1), "bursts", ["value"], Longest(), ["longest"])
+    readings.window(Window.session("at", 1).idle_timeout_ms(0), "bursts", ["value"], Longest(), ["longest"])
     sessions.late_stream().group_by("sensor").persistent_aggregate(State.transactional("late"), Count, ["count"])
     return t.build()
 
@@ -385,6 +385,7 @@ class Builder(unittest.TestCase):
             (lambda: Window.sliding_duration(1_000, 2.5), "window slide: 2.5 is not a whole number"),
             (lambda: Window.session("at", True), "window gap: True is not a whole number"),
             (lambda: Window.tumbling("at", 10).lateness_ms(2**64), "window lateness: 18446744073709551616 is not"),
+            (lambda: Window.session("at", 10).idle_timeout_ms(-1), "window idle timeout: -1 is not a whole number"),
         ]:
             with self.assertRaises(ValueError) as caught:
                 make()

@@ -109,8 +109,11 @@ class Window:
 
     def __init__(self, definition):
         self._definition = definition
-        # Event time only: the watermark's delay and the lateness allowed.
+        # Event time only: the watermark's delay and the lateness allowed,
+        # and after how long a spout partition with no tuples stops holding
+        # the watermark back (None: never).
         self._delays = {"max_delay_ms": 0, "lateness_ms": 0}
+        self._idle_timeout_ms = None
 
     @staticmethod
     def tumbling_count(size):
@@ -155,8 +158,9 @@ class Window:
         return Window({"kind": "session", "field": field, "gap_ms": _whole(gap_ms, "gap")})
 
     def max_delay_ms(self, ms):
-        """Event time: timestamps may come up to ``ms`` out of order (the
-        watermark trails the greatest timestamp by this much)."""
+        """Event time: timestamps may come up to ``ms`` out of order (a
+        spout partition's watermark trails its greatest timestamp by this
+        much)."""
         self._delays["max_delay_ms"] = _whole(ms, "max delay")
         return self
 
@@ -166,10 +170,21 @@ class Window:
         self._delays["lateness_ms"] = _whole(ms, "lateness")
         return self
 
+    def idle_timeout_ms(self, ms):
+        """Event time, with a spout that deals into several partitions: a
+        partition that has brought tuples stops holding the watermark back
+        once the greatest timestamp seen has moved on by more than ``ms``
+        without a tuple of it (by default it holds it back until it brings
+        more)."""
+        self._idle_timeout_ms = _whole(ms, "idle timeout")
+        return self
+
     def _def(self):
         out = dict(self._definition)
         if out["kind"] in ("event-time", "session"):
             out.update((key, ms) for key, ms in self._delays.items() if ms)
+            if self._idle_timeout_ms is not None:
+                out["idle_timeout_ms"] = self._idle_timeout_ms
         return out
 
 

@@ -45,17 +45,25 @@ impl Window {
     /// `slide_ms`, by the timestamp (in milliseconds) in `field`.
     pub fn sliding(field: &str, size_ms: u64, slide_ms: u64) -> Window {
         let field = field.to_owned();
-        Window(WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms: 0, lateness_ms: 0 })
+        Window(WindowDef::EventTime {
+            field,
+            size_ms,
+            slide_ms,
+            max_delay_ms: 0,
+            lateness_ms: 0,
+            idle_timeout_ms: None,
+        })
     }
 
     /// Event-time session windows by the timestamp (in milliseconds) in
     /// `field`: a group's session ends after `gap_ms` without a tuple.
     pub fn session(field: &str, gap_ms: u64) -> Window {
-        Window(WindowDef::Session { field: field.to_owned(), gap_ms, max_delay_ms: 0, lateness_ms: 0 })
+        let field = field.to_owned();
+        Window(WindowDef::Session { field, gap_ms, max_delay_ms: 0, lateness_ms: 0, idle_timeout_ms: None })
     }
 
-    /// Event time: timestamps may come up to `ms` out of order (the
-    /// watermark trails the greatest timestamp by this much).
+    /// Event time: timestamps may come up to `ms` out of order (a spout
+    /// partition's watermark trails its greatest timestamp by this much).
     pub fn max_delay_ms(mut self, ms: u64) -> Window {
         if let WindowDef::EventTime { max_delay_ms, .. } | WindowDef::Session { max_delay_ms, .. } = &mut self.0 {
             *max_delay_ms = ms;
@@ -68,6 +76,18 @@ impl Window {
     pub fn lateness_ms(mut self, ms: u64) -> Window {
         if let WindowDef::EventTime { lateness_ms, .. } | WindowDef::Session { lateness_ms, .. } = &mut self.0 {
             *lateness_ms = ms;
+        }
+        self
+    }
+
+    /// Event time, with a spout that deals into several partitions: a
+    /// partition that has brought tuples stops holding the watermark back
+    /// once the greatest timestamp seen has moved on by more than `ms`
+    /// without a tuple of it (by default it holds it back until it brings
+    /// more).
+    pub fn idle_timeout_ms(mut self, ms: u64) -> Window {
+        if let WindowDef::EventTime { idle_timeout_ms, .. } | WindowDef::Session { idle_timeout_ms, .. } = &mut self.0 {
+            *idle_timeout_ms = Some(ms);
         }
         self
     }

@@ -409,6 +409,13 @@ pub const DEFAULT_MAX_BATCH_STATE_WRITE_MIB: u64 = 128;
 /// (`--max-state-cache-mib`), whatever number of entries the topology asks
 /// it to cache.
 pub const DEFAULT_MAX_STATE_CACHE_MIB: u64 = 64;
+/// Bytes of the state database's pages the host keeps in memory, in MiB
+/// (`--max-db-cache-mib`): pages read, and pages written until the commit
+/// (half of it at most; beyond, they go to the file early). The rest is
+/// read from the file, through the system's page cache, which the host's
+/// resident memory does not count: a state of millions of keys, or of
+/// millions of open windows, costs this much and no more in pages.
+pub const DEFAULT_MAX_DB_CACHE_MIB: u64 = 32;
 /// Bytes of stdout and stderr one operator call may write, in KiB
 /// (`--max-log-kib`). One call handles a whole batch partition.
 pub const DEFAULT_MAX_LOG_KIB: u64 = 1024;

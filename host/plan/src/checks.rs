@@ -308,13 +308,23 @@ pub(super) fn check_window(
         WindowDef::Duration { size_ms, slide_ms } => {
             (*size_ms, *slide_ms, "ms", vec![("size", *size_ms), ("slide", *slide_ms)])
         }
-        WindowDef::EventTime { size_ms, slide_ms, max_delay_ms, lateness_ms, .. } => {
-            let times =
-                [("size", *size_ms), ("slide", *slide_ms), ("max delay", *max_delay_ms), ("lateness", *lateness_ms)];
+        WindowDef::EventTime { size_ms, slide_ms, max_delay_ms, lateness_ms, idle_timeout_ms, .. } => {
+            let times = [
+                ("size", *size_ms),
+                ("slide", *slide_ms),
+                ("max delay", *max_delay_ms),
+                ("lateness", *lateness_ms),
+                ("idle timeout", idle_timeout_ms.unwrap_or(0)),
+            ];
             (*size_ms, *slide_ms, "ms", times.to_vec())
         }
-        WindowDef::Session { gap_ms, max_delay_ms, lateness_ms, .. } => {
-            let times = [("gap", *gap_ms), ("max delay", *max_delay_ms), ("lateness", *lateness_ms)];
+        WindowDef::Session { gap_ms, max_delay_ms, lateness_ms, idle_timeout_ms, .. } => {
+            let times = [
+                ("gap", *gap_ms),
+                ("max delay", *max_delay_ms),
+                ("lateness", *lateness_ms),
+                ("idle timeout", idle_timeout_ms.unwrap_or(0)),
+            ];
             (*gap_ms, *gap_ms, "ms", times.to_vec())
         }
     };

@@ -247,6 +247,21 @@ impl Plan {
     pub fn max_parallelism(&self) -> usize {
         self.nodes.iter().map(|n| n.parallelism).max().unwrap_or(1)
     }
+
+    /// Whether each tuple carries, as its row's tag, the index in its
+    /// spout batch of the spout tuple it came from: so in a plan with a
+    /// window, which numbers a group's tuples in the order the spout
+    /// emitted them and keeps a watermark per spout partition, whatever
+    /// the parallelism.
+    pub fn tags_origins(&self) -> bool {
+        self.nodes.iter().any(|n| matches!(n.op, Op::Window { .. }))
+    }
+
+    /// The partitions the spout deals each batch into (its tuple `i` to
+    /// partition `i` modulo their number).
+    pub fn spout_partitions(&self) -> usize {
+        self.nodes.iter().find(|n| n.op == Op::Spout).map_or(1, |n| n.parallelism.max(1))
+    }
 }
 
 /// Built-in aggregators' names as the CLI shows them.

@@ -411,6 +411,7 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
         slide_ms,
         max_delay_ms: 0,
         lateness_ms: 0,
+        idle_timeout_ms: None,
     };
     let sum = AggregatorKind::Builtin(Builtin::Sum);
     let topology =
@@ -423,7 +424,7 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
     assert_eq!(aggregator.input.positions, [4], "after the window's end and start");
     assert_eq!(plan.states["open"].kind, StateKind::Opaque);
     // What a description may not ask of a window, each refused naming it.
-    let refusals: [(WindowDef, AggregatorKind, Refused); 8] = [
+    let refusals: [(WindowDef, AggregatorKind, Refused); 9] = [
         (event_time(0, 0), sum, |e| matches!(e, PlanError::WindowZero { size: 0, slide: 0, unit: "ms", .. })),
         (WindowDef::Count { size: 5, slide: 0 }, sum, |e| {
             matches!(e, PlanError::WindowZero { size: 5, slide: 0, unit: "tuples", .. })
@@ -431,20 +432,58 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
         (event_time(1_000_000, 1), sum, |e| matches!(e, PlanError::TooManyWindows { windows: 1_000_000, .. })),
         (event_time(u64::MAX, 1), sum, |e| matches!(e, PlanError::WindowTime { what: "size", ms: u64::MAX, .. })),
         (
-            WindowDef::Session { field: "ts".into(), gap_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            WindowDef::Session {
+                field: "ts".into(),
+                gap_ms: 10,
+                max_delay_ms: 0,
+                lateness_ms: 0,
+                idle_timeout_ms: Some(u64::MAX),
+            },
+            sum,
+            |e| matches!(e, PlanError::WindowTime { what: "idle timeout", ms: u64::MAX, .. }),
+        ),
+        (
+            WindowDef::Session {
+                field: "ts".into(),
+                gap_ms: 10,
+                max_delay_ms: 0,
+                lateness_ms: 0,
+                idle_timeout_ms: None,
+            },
             AggregatorKind::General,
             |e| matches!(e, PlanError::SessionAggregator { kind: AggregatorKind::General, aggregator, .. } if aggregator == "win"),
         ),
         (
-            WindowDef::Session { field: "ts".into(), gap_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            WindowDef::Session {
+                field: "ts".into(),
+                gap_ms: 10,
+                max_delay_ms: 0,
+                lateness_ms: 0,
+                idle_timeout_ms: None,
+            },
             AggregatorKind::Reducer,
             |e| matches!(e, PlanError::SessionAggregator { kind: AggregatorKind::Reducer, .. }),
         ),
-        (WindowDef::Session { field: "ts".into(), gap_ms: 1, max_delay_ms: 100_000, lateness_ms: 0 }, sum, |e| {
-            matches!(e, PlanError::TooManySessions { open: 100_002, .. })
-        }),
         (
-            WindowDef::EventTime { field: "when".into(), size_ms: 10, slide_ms: 10, max_delay_ms: 0, lateness_ms: 0 },
+            WindowDef::Session {
+                field: "ts".into(),
+                gap_ms: 1,
+                max_delay_ms: 100_000,
+                lateness_ms: 0,
+                idle_timeout_ms: None,
+            },
+            sum,
+            |e| matches!(e, PlanError::TooManySessions { open: 100_002, .. }),
+        ),
+        (
+            WindowDef::EventTime {
+                field: "when".into(),
+                size_ms: 10,
+                slide_ms: 10,
+                max_delay_ms: 0,
+                lateness_ms: 0,
+                idle_timeout_ms: None,
+            },
             sum,
             |e| matches!(e, PlanError::MissingField { operator, field, .. } if operator == "win" && field == "when"),
         ),

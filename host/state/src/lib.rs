@@ -42,6 +42,7 @@ mod table;
 pub mod view;
 mod writes;
 
+use crate::store::EachRecord;
 use error::Context;
 pub use error::{ContextError, DecodeError, StateError, StoreError};
 pub(crate) use json::describe_key;
@@ -105,14 +106,25 @@ fn batches_def(name: &str) -> TableDefinition<'_, u64, &'static [u8]> {
 pub type Entries = Vec<(Vec<Value>, Stored)>;
 
 impl Db {
-    /// Opens (creating if needed) the database of `data_dir`. Fails with a
-    /// clear message when another process has it open. (Opening is no part
-    /// of the seam: its failures are reported, never told apart.)
+    /// Opens (creating if needed) the database of `data_dir`, keeping the
+    /// default of its pages in memory
+    /// ([`DEFAULT_MAX_DB_CACHE_MIB`](weir_config::DEFAULT_MAX_DB_CACHE_MIB)).
+    /// Fails with a clear message when another process has it open.
+    /// (Opening is no part of the seam: its failures are reported, never
+    /// told apart.)
     pub fn open(data_dir: &Path) -> anyhow::Result<Db> {
+        Db::open_caching(data_dir, weir_config::DEFAULT_MAX_DB_CACHE_MIB << 20)
+    }
+
+    /// [`Db::open`], keeping at most `cache_bytes` of the database's pages
+    /// in memory.
+    pub fn open_caching(data_dir: &Path, cache_bytes: u64) -> anyhow::Result<Db> {
         let cannot_create = |e| anyhow::Error::new(e).context(format!("cannot create data dir {}", data_dir.display()));
         std::fs::create_dir_all(data_dir).map_err(cannot_create)?;
         let path = data_dir.join(DB_FILE);
-        let db = Database::create(&path).map_err(|e| match e {
+        let mut builder = Database::builder();
+        builder.set_cache_size(usize::try_from(cache_bytes).unwrap_or(usize::MAX));
+        let db = builder.create(&path).map_err(|e| match e {
             DatabaseError::DatabaseAlreadyOpen => anyhow::anyhow!(
                 "data dir {} is in use by another weir process (its database {} is locked)",
                 data_dir.display(),
@@ -418,6 +430,10 @@ impl StateReader for ReadTable {
 
     fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         ReadTable::range(self, from, to)
+    }
+
+    fn each_in(&self, from: &[u8], to: &[u8], each: &mut EachRecord<'_>) -> Result<(), StoreError> {
+        ReadTable::each_in(self, from, to, each)
     }
 }
 

@@ -9,6 +9,7 @@ use super::error::Context;
 use super::rules::{self, Stored};
 use super::store::{BatchCommit, CommitLog, OtherEntries, Snapshot, StateReader, Store};
 use super::{BatchRecord, Progress, StateError, StoreError, kind_to_record};
+use crate::store::EachRecord;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Included};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -100,6 +101,15 @@ impl StateReader for MemoryState {
             return Ok(Vec::new());
         }
         Ok(self.0.range(from.to_vec()..to.to_vec()).map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
+    fn each_in(&self, from: &[u8], to: &[u8], each: &mut EachRecord<'_>) -> Result<(), StoreError> {
+        if from < to {
+            for (key, stored) in self.0.range(from.to_vec()..to.to_vec()) {
+                each(key, stored.clone())?;
+            }
+        }
+        Ok(())
     }
 }
 

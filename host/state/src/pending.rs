@@ -9,6 +9,7 @@ use super::rules::{self, Stored};
 use super::store::{OtherEntries, Snapshot, StateReader};
 use super::view::in_ranges;
 use super::writes::{Combines, StateWrites};
+use crate::store::EachRecord;
 use std::sync::Arc;
 use weir_sdk::codec::Value;
 
@@ -58,6 +59,31 @@ impl PendingState {
     /// Each layer's writes to the state, with its txid, oldest first.
     fn writes(&self) -> impl DoubleEndedIterator<Item = (u64, &StateWrites)> {
         self.layers.iter().filter_map(|(txid, layer)| Some((*txid, layer.iter().find(|w| w.state == self.state)?)))
+    }
+
+    /// The record of `key` once every layer is applied to `stored`, its
+    /// committed one: each layer's removed ranges, then its records and
+    /// removals, then its partials (a batch's records and partials are of
+    /// different keys), oldest first, as [`StateReader::get`] finds it.
+    fn layered(&self, key: &[u8], mut stored: Option<Stored>) -> Result<Option<Stored>, StoreError> {
+        for (txid, writes) in self.writes() {
+            if in_ranges(&writes.removed_ranges, key) {
+                stored = None;
+            }
+            if let Ok(at) = writes.records.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
+                stored = Some(writes.records[at].1.clone());
+            } else if writes.removed.binary_search_by(|k| k.as_slice().cmp(key)).is_ok() {
+                stored = None;
+            }
+            if let Some(combines) = &writes.combines
+                && let Some(at) = combines.partials.find(key)
+            {
+                let partial = combines.partials.get(at).1;
+                stored =
+                    combined(combines, txid, key, partial, stored).with_context(|| format!("state {}", self.state))?;
+            }
+        }
+        Ok(stored)
     }
 }
 
@@ -137,6 +163,41 @@ impl StateReader for PendingState {
                 .with_context(|| format!("state {}", self.state))?;
         }
         Ok(found)
+    }
+
+    fn each_in(&self, from: &[u8], to: &[u8], each: &mut EachRecord<'_>) -> Result<(), StoreError> {
+        // The keys the layers wrote in the range (few, the group's), merged
+        // into the committed ones as these are read, one at a time.
+        let within = |key: &[u8]| from <= key && key < to;
+        let mut written: Vec<&[u8]> = Vec::new();
+        for (_, writes) in self.writes() {
+            written.extend(writes.records.iter().map(|(k, _)| k.as_slice()).filter(|k| within(k)));
+            written.extend(writes.removed.iter().map(Vec::as_slice).filter(|k| within(k)));
+            if let Some(combines) = &writes.combines {
+                let partials = combines.partials.iter().skip(combines.partials.first_at_or_after(from));
+                written.extend(partials.map(|(key, _)| key).take_while(|key| *key < to));
+            }
+        }
+        written.sort_unstable();
+        written.dedup();
+        let mut written = written.into_iter().peekable();
+        let give = |key: &[u8], stored: Option<Stored>, each: &mut EachRecord<'_>| match self.layered(key, stored)? {
+            Some(stored) => each(key, stored),
+            None => Ok(()),
+        };
+        if let Some(base) = &self.base {
+            base.each_in(from, to, &mut |key, stored| {
+                while let Some(earlier) = written.next_if(|k| *k < key) {
+                    give(earlier, None, each)?;
+                }
+                written.next_if(|k| *k == key);
+                give(key, Some(stored), each)
+            })?;
+        }
+        for key in written {
+            give(key, None, each)?;
+        }
+        Ok(())
     }
 }
 

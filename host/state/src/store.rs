@@ -19,6 +19,9 @@ use super::StoreError;
 use super::rules::Stored;
 use super::writes::StateWrites;
 
+/// What takes a state's records one at a time, in key order.
+pub type EachRecord<'a> = dyn FnMut(&[u8], Stored) -> Result<(), StoreError> + 'a;
+
 /// What the host recorded about a batch before processing it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchRecord {
@@ -75,6 +78,16 @@ pub trait StateReader: Send {
     /// The keys from `from` up to (not including) `to`, with their
     /// records, sorted by key.
     fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Stored)>, StoreError>;
+
+    /// [`StateReader::range`], each key and record handed to `each` in key
+    /// order: a reader that can reads them one at a time rather than the
+    /// whole range at once.
+    fn each_in(&self, from: &[u8], to: &[u8], each: &mut EachRecord<'_>) -> Result<(), StoreError> {
+        for (key, stored) in self.range(from, to)? {
+            each(&key, stored)?;
+        }
+        Ok(())
+    }
 }
 
 /// What is committed, as of one moment, for a batch's or a query's reads.
@@ -598,6 +611,51 @@ mod tests {
             assert_eq!(stored(store, "e"), Some(opaque(6, 3, Some(2))));
             assert_eq!(stored(store, "w"), Some(opaque(1, 7, None)));
             assert_eq!(stored(store, "x"), Some(opaque(3, 1, None)));
+        });
+    }
+
+    #[test]
+    fn a_group_s_pending_writes_are_read_one_key_at_a_time_as_the_whole_range_reads_them() {
+        use std::sync::Arc;
+        let opaque =
+            |txid, curr, prev: Option<i64>| Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) };
+        let writes =
+            |records: &[(&str, Stored)], removed: &[&str], ranges: &[(&str, &str)], partials: &[(&str, i64)]| {
+                let partials = partials.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
+                Arc::new(vec![StateWrites {
+                    state: "counts".into(),
+                    records: records.iter().map(|(w, s)| (key(w), s.clone())).collect(),
+                    removed: removed.iter().map(|w| key(w)).collect(),
+                    removed_ranges: ranges.iter().map(|(from, to)| (key(from), key(to))).collect(),
+                    combines: Some(Combines { kind: StateKind::Opaque, builtin: Builtin::Count, partials }),
+                }])
+            };
+        each_store(|store| {
+            let committed: Vec<(&str, Stored)> =
+                ["a", "b", "bb", "c", "d", "f"].iter().map(|w| (*w, opaque(1, 1, None))).collect();
+            let first = writes(&committed, &[], &[], &[]);
+            commit(store, 1, &first, &[]).unwrap();
+            // Batch 2 removes b to c, writes e, removes d and combines a,
+            // c and g; batch 3 writes b again and combines a and h.
+            let layers = vec![
+                (2, writes(&[("e", opaque(2, 5, None))], &["d"], &[("b", "c")], &[("a", 1), ("c", 2), ("g", 3)])),
+                (3, writes(&[("b", opaque(3, 7, None))], &[], &[], &[("a", 1), ("h", 1)])),
+            ];
+            let snapshot = store.snapshot().unwrap();
+            let pending = crate::pending::Pending::new(&*snapshot, "t", layers);
+            let reader = pending.state("t", "counts").unwrap().unwrap();
+            for (from, to) in [("a", "z"), ("b", "d"), ("bb", "g"), ("h", "i"), ("x", "z")] {
+                let mut each = Vec::new();
+                reader
+                    .each_in(&key(from), &key(to), &mut |k, stored| {
+                        each.push((k.to_vec(), stored));
+                        Ok(())
+                    })
+                    .unwrap();
+                assert_eq!(each, reader.range(&key(from), &key(to)).unwrap(), "from {from} to {to}");
+            }
+            let all: Vec<Vec<u8>> = reader.range(&key("a"), &key("z")).unwrap().into_iter().map(|(k, _)| k).collect();
+            assert_eq!(all, ["a", "b", "c", "e", "f", "g", "h"].map(key));
         });
     }
 

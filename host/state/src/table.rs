@@ -341,6 +341,39 @@ impl ReadTable {
         Ok(read)
     }
 
+    /// Each key from `from` up to (not including) `to` with its record, in
+    /// key order, handed to `each` as it is read: a range of any size,
+    /// never held whole.
+    pub fn each_in(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        mut each: impl FnMut(&[u8], Stored) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let bounds = (Bound::Included(from), Bound::Excluded(to));
+        match self {
+            ReadTable::Records(table) => {
+                for entry in table.range::<&[u8]>(bounds)? {
+                    let (key, value) = entry?;
+                    each(key.value(), Stored::decode(value.value())?)?;
+                }
+            }
+            ReadTable::Counts(table) => {
+                for entry in table.range::<&[u8]>(bounds)? {
+                    let (key, value) = entry?;
+                    each(key.value(), stored_count(value.value()))?;
+                }
+            }
+            ReadTable::OpaqueCounts(table) => {
+                for entry in table.range::<&[u8]>(bounds)? {
+                    let (key, value) = entry?;
+                    each(key.value(), stored_opaque(value.value()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every key with its record, sorted by key.
     pub fn entries(&self) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         Ok(self.range_of((Bound::Unbounded, Bound::Unbounded), usize::MAX, usize::MAX)?.entries)

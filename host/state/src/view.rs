@@ -314,81 +314,104 @@ impl Views {
     /// hold a value for the batch, with their bases (see [`Views::base`]),
     /// sorted by key: what is committed, under the batch's own writes.
     pub fn range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>, StoreError> {
-        self.range_of(state, from, to, false)
+        let mut found = Vec::new();
+        self.range_each(state, from, to, false, |key, base| {
+            found.push((key, base));
+            Ok(())
+        })?;
+        Ok(found)
     }
 
     /// [`Views::range`], and every key from `from` up to `to` removed when
     /// the batch commits, at once: one read for both.
     pub fn take_range(&mut self, state: &str, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Base)>, StoreError> {
+        let mut found = Vec::new();
+        self.take_range_each(state, from, to, |key, base| {
+            found.push((key, base));
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
+    /// [`Views::take_range`], each key and its base handed to `each`, in
+    /// key order, as it is read: a range of any size taken without holding
+    /// it whole.
+    pub fn take_range_each(
+        &mut self,
+        state: &str,
+        from: &[u8],
+        to: &[u8],
+        each: impl FnMut(Vec<u8>, Base) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         if !self.writable {
             return Err(self.read_only(state));
         }
-        self.range_of(state, from, to, true)
+        self.range_each(state, from, to, true, each)
     }
 
-    fn range_of(
+    fn range_each(
         &mut self,
         state: &str,
         from: &[u8],
         to: &[u8],
         take: bool,
-    ) -> Result<Vec<(Vec<u8>, Base)>, StoreError> {
+        mut each: impl FnMut(Vec<u8>, Base) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let txid = self.txid;
         let view = self.view(state)?;
         if from >= to {
-            return Ok(Vec::new());
+            return Ok(());
         }
         view.not_combined(from, to)?;
-        let mut committed = match &view.table {
-            Some(table) => table.range(from, to).with_context(|| format!("state {} is unreadable", view.def.name))?,
-            None => Vec::new(),
-        };
-        if !view.removed_ranges.is_empty() {
-            committed.retain(|(key, _)| !view.range_removed(key));
-        }
-        // Only committed keys need the range removed: the batch's own
-        // writes in it become removals below.
-        let remove_range = take && !committed.is_empty();
-        if remove_range && !view.cache.is_empty() {
-            // Out of the cache, as keys written are.
-            for (key, _) in &committed {
-                view.cache.take(key);
-            }
-        }
+        let View { def, table, cache, writes, removed_ranges, .. } = view;
         // The committed records under the batch's own writes, both sorted
-        // by key: merged in one pass.
+        // by key: merged in one pass as the records are read.
         let bounds = (std::ops::Bound::Included(from), std::ops::Bound::Excluded(to));
-        let mut written = view.writes.range_mut::<[u8], _>(bounds).peekable();
-        let mut found = Vec::with_capacity(committed.len());
-        let push_written = |found: &mut Vec<(Vec<u8>, Base)>, key: &Vec<u8>, write: &mut Write| {
-            if let Some(after) = &write.after {
-                found.push((key.clone(), Base::Value(after.value().clone())));
-            }
-            if take {
-                write.after = None;
-            }
-        };
-        for (key, stored) in committed {
-            let mut overridden = false;
-            while let Some((written_key, write)) = written.next_if(|(k, _)| k.as_slice() <= key.as_slice()) {
-                overridden = *written_key == key;
-                push_written(&mut found, written_key, write);
-            }
-            if overridden {
-                continue;
-            }
-            let base = Self::base_of(&view.def, &key, Some(&stored), txid)?;
-            if base != Base::None {
-                found.push((key, base));
-            }
+        let mut written = writes.range_mut::<[u8], _>(bounds).peekable();
+        let give_written =
+            |each: &mut dyn FnMut(Vec<u8>, Base) -> Result<(), StoreError>, key: &Vec<u8>, write: &mut Write| {
+                let after = if take { write.after.take() } else { write.after.clone() };
+                match after {
+                    Some(after) => each(key.clone(), Base::Value(after.value().clone())),
+                    None => Ok(()),
+                }
+            };
+        let mut committed = false;
+        if let Some(table) = table {
+            table
+                .each_in(from, to, &mut |key, stored| {
+                    if in_ranges(removed_ranges, key) {
+                        return Ok(());
+                    }
+                    committed = true;
+                    if take && !cache.is_empty() {
+                        // Out of the cache, as keys written are.
+                        cache.take(key);
+                    }
+                    let mut overridden = false;
+                    while let Some((written_key, write)) = written.next_if(|(k, _)| k.as_slice() <= key) {
+                        overridden = written_key.as_slice() == key;
+                        give_written(&mut each, written_key, write)?;
+                    }
+                    if overridden {
+                        return Ok(());
+                    }
+                    match Self::base_of(def, key, Some(&stored), txid)? {
+                        Base::None => Ok(()),
+                        base => each(key.to_vec(), base),
+                    }
+                })
+                .with_context(|| format!("state {}: reading a range", def.name))?;
         }
         for (key, write) in written {
-            push_written(&mut found, key, write);
+            give_written(&mut each, key, write)?;
         }
-        if remove_range {
-            view.removed_ranges.push((from.to_vec(), to.to_vec()));
+        // Only committed keys need the range removed: the batch's own
+        // writes in it became removals above.
+        if take && committed {
+            removed_ranges.push((from.to_vec(), to.to_vec()));
         }
-        Ok(found)
+        Ok(())
     }
 
     /// Removes `key` from `state` when the batch commits.

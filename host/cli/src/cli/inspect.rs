@@ -135,21 +135,27 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
                 true => format!("tumbling windows of {size} {unit}"),
                 false => format!("windows of {size} {unit} every {slide}"),
             };
-            let watermark =
-                |max_delay_ms, lateness_ms| format!("(max delay {max_delay_ms} ms, lateness {lateness_ms} ms)");
+            let watermark = |max_delay_ms, lateness_ms, idle_timeout_ms: Option<u64>| match idle_timeout_ms {
+                None => format!("(max delay {max_delay_ms} ms, lateness {lateness_ms} ms)"),
+                Some(idle) => format!(
+                    "(max delay {max_delay_ms} ms, lateness {lateness_ms} ms, a spout partition idle after {idle} ms)"
+                ),
+            };
             let cut = match window {
                 WindowDef::Count { size, slide } => span(size, slide, "tuples"),
                 WindowDef::Duration { size_ms, slide_ms } => {
                     format!("{} by the time each batch was emitted", span(size_ms, slide_ms, "ms"))
                 }
-                WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => format!(
-                    "{} by event time {field} {}",
-                    span(size_ms, slide_ms, "ms"),
-                    watermark(max_delay_ms, lateness_ms)
-                ),
-                WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms } => format!(
+                WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms, idle_timeout_ms } => {
+                    format!(
+                        "{} by event time {field} {}",
+                        span(size_ms, slide_ms, "ms"),
+                        watermark(max_delay_ms, lateness_ms, *idle_timeout_ms)
+                    )
+                }
+                WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms, idle_timeout_ms } => format!(
                     "sessions ended by {gap_ms} ms without a tuple, by event time {field} {}",
-                    watermark(max_delay_ms, lateness_ms)
+                    watermark(max_delay_ms, lateness_ms, *idle_timeout_ms)
                 ),
             };
             format!("{}{cut}: {}, open windows in state {}", grouped(group), aggregator(a), state.name)

@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use weir_config::{
     DEFAULT_MAX_BATCH_STATE_READ_MIB, DEFAULT_MAX_BATCH_STATE_READS, DEFAULT_MAX_BATCH_STATE_WRITE_MIB,
     DEFAULT_MAX_BATCH_STATE_WRITES, DEFAULT_MAX_CALL_STATE_READ_MIB, DEFAULT_MAX_CALL_STATE_READS,
-    DEFAULT_MAX_CALL_STATE_WRITE_MIB, DEFAULT_MAX_CALL_STATE_WRITES, DEFAULT_MAX_LOG_KIB, DEFAULT_MAX_LOG_LINES,
-    DEFAULT_MAX_STATE_CACHE_MIB, DEFAULT_MAX_TOPOLOGY_MEMORY_MIB, LogLimits, StateLimits, StateQuota,
+    DEFAULT_MAX_CALL_STATE_WRITE_MIB, DEFAULT_MAX_CALL_STATE_WRITES, DEFAULT_MAX_DB_CACHE_MIB, DEFAULT_MAX_LOG_KIB,
+    DEFAULT_MAX_LOG_LINES, DEFAULT_MAX_STATE_CACHE_MIB, DEFAULT_MAX_TOPOLOGY_MEMORY_MIB, LogLimits, StateLimits,
+    StateQuota,
 };
 use weir_config::{
     DEFAULT_MAX_CALL_MS, DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OUTPUT_MIB, DEFAULT_MAX_OUTPUT_TUPLES, SandboxConfig,
@@ -111,6 +112,12 @@ pub struct SandboxArgs {
 }
 
 impl SandboxArgs {
+    /// Opens the state database of `data`, with its pages cached as
+    /// --max-db-cache-mib says.
+    pub fn open_db(&self, data: &std::path::Path) -> anyhow::Result<weir_state::Db> {
+        weir_state::Db::open_caching(data, self.hold.max_db_cache_mib.saturating_mul(MIB))
+    }
+
     /// Holds every guest instance of this process to --max-guest-memory-mib.
     pub fn limit_guest_memory(&self) {
         let mib = self.hold.max_guest_memory_mib.unwrap_or_else(weir_runtime::memory_pool::default_host_limit_mib);
@@ -178,6 +185,10 @@ pub struct HoldLimitArgs {
     /// of entries the topology asks to cache.
     #[arg(long, default_value_t = DEFAULT_MAX_STATE_CACHE_MIB)]
     max_state_cache_mib: u64,
+    /// Bytes of the state database's pages kept in memory, in MiB: the rest
+    /// is read from the file (through the system's page cache).
+    #[arg(long, default_value_t = DEFAULT_MAX_DB_CACHE_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_db_cache_mib: u64,
     /// Bytes one operator call may write to stdout and stderr together, in
     /// KiB; past it the call traps.
     #[arg(long, default_value_t = DEFAULT_MAX_LOG_KIB, value_parser = clap::value_parser!(u64).range(1..))]

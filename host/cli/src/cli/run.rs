@@ -19,7 +19,6 @@ use weir_engine::{guest_build, load};
 use weir_io::sink::Publisher;
 use weir_io::spout;
 use weir_sdk::topology::SPOUT_ID;
-use weir_state::Db;
 
 use super::nats::NatsArgs;
 
@@ -171,7 +170,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         opened.push((loaded, spout, sinks));
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
-    let db = Db::open(&args.data)?;
+    let db = args.sandbox.open_db(&args.data)?;
     for (loaded, _, _) in &opened {
         db.check_state_kinds(&loaded.plan.stored_as, &loaded.plan.states)?;
     }

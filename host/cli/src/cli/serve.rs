@@ -13,7 +13,6 @@ use weir_config::{
 use weir_io::spout::InputScope;
 use weir_server::deployments::Host;
 use weir_server::{ServeConfig, serve};
-use weir_state::Db;
 
 use super::nats::NatsArgs;
 
@@ -90,7 +89,7 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> Result<()> {
     let token = super::token::read_token(args.token_file.as_deref())?;
     args.sandbox.limit_guest_memory();
-    let db = Arc::new(Db::open(&args.data)?);
+    let db = Arc::new(args.sandbox.open_db(&args.data)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.
     let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
     let sandbox = args.sandbox.config(args.topology_limits.limits());

@@ -178,6 +178,12 @@ fn aggregate_part(
     let groups = groups(batch, group);
     let results: Vec<Vec<Vec<Vec<Value>>>> =
         aggregators.iter().map(|a| run_aggregator(instances, batch_id, batch, &groups, a)).collect::<Result<_, _>>()?;
+    // Each group's output takes the least tag of its rows: the first spout
+    // tuple it holds, where rows carry theirs.
+    let mut tags = vec![u32::MAX; groups.keys.len()];
+    for (row, &g) in batch.rows().zip(&groups.of_row) {
+        tags[g as usize] = tags[g as usize].min(row.tag());
+    }
     let mut writer = BatchWriter::new(node.fields.len());
     for g in 0..groups.keys.len() {
         let mut combos: Vec<Vec<&Value>> = vec![Vec::new()];
@@ -190,7 +196,7 @@ fn aggregate_part(
                 .collect();
         }
         for combo in combos {
-            writer.begin_row(0);
+            writer.begin_row(if tags[g] == u32::MAX { 0 } else { tags[g] });
             if !group.is_empty() {
                 push_kept(&mut writer, batch.row(groups.first[g]), group);
             }
@@ -208,7 +214,7 @@ pub(super) fn aggregate(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resu
     let batch = exec.batch;
     match scope {
         AggregateScope::Partition => {
-            let parts = fit(input, node.parallelism);
+            let parts = fit(input, node.parallelism, exec.plan.tags_origins());
             exec.per_partition(&parts, |instances, p, part| {
                 aggregate_part(instances, batch.partition(p), node, group, aggregators, part)
             })
@@ -216,7 +222,7 @@ pub(super) fn aggregate(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Resu
         AggregateScope::Batch => {
             let all = gather(input);
             let out = aggregate_part(&mut exec.instances[0], batch.partition(0), node, group, aggregators, &all)?;
-            Ok(super::parts::fit_owned(vec![out], node.parallelism))
+            Ok(super::parts::fit_owned(vec![out], node.parallelism, exec.plan.tags_origins()))
         }
     }
 }

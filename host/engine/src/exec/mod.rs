@@ -38,7 +38,7 @@ pub use query::{query, query_over};
 pub use weir_runtime::{BatchError, BatchId, Cause, Origin, PartitionId};
 
 use context::Exec;
-use parts::{fit, fit_owned, gather, project};
+use parts::{fit, fit_owned, gather, gather_by, project};
 use weir_plan::Op;
 use weir_sdk::codec::{Batch, BatchWriter};
 
@@ -48,37 +48,41 @@ impl Exec<'_> {
         let node = &self.plan.nodes[index];
         let n = node.parallelism;
         let batch = self.batch;
+        let by_origin = self.plan.tags_origins();
         match &node.op {
             Op::Spout | Op::Query(_) => unreachable!("roots are fed, not run"),
             Op::Function { kind, input, kept, outputs } => {
-                let parts = fit(inputs[0], n);
+                let parts = fit(inputs[0], n, by_origin);
                 self.per_partition(&parts, |instances, p, part| {
-                    stream::function(instances, node, batch.partition(p), *kind, input, kept, *outputs, part)
+                    stream::function(instances, node, batch.partition(p), *kind, input, kept, *outputs, part, by_origin)
                 })
             }
             Op::Filter { input, kept } => {
-                let parts = fit(inputs[0], n);
+                let parts = fit(inputs[0], n, by_origin);
                 self.per_partition(&parts, |instances, p, part| {
                     stream::filter(instances, node, batch.partition(p), input, kept, part)
                 })
             }
             Op::Project(positions) => Ok(inputs[0].iter().map(|part| project(part, positions)).collect()),
-            Op::Partition { by, hashed, kept } => Ok(stream::partition(&gather(inputs[0]), by, hashed, kept, n)),
+            Op::Partition { by, hashed, kept } => {
+                Ok(stream::partition(&gather(inputs[0]), by, hashed, kept, n, by_origin))
+            }
             Op::Merge(per_input) => {
                 let parts: Parts = inputs
                     .iter()
                     .zip(per_input)
                     .flat_map(|(parts, positions)| parts.iter().map(|p| project(p, positions)))
                     .collect();
-                Ok(fit_owned(parts, n))
+                Ok(fit_owned(parts, n, by_origin))
             }
             Op::Join { keys, others, kinds } => {
-                let gathered: Vec<Batch<'static>> = inputs.iter().map(|parts| gather(parts).into_owned()).collect();
-                Ok(fit_owned(vec![stream::join(&node.id, &gathered, keys, others, kinds)?], n))
+                let gathered: Vec<Batch<'static>> =
+                    inputs.iter().map(|parts| gather_by(parts, by_origin).into_owned()).collect();
+                Ok(fit_owned(vec![stream::join(&node.id, &gathered, keys, others, kinds)?], n, by_origin))
             }
             Op::Sink { sink, input } => Ok(vec![weir_io::sink::payloads(node, sink, input, &gather(inputs[0]))?]),
             Op::Extreme { by, max, kept } => {
-                Ok(fit_owned(vec![stream::extreme(&gather(inputs[0]), by, *max, kept)], n))
+                Ok(fit_owned(vec![stream::extreme(&gather_by(inputs[0], by_origin), by, *max, kept)], n, by_origin))
             }
             Op::Aggregate { .. } => aggregate::aggregate(self, node, inputs[0]),
             Op::StateQuery { .. } => state_ops::state_query(self, node, inputs[0]),
@@ -88,7 +92,7 @@ impl Exec<'_> {
                 let late = self.late.get(&node.inputs[1]).cloned();
                 let late =
                     late.unwrap_or_else(|| BatchWriter::new(inputs[0].first().map_or(0, Batch::arity)).finish_batch());
-                Ok(fit_owned(vec![project(&late, kept)], n))
+                Ok(fit_owned(vec![project(&late, kept)], n, by_origin))
             }
             Op::PersistentAggregate { .. } => {
                 let partials = persistent_aggregate::partials(self, node, inputs[0])?;

@@ -108,10 +108,10 @@ pub(super) fn persistent_aggregate(exec: &mut Exec<'_>, node: &Node, partials: P
     let emit = !node.children.is_empty();
     let new_values = store_partials(exec, node, state, aggregator, partials, emit)?;
     let mut writer = BatchWriter::new(node.fields.len());
-    for (key, value) in new_values {
-        push_new_value(&mut writer, &key, value.as_ref()).map_err(storage(state))?;
+    for (index, (key, value)) in new_values.into_iter().enumerate() {
+        push_new_value(&mut writer, index as u32, &key, value.as_ref()).map_err(storage(state))?;
     }
-    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism))
+    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism, exec.plan.tags_origins()))
 }
 
 /// Combines a batch's `partials` (or folds its rows) into `state` by
@@ -196,9 +196,10 @@ pub(super) fn store_partials(
     Ok(new_values)
 }
 
-/// A new-values row: the group fields (decoded from the key), then the value.
-fn push_new_value(writer: &mut BatchWriter, key: &[u8], value: ValueRef<'_>) -> Result<(), DecodeError> {
-    writer.begin_row(0);
+/// A new-values row: the group fields (decoded from the key), then the
+/// value, tagged `tag` (its index among the batch's new values).
+fn push_new_value(writer: &mut BatchWriter, tag: u32, key: &[u8], value: ValueRef<'_>) -> Result<(), DecodeError> {
+    writer.begin_row(tag);
     for group_value in keys::decode(key)? {
         writer.push(group_value.as_ref());
     }

@@ -131,8 +131,15 @@ impl Processor {
             }
             let node = &plan.nodes[i];
             if node.op == Op::Spout {
-                let batch = spout_batch.take().expect("one spout");
-                outputs[i] = Some(Arc::new(fit_owned(vec![batch], node.parallelism)));
+                let mut batch = spout_batch.take().expect("one spout");
+                let by_origin = plan.tags_origins();
+                if by_origin {
+                    // Each tuple's tag is its index in the batch, the order
+                    // the spout emitted it in: every tuple made of it
+                    // carries it on.
+                    batch.retag(|index, _| index as u32);
+                }
+                outputs[i] = Some(Arc::new(fit_owned(vec![batch], node.parallelism, by_origin)));
                 continue;
             }
             if node.phase == Phase::Commit {

@@ -1,5 +1,7 @@
 //! Session windows: a tuple at `t` opens the session `[t, t + gap)` of its
-//! group, and sessions that meet merge. A group's open sessions are listed
+//! group, and sessions that meet (touching included) merge; a tuple whose
+//! own session would have closed joins an open session it meets, and is
+//! late only when it meets none. A group's open sessions are listed
 //! under its index key in the window's state, beside each session's
 //! partial under (end, start, group) as other windows keep theirs; a batch
 //! that merges sessions combines their partials under the merged session's
@@ -10,7 +12,7 @@ use super::aggregate::groups;
 use super::context::Exec;
 use super::error::malformed;
 use super::persistent_aggregate::{lock, single_values_tagged, storage};
-use super::window_state::{Stamp, TimeSpec, Watermark, push_assigned, window_key};
+use super::window_state::{Stamp, TimeSpec, Watermark, partition_of, push_assigned, window_key};
 use crate::instances::Request;
 use weir_plan::{Aggregator, Node, Op};
 use weir_runtime::BatchError;
@@ -66,7 +68,8 @@ pub(super) fn assign(
     spec: &TimeSpec,
 ) -> Result<(Batch<'static>, Watermark), BatchError> {
     let Op::Window { state, group, aggregator, .. } = &node.op else { unreachable!("a window") };
-    let mut watermark = Watermark::read(exec, node, spec)?;
+    let partitions = exec.plan.spout_partitions();
+    let mut watermark = Watermark::read(exec, node, spec, partitions)?;
     let groups = groups(batch, group);
     let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); groups.keys.len()];
     for (r, &g) in groups.of_row.iter().enumerate() {
@@ -90,9 +93,13 @@ pub(super) fn assign(
             .collect();
         for &r in group_rows {
             let ts = stamp.of(node, rows[r])?;
-            watermark.see(ts);
+            watermark.see(ts, partition_of(rows[r], partitions));
             let end = ts.saturating_add(gap);
-            if end <= watermark.closed_before {
+            // Late only when the session it would open has closed and it
+            // meets no session still open (Flink's rule: a tuple is late
+            // when every window it would belong to, merged, has closed).
+            let meets_open = || sessions.iter().any(|s| s.start <= end && ts <= s.end);
+            if end <= watermark.closed_before && !meets_open() {
                 watermark.late_rows.push(r);
                 continue;
             }

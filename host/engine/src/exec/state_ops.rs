@@ -15,7 +15,7 @@ use weir_state::keys;
 /// A guest state updater over each partition, in turn.
 pub(super) fn partition_persist(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Parts, BatchError> {
     let Op::PartitionPersist { state, input: reads, outputs } = &node.op else { unreachable!("a partition persist") };
-    let parts = fit(input, node.parallelism);
+    let parts = fit(input, node.parallelism, exec.plan.tags_origins());
     let mut out = Vec::with_capacity(parts.len());
     for (p, part) in parts.iter().enumerate() {
         let handle = exec.state(node, state)?;
@@ -34,7 +34,7 @@ pub(super) fn partition_persist(exec: &mut Exec<'_>, node: &Node, input: &Parts)
 /// guest query function (one retrieval for the partition, then per tuple).
 pub(super) fn state_query(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Result<Parts, BatchError> {
     let Op::StateQuery { state, input: reads, query, kept, outputs } = &node.op else { unreachable!("a state query") };
-    let parts = fit(input, node.parallelism);
+    let parts = fit(input, node.parallelism, exec.plan.tags_origins());
     let id = &node.id;
     let mut out = Vec::with_capacity(parts.len());
     for (p, part) in parts.iter().enumerate() {
@@ -50,7 +50,7 @@ pub(super) fn state_query(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Re
                         keys::encode_value(&mut key, row.get(position).expect("position within arity"));
                     }
                     let base = views.base(state, &key).map_err(storage(state))?;
-                    writer.begin_row(0);
+                    writer.begin_row(row.tag());
                     push_kept(&mut writer, row, kept);
                     writer.push(base.value().map_or(ValueRef::Null, Value::as_ref));
                 }
@@ -79,7 +79,7 @@ pub(super) fn state_query(exec: &mut Exec<'_>, node: &Node, input: &Parts) -> Re
                         return Err(malformed(id, format!("a row extends input row {} of {}", row.tag(), part.len())));
                     }
                     let parent = part.row(row.tag() as usize);
-                    writer.begin_row(0);
+                    writer.begin_row(parent.tag());
                     push_kept(&mut writer, parent, kept);
                     for value in row.encoded_values() {
                         writer.push_encoded(value);

@@ -2,8 +2,8 @@
 //! repartitioning, joins, and the least or greatest tuple.
 
 use super::error::malformed;
-use super::parts::deal;
 use super::parts::{CALL_INPUT_BYTES, Parts, guest_rows, push_kept};
+use super::parts::{deal, deal_round_robin};
 use crate::instances::{Instances, Request};
 use std::collections::HashMap;
 use weir_plan::{FunctionKind, Input, Node};
@@ -26,6 +26,7 @@ pub(super) fn function(
     kept: &[usize],
     outputs: usize,
     batch: &Batch<'static>,
+    by_origin: bool,
 ) -> Result<Batch<'static>, BatchError> {
     let id = &node.id;
     let guest_in = guest_rows(batch, input);
@@ -69,17 +70,23 @@ pub(super) fn function(
     if kind == FunctionKind::Peek {
         return Ok(if kept.len() == batch.arity() { batch.clone() } else { super::parts::project(batch, kept) });
     }
-    let emitted = match joined {
+    let mut emitted = match joined {
         Some(joined) => joined.finish(),
         None => one.expect("one run, called"),
     };
     if kept.is_empty() {
+        // Each emitted row is tagged with the row it extends: it takes that
+        // row's tag, the spout tuple it came from, where rows carry theirs.
+        if by_origin {
+            emitted.retag(|_, parent| batch.row(parent as usize).tag());
+        }
         return Ok(emitted);
     }
     let mut writer = BatchWriter::with_capacity(kept.len() + outputs, emitted.bytes().len() * 2);
     for row in emitted.rows() {
-        writer.begin_row(0);
-        push_kept(&mut writer, batch.row(row.tag() as usize), kept);
+        let parent = batch.row(row.tag() as usize);
+        writer.begin_row(parent.tag());
+        push_kept(&mut writer, parent, kept);
         for value in row.encoded_values() {
             writer.push_encoded(value);
         }
@@ -113,7 +120,7 @@ pub(super) fn filter(
     let mut writer = BatchWriter::new(kept.len());
     for (row, verdict) in batch.rows().zip(keep) {
         if verdict != 0 {
-            writer.begin_row(0);
+            writer.begin_row(row.tag());
             push_kept(&mut writer, row, kept);
         }
     }
@@ -125,16 +132,19 @@ pub(super) fn filter(
 /// set of keys can at worst load one partition more than the others.
 const PARTITION_HASH: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(0x5745_4952_5041_5254);
 
-/// Repartitions `batch` into `n` partitions, keeping the `kept` fields.
+/// Repartitions `batch` into `n` partitions, keeping the `kept` fields; a
+/// shuffle deals rows round-robin, by their spout tuple where they carry
+/// it (see [`super::parts::fit`]).
 pub(super) fn partition(
     batch: &Batch<'static>,
     by: &Partitioning,
     hashed: &[usize],
     kept: &[usize],
     n: usize,
+    by_origin: bool,
 ) -> Parts {
     let parts = match by {
-        Partitioning::Shuffle => deal(batch, n, |index, _| index % n),
+        Partitioning::Shuffle => deal_round_robin(batch, n, by_origin),
         Partitioning::Global | Partitioning::BatchGlobal => deal(batch, n, |_, _| 0),
         Partitioning::Broadcast => vec![batch.clone(); n],
         Partitioning::Fields { .. } => {
@@ -158,6 +168,8 @@ use std::hash::BuildHasher;
 
 /// Joins two batches on their key fields: the key, then each side's other
 /// fields; an outer side keeps its unmatched rows, the other side null.
+/// A joined row keeps the tag of the first side's row, an unmatched row
+/// its own.
 pub(super) fn join(
     id: &str,
     inputs: &[Batch<'static>],
@@ -187,14 +199,14 @@ pub(super) fn join(
             Some(matches) => {
                 for &m in matches {
                     matched_b[m] = true;
-                    writer.begin_row(0);
+                    writer.begin_row(row.tag());
                     push_kept(&mut writer, row, &keys_at[0]);
                     push_kept(&mut writer, row, &others[0]);
                     push_kept(&mut writer, b.row(m), &others[1]);
                 }
             }
             None if kinds[0] == JoinKind::Outer => {
-                writer.begin_row(0);
+                writer.begin_row(row.tag());
                 push_kept(&mut writer, row, &keys_at[0]);
                 push_kept(&mut writer, row, &others[0]);
                 nulls(&mut writer, others[1].len());
@@ -205,7 +217,7 @@ pub(super) fn join(
     if kinds[1] == JoinKind::Outer {
         for (index, row) in b.rows().enumerate().filter(|(i, _)| !matched_b[*i]) {
             let _ = index;
-            writer.begin_row(0);
+            writer.begin_row(row.tag());
             push_kept(&mut writer, row, &keys_at[1]);
             nulls(&mut writer, others[0].len());
             push_kept(&mut writer, row, &others[1]);
@@ -236,7 +248,7 @@ pub(super) fn extreme(batch: &Batch<'static>, by: &[usize], max: bool, kept: &[u
     }
     let mut writer = BatchWriter::new(kept.len());
     if let Some(row) = best {
-        writer.begin_row(0);
+        writer.begin_row(row.tag());
         push_kept(&mut writer, row, kept);
     }
     writer.finish_batch()

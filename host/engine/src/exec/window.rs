@@ -1,22 +1,24 @@
-//! Windows, exactly once. Each batch's tuples are assigned to their
-//! windows, and each window's partial lives in the operation's state
-//! under the key (end, start, group): combined with the batch's partials
-//! by Trident's rules, as a persistent aggregate's values are. A window
-//! closes in the commit of the batch that takes its count to the window's
-//! end (count windows) or its watermark past the end plus the lateness
-//! (event time); it is emitted then, once, and removed. The watermark, the
-//! late tuples and each group's count are kept in the same state, before
-//! the windows in key order, so that a replay of the batch starts from
-//! what it started from the first time and emits the same windows.
+//! Windows, exactly once. Each batch's tuples, in the order the spout
+//! emitted them, are assigned to their windows, and each window's partial
+//! lives in the operation's state under the key (end, start, group):
+//! combined with the batch's partials by Trident's rules, as a persistent
+//! aggregate's values are. A window closes in the commit of the batch that
+//! takes its count to the window's end (count windows) or its watermark
+//! (the least over the spout's partitions, see [`Watermark`]) past the end
+//! plus the lateness (event time); it is emitted then, once, and removed.
+//! The watermark, the late tuples and each group's count are kept in the
+//! same state, before the windows in key order, so that a replay of the
+//! batch starts from what it started from the first time and emits the
+//! same windows.
 
 use super::aggregate::groups;
 use super::context::Exec;
 use super::count::count_rows_by_key;
-use super::parts::{Parts, gather};
+use super::parts::{Parts, gather_in_order};
 use super::persistent_aggregate::{Partials, lock, partials_of, storage, store_partials};
 use super::session;
 use super::window_state::{
-    Closing, Stamp, TimeSpec, Watermark, closed_range, push_assigned, put_i64, stored_i64, window_key,
+    Closing, Stamp, TimeSpec, Watermark, closed_range, partition_of, push_assigned, put_i64, stored_i64, window_key,
 };
 use super::window_tuples;
 use std::collections::HashMap;
@@ -26,8 +28,10 @@ use weir_runtime::BatchError;
 use weir_sdk::codec::{Batch, BatchWriter, Value, ValueKind, ValueRef};
 use weir_sdk::operator::Builtin;
 use weir_sdk::topology::{AggregatorKind, WindowDef};
+use weir_state::StoreError;
 use weir_state::keyed::KeyedValues;
 use weir_state::keys;
+use weir_state::view::Base;
 
 /// First value of a group's count key (count windows).
 const COUNT: ValueRef<'static> = ValueRef::Bool(true);
@@ -38,12 +42,13 @@ const COUNT: ValueRef<'static> = ValueRef::Bool(true);
 pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result<Parts, BatchError> {
     let node = &exec.plan.nodes[index];
     let Op::Window { state, window, time, group, aggregator } = &node.op else { unreachable!("a window") };
-    let batch = gather(input);
-    let time_spec = |size: &u64, slide: &u64, delay: &u64, lateness: &u64| TimeSpec {
+    let batch = gather_in_order(input);
+    let time_spec = |size: &u64, slide: &u64, delay: &u64, lateness: &u64, idle: &Option<u64>| TimeSpec {
         size: *size as i64,
         slide: *slide as i64,
         delay: *delay as i64,
         lateness: *lateness as i64,
+        idle: idle.map(|ms| ms as i64),
     };
     let event_time = |field| Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
     let (assigned, watermark) = match window {
@@ -53,16 +58,17 @@ pub(super) fn window(exec: &mut Exec<'_>, index: usize, input: &Parts) -> Result
         }
         WindowDef::Duration { size_ms, slide_ms } => {
             let emitted = Stamp::Batch(i64::try_from(exec.time_ms).unwrap_or(i64::MAX));
-            let (assigned, watermark) = by_time(exec, node, &batch, &emitted, &time_spec(size_ms, slide_ms, &0, &0))?;
+            let spec = time_spec(size_ms, slide_ms, &0, &0, &None);
+            let (assigned, watermark) = by_time(exec, node, &batch, &emitted, &spec)?;
             (assigned, Ok(watermark))
         }
-        WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } => {
-            let spec = time_spec(size_ms, slide_ms, max_delay_ms, lateness_ms);
+        WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms, idle_timeout_ms } => {
+            let spec = time_spec(size_ms, slide_ms, max_delay_ms, lateness_ms, idle_timeout_ms);
             let (assigned, watermark) = by_time(exec, node, &batch, &event_time(field), &spec)?;
             (assigned, Ok(watermark))
         }
-        WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms } => {
-            let spec = time_spec(gap_ms, gap_ms, max_delay_ms, lateness_ms);
+        WindowDef::Session { field, gap_ms, max_delay_ms, lateness_ms, idle_timeout_ms } => {
+            let spec = time_spec(gap_ms, gap_ms, max_delay_ms, lateness_ms, idle_timeout_ms);
             let (assigned, watermark) = session::assign(exec, node, &batch, &event_time(field), *gap_ms as i64, &spec)?;
             (assigned, Ok(watermark))
         }
@@ -88,12 +94,15 @@ fn window_keyed(group: &[usize]) -> Vec<usize> {
 /// An event-time window's sizes, for a window that goes by a timestamp
 /// field and cuts fixed windows.
 fn event_time_spec(window: &WindowDef) -> Option<(&str, TimeSpec)> {
-    let WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms } = window else { return None };
+    let WindowDef::EventTime { field, size_ms, slide_ms, max_delay_ms, lateness_ms, idle_timeout_ms } = window else {
+        return None;
+    };
     let spec = TimeSpec {
         size: *size_ms as i64,
         slide: *slide_ms as i64,
         delay: *max_delay_ms as i64,
         lateness: *lateness_ms as i64,
+        idle: idle_timeout_ms.map(|ms| ms as i64),
     };
     Some((field, spec))
 }
@@ -106,8 +115,8 @@ pub struct Preassigned {
     partials: KeyedValues,
     /// Each row's newest window's end: the row is late if it closed.
     newest_ends: Vec<i64>,
-    /// The batch's greatest timestamp.
-    greatest: Option<i64>,
+    /// The batch's greatest timestamp from each spout partition.
+    greatest: Vec<Option<i64>>,
     /// The batch's parts, for the late stream.
     input: Arc<Parts>,
 }
@@ -134,9 +143,10 @@ pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) ->
     let Op::Window { window, time, group, aggregator, .. } = &node.op else { unreachable!("a window") };
     let (field, spec) = event_time_spec(window).expect("an event-time window");
     let stamp = Stamp::Field { field, position: time.expect("event time has its timestamp's position") };
-    let batch = gather(input);
+    let batch = gather_in_order(input);
+    let partitions = exec.plan.spout_partitions();
     let mut newest_ends = Vec::with_capacity(batch.len());
-    let mut greatest: Option<i64> = None;
+    let mut greatest: Vec<Option<i64>> = vec![None; partitions];
     // A count goes by each window's rows, counted by the group's fields
     // read in place; other aggregators by a batch of the rows with their
     // window's bounds in front.
@@ -148,7 +158,8 @@ pub(super) fn preassign(exec: &mut Exec<'_>, node: &Node, input: &Arc<Parts>) ->
     let mut slot = (1, 0);
     for (r, row) in batch.rows().enumerate() {
         let ts = stamp.of(node, row)?;
-        greatest = Some(greatest.map_or(ts, |g| g.max(ts)));
+        let g = &mut greatest[partition_of(row, partitions)];
+        *g = Some(g.map_or(ts, |g| g.max(ts)));
         if !(slot.0..slot.1).contains(&ts) {
             let start = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
             slot = (start, start.saturating_add(spec.slide));
@@ -235,11 +246,13 @@ pub(super) fn window_preassigned(exec: &mut Exec<'_>, index: usize, pre: Preassi
     let node = &exec.plan.nodes[index];
     let Op::Window { state, window, aggregator, .. } = &node.op else { unreachable!("a window") };
     let (_, spec) = event_time_spec(window).expect("an event-time window");
-    let mut watermark = Watermark::read(exec, node, &spec)?;
+    let mut watermark = Watermark::read(exec, node, &spec, pre.greatest.len())?;
     let closed_before = watermark.closed_before;
     watermark.late_rows = (0..pre.newest_ends.len()).filter(|&r| pre.newest_ends[r] <= closed_before).collect();
-    if let Some(greatest) = pre.greatest {
-        watermark.see(greatest);
+    for (partition, greatest) in pre.greatest.iter().enumerate() {
+        if let Some(greatest) = *greatest {
+            watermark.see(greatest, partition);
+        }
     }
     // The windows the batch closes are read back and emitted in this
     // batch; the others stay open, and a built-in's partials for them are
@@ -258,12 +271,12 @@ pub(super) fn window_preassigned(exec: &mut Exec<'_>, index: usize, pre: Preassi
         for partials in [closing, open].into_iter().filter(|p| !p.is_empty()) {
             store_partials(exec, node, state, aggregator, Partials::Values(partials), false)?;
         }
-        return finish(exec, index, &gather(&pre.input), Ok(watermark), None);
+        return finish(exec, index, &gather_in_order(&pre.input), Ok(watermark), None);
     };
     if !open.is_empty() {
         lock(exec.views(node)?).combine_at_commit(state, builtin, open).map_err(storage(state))?;
     }
-    finish(exec, index, &gather(&pre.input), Ok(watermark), Some((builtin, closing)))
+    finish(exec, index, &gather_in_order(&pre.input), Ok(watermark), Some((builtin, closing)))
 }
 
 /// The end of the window a window key is of.
@@ -310,80 +323,106 @@ fn finish(
     if general {
         return window_tuples::close(exec, node, &closes);
     }
+    let sessions = matches!(window, WindowDef::Session { .. });
+    let mut emitted = Emitted { writer: BatchWriter::new(node.fields.len()), rows: 0, keys: sessions.then(Vec::new) };
     let mut views = lock(exec.views(node)?);
-    let mut closed: Vec<(Vec<u8>, Value)> = match &closes {
+    match &closes {
         Closing::Keys(keys) => {
-            let mut closed = Vec::with_capacity(keys.len());
+            // Count windows: each group's own, a few a batch.
             for key in keys {
-                if let Some(value) = views.base(state, key).map_err(storage(state))?.value() {
-                    closed.push((key.clone(), value.clone()));
-                }
+                let Some(value) = views.base(state, key).map_err(storage(state))?.value().cloned() else { continue };
+                emitted.push(node, state, key, &value)?;
+                views.remove(state, key).map_err(storage(state))?;
             }
-            closed
         }
         Closing::Through { after, end } => {
+            // Time windows: read, emitted and removed as one key range, a
+            // window at a time, merged with a built-in's partials of the
+            // batch for them (both sorted by key): however many close, no
+            // more than their rows is held.
             let (from, to) = closed_range(*after, *end);
-            let closed = views.take_range(state, &from, &to).map_err(storage(state))?;
-            closed.into_iter().filter_map(|(key, base)| base.value().cloned().map(|v| (key, v))).collect()
+            let mut partials = closing.map(|(builtin, partials)| (builtin, partials.into_pairs().peekable()));
+            let mut failed = None;
+            let mut give = |key: &[u8], value: Value| -> Result<(), StoreError> {
+                let mut value = value;
+                if let Some((builtin, partials)) = &mut partials {
+                    while let Some((earlier, partial)) = partials.next_if(|(k, _)| k.as_slice() < key) {
+                        emitted.push(node, state, &earlier, &partial).map_err(|e| stop(&mut failed, e))?;
+                    }
+                    if let Some((_, partial)) = partials.next_if(|(k, _)| k.as_slice() == key) {
+                        let combined = builtin.combine(value, partial);
+                        value = combined
+                            .map_err(|e| stop(&mut failed, BatchError::fatal(&aggregator.id, e.to_string())))?;
+                    }
+                }
+                emitted.push(node, state, key, &value).map_err(|e| stop(&mut failed, e))
+            };
+            let taken = views.take_range_each(state, &from, &to, |key, base| match base {
+                Base::Value(value) | Base::Applied(value) => give(&key, value),
+                Base::None => Ok(()),
+            });
+            if let Err(e) = taken {
+                return Err(failed.take().unwrap_or_else(|| storage(state)(e)));
+            }
+            for (key, partial) in partials.into_iter().flat_map(|(_, rest)| rest) {
+                emitted.push(node, state, &key, &partial)?;
+            }
         }
-    };
-    if let Some((builtin, partials)) = closing {
-        closed =
-            with_partials(closed, builtin, partials).map_err(|e| BatchError::fatal(&aggregator.id, e.to_string()))?;
     }
-    let mut writer = BatchWriter::new(node.fields.len());
-    let mut closed_keys = Vec::with_capacity(closed.len());
-    for (key, value) in closed {
-        let bounds = keys::decode(&key).map_err(storage(state))?;
+    drop(views);
+    if let (Some(keys), Closing::Through { end, .. }) = (&emitted.keys, closes) {
+        session::forget_closed(exec, node, keys, end)?;
+    }
+    let rows = emitted.writer.finish_batch();
+    Ok(super::parts::fit_owned(vec![rows], node.parallelism, exec.plan.tags_origins()))
+}
+
+/// Keeps `error` to return, and stops a range read with it.
+fn stop(failed: &mut Option<BatchError>, error: BatchError) -> StoreError {
+    let message = error.to_string();
+    *failed = Some(error);
+    StoreError::Refused(message)
+}
+
+/// The closed windows' rows a batch emits, as they close.
+struct Emitted {
+    writer: BatchWriter,
+    rows: u32,
+    /// The closed sessions' keys, for their groups' indexes.
+    keys: Option<Vec<Vec<u8>>>,
+}
+
+impl Emitted {
+    /// The row of the window under `key` (its end, its start, its group)
+    /// holding `value`: the group fields, its start and end, the value.
+    fn push(&mut self, node: &Node, state: &str, key: &[u8], value: &Value) -> Result<(), BatchError> {
+        let bounds = keys::decode(key).map_err(storage(state))?;
         let [end, start, group_values @ ..] = &bounds[..] else {
             return Err(BatchError::fatal(&node.id, format!("state {state} holds a window key without bounds")));
         };
-        writer.begin_row(0);
+        // Each window's row is tagged with its index, as if a spout had
+        // emitted the closed windows in key order.
+        self.writer.begin_row(self.rows);
+        self.rows += 1;
         for v in group_values {
-            writer.push(v.as_ref());
+            self.writer.push(v.as_ref());
         }
-        writer.push(start.as_ref());
-        writer.push(end.as_ref());
-        writer.push(value.as_ref());
-        if matches!(closes, Closing::Keys(_)) {
-            views.remove(state, &key).map_err(storage(state))?;
+        self.writer.push(start.as_ref());
+        self.writer.push(end.as_ref());
+        self.writer.push(value.as_ref());
+        if let Some(keys) = &mut self.keys {
+            keys.push(key.to_vec());
         }
-        closed_keys.push(key);
+        Ok(())
     }
-    drop(views);
-    if let (WindowDef::Session { .. }, Closing::Through { end, .. }) = (window, closes) {
-        session::forget_closed(exec, node, &closed_keys, end)?;
-    }
-    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism))
 }
 
-/// Closed windows' values (sorted by key) with a batch's partials for
-/// them (sorted by key) combined in.
-fn with_partials(
-    stored: Vec<(Vec<u8>, Value)>,
-    builtin: Builtin,
-    partials: KeyedValues,
-) -> Result<Vec<(Vec<u8>, Value)>, weir_sdk::Error> {
-    let mut out = Vec::with_capacity(stored.len() + partials.len());
-    let mut stored = stored.into_iter().peekable();
-    for (key, partial) in partials.into_pairs() {
-        while let Some(earlier) = stored.next_if(|(k, _)| *k < key) {
-            out.push(earlier);
-        }
-        let value = match stored.next_if(|(k, _)| *k == key) {
-            Some((_, value)) => builtin.combine(value, partial)?,
-            None => partial,
-        };
-        out.push((key, value));
-    }
-    out.extend(stored);
-    Ok(out)
-}
-
-/// Count windows: each group's tuples numbered on from its stored count;
-/// tuple `n` falls into the windows ending at the multiples of `slide` in
-/// `(n, n + size]`, and the windows ending at or before the group's new
-/// count close.
+/// Count windows: each group's tuples numbered on from its stored count,
+/// in the order the spout emitted them (`batch` is in that order); tuple
+/// `n` falls into the windows ending at the multiples of `slide` in
+/// `(n, n + size]`, each starting at its end less `size` (below 0 for the
+/// first windows of a sliding one: no two windows share a start), and the
+/// windows ending at or before the group's new count close.
 fn by_count(
     exec: &mut Exec<'_>,
     node: &Node,
@@ -410,7 +449,7 @@ fn by_count(
         counts[g as usize] += 1;
         let mut end = (n / slide + 1) * slide;
         while end <= n + size {
-            push_assigned(&mut writer, row, end, (end - size).max(0));
+            push_assigned(&mut writer, row, end, end - size);
             end += slide;
         }
     }
@@ -418,7 +457,7 @@ fn by_count(
     for ((group_key, &from), &to) in groups.keys.iter().zip(&before).zip(&counts) {
         let mut end = (from / slide + 1) * slide;
         while end <= to {
-            closing.push(window_key(end, (end - size).max(0), group_key));
+            closing.push(window_key(end, end - size, group_key));
             end += slide;
         }
         if to != from {
@@ -438,15 +477,16 @@ fn by_time(
     stamp: &Stamp<'_>,
     spec: &TimeSpec,
 ) -> Result<(Batch<'static>, Watermark), BatchError> {
-    let mut watermark = Watermark::read(exec, node, spec)?;
+    let partitions = if let Stamp::Batch(_) = stamp { 1 } else { exec.plan.spout_partitions() };
+    let mut watermark = Watermark::read(exec, node, spec, partitions)?;
     let mut writer = BatchWriter::new(batch.arity() + 2);
     if let Stamp::Batch(emitted) = stamp {
         // A batch's time moves its windows on even when it holds nothing.
-        watermark.see(*emitted);
+        watermark.see(*emitted, 0);
     }
     for (r, row) in batch.rows().enumerate() {
         let ts = stamp.of(node, row)?;
-        watermark.see(ts);
+        watermark.see(ts, partition_of(row, partitions));
         let mut assigned = false;
         let newest = ts.div_euclid(spec.slide).saturating_mul(spec.slide);
         for (end, start) in windows_of(ts, newest, spec).filter(|&(end, _)| end > watermark.closed_before) {

@@ -76,6 +76,9 @@ pub(super) struct TimeSpec {
     pub(super) slide: i64,
     pub(super) delay: i64,
     pub(super) lateness: i64,
+    /// After how long without a tuple a spout partition stops holding the
+    /// watermark back (none: never).
+    pub(super) idle: Option<i64>,
 }
 
 /// The key of a window's partial: its end, its start, then the group's.
@@ -116,37 +119,149 @@ pub(super) fn push_assigned(writer: &mut BatchWriter, row: Row<'_>, end: i64, st
     }
 }
 
+/// Key of the operation's watermark, where the spout deals into several
+/// partitions.
+fn watermark_key() -> Vec<u8> {
+    keys::encode([GREATEST_SEEN, ValueRef::Str("watermark")])
+}
+
+/// Key of partition `p`'s `what`: `greatest`, its greatest timestamp, or
+/// `active`, the operation's greatest timestamp after the last batch that
+/// brought a tuple of it.
+fn partition_key(what: &str, p: usize) -> Vec<u8> {
+    keys::encode([GREATEST_SEEN, ValueRef::Str(what), ValueRef::I64(p as i64)])
+}
+
+/// The spout partition a row came from: its tag is the index of its spout
+/// tuple, which the spout dealt round-robin into `partitions`.
+#[inline]
+pub(super) fn partition_of(row: Row<'_>, partitions: usize) -> usize {
+    row.tag() as usize % partitions
+}
+
+/// What the state holds of one spout partition.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Mark {
+    greatest: Option<i64>,
+    active: Option<i64>,
+}
+
 /// Where a time window's watermark stands, over one batch: the greatest
-/// time seen before it and since, and the late tuples it found.
+/// time seen before it and since, overall and (where the spout deals into
+/// several partitions) per partition, and the late tuples it found.
+///
+/// With one partition the watermark is the greatest timestamp seen less
+/// the max delay. With several, each partition's is its own greatest less
+/// the max delay, and the operation's is the least of those of the
+/// partitions that have brought a tuple and are not idle (no tuple of them
+/// while the greatest timestamp seen moved on by more than the idle
+/// timeout), never lower than it was. Windows ending at or before the
+/// watermark less the lateness close.
 pub(super) struct Watermark {
+    /// How many partitions the spout deals into (1 for processing time).
+    partitions: usize,
     greatest_before: Option<i64>,
     greatest: Option<i64>,
+    /// Per partition, where there are several: before the batch and since.
+    marks_before: Vec<Mark>,
+    marks: Vec<Mark>,
+    /// The partitions that brought a tuple in this batch.
+    brought: Vec<bool>,
+    /// The operation's watermark before the batch, and the one stored.
+    before: Option<i64>,
+    stored: Option<i64>,
     /// Windows ending at or before this closed in earlier batches.
     pub(super) closed_before: i64,
     /// The rows of the batch whose windows had all closed.
     pub(super) late_rows: Vec<usize>,
-    /// How far the closing trails the greatest time seen.
-    behind: i64,
+    delay: i64,
+    lateness: i64,
+    idle: Option<i64>,
 }
 
 impl Watermark {
-    /// The watermark `node`'s state holds.
-    pub(super) fn read(exec: &Exec<'_>, node: &Node, spec: &TimeSpec) -> Result<Watermark, BatchError> {
+    /// The watermark `node`'s state holds, its spout dealing into
+    /// `partitions`.
+    pub(super) fn read(
+        exec: &Exec<'_>,
+        node: &Node,
+        spec: &TimeSpec,
+        partitions: usize,
+    ) -> Result<Watermark, BatchError> {
         let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
         let greatest = stored_i64(exec, node, state, &keys::encode([GREATEST_SEEN]))?;
-        let behind = spec.delay.saturating_add(spec.lateness);
-        let closed_before = greatest.map_or(i64::MIN, |g| g.saturating_sub(behind));
-        Ok(Watermark { greatest_before: greatest, greatest, closed_before, late_rows: Vec::new(), behind })
+        let partitions = partitions.max(1);
+        let mut marks = Vec::new();
+        if partitions > 1 {
+            for p in 0..partitions {
+                let greatest = stored_i64(exec, node, state, &partition_key("greatest", p))?;
+                let active = stored_i64(exec, node, state, &partition_key("active", p))?;
+                marks.push(Mark { greatest, active });
+            }
+        }
+        // A watermark stored by a run with several partitions: read with
+        // one, it is removed (the greatest timestamp less the delay is
+        // never below it).
+        let stored = stored_i64(exec, node, state, &watermark_key())?;
+        let by_greatest = greatest.map(|g| g.saturating_sub(spec.delay));
+        let before = if partitions > 1 { stored.or(by_greatest) } else { by_greatest };
+        let closed_before = before.map_or(i64::MIN, |w| w.saturating_sub(spec.lateness));
+        Ok(Watermark {
+            partitions,
+            greatest_before: greatest,
+            greatest,
+            brought: vec![false; marks.len()],
+            marks_before: marks.clone(),
+            marks,
+            before,
+            stored,
+            closed_before,
+            late_rows: Vec::new(),
+            delay: spec.delay,
+            lateness: spec.lateness,
+            idle: spec.idle,
+        })
     }
 
-    /// Takes in a tuple's time.
-    pub(super) fn see(&mut self, ts: i64) {
+    /// Takes in a tuple's time, from spout partition `partition`.
+    #[inline]
+    pub(super) fn see(&mut self, ts: i64, partition: usize) {
         self.greatest = Some(self.greatest.map_or(ts, |g| g.max(ts)));
+        if let Some(mark) = self.marks.get_mut(partition) {
+            mark.greatest = Some(mark.greatest.map_or(ts, |g| g.max(ts)));
+            self.brought[partition] = true;
+        }
+    }
+
+    /// Each partition's mark after the batch.
+    fn marks_after(&self) -> impl Iterator<Item = Mark> + '_ {
+        self.marks.iter().zip(&self.brought).map(|(mark, &brought)| Mark {
+            greatest: mark.greatest,
+            active: if brought { self.greatest } else { mark.active },
+        })
+    }
+
+    /// The operation's watermark after the batch.
+    fn after(&self) -> Option<i64> {
+        let greatest = self.greatest?;
+        let by_greatest = greatest.saturating_sub(self.delay);
+        if self.partitions == 1 {
+            return Some(by_greatest);
+        }
+        let idle =
+            |mark: &Mark| self.idle.is_some_and(|idle| greatest.saturating_sub(mark.active.unwrap_or(greatest)) > idle);
+        let least = self
+            .marks_after()
+            .filter(|mark| !idle(mark))
+            .filter_map(|mark| mark.greatest)
+            .min()
+            .map_or(by_greatest, |g| g.saturating_sub(self.delay));
+        Some(self.before.map_or(least, |before| before.max(least)))
     }
 
     /// The end through which windows close after the batch.
     pub(super) fn through(&self) -> i64 {
-        self.greatest.map_or(i64::MIN, |g| g.saturating_sub(self.behind))
+        self.after().map_or(i64::MIN, |w| w.saturating_sub(self.lateness))
     }
 
     /// Stores where the watermark moved and the late tuples; returns the
@@ -155,6 +270,23 @@ impl Watermark {
         let Op::Window { state, .. } = &node.op else { unreachable!("a window") };
         if let Some(g) = self.greatest.filter(|&g| Some(g) != self.greatest_before) {
             put_i64(exec, node, state, keys::encode([GREATEST_SEEN]), g)?;
+        }
+        if self.partitions > 1 {
+            let after: Vec<Mark> = self.marks_after().collect();
+            for (p, (mark, before)) in after.iter().zip(&self.marks_before).enumerate() {
+                for (what, now, was) in
+                    [("greatest", mark.greatest, before.greatest), ("active", mark.active, before.active)]
+                {
+                    if let Some(now) = now.filter(|&now| Some(now) != was) {
+                        put_i64(exec, node, state, partition_key(what, p), now)?;
+                    }
+                }
+            }
+            if let Some(watermark) = self.after().filter(|&w| Some(w) != self.stored) {
+                put_i64(exec, node, state, watermark_key(), watermark)?;
+            }
+        } else if self.stored.is_some() {
+            lock(exec.views(node)?).remove(state, &watermark_key()).map_err(storage(state))?;
         }
         if !self.late_rows.is_empty() {
             let late_key = keys::encode([LATE]);

@@ -93,15 +93,18 @@ pub(super) fn close(exec: &mut Exec<'_>, node: &Node, closing: &Closing) -> Resu
     let batch = exec.batch.partition(0);
     let emitted = run_aggregator(&mut exec.instances[0], batch, &tuples, &groups, &reads_chunks)?;
     let mut writer = BatchWriter::new(node.fields.len());
+    let mut index = 0;
     for (window, emitted) in windows.iter().zip(emitted) {
         let bounds = keys::decode(window).map_err(storage(state))?;
         let [end, start, group_values @ ..] = &bounds[..] else { return Err(corrupt("a window key without bounds")) };
         for tuple in emitted {
-            writer.begin_row(0);
+            // Tagged with its index, as a window's output is (see `window`).
+            writer.begin_row(index);
+            index += 1;
             for v in group_values.iter().chain([start, end]).chain(&tuple) {
                 writer.push(v.as_ref());
             }
         }
     }
-    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism))
+    Ok(super::parts::fit_owned(vec![writer.finish_batch()], node.parallelism, exec.plan.tags_origins()))
 }

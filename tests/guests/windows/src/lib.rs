@@ -3,7 +3,8 @@
 //! them), each keeping every window it emits in two states: `results`, the
 //! window's value by `[sensor, window_start, window_end]`, and `emitted`,
 //! how many times it was emitted. The parse function fails the first
-//! attempt of txid 3, so every run replays a batch.
+//! attempt of txid 3, so every run replays a batch, and drops a line
+//! `skip`, which leaves its spout partition without a tuple.
 
 #[path = "../../shared/operators.rs"]
 mod shared;
@@ -16,15 +17,35 @@ use weir_sdk::{Stream, Window};
 /// The txid whose first attempt fails, and is replayed.
 pub const REPLAYED_TXID: u64 = 3;
 
-/// Parses `sensor,timestamp,value`.
+/// Parses `sensor,timestamp,value`; an empty timestamp is null.
 pub struct Parse;
 
 impl Function for Parse {
     fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
         fail_first_attempt(tuple.batch(), REPLAYED_TXID)?;
         let line = tuple.str(0)?;
+        if line == "skip" {
+            return Ok(());
+        }
         let fields: Vec<&str> = line.split(',').collect();
         let [sensor, ts, value] = fields[..] else { return Err(Error::fatal(format!("not a reading: {line:?}"))) };
+        let number = |s: &str| s.parse::<i64>().map_err(|e| Error::fatal(format!("{s:?} in {line:?}: {e}")));
+        let ts = if ts.is_empty() { ValueRef::Null } else { ValueRef::I64(number(ts)?) };
+        out.emit([ValueRef::Str(sensor), ts, ValueRef::I64(number(value)?)])
+    }
+}
+
+/// Parses `sensor,timestamp,value`, failing no attempt (for the
+/// benchmark's open windows).
+pub struct ParseReading;
+
+impl Function for ParseReading {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        let line = tuple.str(0)?;
+        let mut fields = line.split(',');
+        let (Some(sensor), Some(ts), Some(value)) = (fields.next(), fields.next(), fields.next()) else {
+            return Err(Error::fatal(format!("not a reading: {line:?}")));
+        };
         let number = |s: &str| s.parse::<i64>().map_err(|e| Error::fatal(format!("{s:?} in {line:?}: {e}")));
         out.emit([ValueRef::Str(sensor), ValueRef::I64(number(ts)?), ValueRef::I64(number(value)?)])
     }
@@ -135,8 +156,50 @@ pub fn topologies() -> Vec<Topology> {
         .window(Window::tumbling_count(2), "open", [], Count, ["count"])
         .name("windows");
 
+    // Flink's sessions: a reading joins an open session it meets, whatever
+    // its own session; each session's sum in `results`, its count in
+    // `counts`.
+    let flink_sessions = Window::session("ts", 5_000).max_delay_ms(2_000).lateness_ms(3_000);
+    let session_flink = readings("session-flink").group_by(["sensor"]);
+    let sums = session_flink.window(flink_sessions.clone(), "open", ["value"], Sum, ["sum"]).name("windows");
+    keep(&sums, WINDOW_KEY, "sum");
+    let counts = session_flink.window(flink_sessions, "open-counts", [], Count, ["n"]).name("counts");
+    counts.group_by(WINDOW_KEY).persistent_aggregate_over(State::transactional("counts"), ["n"], First, ["kept"]);
+
+    // A watermark per spout partition; one that brings nothing while the
+    // greatest timestamp moves on by more than 5 s stops holding it back.
+    let skew = Window::tumbling("ts", 1_000).idle_timeout_ms(5_000);
+
+    // The benchmark's open windows (`bench/src/windows.rs`): each sensor's
+    // readings in tumbling seconds, held open by a max delay of 10 s, the
+    // windows that close counted by start.
+    let open_windows = Topology::new("open-windows")
+        .new_stream(FileLines::new("line"))
+        .each(["line"], ParseReading, ["sensor", "ts", "value"])
+        .name("parse")
+        .group_by(["sensor"])
+        .window(Window::tumbling("ts", 1_000).max_delay_ms(10_000), "open", ["value"], Max, ["max"])
+        .name("windows")
+        .group_by(["window_start"])
+        .persistent_aggregate(State::transactional("closed"), Count, ["windows"]);
+
+    // The same readings' values kept per sensor and timestamp: a state of
+    // as many keys as the open windows, to compare their costs.
+    let open_keys = Topology::new("open-keys")
+        .new_stream(FileLines::new("line"))
+        .each(["line"], ParseReading, ["sensor", "ts", "value"])
+        .name("parse")
+        .group_by(["sensor", "ts"])
+        .persistent_aggregate_over(State::opaque("keys"), ["value"], Max, ["max"]);
+
     vec![
+        open_windows.build(),
+        open_keys.build(),
         per_sensor("count-tumbling", Window::tumbling_count(3), Sum, "sum").build(),
+        per_sensor("count-sliding-sum", Window::sliding_count(50, 20), Sum, "sum").build(),
+        keep_late(per_sensor("time-skew", skew, Sum, "sum")).build(),
+        keep_late(per_sensor("time-held", Window::tumbling("ts", 1_000), Sum, "sum")).build(),
+        counts.build(),
         per_sensor("count-sliding", Window::sliding_count(4, 2), space_joined(), "values").build(),
         keep_late(per_sensor("time-tumbling", time_tumbling, Greatest, "max")).build(),
         per_sensor("time-sliding", time_sliding, space_joined(), "values").build(),
