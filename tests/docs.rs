@@ -26,7 +26,7 @@ fn pages() -> Vec<PathBuf> {
 }
 
 #[test]
-fn every_path_the_architecture_names_exists() {
+fn the_architecture_names_the_rooms_files() {
     let doc = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
     let paths = named_paths(&doc);
     assert!(paths.len() > 30, "the map names the rooms' files: {paths:?}");

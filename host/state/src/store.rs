@@ -187,9 +187,9 @@ mod tests {
     use super::*;
     use crate::memory::MemoryStore;
     use crate::writes::Combines;
-    use crate::{Db, StateError, keys};
+    use crate::{Db, StateError};
     use std::collections::BTreeMap;
-    use weir_sdk::codec::{Value, ValueRef};
+    use weir_sdk::codec::Value;
     use weir_sdk::operator::Builtin;
     use weir_sdk::topology::StateKind;
 
@@ -200,20 +200,7 @@ mod tests {
         test(&Db::open(dir.path()).unwrap());
     }
 
-    fn key(word: &str) -> Vec<u8> {
-        keys::encode([ValueRef::Str(word)])
-    }
-
-    fn counts(kind: StateKind, words: &[&str]) -> Vec<StateWrites> {
-        let partials = words.iter().map(|w| (key(w), Value::I64(1))).collect();
-        vec![StateWrites {
-            state: "counts".into(),
-            records: Vec::new(),
-            removed: Vec::new(),
-            removed_ranges: Vec::new(),
-            combines: Some(Combines { kind, builtin: Builtin::Count, partials }),
-        }]
-    }
+    use crate::tests::{counts_of as counts, key};
 
     fn commit(
         store: &dyn Store,

@@ -17,7 +17,7 @@ fn plan(kind: StateKind) -> BTreeMap<String, StateDef> {
     def.states().into_iter().map(|s| (s.name.clone(), s.clone())).collect()
 }
 
-fn key(word: &str) -> Vec<u8> {
+pub(crate) fn key(word: &str) -> Vec<u8> {
     keys::encode([weir_sdk::codec::ValueRef::Str(word)])
 }
 
@@ -26,7 +26,7 @@ fn counts(kind: StateKind) -> Vec<StateWrites> {
 }
 
 /// A count of one for each of `words`, in the order given.
-fn counts_of(kind: StateKind, words: &[&str]) -> Vec<StateWrites> {
+pub(crate) fn counts_of(kind: StateKind, words: &[&str]) -> Vec<StateWrites> {
     let partials = words.iter().map(|w| (key(w), Value::I64(1))).collect();
     vec![StateWrites {
         state: "counts".into(),

@@ -30,7 +30,7 @@ use weir_sdk::topology::SpoutDef;
 /// Whether no replay can cure `error`: the input changed under committed
 /// batches, or a message can never become a tuple.
 pub fn retry_cannot_help(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| cause.is::<InputChanged>() || cause.is::<Unreadable>())
+    input_changed(error) || error.chain().any(|cause| cause.is::<Unreadable>())
 }
 
 /// Where a guest spout runs: the component, and the spout's sandbox.
