@@ -203,34 +203,70 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// Appends one encoded value to `out`.
+/// What an encoding of values writes after a kind byte; the kind bytes
+/// ([`ValueKind`]) are shared by every encoding, so [`write_value_as`]
+/// writes them and leaves the rest to the encoding.
+pub trait ValueEncoding {
+    /// Writes an integer's bytes.
+    fn int(out: &mut Vec<u8>, i: i64);
+    /// Writes a float's bytes.
+    fn float(out: &mut Vec<u8>, f: f64);
+    /// Writes `kind` (a string's or bytes') and then `bytes` as the
+    /// encoding keeps them; together, so that an encoding can write its
+    /// head in one copy.
+    fn bytes(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]);
+}
+
+/// Appends `value` to `out` in encoding `E`.
 #[inline]
-pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
+pub fn write_value_as<E: ValueEncoding>(out: &mut Vec<u8>, value: ValueRef<'_>) {
     match value {
         ValueRef::Null => out.push(ValueKind::Null.byte()),
         ValueRef::Bool(false) => out.push(ValueKind::False.byte()),
         ValueRef::Bool(true) => out.push(ValueKind::True.byte()),
         ValueRef::I64(i) => {
             out.push(ValueKind::I64.byte());
-            out.extend_from_slice(&i.to_le_bytes());
+            E::int(out, i);
         }
         ValueRef::F64(f) => {
             out.push(ValueKind::F64.byte());
-            out.extend_from_slice(&f.to_le_bytes());
+            E::float(out, f);
         }
-        ValueRef::Str(s) => write_len_prefixed(out, ValueKind::Str, s.as_bytes()),
-        ValueRef::Bytes(b) => write_len_prefixed(out, ValueKind::Bytes, b),
+        ValueRef::Str(s) => E::bytes(out, ValueKind::Str, s.as_bytes()),
+        ValueRef::Bytes(b) => E::bytes(out, ValueKind::Bytes, b),
     }
 }
 
+/// The batch encoding: fixed-width little-endian numbers, strings and
+/// bytes after a 4-byte length.
+pub struct BatchEncoding;
+
+impl ValueEncoding for BatchEncoding {
+    #[inline]
+    fn int(out: &mut Vec<u8>, i: i64) {
+        out.extend_from_slice(&i.to_le_bytes());
+    }
+
+    #[inline]
+    fn float(out: &mut Vec<u8>, f: f64) {
+        out.extend_from_slice(&f.to_le_bytes());
+    }
+
+    #[inline]
+    fn bytes(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
+        let len = u32::try_from(bytes.len()).expect("a value is at most 4 GiB");
+        let mut head = [0u8; 5];
+        head[0] = kind.byte();
+        head[1..].copy_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&head);
+        extend_short(out, bytes);
+    }
+}
+
+/// Appends one value to `out` in the batch encoding.
 #[inline]
-fn write_len_prefixed(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
-    let len = u32::try_from(bytes.len()).expect("a value is at most 4 GiB");
-    let mut head = [0u8; 5];
-    head[0] = kind.byte();
-    head[1..].copy_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&head);
-    extend_short(out, bytes);
+pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
+    write_value_as::<BatchEncoding>(out, value)
 }
 
 /// `out.extend_from_slice(bytes)`, with strings of up to 16 bytes (most

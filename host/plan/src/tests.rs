@@ -413,6 +413,13 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
         lateness_ms: 0,
         idle_timeout_ms: None,
     };
+    let session = |gap_ms, max_delay_ms, idle_timeout_ms| WindowDef::Session {
+        field: "ts".into(),
+        gap_ms,
+        max_delay_ms,
+        lateness_ms: 0,
+        idle_timeout_ms,
+    };
     let sum = AggregatorKind::Builtin(Builtin::Sum);
     let topology =
         |w, kind| def(vec![spout(), each("parse", 0, &["sentence"], &["word", "ts", "n"]), window(1, w, kind)]);
@@ -432,46 +439,22 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
         (event_time(1_000_000, 1), sum, |e| matches!(e, PlanError::TooManyWindows { windows: 1_000_000, .. })),
         (event_time(u64::MAX, 1), sum, |e| matches!(e, PlanError::WindowTime { what: "size", ms: u64::MAX, .. })),
         (
-            WindowDef::Session {
-                field: "ts".into(),
-                gap_ms: 10,
-                max_delay_ms: 0,
-                lateness_ms: 0,
-                idle_timeout_ms: Some(u64::MAX),
-            },
+            session(10, 0, Some(u64::MAX)),
             sum,
             |e| matches!(e, PlanError::WindowTime { what: "idle timeout", ms: u64::MAX, .. }),
         ),
         (
-            WindowDef::Session {
-                field: "ts".into(),
-                gap_ms: 10,
-                max_delay_ms: 0,
-                lateness_ms: 0,
-                idle_timeout_ms: None,
-            },
+            session(10, 0, None),
             AggregatorKind::General,
             |e| matches!(e, PlanError::SessionAggregator { kind: AggregatorKind::General, aggregator, .. } if aggregator == "win"),
         ),
         (
-            WindowDef::Session {
-                field: "ts".into(),
-                gap_ms: 10,
-                max_delay_ms: 0,
-                lateness_ms: 0,
-                idle_timeout_ms: None,
-            },
+            session(10, 0, None),
             AggregatorKind::Reducer,
             |e| matches!(e, PlanError::SessionAggregator { kind: AggregatorKind::Reducer, .. }),
         ),
         (
-            WindowDef::Session {
-                field: "ts".into(),
-                gap_ms: 1,
-                max_delay_ms: 100_000,
-                lateness_ms: 0,
-                idle_timeout_ms: None,
-            },
+            session(1, 100_000, None),
             sum,
             |e| matches!(e, PlanError::TooManySessions { open: 100_002, .. }),
         ),

@@ -139,6 +139,6 @@ impl LoadedComponent {
             ),
             other => other,
         })?;
-        Ok(Guest::new(store, bindings, stdout, stderr, random, sandbox.clone()))
+        Ok(Guest { store, bindings, stdout, stderr, random, sandbox: sandbox.clone() })
     }
 }

@@ -17,32 +17,22 @@ use wasmtime::component::Resource;
 use weir_sdk::topology::SPOUT_ID;
 use weir_state::handle::StateHandle;
 
-/// One operator instance: its own store, its own captured output.
+/// One operator instance: its own store, its own captured output. Made
+/// by instantiating a component (`super::component`).
 pub struct Guest {
-    store: Store<HostState>,
-    bindings: Topology,
-    stdout: GuestOutput,
-    stderr: GuestOutput,
-    random: BatchRandom,
-    sandbox: OperatorSandbox,
+    pub(super) store: Store<HostState>,
+    /// The component's exports.
+    pub(super) bindings: Topology,
+    pub(super) stdout: GuestOutput,
+    pub(super) stderr: GuestOutput,
+    pub(super) random: BatchRandom,
+    pub(super) sandbox: OperatorSandbox,
 }
 
 /// What an export call returns: its result, or a trap.
 type Returned<T> = wasmtime::Result<Result<T, OperatorError>>;
 
 impl Guest {
-    /// The instance of `store`, whose component's exports are `bindings`.
-    pub(super) fn new(
-        store: Store<HostState>,
-        bindings: Topology,
-        stdout: GuestOutput,
-        stderr: GuestOutput,
-        random: BatchRandom,
-        sandbox: OperatorSandbox,
-    ) -> Guest {
-        Guest { store, bindings, stdout, stderr, random, sandbox }
-    }
-
     /// Readies the instance for a call on `ctx`'s batch: a fresh CPU
     /// deadline, randomness seeded from the batch. Returns the call's deadline.
     fn prepare(&mut self, ctx: &BatchContext) -> Option<Duration> {

@@ -15,7 +15,7 @@
 //! is this encoding's own.
 
 use super::DecodeError;
-use weir_sdk::codec::{self, ValueKind, ValueRef};
+use weir_sdk::codec::{self, ValueEncoding, ValueKind, ValueRef};
 
 /// Appends `n` as a LEB128 varint.
 #[inline]
@@ -40,30 +40,32 @@ pub fn read_varint(bytes: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
     Err(DecodeError::new("truncated or overlong varint in stored value"))
 }
 
-/// Appends one value.
-#[inline]
-pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
-    match value {
-        ValueRef::Null => out.push(ValueKind::Null.byte()),
-        ValueRef::Bool(false) => out.push(ValueKind::False.byte()),
-        ValueRef::Bool(true) => out.push(ValueKind::True.byte()),
-        ValueRef::I64(i) => {
-            out.push(ValueKind::I64.byte());
-            write_varint(out, ((i << 1) ^ (i >> 63)) as u64);
-        }
-        ValueRef::F64(f) => {
-            out.push(ValueKind::F64.byte());
-            out.extend_from_slice(&f.to_le_bytes());
-        }
-        ValueRef::Str(s) => write_len_prefixed(out, ValueKind::Str, s.as_bytes()),
-        ValueRef::Bytes(b) => write_len_prefixed(out, ValueKind::Bytes, b),
+/// The compact encoding, for [`codec::write_value_as`].
+pub struct Compact;
+
+impl ValueEncoding for Compact {
+    #[inline]
+    fn int(out: &mut Vec<u8>, i: i64) {
+        write_varint(out, ((i << 1) ^ (i >> 63)) as u64);
+    }
+
+    #[inline]
+    fn float(out: &mut Vec<u8>, f: f64) {
+        out.extend_from_slice(&f.to_le_bytes());
+    }
+
+    #[inline]
+    fn bytes(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
+        out.push(kind.byte());
+        write_varint(out, bytes.len() as u64);
+        out.extend_from_slice(bytes);
     }
 }
 
-fn write_len_prefixed(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
-    out.push(kind.byte());
-    write_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
+/// Appends one value.
+#[inline]
+pub fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
+    codec::write_value_as::<Compact>(out, value)
 }
 
 /// Reads the value at the start of `bytes`, returning it and the bytes after it.

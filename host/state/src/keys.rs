@@ -9,43 +9,46 @@
 //! types.
 
 use super::DecodeError;
-use weir_sdk::codec::{Value, ValueKind, ValueRef};
+use weir_sdk::codec::{self, Value, ValueEncoding, ValueKind, ValueRef};
 
-/// Appends the order-preserving encoding of `value` to `out`.
-pub fn encode_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
-    match value {
-        ValueRef::Null => out.push(ValueKind::Null.byte()),
-        ValueRef::Bool(false) => out.push(ValueKind::False.byte()),
-        ValueRef::Bool(true) => out.push(ValueKind::True.byte()),
-        ValueRef::I64(i) => {
-            out.push(ValueKind::I64.byte());
-            out.extend_from_slice(&((i as u64) ^ (1 << 63)).to_be_bytes());
+/// The order-preserving encoding, for [`codec::write_value_as`].
+pub struct Ordered;
+
+impl ValueEncoding for Ordered {
+    #[inline]
+    fn int(out: &mut Vec<u8>, i: i64) {
+        out.extend_from_slice(&((i as u64) ^ (1 << 63)).to_be_bytes());
+    }
+
+    #[inline]
+    fn float(out: &mut Vec<u8>, f: f64) {
+        let bits = f.to_bits();
+        let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
+        out.extend_from_slice(&ordered.to_be_bytes());
+    }
+
+    #[inline]
+    fn bytes(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
+        out.push(kind.byte());
+        // Most keys hold no zero byte: copy them whole.
+        if !bytes.contains(&0) {
+            out.extend_from_slice(bytes);
+        } else {
+            for &b in bytes {
+                out.push(b);
+                if b == 0 {
+                    out.push(0xff);
+                }
+            }
         }
-        ValueRef::F64(f) => {
-            let bits = f.to_bits();
-            let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
-            out.push(ValueKind::F64.byte());
-            out.extend_from_slice(&ordered.to_be_bytes());
-        }
-        ValueRef::Str(s) => encode_escaped(out, ValueKind::Str, s.as_bytes()),
-        ValueRef::Bytes(b) => encode_escaped(out, ValueKind::Bytes, b),
+        out.extend_from_slice(&[0, 0]);
     }
 }
 
-pub fn encode_escaped(out: &mut Vec<u8>, kind: ValueKind, bytes: &[u8]) {
-    out.push(kind.byte());
-    // Most keys hold no zero byte: copy them whole.
-    if !bytes.contains(&0) {
-        out.extend_from_slice(bytes);
-    } else {
-        for &b in bytes {
-            out.push(b);
-            if b == 0 {
-                out.push(0xff);
-            }
-        }
-    }
-    out.extend_from_slice(&[0, 0]);
+/// Appends the order-preserving encoding of `value` to `out`.
+#[inline]
+pub fn encode_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
+    codec::write_value_as::<Ordered>(out, value)
 }
 
 /// Encodes a whole key.

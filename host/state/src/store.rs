@@ -187,8 +187,10 @@ mod tests {
     use super::*;
     use crate::memory::MemoryStore;
     use crate::writes::Combines;
+    use crate::view::{Base, Views};
     use crate::{Db, StateError};
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::Arc;
     use weir_sdk::codec::Value;
     use weir_sdk::operator::Builtin;
     use weir_sdk::topology::StateKind;
@@ -398,9 +400,6 @@ mod tests {
 
     #[test]
     fn a_batch_reads_ranges_and_removes_keys_over_its_groups_earlier_batches() {
-        use crate::view::{Base, Views};
-        use std::collections::HashMap;
-        use std::sync::Arc;
         each_store(|store| {
             let records = batch_records(3);
             let mut caches = HashMap::new();
@@ -438,9 +437,6 @@ mod tests {
 
     #[test]
     fn a_batch_reads_through_the_partials_its_groups_earlier_batches_left_to_the_commit() {
-        use crate::view::{Base, Views};
-        use std::collections::HashMap;
-        use std::sync::Arc;
         each_store(|store| {
             let records = batch_records(3);
             let mut caches = HashMap::new();
@@ -501,9 +497,6 @@ mod tests {
 
     #[test]
     fn a_taken_range_is_removed_whole_before_the_batchs_writes_and_later_batches_read_past_it() {
-        use crate::view::{Base, Views};
-        use std::collections::HashMap;
-        use std::sync::Arc;
         each_store(|store| {
             let records = batch_records(3);
             let mut caches = HashMap::new();
@@ -603,7 +596,6 @@ mod tests {
 
     #[test]
     fn a_group_s_pending_writes_are_read_one_key_at_a_time_as_the_whole_range_reads_them() {
-        use std::sync::Arc;
         let opaque =
             |txid, curr, prev: Option<i64>| Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) };
         let writes =

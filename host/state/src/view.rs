@@ -587,14 +587,19 @@ mod tests {
         Some(Stored::Plain(Value::I64(n)))
     }
 
+    /// Puts each of `entries` (key, stored integer) into `cache`, in order.
+    fn put_all(cache: &mut StateCache, entries: &[(&str, i64)]) {
+        for (key, n) in entries {
+            cache.put(key.as_bytes().to_vec(), stored(*n));
+        }
+    }
+
     #[test]
     fn an_entry_put_again_after_its_generation_aged_leaves_no_stale_copy() {
         let mut cache = StateCache::new(4, 1 << 20);
-        cache.put(b"k".to_vec(), stored(1));
-        cache.put(b"a".to_vec(), stored(2));
+        put_all(&mut cache, &[("k", 1), ("a", 2)]);
         // The generation of k = 1 ages; k is put again, newer.
-        cache.put(b"b".to_vec(), stored(3));
-        cache.put(b"k".to_vec(), stored(4));
+        put_all(&mut cache, &[("b", 3), ("k", 4)]);
         // A batch takes k out to write it: nothing of k may be left for the
         // next batch, which must read the write instead.
         assert_eq!(cache.take(b"k"), Some(stored(4)));
@@ -605,12 +610,9 @@ mod tests {
     #[test]
     fn the_cache_keeps_what_was_used_last() {
         let mut cache = StateCache::new(4, 1 << 20);
-        cache.put(b"a".to_vec(), stored(1));
-        cache.put(b"b".to_vec(), stored(2));
-        cache.put(b"c".to_vec(), stored(3));
+        put_all(&mut cache, &[("a", 1), ("b", 2), ("c", 3)]);
         assert_eq!(cache.get(b"a"), Some(stored(1)), "a recent entry of the older generation stays");
-        cache.put(b"d".to_vec(), stored(4));
-        cache.put(b"e".to_vec(), stored(5));
+        put_all(&mut cache, &[("d", 4), ("e", 5)]);
         assert!(cache.len() <= 4, "{} entries", cache.len());
         assert_eq!(cache.get(b"b"), None, "the least recently used entry went");
         assert_eq!(cache.get(b"e"), Some(stored(5)));

@@ -3,7 +3,7 @@
 //! place, and the counts sorted into the store's key order by a radix sort.
 
 use std::collections::HashMap;
-use weir_sdk::codec::{Batch, Value, ValueKind, read_value};
+use weir_sdk::codec::{Batch, Value, ValueEncoding, ValueKind, read_value};
 use weir_state::keyed::KeyedValues;
 use weir_state::keys;
 
@@ -123,7 +123,7 @@ impl ShortKey {
         match ValueKind::from_byte(padded[0]) {
             Some(kind @ (ValueKind::Str | ValueKind::Bytes)) => {
                 let len = u32::from_le_bytes(padded[1..5].try_into().expect("4 bytes")) as usize;
-                keys::encode_escaped(key, kind, &padded[5..5 + len]);
+                keys::Ordered::bytes(key, kind, &padded[5..5 + len]);
             }
             _ => keys::encode_value(key, read_value(&padded).expect("a short key holds a whole value").0),
         }
