@@ -346,16 +346,15 @@ mod tests {
         }
     }
 
-    struct Longest;
-    impl CombinerAggregator for Longest {
+    /// The letters of all the words: their lengths added up.
+    struct Letters;
+    impl CombinerAggregator for Letters {
         fn init(&self, tuple: &Tuple<'_>) -> Result<Value, Error> {
             Ok(Value::I64(tuple.str(0)?.len() as i64))
         }
         fn combine(&self, a: Value, b: Value) -> Result<Value, Error> {
-            match (a, b) {
-                (Value::I64(a), Value::I64(b)) => Ok(Value::I64(a.max(b))),
-                _ => Err(Error::fatal("not integers")),
-            }
+            let (Value::I64(a), Value::I64(b)) = (a, b) else { return Err(Error::fatal("not integers")) };
+            Ok(Value::I64(a + b))
         }
         fn zero(&self) -> Value {
             Value::I64(0)
@@ -371,10 +370,10 @@ mod tests {
                 .group_by(["word"])
                 .persistent_aggregate(State::transactional("counts"), Count, ["count"])
                 .build(),
-            Topology::new("longest")
+            Topology::new("letters")
                 .new_stream(FileLines::new("word"))
-                .persistent_aggregate_over(State::opaque("max"), ["word"], Longest, ["len"])
-                .name("longest")
+                .persistent_aggregate_over(State::opaque("letters"), ["word"], Letters, ["len"])
+                .name("letters")
                 .build(),
         ]
     }
@@ -445,14 +444,14 @@ mod tests {
     #[test]
     fn combiner_folds_groups_from_zero_and_combines_pairs() {
         let t = topologies();
-        let ctx = info("longest", "longest", &["word"], 1, 0);
+        let ctx = info("letters", "letters", &["word"], 1, 0);
         let out = combine_groups(&t, &ctx, 3, &batch(&[(0, "abc"), (1, "a"), (0, "ab")])).unwrap();
-        assert_eq!(rows(&out), [(0, vec![Value::I64(3)]), (1, vec![Value::I64(1)]), (2, vec![Value::I64(0)])]);
+        assert_eq!(rows(&out), [(0, vec![Value::I64(5)]), (1, vec![Value::I64(1)]), (2, vec![Value::I64(0)])]);
         let mut pairs = BatchWriter::new(2);
         pairs.push_row(0, [ValueRef::I64(5), ValueRef::I64(2)]).unwrap();
         pairs.push_row(1, [ValueRef::I64(1), ValueRef::I64(4)]).unwrap();
         let out = combine_pairs(&t, &ctx, &pairs.finish()).unwrap();
-        assert_eq!(rows(&out), [(0, vec![Value::I64(5)]), (1, vec![Value::I64(4)])]);
+        assert_eq!(rows(&out), [(0, vec![Value::I64(7)]), (1, vec![Value::I64(5)])]);
         let err = combine_groups(&t, &ctx, 1, &batch(&[(4, "x")])).unwrap_err();
         assert!(err.to_string().contains("group 4 of 1"), "{err}");
     }

@@ -1,14 +1,8 @@
 """The topology builder, in Trident's style, next to the operators it calls::
 
     topology = Topology("word-count")
-    counts = (
-        topology.new_stream(FileLines("sentence"))
-        .each(["sentence"], split, ["word"])
-        .name("split")
-        .group_by(["word"])
-        .persistent_aggregate(State.transactional("counts"), Count, ["count"])
-        .name("count")
-    )
+    words = topology.new_stream(FileLines("sentence")).each("sentence", split, "word")
+    counts = words.group_by("word").persistent_aggregate(State.transactional("counts"), Count, "count")
 
 It writes the same definition, node for node and id for id, as the Rust
 SDK's builder; ``describe`` returns it as JSON. Streams are handles: using
