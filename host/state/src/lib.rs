@@ -37,6 +37,7 @@ mod merge;
 pub mod pending;
 pub mod restore;
 pub mod rules;
+pub mod size;
 pub mod store;
 mod table;
 pub mod view;
@@ -64,6 +65,9 @@ const LAST_COMMITTED: &str = "last-committed";
 pub struct Db {
     db: Database,
     path: PathBuf,
+    /// Bounds on the states' size, and the sizes last committed.
+    size_limits: size::SizeLimits,
+    sizes: std::sync::Mutex<size::Sizes>,
 }
 
 pub(crate) fn state_table(topology: &str, state: &str) -> String {
@@ -132,7 +136,13 @@ impl Db {
             ),
             other => anyhow::Error::from(other).context(format!("cannot open database {}", path.display())),
         })?;
-        Ok(Db { db, path })
+        Ok(Db { db, path, size_limits: size::SizeLimits::default(), sizes: Default::default() })
+    }
+
+    /// Bounds the size of the states: a commit that would pass a bound
+    /// fails with [`StateError::OverSize`] and writes nothing.
+    pub fn limit_state_size(&mut self, limits: size::SizeLimits) {
+        self.size_limits = limits;
     }
 
     /// The database file.

@@ -170,7 +170,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         opened.push((loaded, spout, sinks));
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
-    let db = args.sandbox.open_db(&args.data)?;
+    let db = args.sandbox.open_db(&args.data, None)?;
     for (loaded, _, _) in &opened {
         db.check_state_kinds(&loaded.plan.stored_as, &loaded.plan.states)?;
     }

@@ -74,6 +74,11 @@ pub struct ServeArgs {
     /// How often a topology that has caught up asks its spout for more, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
+    /// Bytes the states of all this server's topologies may hold on disk
+    /// together, in MiB: a commit that would pass it halts its topology
+    /// (the others go on) [default: unbounded].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_total_state_mib: Option<u64>,
     #[command(flatten)]
     sandbox: super::limits::SandboxArgs,
     #[command(flatten)]
@@ -89,7 +94,7 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> Result<()> {
     let token = super::token::read_token(args.token_file.as_deref())?;
     args.sandbox.limit_guest_memory();
-    let db = Arc::new(args.sandbox.open_db(&args.data)?);
+    let db = Arc::new(args.sandbox.open_db(&args.data, args.max_total_state_mib)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.
     let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
     let sandbox = args.sandbox.config(args.topology_limits.limits());
