@@ -305,7 +305,11 @@ pub fn run(
         let mut coordinator = Coordinator {
             store,
             plan: &plan,
-            committer: Committer::new(Arc::clone(&plan), source.clone()),
+            committer: {
+                let mut committer = Committer::new(Arc::clone(&plan), source.clone());
+                committer.bound_outboxes(config.max_outbox_bytes);
+                committer
+            },
             helper: Helper {
                 plan: Arc::clone(&plan),
                 source,

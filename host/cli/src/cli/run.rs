@@ -126,6 +126,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         group_max: args.group_max as usize,
         group_time: Duration::from_millis(args.group_time_ms),
         follow: None,
+        max_outbox_bytes: args.nats.max_outbox_kib.saturating_mul(1 << 10),
         ..RunConfig::default()
     };
     args.sandbox.limit_guest_memory();

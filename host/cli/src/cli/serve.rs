@@ -110,6 +110,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             max_pending: args.max_pending.unwrap_or(default_max_pending(args.batch_size)).max(1),
             follow: Some(Duration::from_millis(args.poll_ms.max(1))),
             batch_timeout: Duration::from_millis(args.batch_timeout_ms.max(1)),
+            max_outbox_bytes: args.nats.max_outbox_kib.saturating_mul(1 << 10),
             ..RunConfig::default()
         },
         inputs: InputScope::Under(args.input_dir.clone()),
