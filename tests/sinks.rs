@@ -324,3 +324,25 @@ fn a_batch_whose_output_would_pass_the_outbox_bound_halts_naming_the_sink_and_co
     ));
     assert_exactly_once(&read_back(&nats), &data, "file-sink", &pages);
 }
+
+#[test]
+fn a_server_stopped_under_a_sink_halts_it_within_the_retry_budget_naming_it() {
+    let mut nats = server_with(&[], &["page-counts"]);
+    let pages: Vec<String> = (0..20_000).map(|i| format!("/p{}", i % 25)).collect();
+    let (_dir, input, data) = input_and_data("pages.txt", &(pages.join("\n") + "\n"));
+    let url = nats.url();
+    let extra = ["--input", input.to_str().unwrap(), "--nats", &url, "--nats-retry-ms", "3000", "--batch-size", "5"];
+    let args = run_topology_args(TEST_TOPOLOGIES, "file-sink", &data, &extra);
+    let (mut child, mut log) = LogReader::start(&args, "weir=debug");
+    log.until("committed txid 3 ");
+    nats.kill();
+    let stopped = std::time::Instant::now();
+    let (status, log) = log.finish(&mut child);
+    let took = stopped.elapsed();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("--nats-retry-ms 3000)") && log.contains("stays in the outbox"), "{log}");
+    // Each acknowledgement once waited 10 s of its own past the budget.
+    assert!(took < Duration::from_secs(8), "halted {took:?} after the server stopped:\n{log}");
+    let committed = last_committed(&data, "file-sink") as usize;
+    assert_counts_eq(&counts(&data, "file-sink"), &truth(&pages[..committed * 5]));
+}
