@@ -38,6 +38,7 @@ pub mod pending;
 pub mod restore;
 pub mod rules;
 pub mod size;
+pub mod skip;
 pub mod store;
 mod table;
 pub mod view;
