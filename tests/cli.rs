@@ -231,6 +231,7 @@ fn every_verb_explains_itself() {
                 "--max-state-cache",
             ],
         ),
+        (vec!["skip-batch", "--help"], vec!["--data", "--topology", "--txid", "--reason"]),
         (vec!["state", "--help"], vec!["scan", "get"]),
         (vec!["state", "scan", "--help"], vec!["--data", "--topology", "--state", "--raw"]),
         (vec!["state", "get", "--help"], vec!["--key"]),

@@ -1041,17 +1041,19 @@ fn halted_word_count(server: &Server, bundle: &[u8], name: &str) -> String {
 fn a_topology_past_its_state_bound_halts_and_the_others_go_on() {
     let lines = distinct_words(8000);
     // One topology's bound: the wide count halts, the corpus's finishes.
-    let (dir, word_count) = with_word_count();
-    write_lines(&dir.path().join("in/wide.txt"), &lines);
-    let server = Server::start_with(dir.path(), &["--max-state-mib", "1", "--batch-size", "500"]);
-    let (status, body) = server.api("POST", "/v1/topologies?name=small&input=in/corpus.txt", &word_count);
-    assert_eq!(status, 201, "{body}");
-    let error = halted_word_count(&server, &word_count, "wide");
-    assert!(error.contains("past --max-state-mib 1") && error.contains("state counts would hold"), "{error}");
-    server.wait_for_topology("small", 40);
-    assert_counts_eq(&server.counts("small"), &corpus_20k().truth);
-    let committed = server.wait_for_status("wide", |_| true)["last_committed"].as_u64().unwrap() as usize;
-    assert_counts_eq(&server.counts("wide"), &count_words(&lines[..committed * 500]));
+    {
+        let (dir, word_count) = with_word_count();
+        write_lines(&dir.path().join("in/wide.txt"), &lines);
+        let server = Server::start_with(dir.path(), &["--max-state-mib", "1", "--batch-size", "500"]);
+        let (status, body) = server.api("POST", "/v1/topologies?name=small&input=in/corpus.txt", &word_count);
+        assert_eq!(status, 201, "{body}");
+        let error = halted_word_count(&server, &word_count, "wide");
+        assert!(error.contains("past --max-state-mib 1") && error.contains("state counts would hold"), "{error}");
+        server.wait_for_topology("small", 40);
+        assert_counts_eq(&server.counts("small"), &corpus_20k().truth);
+        let committed = server.wait_for_status("wide", |_| true)["last_committed"].as_u64().unwrap() as usize;
+        assert_counts_eq(&server.counts("wide"), &count_words(&lines[..committed * 500]));
+    }
     // The server's bound: every topology's states together.
     let (dir, word_count) = with_word_count();
     write_lines(&dir.path().join("in/wide.txt"), &lines);
