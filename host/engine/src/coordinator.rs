@@ -454,6 +454,9 @@ impl Coordinator<'_> {
                 on_report(&self.report);
             }
         }
+        if let Some(sinks) = self.sinks.as_deref() {
+            sinks.settle(self.store)?;
+        }
         self.report.elapsed = self.started.elapsed();
         Ok(self.report.clone())
     }

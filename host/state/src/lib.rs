@@ -421,8 +421,25 @@ impl Store for Db {
     }
 
     fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError> {
+        self.remove_others_with(topology, table, keys, Durability::Immediate)
+    }
+
+    fn remove_others_lazily(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError> {
+        self.remove_others_with(topology, table, keys, Durability::None)
+    }
+}
+
+impl Db {
+    fn remove_others_with(
+        &self,
+        topology: &str,
+        table: &str,
+        keys: &[Vec<u8>],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
         let name = format!("{}{table}", others_prefix(topology));
-        let txn = self.db.begin_write()?;
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(durability)?;
         {
             let mut table = txn.open_table(others_def(&name))?;
             for key in keys {

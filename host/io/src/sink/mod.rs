@@ -10,9 +10,9 @@
 //!   crash left) the [`Publisher`] publishes every outbox entry in key
 //!   order, each with `Nats-Msg-Id: <topology>/<sink>/<txid>/<n>`, waits
 //!   for the server's acknowledgements, then removes the acknowledged
-//!   entries. A crash between the publish and the removal publishes the
-//!   same ids again, which the stream drops as duplicates within its
-//!   duplicate window.
+//!   entries (durably with the next commit, or when the run ends). A crash
+//!   between the publish and the next commit publishes the same ids again,
+//!   which the stream drops as duplicates within its duplicate window.
 //! - A publish the server refuses (no stream takes the subject, a limit)
 //!   halts the run naming the sink, subject and txid; the entries stay in
 //!   the outbox for the next start. Nothing committed is lost.
@@ -212,7 +212,10 @@ impl Publisher {
                     Ok(()) => {
                         fault::at(Point::AfterPublish, last_txid);
                         let keys: Vec<Vec<u8>> = entries.into_iter().map(|(k, _)| k).collect();
-                        store.remove_others(&self.topology, &sink.table, &keys)?;
+                        // Made durable by the next commit: a crash before it
+                        // publishes this batch's output again under the
+                        // same ids, as a crash before the removal did.
+                        store.remove_others_lazily(&self.topology, &sink.table, &keys)?;
                         continue;
                     }
                     Err(error) => error,
@@ -243,6 +246,15 @@ impl Publisher {
                 tracing::warn!("topology {}: {error:#}; retrying in {} ms", self.topology, wait.as_millis());
                 std::thread::sleep(wait);
             }
+        }
+        Ok(())
+    }
+
+    /// Makes the last removals from the outboxes durable, when a run ends
+    /// with no commit after them.
+    pub fn settle(&self, store: &dyn Store) -> Result<()> {
+        if let Some(sink) = self.sinks.first() {
+            store.remove_others(&self.topology, &sink.table, &[])?;
         }
         Ok(())
     }
