@@ -86,6 +86,8 @@ pub struct RunArgs {
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
+    sinks: super::nats::SinkArgs,
+    #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
 }
 
@@ -126,7 +128,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         group_max: args.group_max as usize,
         group_time: Duration::from_millis(args.group_time_ms),
         follow: None,
-        max_outbox_bytes: args.nats.max_outbox_kib.saturating_mul(1 << 10),
+        max_outbox_bytes: args.sinks.max_outbox_bytes(),
         ..RunConfig::default()
     };
     args.sandbox.limit_guest_memory();

@@ -86,6 +86,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
+    sinks: super::nats::SinkArgs,
+    #[command(flatten)]
     cluster: super::cluster::ClusterArgs,
     #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
@@ -110,7 +112,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             max_pending: args.max_pending.unwrap_or(default_max_pending(args.batch_size)).max(1),
             follow: Some(Duration::from_millis(args.poll_ms.max(1))),
             batch_timeout: Duration::from_millis(args.batch_timeout_ms.max(1)),
-            max_outbox_bytes: args.nats.max_outbox_kib.saturating_mul(1 << 10),
+            max_outbox_bytes: args.sinks.max_outbox_bytes(),
             ..RunConfig::default()
         },
         inputs: InputScope::Under(args.input_dir.clone()),
