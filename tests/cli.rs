@@ -215,6 +215,7 @@ fn every_verb_explains_itself() {
                 "--max-batch-state-write-mib",
                 "--max-state-cache-mib",
                 "--max-db-cache-mib",
+                "--max-state-mib",
                 "--max-log-kib",
                 "--max-log-lines",
                 "--report-json",
@@ -230,6 +231,7 @@ fn every_verb_explains_itself() {
                 "--max-state-cache",
             ],
         ),
+        (vec!["skip-batch", "--help"], vec!["--data", "--topology", "--txid", "--reason"]),
         (vec!["state", "--help"], vec!["scan", "get"]),
         (vec!["state", "scan", "--help"], vec!["--data", "--topology", "--state", "--raw"]),
         (vec!["state", "get", "--help"], vec!["--key"]),
@@ -370,4 +372,38 @@ fn the_run_report_holds_each_topologys_figures_and_the_processs_peak_memory() {
     // less than a gigabyte for this run.
     let peak = figures["process_peak_rss_kib"].as_u64().unwrap_or_else(|| panic!("no peak memory: {report}"));
     assert!((4 * 1024..1024 * 1024).contains(&peak), "peak resident memory {peak} KiB: {report}");
+}
+
+/// `lines` lines of ten words each, every word new: a state that grows with
+/// every batch.
+fn distinct_words(lines: usize) -> Vec<String> {
+    (0..lines).map(|l| (0..10).map(|w| format!("w{:06}", l * 10 + w)).collect::<Vec<_>>().join(" ")).collect()
+}
+
+#[test]
+fn a_commit_past_max_state_mib_halts_naming_the_state_and_keeps_what_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, data) = (dir.path().join("wide.txt"), dir.path().join("data"));
+    let lines = distinct_words(8000);
+    write_lines(&input, &lines);
+    let args = run_args(WORD_COUNT, &data, &input, &["--batch-size", "500", "--max-state-mib", "1"]);
+    let stderr = failed_stderr(&weir_output(&args));
+    for part in ["topology word-count", "past --max-state-mib 1 (1048576 bytes)", "state counts would hold"] {
+        assert!(stderr.contains(part), "{part:?} missing from:\n{stderr}");
+    }
+    // What committed before the halt is kept, batch for batch.
+    let committed = last_committed(&data, "word-count") as usize;
+    assert!(committed > 0 && committed < 16, "committed {committed} of 16 batches");
+    assert_counts_eq(&counts(&data, "word-count"), &count_words(&lines[..committed * 500]));
+    // Raised, the run resumes where it halted; a small page cache changes
+    // nothing of what is stored.
+    let raised = run_args(
+        WORD_COUNT,
+        &data,
+        &input,
+        &["--batch-size", "500", "--max-state-mib", "16", "--max-db-cache-mib", "1"],
+    );
+    weir_ok(&raised);
+    assert_counts_eq(&counts(&data, "word-count"), &count_words(&lines));
+    assert_fails_with(&[&raised[..], &["--max-db-cache-mib", "0"]].concat(), "--max-db-cache-mib");
 }

@@ -412,3 +412,79 @@ fn a_batch_of_large_messages_ends_at_its_bytes_and_the_counts_are_exact() {
     assert!(batches >= 2, "{summary}");
     assert_counts_eq(&counts(data.path(), "jetstream-word-count"), &count_words(&lines));
 }
+
+/// JSON lines, the fourth's `line` a number, which the test-topologies
+/// guest's `jetstream-lines` refuses and the stream-ops guest's takes: a
+/// server holding them in stream `lines` (one partition), the lines, and
+/// `weir run` arguments for the topology over them, one message a batch.
+fn poisoned_lines() -> (NatsServer, Vec<&'static str>) {
+    let nats = NatsServer::start();
+    let lines = vec![
+        r#"{"line": "a b"}"#,
+        r#"{"line": "b c"}"#,
+        r#"{"line": "c"}"#,
+        r#"{"line": 5}"#,
+        r#"{"line": "a d"}"#,
+        r#"{"line": "d"}"#,
+    ];
+    nats.publish("lines", "lines.0", &lines);
+    (nats, lines)
+}
+
+fn lines_args<'a>(component: &'a str, data: &'a Path, url: &'a str) -> Vec<&'a str> {
+    let extra = ["--nats", url, "--batch-size", "1", "--max-attempts", "2", "--retry-backoff-ms", "10"];
+    run_topology_args(component, "jetstream-lines", data, &extra)
+}
+
+fn word_counts(pairs: &[(&str, i64)]) -> std::collections::BTreeMap<String, i64> {
+    pairs.iter().map(|(w, n)| ((*w).to_owned(), *n)).collect()
+}
+
+#[test]
+fn a_recorded_batch_the_guest_refuses_resumes_under_an_upgraded_guest() {
+    let (nats, _) = poisoned_lines();
+    let (_dir, data) = data_dir();
+    let url = nats.url();
+    let output = weir_output(&lines_args(TEST_TOPOLOGIES, &data, &url));
+    assert!(!output.status.success(), "{}", text(&output));
+    assert!(text(&output).contains("txid 4"), "{}", text(&output));
+    assert_eq!(last_committed(&data, "jetstream-lines"), 3);
+    // The same topology from a guest that reads any value replays txid 4
+    // as recorded, and goes on.
+    weir_ok(&lines_args(STREAM_OPS, &data, &url));
+    assert_eq!(last_committed(&data, "jetstream-lines"), 6);
+    let want = word_counts(&[("a", 2), ("b", 2), ("c", 2), ("5", 1), ("d", 2)]);
+    assert_counts_eq(&counts(&data, "jetstream-lines"), &want);
+}
+
+#[test]
+fn a_skipped_batch_commits_nothing_is_recorded_and_the_topology_goes_on() {
+    let (nats, _) = poisoned_lines();
+    let (_dir, data) = data_dir();
+    let url = nats.url();
+    let args = lines_args(TEST_TOPOLOGIES, &data, &url);
+    assert!(!weir_output(&args).status.success());
+    assert_eq!(last_committed(&data, "jetstream-lines"), 3);
+    let skip = |txid: &str| {
+        let data = data.to_str().unwrap();
+        let args = ["skip-batch", "--data", data, "--topology", "jetstream-lines", "--txid", txid];
+        weir_output(&[&args[..], &["--reason", "line 5 is not text"]].concat())
+    };
+    // Only the batch after the last committed, and only one that ran.
+    let refused = text(&skip("5"));
+    assert!(refused.contains("only the next one (4) may be skipped"), "{refused}");
+    let skipped = skip("4");
+    assert!(skipped.status.success(), "{}", text(&skipped));
+    assert!(text(&skipped).contains("txid 4 skipped, committed with nothing written"), "{}", text(&skipped));
+    let db = weir_state::Db::open(&data).unwrap();
+    let record = db.skipped("jetstream-lines").unwrap();
+    drop(db);
+    assert_eq!(record.len(), 1);
+    assert_eq!(record[0].txid, 4);
+    assert!(record[0].note.ends_with(": line 5 is not text"), "{:?}", record[0]);
+    weir_ok(&args);
+    assert_eq!(last_committed(&data, "jetstream-lines"), 6);
+    assert_counts_eq(&counts(&data, "jetstream-lines"), &word_counts(&[("a", 2), ("b", 2), ("c", 2), ("d", 2)]));
+    let never_ran = text(&skip("7"));
+    assert!(never_ran.contains("txid 7 is not recorded"), "{never_ran}");
+}

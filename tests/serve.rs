@@ -1021,3 +1021,49 @@ fn a_state_pages_in_key_order_and_a_status_keeps_history_graph_and_failures() {
         assert!(at.as_f64().unwrap() >= deleted - 1e-3, "a sample from before the delete: {history}");
     }
 }
+
+/// `lines` lines of ten words each, every word new: a state that grows with
+/// every batch.
+fn distinct_words(lines: usize) -> Vec<String> {
+    (0..lines).map(|l| (0..10).map(|w| format!("w{:06}", l * 10 + w)).collect::<Vec<_>>().join(" ")).collect()
+}
+
+/// Deploys the word count as `name` over `in/{name}.txt`, and waits for it
+/// to halt: its error.
+fn halted_word_count(server: &Server, bundle: &[u8], name: &str) -> String {
+    let (status, body) = server.api("POST", &format!("/v1/topologies?name={name}&input=in/{name}.txt"), bundle);
+    assert_eq!(status, 201, "{body}");
+    let failed = server.wait_for_status(name, |s| s["state"] == "failed");
+    failed["error"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_topology_past_its_state_bound_halts_and_the_others_go_on() {
+    let lines = distinct_words(8000);
+    // One topology's bound: the wide count halts, the corpus's finishes.
+    {
+        let (dir, word_count) = with_word_count();
+        write_lines(&dir.path().join("in/wide.txt"), &lines);
+        let server = Server::start_with(dir.path(), &["--max-state-mib", "1", "--batch-size", "500"]);
+        let (status, body) = server.api("POST", "/v1/topologies?name=small&input=in/corpus.txt", &word_count);
+        assert_eq!(status, 201, "{body}");
+        let error = halted_word_count(&server, &word_count, "wide");
+        assert!(error.contains("past --max-state-mib 1") && error.contains("state counts would hold"), "{error}");
+        server.wait_for_topology("small", 40);
+        assert_counts_eq(&server.counts("small"), &corpus_20k().truth);
+        let committed = server.wait_for_status("wide", |_| true)["last_committed"].as_u64().unwrap() as usize;
+        assert_counts_eq(&server.counts("wide"), &count_words(&lines[..committed * 500]));
+    }
+    // The server's bound: every topology's states together.
+    let (dir, word_count) = with_word_count();
+    write_lines(&dir.path().join("in/wide.txt"), &lines);
+    let server = Server::start_with(dir.path(), &["--max-total-state-mib", "1", "--batch-size", "500"]);
+    let (status, body) = server.api("POST", "/v1/topologies?name=small&input=in/corpus.txt", &word_count);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_topology("small", 40);
+    let error = halted_word_count(&server, &word_count, "wide");
+    assert!(error.contains("every topology's states together") && error.contains("--max-total-state-mib 1"), "{error}");
+    assert_counts_eq(&server.counts("small"), &corpus_20k().truth);
+    let (status, listed) = server.api("GET", "/v1/topologies", b"");
+    assert_eq!((status, listed.as_array().map(Vec::len)), (200, Some(2)), "{listed}");
+}

@@ -291,3 +291,58 @@ fn a_sink_without_a_server_is_refused_before_anything_runs_naming_sink_and_subje
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains(want), "{body}");
 }
+
+#[test]
+fn a_batch_whose_output_would_pass_the_outbox_bound_halts_naming_the_sink_and_commits_nothing() {
+    let nats = server_with(&[], &["page-counts"]);
+    // Five batches of five pages, then one of ten pages of 300 bytes each.
+    let mut pages: Vec<String> = (0..50).map(|i| format!("/p{}", i % 5)).collect();
+    pages.extend((0..10).map(|i| format!("/{i}{}", "x".repeat(300))));
+    let (_dir, input, data) = input_and_data("pages.txt", &(pages.join("\n") + "\n"));
+    let url = nats.url();
+    let extra = ["--input", input.to_str().unwrap(), "--nats", &url, "--batch-size", "10"];
+    let bounded =
+        run_topology_args(TEST_TOPOLOGIES, "file-sink", &data, &[&extra[..], &["--max-outbox-kib", "2"]].concat());
+    let output = weir_output(&bounded);
+    let log = text(&output);
+    assert!(!output.status.success(), "{log}");
+    assert!(
+        log.contains("sink page-counts's outbox would hold") && log.contains("past --max-outbox-kib 2 (2048 bytes)"),
+        "{log}"
+    );
+    // The batches before it committed and were published, once each.
+    assert_eq!(last_committed(&data, "file-sink"), 5);
+    let published = read_back(&nats);
+    assert_eq!(published.iter().map(|m| m.txid).collect::<BTreeSet<_>>(), (1..=5).collect());
+    assert_published_once(&published, 5, "file-sink", &pages[..50]);
+    // A larger bound lets it through.
+    weir_ok(&run_topology_args(
+        TEST_TOPOLOGIES,
+        "file-sink",
+        &data,
+        &[&extra[..], &["--max-outbox-kib", "64"]].concat(),
+    ));
+    assert_exactly_once(&read_back(&nats), &data, "file-sink", &pages);
+}
+
+#[test]
+fn a_server_stopped_under_a_sink_halts_it_within_the_retry_budget_naming_it() {
+    let mut nats = server_with(&[], &["page-counts"]);
+    let pages: Vec<String> = (0..20_000).map(|i| format!("/p{}", i % 25)).collect();
+    let (_dir, input, data) = input_and_data("pages.txt", &(pages.join("\n") + "\n"));
+    let url = nats.url();
+    let extra = ["--input", input.to_str().unwrap(), "--nats", &url, "--nats-retry-ms", "3000", "--batch-size", "5"];
+    let args = run_topology_args(TEST_TOPOLOGIES, "file-sink", &data, &extra);
+    let (mut child, mut log) = LogReader::start(&args, "weir=debug");
+    log.until("committed txid 3 ");
+    nats.kill();
+    let stopped = std::time::Instant::now();
+    let (status, log) = log.finish(&mut child);
+    let took = stopped.elapsed();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("--nats-retry-ms 3000)") && log.contains("stays in the outbox"), "{log}");
+    // Each acknowledgement once waited 10 s of its own past the budget.
+    assert!(took < Duration::from_secs(8), "halted {took:?} after the server stopped:\n{log}");
+    let committed = last_committed(&data, "file-sink") as usize;
+    assert_counts_eq(&counts(&data, "file-sink"), &truth(&pages[..committed * 5]));
+}

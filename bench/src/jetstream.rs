@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Sentences per partition per batch: 4 partitions make the file spout's
 /// batch of 10,000 sentences.
-const PER_PARTITION: u64 = 2500;
+pub const PER_PARTITION: u64 = 2500;
 
 /// A `nats-server` of the benchmark's own, killed when dropped.
 pub struct NatsServer {
@@ -99,7 +99,7 @@ pub fn wasm(root: &Path) -> PathBuf {
 }
 
 /// One run over `server`'s stream into a fresh data dir.
-fn run_once(bench: &Bench, wasm: &Path, server: &NatsServer, round: usize) -> Result<(Measured, PathBuf)> {
+pub fn run_once(bench: &Bench, wasm: &Path, server: &NatsServer, round: usize) -> Result<(Measured, PathBuf)> {
     let data = bench.work.join(format!("data-jetstream-{round}"));
     let _ = std::fs::remove_dir_all(&data);
     let report = bench.work.join("report-jetstream.json");

@@ -12,6 +12,7 @@ mod cluster;
 mod jetstream;
 mod latency;
 mod limit;
+mod references;
 mod targets;
 mod windows;
 
@@ -78,6 +79,7 @@ enum Engine {
     WasmNoCpuLimit,
     Native,
     Limit,
+    LimitGrouped,
 }
 
 impl Engine {
@@ -87,6 +89,7 @@ impl Engine {
             Engine::WasmNoCpuLimit => "wasm, no CPU limit",
             Engine::Native => "native",
             Engine::Limit => "limit",
+            Engine::LimitGrouped => "limit, group commit",
         }
     }
 }
@@ -130,9 +133,12 @@ impl Bench {
         let pending = config.max_pending.to_string();
         let parallelism = config.parallelism.to_string();
         let mut command = match config.engine {
-            Engine::Native | Engine::Limit => {
+            Engine::Native | Engine::Limit | Engine::LimitGrouped => {
                 let mut command = Command::new(std::env::current_exe()?);
                 command.arg(if config.engine == Engine::Native { "native" } else { "limit" });
+                if config.engine == Engine::LimitGrouped {
+                    command.args(["--group", &weir_config::DEFAULT_GROUP_MAX.to_string()]);
+                }
                 command
             }
             Engine::Wasm | Engine::WasmNoCpuLimit => {
@@ -218,6 +224,7 @@ enum Only {
     JetStream,
     Windows,
     Cluster,
+    References,
 }
 
 fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
@@ -258,7 +265,12 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
             Ok(text) => serde_json::from_str(&text)?,
             Err(_) => json!({}),
         };
-        if only == Only::Cluster {
+        if only == Only::References {
+            if !jetstream_wasm.exists() {
+                bail!("{} is missing: run scripts/bench, which builds it", jetstream_wasm.display());
+            }
+            results["references"] = references::measure(&bench, &jetstream_wasm, sentences, runs)?;
+        } else if only == Only::Cluster {
             if !jetstream_wasm.exists() {
                 bail!("{} is missing: run scripts/bench, which builds it", jetstream_wasm.display());
             }
@@ -496,6 +508,7 @@ fn limit(args: &[String]) -> Result<()> {
         Path::new(flag("--input")?),
         flag("--batch-size")?.parse()?,
         flag("--max-pending")?.parse()?,
+        flag("--group").map_or(Ok(1), str::parse)?,
     )?;
     let millis = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
     let figures = json!([{
@@ -546,6 +559,8 @@ fn main() -> Result<()> {
         Some("native") => return native(&args[1..]),
         Some("limit") => return limit(&args[1..]),
         Some("latency") => return latency::command(&args[1..]),
+        Some("memory") => return references::memory(&args[1..]),
+        Some("drain") => return references::drain(&args[1..]),
         _ => {}
     }
     let value = |name: &str, default: &str| -> String {
@@ -554,7 +569,9 @@ fn main() -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
             "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages] \
-             [--jetstream] [--windows] [--cluster]\n\
+             [--jetstream] [--windows] [--cluster] [--references]\n\
+             --references: only Weir beside its references (the limit program alone and with group commit, an \
+             in-memory count on one and two threads, a raw JetStream drain) and the targets, into FILE's results\n\
              --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results\n\
              --jetstream: only word count from a file and from a local JetStream stream, into FILE's results\n\
              --windows: only the plain word count and the word count per minute of event time, into FILE's results\n\
@@ -577,6 +594,8 @@ fn main() -> Result<()> {
         Only::Windows
     } else if args.iter().any(|a| a == "--cluster") {
         Only::Cluster
+    } else if args.iter().any(|a| a == "--references") {
+        Only::References
     } else {
         Only::Everything
     };

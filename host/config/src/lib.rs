@@ -93,6 +93,9 @@ pub struct RunConfig {
     /// Keep running when the spout has nothing more, asking it again at this
     /// interval, until stopped (a served topology); `None` ends the run.
     pub follow: Option<std::time::Duration>,
+    /// Bytes one sink's outbox may hold, its output waiting for the
+    /// server's acknowledgement (`--max-outbox-kib`).
+    pub max_outbox_bytes: u64,
 }
 
 impl RunConfig {
@@ -114,9 +117,14 @@ impl Default for RunConfig {
             group_max: DEFAULT_GROUP_MAX,
             group_time: std::time::Duration::from_millis(DEFAULT_GROUP_TIME_MS),
             follow: None,
+            max_outbox_bytes: DEFAULT_MAX_OUTBOX_KIB << 10,
         }
     }
 }
+
+/// Bytes one sink's outbox may hold, in KiB (`--max-outbox-kib`): a batch
+/// whose output would pass it halts its topology before it commits.
+pub const DEFAULT_MAX_OUTBOX_KIB: u64 = 64 << 10;
 
 /// Linear memory an operator instance may have, all its memories together,
 /// in MiB, unless the host is configured otherwise (`--max-memory-mib`).

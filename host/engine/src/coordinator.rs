@@ -305,7 +305,11 @@ pub fn run(
         let mut coordinator = Coordinator {
             store,
             plan: &plan,
-            committer: Committer::new(Arc::clone(&plan), source.clone()),
+            committer: {
+                let mut committer = Committer::new(Arc::clone(&plan), source.clone());
+                committer.bound_outboxes(config.max_outbox_bytes);
+                committer
+            },
             helper: Helper {
                 plan: Arc::clone(&plan),
                 source,
@@ -449,6 +453,9 @@ impl Coordinator<'_> {
                 self.fail(id, error)?;
                 on_report(&self.report);
             }
+        }
+        if let Some(sinks) = self.sinks.as_deref() {
+            sinks.settle(self.store)?;
         }
         self.report.elapsed = self.started.elapsed();
         Ok(self.report.clone())

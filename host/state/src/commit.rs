@@ -13,7 +13,7 @@ use super::table::{Layout, Told, WriteTable};
 use super::writes::StateWrites;
 use super::{
     Db, LAST_COMMITTED, StateError, StoreError, batches_def, batches_table, kinds_def, kinds_table, meta_def,
-    meta_table, others_def, others_prefix, record_kind, state_table,
+    meta_table, others_def, others_prefix, record_kind, size, state_table,
 };
 use redb::{ReadableTable, WriteTransaction};
 use std::collections::BTreeMap;
@@ -47,6 +47,7 @@ impl Db {
         let txn = self.db.begin_write()?;
         let meta_name = meta_table(topology);
         let mut count = 0;
+        let mut written_states = Vec::new();
         {
             let mut meta = txn.open_table(meta_def(&meta_name))?;
             let mut committed = meta.get(LAST_COMMITTED)?.map_or(0, |v| v.value());
@@ -83,6 +84,7 @@ impl Db {
                     fault::in_group_commit(txid, last.txid);
                 }
             }
+            written_states.extend(gathered.keys().map(|state| state_table(topology, state)));
             for (state, runs) in gathered {
                 let layout = layout(&runs);
                 // Partials of keys a later run's range removes need no combining.
@@ -102,7 +104,14 @@ impl Db {
         } else {
             format!("txids {}..={}", first.txid, last.txid)
         };
+        let mut sizes = self.sizes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Dropped unwritten, with the transaction, when past a bound.
+        let measured = size::measure(&txn, self.size_limits, &sizes, topology, &written_states)
+            .with_context(|| format!("committing {txids} of topology {topology}"))?;
         txn.commit().with_context(|| format!("committing {txids} of topology {topology}"))?;
+        if let Some(measured) = measured {
+            *sizes = measured;
+        }
         Ok(count)
     }
 }

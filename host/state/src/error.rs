@@ -65,6 +65,23 @@ pub enum StateError {
         /// The states it has.
         present: Vec<String>,
     },
+    /// A commit would grow the states past a bound on their size: the
+    /// same batch grows them again when replayed.
+    OverSize {
+        /// The topology committing.
+        topology: String,
+        /// The state it wrote that holds the most.
+        state: String,
+        /// The bytes that state would hold.
+        state_bytes: u64,
+        /// The bytes the bounded states would hold together (the
+        /// topology's, or the whole data dir's).
+        bytes: u64,
+        /// The bound, in bytes.
+        limit: u64,
+        /// The flag that sets it.
+        flag: &'static str,
+    },
     /// The data dir holds no such topology.
     NoTopology {
         /// The topology asked for.
@@ -104,6 +121,16 @@ impl fmt::Display for StateError {
             StateError::NoState { topology, state, present } => {
                 write!(f, "topology {topology} has no state {state} (its states: {})", list(present))
             }
+            StateError::OverSize { topology, state, state_bytes, bytes, limit, flag } => {
+                let whose = if *flag == TOTAL_FLAG { "every topology's states together" } else { "its states" };
+                write!(
+                    f,
+                    "topology {topology}: this commit would grow {whose} to {bytes} bytes, past {flag} {} \
+                     ({limit} bytes): state {state} would hold {state_bytes} bytes; nothing of the commit was \
+                     written (raise {flag}, or delete state)",
+                    limit >> 20
+                )
+            }
             StateError::NoTopology { topology, present } => {
                 write!(f, "this data dir holds no topology {topology} (it holds: {})", list(present))
             }
@@ -112,6 +139,11 @@ impl fmt::Display for StateError {
 }
 
 impl Error for StateError {}
+
+/// The flag that bounds one topology's states.
+pub const TOPOLOGY_FLAG: &str = "--max-state-mib";
+/// The flag that bounds the states of every topology of a data dir.
+pub const TOTAL_FLAG: &str = "--max-total-state-mib";
 
 /// Bytes the store keeps for itself that do not decode: an encoded key, a
 /// batch's record, the fields of a stored value. (A state's record that does

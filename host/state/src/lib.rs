@@ -37,6 +37,8 @@ mod merge;
 pub mod pending;
 pub mod restore;
 pub mod rules;
+pub mod size;
+pub mod skip;
 pub mod store;
 mod table;
 pub mod view;
@@ -64,6 +66,9 @@ const LAST_COMMITTED: &str = "last-committed";
 pub struct Db {
     db: Database,
     path: PathBuf,
+    /// Bounds on the states' size, and the sizes last committed.
+    size_limits: size::SizeLimits,
+    sizes: std::sync::Mutex<size::Sizes>,
 }
 
 pub(crate) fn state_table(topology: &str, state: &str) -> String {
@@ -132,7 +137,13 @@ impl Db {
             ),
             other => anyhow::Error::from(other).context(format!("cannot open database {}", path.display())),
         })?;
-        Ok(Db { db, path })
+        Ok(Db { db, path, size_limits: size::SizeLimits::default(), sizes: Default::default() })
+    }
+
+    /// Bounds the size of the states: a commit that would pass a bound
+    /// fails with [`StateError::OverSize`] and writes nothing.
+    pub fn limit_state_size(&mut self, limits: size::SizeLimits) {
+        self.size_limits = limits;
     }
 
     /// The database file.
@@ -410,8 +421,25 @@ impl Store for Db {
     }
 
     fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError> {
+        self.remove_others_with(topology, table, keys, Durability::Immediate)
+    }
+
+    fn remove_others_lazily(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError> {
+        self.remove_others_with(topology, table, keys, Durability::None)
+    }
+}
+
+impl Db {
+    fn remove_others_with(
+        &self,
+        topology: &str,
+        table: &str,
+        keys: &[Vec<u8>],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
         let name = format!("{}{table}", others_prefix(topology));
-        let txn = self.db.begin_write()?;
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(durability)?;
         {
             let mut table = txn.open_table(others_def(&name))?;
             for key in keys {

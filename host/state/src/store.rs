@@ -180,6 +180,13 @@ pub trait Store: CommitLog + Sync {
     /// batches committed (a sink's published outbox entries), durably, all
     /// or none; keys it does not hold are passed over.
     fn remove_others(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError>;
+
+    /// [`Store::remove_others`], made durable by the next durable write
+    /// (the next commit, or [`Store::remove_others`]) rather than by a
+    /// flush of its own: a crash before it leaves the records in place.
+    fn remove_others_lazily(&self, topology: &str, table: &str, keys: &[Vec<u8>]) -> Result<(), StoreError> {
+        self.remove_others(topology, table, keys)
+    }
 }
 
 #[cfg(test)]

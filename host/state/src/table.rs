@@ -413,6 +413,18 @@ impl<'t> WriteTable<'t> {
         Err(StateError::Malformed(format!("table {name} has a layout this host does not know")).into())
     }
 
+    /// The bytes the table's tree holds: keys, values and the pages'
+    /// own records, without free space.
+    pub fn size(&self) -> Result<u64, StoreError> {
+        use redb::ReadableTableMetadata;
+        let stats = match self {
+            WriteTable::Records(table) => table.stats()?,
+            WriteTable::Counts(table) => table.stats()?,
+            WriteTable::OpaqueCounts(table) => table.stats()?,
+        };
+        Ok(stats.stored_bytes() + stats.metadata_bytes())
+    }
+
     /// Stores `stored` as the record of `key`.
     pub fn insert(&mut self, key: &[u8], stored: &Stored, encoded: &mut Vec<u8>) -> Result<(), StoreError> {
         match self {

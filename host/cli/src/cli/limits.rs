@@ -113,9 +113,15 @@ pub struct SandboxArgs {
 
 impl SandboxArgs {
     /// Opens the state database of `data`, with its pages cached as
-    /// --max-db-cache-mib says.
-    pub fn open_db(&self, data: &std::path::Path) -> anyhow::Result<weir_state::Db> {
-        weir_state::Db::open_caching(data, self.hold.max_db_cache_mib.saturating_mul(MIB))
+    /// --max-db-cache-mib says, each topology's states bounded by
+    /// --max-state-mib and all of them by `total_mib`.
+    pub fn open_db(&self, data: &std::path::Path, total_mib: Option<u64>) -> anyhow::Result<weir_state::Db> {
+        let mut db = weir_state::Db::open_caching(data, self.hold.max_db_cache_mib.saturating_mul(MIB))?;
+        db.limit_state_size(weir_state::size::SizeLimits {
+            per_topology: self.hold.max_state_mib.map(|mib| mib.saturating_mul(MIB)),
+            total: total_mib.map(|mib| mib.saturating_mul(MIB)),
+        });
+        Ok(db)
     }
 
     /// Holds every guest instance of this process to --max-guest-memory-mib.
@@ -189,6 +195,12 @@ pub struct HoldLimitArgs {
     /// is read from the file (through the system's page cache).
     #[arg(long, default_value_t = DEFAULT_MAX_DB_CACHE_MIB, value_parser = clap::value_parser!(u64).range(1..))]
     max_db_cache_mib: u64,
+    /// Bytes one topology's states may hold on disk together, in MiB: a
+    /// commit that would pass it halts the topology, naming the state, and
+    /// writes nothing (what committed before stays). Measuring walks the
+    /// pages of the states each commit writes [default: unbounded].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_state_mib: Option<u64>,
     /// Bytes one operator call may write to stdout and stderr together, in
     /// KiB; past it the call traps.
     #[arg(long, default_value_t = DEFAULT_MAX_LOG_KIB, value_parser = clap::value_parser!(u64).range(1..))]

@@ -17,6 +17,7 @@ mod query;
 mod resume;
 mod run;
 mod serve;
+mod skip;
 mod state;
 mod status;
 mod stop;
@@ -99,6 +100,10 @@ enum Command {
     Delete(delete::DeleteArgs),
     /// Show what a served topology's guests wrote, most recent first.
     Logs(logs::LogsArgs),
+    /// Commit a halted topology's next recorded batch with nothing written,
+    /// when its data is wrong and the guest is right to refuse it; the
+    /// skip is recorded in the data dir and logged.
+    SkipBatch(skip::SkipBatchArgs),
     /// Publish the lines of a file into a NATS JetStream stream, spread over
     /// its partition subjects, each acknowledged.
     Publish(publish::PublishArgs),
@@ -143,6 +148,7 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<()> {
         Command::Upgrade(args) => upgrade::run(args),
         Command::Delete(args) => delete::run(args),
         Command::Logs(args) => logs::run(args),
+        Command::SkipBatch(args) => skip::run(args),
         Command::Publish(args) => publish::run(args),
         Command::CompileComponent(args) => compile::run(args),
     }

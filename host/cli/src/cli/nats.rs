@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
-use weir_config::DEFAULT_NATS_RETRY_MS;
+use weir_config::{DEFAULT_MAX_OUTBOX_KIB, DEFAULT_NATS_RETRY_MS};
 use weir_io::nats::NatsConfig;
 
 #[derive(Args, Debug)]
@@ -24,6 +24,24 @@ pub struct NatsArgs {
     /// milliseconds.
     #[arg(long, default_value_t = DEFAULT_NATS_RETRY_MS, value_name = "MS")]
     pub nats_retry_ms: u64,
+}
+
+/// The bound on a sink's outbox, shared by `weir run` and `weir serve`.
+#[derive(Args, Debug)]
+#[command(next_help_heading = "NATS JetStream")]
+pub struct SinkArgs {
+    /// Bytes one sink's outbox may hold, in KiB: its committed output not
+    /// yet acknowledged by the server. A batch whose output would pass it
+    /// halts the topology before it commits, naming the sink.
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTBOX_KIB, value_parser = clap::value_parser!(u64).range(1..), value_name = "KIB")]
+    max_outbox_kib: u64,
+}
+
+impl SinkArgs {
+    /// The bound, in bytes.
+    pub fn max_outbox_bytes(&self) -> u64 {
+        self.max_outbox_kib.saturating_mul(1 << 10)
+    }
 }
 
 impl NatsArgs {

@@ -86,6 +86,8 @@ pub struct RunArgs {
     #[command(flatten)]
     nats: NatsArgs,
     #[command(flatten)]
+    sinks: super::nats::SinkArgs,
+    #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
 }
 
@@ -126,6 +128,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         group_max: args.group_max as usize,
         group_time: Duration::from_millis(args.group_time_ms),
         follow: None,
+        max_outbox_bytes: args.sinks.max_outbox_bytes(),
         ..RunConfig::default()
     };
     args.sandbox.limit_guest_memory();
@@ -170,7 +173,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         opened.push((loaded, spout, sinks));
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
-    let db = args.sandbox.open_db(&args.data)?;
+    let db = args.sandbox.open_db(&args.data, None)?;
     for (loaded, _, _) in &opened {
         db.check_state_kinds(&loaded.plan.stored_as, &loaded.plan.states)?;
     }

@@ -74,12 +74,19 @@ pub struct ServeArgs {
     /// How often a topology that has caught up asks its spout for more, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
+    /// Bytes the states of all this server's topologies may hold on disk
+    /// together, in MiB: a commit that would pass it halts its topology
+    /// (the others go on) [default: unbounded].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_total_state_mib: Option<u64>,
     #[command(flatten)]
     sandbox: super::limits::SandboxArgs,
     #[command(flatten)]
     compile: super::compile::CompileArgs,
     #[command(flatten)]
     nats: NatsArgs,
+    #[command(flatten)]
+    sinks: super::nats::SinkArgs,
     #[command(flatten)]
     cluster: super::cluster::ClusterArgs,
     #[command(flatten)]
@@ -89,7 +96,7 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> Result<()> {
     let token = super::token::read_token(args.token_file.as_deref())?;
     args.sandbox.limit_guest_memory();
-    let db = Arc::new(args.sandbox.open_db(&args.data)?);
+    let db = Arc::new(args.sandbox.open_db(&args.data, args.max_total_state_mib)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.
     let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
     let sandbox = args.sandbox.config(args.topology_limits.limits());
@@ -105,6 +112,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             max_pending: args.max_pending.unwrap_or(default_max_pending(args.batch_size)).max(1),
             follow: Some(Duration::from_millis(args.poll_ms.max(1))),
             batch_timeout: Duration::from_millis(args.batch_timeout_ms.max(1)),
+            max_outbox_bytes: args.sinks.max_outbox_bytes(),
             ..RunConfig::default()
         },
         inputs: InputScope::Under(args.input_dir.clone()),

@@ -34,6 +34,8 @@ pub struct Committer {
     /// Late tuples each window found in the batches committed since the
     /// last [`Committer::take_late`].
     late: BTreeMap<String, u64>,
+    /// Bytes a sink's outbox may hold (`--max-outbox-kib`).
+    max_outbox_bytes: u64,
 }
 
 /// A batch whose commit phase ran: what it commits.
@@ -68,7 +70,56 @@ impl Committer {
     pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Committer {
         let nodes = plan.data_nodes().into_iter().filter(|&i| plan.nodes[i].phase == Phase::Commit).collect();
         let instances = per_partition(&plan, &source);
-        Committer { instances, plan, nodes, caches: HashMap::new(), group: Vec::new(), late: BTreeMap::new() }
+        let max_outbox_bytes = weir_config::RunConfig::default().max_outbox_bytes;
+        let (caches, group, late) = (HashMap::new(), Vec::new(), BTreeMap::new());
+        Committer { instances, plan, nodes, caches, group, late, max_outbox_bytes }
+    }
+
+    /// Holds each sink's outbox to `bytes`.
+    pub fn bound_outboxes(&mut self, bytes: u64) {
+        self.max_outbox_bytes = bytes;
+    }
+
+    /// Refuses a batch whose sink output would grow the sink's outbox past
+    /// its bound: what it holds (committed, not yet acknowledged), the
+    /// group's earlier batches' and this batch's. Nothing can cure it but a
+    /// reachable server or a larger bound, so it halts the topology.
+    fn check_outbox(
+        &self,
+        committed: &dyn weir_state::store::Snapshot,
+        records: &OtherRecords,
+    ) -> Result<(), BatchError> {
+        let bytes =
+            |entries: &[(Vec<u8>, Vec<u8>)]| entries.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+        let new = bytes(&records.entries);
+        if new == 0 {
+            return Ok(());
+        }
+        let grouped: u64 = self
+            .group
+            .iter()
+            .flat_map(|b| &b.others)
+            .filter(|o| o.table == records.table)
+            .map(|o| bytes(&o.entries))
+            .sum();
+        let held = committed
+            .others(&self.plan.stored_as, &records.table)
+            .map_err(|e| state_failure("(outbox)", format!("{e:#}"), &e, Origin::State))?;
+        let total = bytes(&held) + grouped + new;
+        if total <= self.max_outbox_bytes {
+            return Ok(());
+        }
+        let sink = records.table.strip_prefix("sink/").unwrap_or(&records.table);
+        Err(BatchError::fatal(
+            sink,
+            format!(
+                "sink {sink}'s outbox would hold {total} bytes with this batch's output ({new} bytes), past \
+                 --max-outbox-kib {} ({} bytes): its server has not acknowledged what it holds; nothing of the \
+                 batch was committed (make the server reachable, or raise --max-outbox-kib)",
+                self.max_outbox_bytes >> 10,
+                self.max_outbox_bytes
+            ),
+        ))
     }
 
     /// Time spent in each operator since the last call, and resets it.
@@ -118,12 +169,16 @@ impl Committer {
         match result {
             Ok(Ran { outputs, late }) => {
                 // The sinks' output commits with the batch, into their outboxes.
-                let others = self
+                let others: Vec<OtherRecords> = self
                     .nodes
                     .iter()
                     .filter(|&&i| matches!(plan.nodes[i].op, Op::Sink { .. }))
                     .map(|&i| sink::outbox(&plan.nodes[i], txid, outputs[i].as_deref().expect("every node ran")))
                     .collect();
+                if let Err(e) = others.iter().try_for_each(|records| self.check_outbox(&*committed, records)) {
+                    self.caches.values_mut().for_each(StateCache::clear);
+                    return Err(e);
+                }
                 let writes = Arc::new(writes);
                 self.group.push(Prepared { txid, record: record.clone(), writes, others, late });
                 Ok(())

@@ -10,9 +10,9 @@
 //!   crash left) the [`Publisher`] publishes every outbox entry in key
 //!   order, each with `Nats-Msg-Id: <topology>/<sink>/<txid>/<n>`, waits
 //!   for the server's acknowledgements, then removes the acknowledged
-//!   entries. A crash between the publish and the removal publishes the
-//!   same ids again, which the stream drops as duplicates within its
-//!   duplicate window.
+//!   entries (durably with the next commit, or when the run ends). A crash
+//!   between the publish and the next commit publishes the same ids again,
+//!   which the stream drops as duplicates within its duplicate window.
 //! - A publish the server refuses (no stream takes the subject, a limit)
 //!   halts the run naming the sink, subject and txid; the entries stay in
 //!   the outbox for the next start. Nothing committed is lost.
@@ -171,6 +171,10 @@ enum Failed {
 /// JetStream may answer before it knows its streams) before the run halts.
 const REFUSALS: u32 = 3;
 
+/// The shortest wait for the server, however little of the retry budget is
+/// left.
+const MIN_WAIT: Duration = Duration::from_millis(100);
+
 impl Publisher {
     /// The publisher of `plan`'s sinks, connected to the server of `nats`;
     /// `None` when the plan has no sink.
@@ -192,6 +196,8 @@ impl Publisher {
     /// refused publish halts, the entries kept.
     pub fn publish(&mut self, store: &dyn Store) -> Result<()> {
         for sink in &self.sinks {
+            // Since the first failure: the budget bounds every wait within
+            // it, an acknowledgement's included.
             let mut started: Option<Instant> = None;
             let mut refusals = 0;
             let mut backoff = RECONNECT;
@@ -199,16 +205,22 @@ impl Publisher {
                 let entries = store.snapshot()?.others(&self.topology, &sink.table)?;
                 let Some((last, _)) = entries.last() else { break };
                 let (last_txid, _) = parse_key(last)?;
-                let error = match self.publish_all(sink, &entries) {
+                let begun = Instant::now();
+                let left = started.map_or(self.retry_for, |since| self.retry_for.saturating_sub(since.elapsed()));
+                let wait = left.clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2);
+                let error = match self.publish_all(sink, &entries, wait) {
                     Ok(()) => {
                         fault::at(Point::AfterPublish, last_txid);
                         let keys: Vec<Vec<u8>> = entries.into_iter().map(|(k, _)| k).collect();
-                        store.remove_others(&self.topology, &sink.table, &keys)?;
+                        // Made durable by the next commit: a crash before it
+                        // publishes this batch's output again under the
+                        // same ids, as a crash before the removal did.
+                        store.remove_others_lazily(&self.topology, &sink.table, &keys)?;
                         continue;
                     }
                     Err(error) => error,
                 };
-                let since = *started.get_or_insert_with(Instant::now);
+                let since = *started.get_or_insert(begun);
                 let (error, give_up) = match error {
                     Failed::Refused(e) => {
                         refusals += 1;
@@ -219,9 +231,18 @@ impl Publisher {
                 let kept = "the batch is committed and its output stays in the outbox, published when the topology \
                             starts again";
                 if give_up {
-                    bail!("topology {} halted: {error:#}; {kept}", self.topology);
+                    let tried = match refusals {
+                        0 => format!(
+                            " (tried for {} ms, --nats-retry-ms {})",
+                            since.elapsed().as_millis(),
+                            self.retry_for.as_millis()
+                        ),
+                        _ => String::new(),
+                    };
+                    bail!("topology {} halted: {error:#}{tried}; {kept}", self.topology);
                 }
-                let wait = backoff.next_wait();
+                let left = self.retry_for.saturating_sub(since.elapsed());
+                let wait = backoff.next_wait().min(left.max(MIN_WAIT));
                 tracing::warn!("topology {}: {error:#}; retrying in {} ms", self.topology, wait.as_millis());
                 std::thread::sleep(wait);
             }
@@ -229,9 +250,19 @@ impl Publisher {
         Ok(())
     }
 
+    /// Makes the last removals from the outboxes durable, when a run ends
+    /// with no commit after them.
+    pub fn settle(&self, store: &dyn Store) -> Result<()> {
+        if let Some(sink) = self.sinks.first() {
+            store.remove_others(&self.topology, &sink.table, &[])?;
+        }
+        Ok(())
+    }
+
     /// Publishes `entries` of `sink`, at most [`PUBLISH_ACKS_IN_FLIGHT`]
-    /// waiting for their acknowledgements at once.
-    fn publish_all(&self, sink: &SinkTarget, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Failed> {
+    /// waiting for their acknowledgements at once, each send and each
+    /// acknowledgement waited for at most `wait`.
+    fn publish_all(&self, sink: &SinkTarget, entries: &[(Vec<u8>, Vec<u8>)], wait: Duration) -> Result<(), Failed> {
         let jetstream = &self.nats.jetstream;
         let what = |key: &[u8]| {
             let (txid, n) = parse_key(key).unwrap_or_default();
@@ -243,28 +274,33 @@ impl Publisher {
                 let (txid, n) = parse_key(key).map_err(Failed::Refused)?;
                 let id = format!("{}/{}/{txid}/{n}", self.topology, sink.id);
                 let message = PublishMessage::build().payload(bytes::Bytes::copy_from_slice(payload)).message_id(id);
-                let ack =
-                    jetstream.send_publish(sink.subject.clone(), message).await.map_err(|e| classify(e, what(key)))?;
+                let sent = tokio::time::timeout(wait, jetstream.send_publish(sink.subject.clone(), message)).await;
+                let ack = sent
+                    .map_err(|_| {
+                        Failed::Unreachable(anyhow::anyhow!("{}: the client could not send it in time", what(key)))
+                    })?
+                    .map_err(|e| classify(e, what(key)))?;
                 in_flight.push_back((key, ack));
                 if in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT {
-                    acknowledged(&mut in_flight, &what).await?;
+                    acknowledged(&mut in_flight, &what, wait).await?;
                 }
             }
             while !in_flight.is_empty() {
-                acknowledged(&mut in_flight, &what).await?;
+                acknowledged(&mut in_flight, &what, wait).await?;
             }
             Ok(())
         })
     }
 }
 
-/// Waits for the oldest publish in flight to be acknowledged.
+/// Waits for the oldest publish in flight to be acknowledged, at most `wait`.
 async fn acknowledged(
     in_flight: &mut VecDeque<(&[u8], PublishAckFuture)>,
     what: &impl Fn(&[u8]) -> String,
+    wait: Duration,
 ) -> Result<(), Failed> {
     let Some((key, ack)) = in_flight.pop_front() else { return Ok(()) };
-    match tokio::time::timeout(NATS_REQUEST_TIMEOUT * 2, ack).await {
+    match tokio::time::timeout(wait, ack).await {
         Err(_) => Err(Failed::Unreachable(anyhow::anyhow!("{}: not acknowledged in time", what(key)))),
         Ok(Err(e)) => Err(classify(e, what(key))),
         Ok(Ok(_)) => Ok(()),

@@ -604,8 +604,35 @@ fn parallel_word_count() -> Topology {
 }
 
 /// Every topology of this component.
+/// A JSON message's `line` split into words, whatever its type: a number
+/// is one word. The upgrade of the test-topologies guest's strict
+/// `jetstream-lines`.
+struct AnyLineWords;
+
+impl Function for AnyLineWords {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        match tuple.value("line")? {
+            ValueRef::Str(line) => line.split_whitespace().try_for_each(|word| out.emit([word])),
+            ValueRef::I64(n) => out.emit([n.to_string().as_str()]),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn jetstream_lines() -> Topology {
+    Topology::new("jetstream-lines")
+        .new_stream(JetStream::transactional("lines", ["lines.*"]).json(["line"]))
+        .each(["line"], AnyLineWords, ["word"])
+        .name("split")
+        .group_by(["word"])
+        .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+        .name("count")
+        .build()
+}
+
 pub fn topologies() -> Vec<Topology> {
     vec![
+        jetstream_lines(),
         each(),
         filter(),
         map(),

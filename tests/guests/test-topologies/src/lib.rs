@@ -119,6 +119,18 @@ impl Function for FirstWord {
     }
 }
 
+/// A JSON message's `line`, which must be a string, split into words.
+struct LineWords;
+
+impl Function for LineWords {
+    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
+        for word in tuple.str("line")?.split_whitespace() {
+            out.emit([word])?;
+        }
+        Ok(())
+    }
+}
+
 fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggregator) -> Topology {
     Topology::new(name)
         .new_stream(FileLines::new("sentence"))
@@ -239,6 +251,16 @@ fn jetstream_topologies() -> Vec<Topology> {
             State::transactional("counts"),
         ),
         jetstream_events(),
+        // Words of JSON lines; a line that is not a string halts it (the
+        // stream-ops guest's topology of the same name takes any value).
+        Topology::new("jetstream-lines")
+            .new_stream(JetStream::transactional("lines", ["lines.*"]).json(["line"]))
+            .each(["line"], LineWords, ["word"])
+            .name("split")
+            .group_by(["word"])
+            .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+            .name("count")
+            .build(),
         jetstream_sink(
             "jetstream-sink",
             JetStream::transactional("clicks", ["clicks.*"]),
