@@ -2,8 +2,12 @@
 //! real server running a real word count: each page is driven as a user
 //! would (typing, clicking, choosing files), read back from what the page
 //! shows, checked against the ground truth and the CLI, and photographed
-//! at 1280x800 into target/screenshots/. One server and one browser for
-//! the whole binary, the steps in order, each wait bounded.
+//! at 1280x800 into target/screenshots/; then every page again at 1,400
+//! and 400 px wide, checked to fit its viewport and by axe-core (vendored
+//! in dashboard/vendor/, pinned by dashboard/package-lock.json) for WCAG 2
+//! A/AA violations. One server and one browser for the whole binary, the
+//! steps in order, each wait bounded; the server is killed last, to see
+//! the page say so.
 //!
 //! With WEIR_UPDATE_DOCS=1 the topology page's screenshot also replaces
 //! docs/dashboard.png, the README's.
@@ -127,9 +131,160 @@ impl Dashboard {
         )
     }
 
+    /// The failed card's error: its headline first, at most 8 lines
+    /// shown, the rest (a guest's backtrace) in a closed fold. The poison
+    /// word count traps at txid 2, so its error ends in a wasm backtrace.
+    fn the_failed_card_shows_at_most_8_lines_before_its_fold(&self) {
+        let (status, body) = self.server.api(
+            "POST",
+            "/v1/topologies?name=poison&topology=poison-word-count&input=in/markup.txt",
+            &std::fs::read(self.dir.path().join("variants.weir")).unwrap(),
+        );
+        assert_eq!(status, 201, "{body}");
+        let halted = self.server.wait_for_status("poison", |s| s["state"] == "failed");
+        let error = halted["error"].as_str().unwrap();
+        assert!(error.lines().count() > 8, "the trap's error has its backtrace: {error}");
+        let card = self.browser.wait_for(
+            "the poison card's error",
+            "const card = [...document.querySelectorAll('article.topology')].find(a => a.dataset.name === 'poison');
+             const block = card?.querySelector('.error-block');
+             if (!block) return null;
+             const shown = [block.querySelector('.headline-text').textContent,
+                            ...(block.querySelector('pre.more')?.textContent.split('\\n') ?? [])];
+             const fold = block.querySelector('details.fold');
+             return { shown, open: fold?.open ?? null, folded: fold?.querySelector('pre').textContent ?? null,
+                      visible: block.querySelector('pre.more')?.getClientRects().length ?? 0,
+                      first: card.parentElement.firstElementChild.dataset.name }",
+            &[],
+        );
+        let shown: Vec<&str> = card["shown"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+        assert!(shown.len() <= 8, "{} lines before the fold: {card}", shown.len());
+        assert_eq!(shown[0], error.lines().next().unwrap(), "the headline first");
+        assert_eq!(card["open"], false, "the fold is closed: {card}");
+        // Nothing is lost: shown and folded, the whole error.
+        let whole = format!("{}\n{}", shown.join("\n"), card["folded"].as_str().unwrap());
+        assert_eq!(whole, error.trim_end(), "{card}");
+        // Failed topologies come first.
+        assert!(["poison", MARKUP_NAME].contains(&card["first"].as_str().unwrap()), "{card}");
+    }
+
+    /// The list page asks once a second for the list with every card's
+    /// history, whatever the number of topologies.
+    fn the_list_page_makes_one_request_a_tick(&self) {
+        self.browser.goto(&self.url(""));
+        self.browser.wait_for("the cards", "return document.querySelectorAll('article.topology').length >= 3", &[]);
+        self.browser.run("performance.clearResourceTimings(); performance.setResourceTimingBufferSize(10000)", &[]);
+        std::thread::sleep(Duration::from_millis(4500));
+        let calls = self.browser.run(
+            "return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname + new URL(e.name).search)
+               .filter(p => p.startsWith('/v1/'))",
+            &[],
+        );
+        let calls = calls.as_array().unwrap();
+        assert!((3..=6).contains(&calls.len()), "a call a second for 4.5 s: {calls:?}");
+        assert!(calls.iter().all(|c| c == "/v1/topologies?history=true"), "{calls:?}");
+        let (_, listed) = self.server.api("GET", "/v1/topologies?history=true", b"");
+        for status in listed.as_array().unwrap() {
+            assert!(status["history"]["at"].is_array(), "{status}");
+        }
+    }
+
+    /// Every page, at 1,400 and 400 px wide: no wider than its viewport,
+    /// no serious or critical WCAG 2 A/AA violation axe-core finds, and
+    /// photographed as `<page>-<width>.png`.
+    fn every_page_fits_its_viewport_and_axe_finds_no_serious_violation(&self) {
+        let axe = std::fs::read_to_string(Path::new(REPO_ROOT).join("dashboard/vendor/axe.min.js")).unwrap();
+        let pages = [
+            ("list", String::new(), "article.topology .chart[data-points]"),
+            ("topology", "#/t/word-count".to_owned(), "svg.graph g.node .time"),
+            ("state", "#/t/word-count/state/counts".to_owned(), "table.entries td.key"),
+            ("query", "#/t/word-count/query/words".to_owned(), "form.console"),
+            ("cluster", "#/cluster".to_owned(), ".no-cluster, table.hosts"),
+            ("failure", "#/t/poison".to_owned(), "svg.graph g.node.failing"),
+        ];
+        let mut found = Vec::new();
+        for width in [1400, 400] {
+            self.browser.set_viewport((width, 900));
+            for (page, fragment, ready) in &pages {
+                // A fresh load: each page as a visitor opens it.
+                self.browser.goto("about:blank");
+                self.browser.goto(&self.url(fragment));
+                self.browser.find(ready);
+                let fits = self.browser.wait_for(
+                    &format!("the {page} page within {width} px"),
+                    "const root = document.documentElement;
+                     if (root.scrollWidth <= window.innerWidth) return { width: root.scrollWidth };
+                     const wide = [...document.querySelectorAll('body *')]
+                       .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+                       .slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));
+                     window.tooWide = { width: root.scrollWidth, wide };
+                     return null",
+                    &[],
+                );
+                assert!(fits["width"].as_u64().unwrap() <= u64::from(width), "{page} at {width}: {fits}");
+                if self.browser.run("return typeof axe", &[]) != "object" {
+                    self.browser.run(&format!("{axe}\nreturn true"), &[]);
+                }
+                let violations = self.browser.run(
+                    "return axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] },
+                                                resultTypes: ['violations'] })
+                       .then(r => r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
+                         .map(v => ({ id: v.id, impact: v.impact, help: v.help,
+                                      nodes: v.nodes.slice(0, 4).map(n => n.target.join(' ') + ': ' + n.failureSummary) })))",
+                    &[],
+                );
+                if !violations.as_array().unwrap().is_empty() {
+                    found.push(format!("{page} at {width} px: {violations:#}"));
+                }
+                let png = self.browser.screenshot(&format!("{page}-{width}"));
+                assert_eq!(png_size(&std::fs::read(png).unwrap()), (width, 900), "{page}-{width}.png");
+            }
+        }
+        self.browser.set_viewport(VIEWPORT);
+        assert!(found.is_empty(), "axe-core found:\n{}", found.join("\n"));
+        let (status, body) = self.server.api("DELETE", "/v1/topologies/poison?state=drop", b"");
+        assert_eq!(status, 204, "{body}");
+    }
+
+    /// With the server gone, the page says so within 10 s, shows no run
+    /// state as if known, and offers no action.
+    fn a_killed_server_is_said_within_10_s_and_nothing_says_running(&mut self) {
+        self.browser.goto(&self.url("#/t/word-count"));
+        self.browser.wait_for(
+            "running",
+            "return document.querySelector('.headline [data-state]')?.textContent === 'running'",
+            &[],
+        );
+        self.server.child.kill().unwrap();
+        self.server.child.wait().unwrap();
+        let killed = Instant::now();
+        let said = self.browser.wait_for(
+            "that the server cannot be reached",
+            "const problem = document.getElementById('problem');
+             return !problem.hidden && problem.textContent.startsWith('Cannot reach the server') ? problem.textContent : null",
+            &[],
+        );
+        assert!(killed.elapsed() < Duration::from_secs(10), "said after {:?}: {said}", killed.elapsed());
+        let page = self.browser.run(
+            "return { running: [...document.querySelectorAll('.badge')].filter(b => /running/.test(b.textContent)).length,
+                      enabled: [...document.querySelectorAll('main button')].filter(b => !b.disabled).map(b => b.textContent) }",
+            &[],
+        );
+        assert_eq!(page, json!({ "running": 0, "enabled": [] }));
+        self.browser.screenshot("unreachable");
+    }
+
     fn a_wrong_token_shows_the_401_and_nothing_else(&self) {
         self.browser.goto(&self.url(""));
         let token = self.browser.find("form.token input[type=password]");
+        // A first visit sent no token: asked for one, with no error shown.
+        let first = self.browser.run(
+            "return { errors: [...document.querySelectorAll('.error, .problem')].filter(e => e.getClientRects().length)
+                                .map(e => e.outerHTML),
+                      heading: document.querySelector('form.token h1').textContent }",
+            &[],
+        );
+        assert_eq!(first, json!({ "errors": [], "heading": "This server wants its token" }));
         self.browser.type_into(&token, "wrong-token");
         self.browser.run("document.querySelector('form.token').dataset.asked = 'before'", &[]);
         self.browser.click(&self.browser.find("form.token button"));
@@ -280,7 +435,7 @@ impl Dashboard {
         self.browser.wait_for(
             "charts with points",
             "const charts = [...document.querySelectorAll('section.charts .chart')];
-             return charts.length === 2 && charts.every(c => Number(c.dataset.points) >= 3)",
+             return charts.length === 3 && charts.every(c => Number(c.dataset.points) >= 3)",
             &[],
         );
         let failures = self.browser.run("return document.querySelector('.failures-box').textContent", &[]);
@@ -450,8 +605,9 @@ impl Dashboard {
             &[json!(MARKUP_NAME)],
         );
         assert_eq!(self.card_text(MARKUP_NAME, "h2 a"), MARKUP_NAME);
-        let error = self.card_text(MARKUP_NAME, "p.error");
+        let error = self.card_text(MARKUP_NAME, ".error-block");
         assert!(error.as_str().unwrap().contains(&format!("{MARKUP}txid 2 cannot be processed")), "{error}");
+        self.the_failed_card_shows_at_most_8_lines_before_its_fold();
         self.assert_no_markup_took_effect("the topologies page, with markup");
 
         self.browser.goto(&self.url(&format!("#/t/{}", escape(MARKUP_NAME))));
@@ -463,12 +619,41 @@ impl Dashboard {
              return rows.length >= 2 ? rows.map(tr => [...tr.children].map(td => td.textContent)) : null",
             &[],
         );
-        let retried = json!(["1", "0", format!("operator split: retry: {MARKUP}txid 1 fails on its first attempt")]);
         let failures = failures.as_array().unwrap();
-        assert_eq!(failures.last(), Some(&retried), "{failures:?}");
+        let retried = failures.last().unwrap();
+        let want = format!("operator split: retry: {MARKUP}txid 1 fails on its first attempt");
+        assert_eq!(
+            (&retried[0], &retried[1], &retried[3], &retried[4]),
+            (&json!("1"), &json!("0"), &json!("split"), &json!(want)),
+            "{failures:?}"
+        );
         let halted = &failures[0];
         assert_eq!(halted[0], "2", "{failures:?}");
-        assert!(halted[2].as_str().unwrap().contains(&format!("{MARKUP}txid 2 cannot be processed")), "{failures:?}");
+        assert!(halted[4].as_str().unwrap().contains(&format!("{MARKUP}txid 2 cannot be processed")), "{failures:?}");
+        // Each attempt with its time of day, to the second, as the API says it.
+        let (_, status) = self.server.api("GET", &format!("/v1/topologies/{}", escape(MARKUP_NAME)), b"");
+        let shown_at = self.browser.run(
+            "return [...document.querySelectorAll('table.failures td.at time')].map(t => Date.parse(t.getAttribute('datetime')))",
+            &[],
+        );
+        let want_at: Vec<Value> = status["failures"].as_array().unwrap().iter().map(|f| f["at_ms"].clone()).collect();
+        assert_eq!(shown_at, json!(want_at), "{status}");
+        for row in failures {
+            let at = row[2].as_str().unwrap();
+            assert!(
+                at.len() == 8 && at.chars().filter(|c| *c == ':').count() == 2,
+                "a time of day to the second: {row:?}"
+            );
+        }
+        // The failing operator is marked in the graph, and said in words.
+        let marked = self.browser.wait_for(
+            "the failing node marked",
+            "const marked = [...document.querySelectorAll('svg.graph g.node.failing')].map(g => g.dataset.id);
+             return marked.length ? { marked, said: document.querySelector('.failing-node').textContent } : null",
+            &[],
+        );
+        assert_eq!(marked["marked"], json!(["split"]), "{marked}");
+        assert!(marked["said"].as_str().unwrap().contains("failed in operator split"), "{marked}");
         let logged = self.browser.wait_for(
             "its logs",
             "const lines = [...document.querySelectorAll('ol.logs .line')].map(l => l.textContent);
@@ -607,9 +792,14 @@ fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
     step("stop and resume", || d.stop_then_resume_from_the_page_and_counts_end_exact());
     step("a damaged bundle", || d.a_damaged_bundle_deployed_from_the_page_shows_the_servers_400_reason());
     step("markup from a guest", || d.guest_markup_is_shown_as_text_and_no_script_runs());
+    step("one request a tick", || d.the_list_page_makes_one_request_a_tick());
+    step("every page at 1,400 and 400 px, and axe-core", || {
+        d.every_page_fits_its_viewport_and_axe_finds_no_serious_violation()
+    });
     step("upgrade and delete", || d.upgrade_and_delete_from_the_page());
     step("a 401 on a later page", || d.a_401_on_any_later_page_asks_again_and_shows_nothing_else());
     step("an opaque state", || d.the_state_browser_shows_an_opaque_states_prev());
+    step("the server killed", || d.a_killed_server_is_said_within_10_s_and_nothing_says_running());
     for page in PAGES {
         let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();
         assert_eq!(png_size(&png), VIEWPORT, "{page}.png");

@@ -212,6 +212,24 @@ fn the_client_verbs_drive_a_server() {
     let table = client(&["ps"]);
     let row = table.lines().find(|l| l.starts_with("word-count")).unwrap_or_else(|| panic!("{table}"));
     assert!(row.contains("running") && row.contains(" 20 "), "{row}");
+    // Idle at txid 20, its rate over the last interval reads 0, though its
+    // average since the start does not; `--json` says both.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let idle = loop {
+        let listed: serde_json::Value = serde_json::from_str(&client(&["ps", "--json"])).unwrap();
+        let status = listed.as_array().unwrap().iter().find(|s| s["name"] == "word-count").unwrap().clone();
+        if status["current_tuples_per_s"] == 0.0 {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "never idle: {status}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert!(idle["tuples_per_s"].as_f64().unwrap() > 0.0 && idle.get("history").is_none(), "{idle}");
+    let table = client(&["ps"]);
+    let (heading, row) = (table.lines().next().unwrap(), table.lines().find(|l| l.starts_with("word-count")).unwrap());
+    let end = heading.find("TUPLES/S").unwrap() + "TUPLES/S".len();
+    assert!(row[..end].ends_with(" 0"), "the rate, right under its heading:\n{table}");
+    assert_eq!(heading.find("STATE"), row.find("running"), "{table}");
     let status: serde_json::Value = serde_json::from_str(&client(&["status", "word-count", "--json"])).unwrap();
     assert_eq!((status["last_committed"].as_u64(), status["tuples"].as_u64()), (Some(20), Some(20_000)));
     let got = client(&[

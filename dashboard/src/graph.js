@@ -1,9 +1,12 @@
 // A topology's stream graph, drawn in SVG from its definition (GET
 // .../definition, what `weir inspect --json` shows): a box per node with
 // its name, kind, parallelism and the time it spends per batch, a box per
-// state, and arrows for the tuples' way.
+// state, and arrows for the tuples' way. A state's box opens it in the
+// state browser, a query's node the console; every node is reached by
+// keyboard. The graph fits its panel, or shows at full size, panned by
+// scrolling its panel.
 
-import { figure, svg } from './dom.js';
+import { el, figure, href, svg } from './dom.js';
 
 const W = 190;
 const H = 84;
@@ -106,7 +109,7 @@ const y = (box) => PAD + box.lane * (H + GAP_Y);
 
 /** The drawn graph: `element`, and `update(status)` for each node's time per batch. */
 export class Graph {
-  constructor(definition) {
+  constructor(definition, name) {
     const { boxes, edges, width, height } = layout(definition);
     this.times = new Map();
     const arrows = edges.map(({ from, to, reads }) => {
@@ -124,10 +127,18 @@ export class Graph {
       }
       return svg('path', { class: reads ? 'edge reads' : 'edge', d, 'marker-end': 'url(#arrow)' });
     });
+    this.nodes = new Map();
     const nodes = boxes.map((box) => {
       const time = svg('text', { class: 'time', x: 10, y: 74 }, box.query ? 'runs per query' : '');
       if (!box.state && !box.query) this.times.set(box.id, time);
-      return svg(
+      const op = box.state ? null : definition.nodes[box.index].op;
+      // Where a click on the node leads: its state's browser, its query's console.
+      const target = box.state
+        ? href('t', name, 'state', box.id)
+        : op.op === 'query-stream' ? href('t', name, 'query', op.name) : null;
+      const described = `${box.state ? 'state' : 'operator'} ${box.id}: ${box.kind}${box.detail ? `, ${box.detail}` : ''}`;
+      const kindLine = box.state ? 'state' : `${box.kind} · parallelism ${box.parallelism}`;
+      const group = svg(
         'g',
         {
           class: box.state ? 'node state' : 'node op',
@@ -135,18 +146,26 @@ export class Graph {
           'data-kind': box.kind,
           'data-parallelism': box.parallelism,
           transform: `translate(${x(box)},${y(box)})`,
+          tabindex: 0,
+          role: target ? 'link' : 'img',
+          // A link is named by its title (an aria-label would hide what it shows).
+          'aria-label': target ? undefined : described,
+          onclick: target ? () => { location.hash = target; } : undefined,
+          onkeydown: target ? (event) => { if (event.key === 'Enter' || event.key === ' ') { event.preventDefault(); location.hash = target; } } : undefined,
         },
-        svg('title', {}, `${box.id}: ${box.kind}${box.detail ? `, ${box.detail}` : ''}`),
+        svg('title', {}, target ? `${described}: opens its ${box.state ? 'state browser' : 'query console'}` : described),
         svg('rect', { width: W, height: H, rx: 6 }),
         svg('text', { class: 'name', x: 10, y: 20 }, cut(box.id, NAME_CHARS)),
-        svg('text', { class: 'kind', x: 10, y: 38 }, box.state ? 'state' : `${box.kind} · parallelism ${box.parallelism}`),
+        svg('text', { class: 'kind', x: 10, y: 38 }, kindLine),
         svg('text', { class: 'detail', x: 10, y: 56 }, cut(box.detail, 30)),
         time,
       );
+      this.nodes.set(box.id, group);
+      return group;
     });
-    this.element = svg(
+    this.svg = svg(
       'svg',
-      { class: 'graph', viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': 'stream graph' },
+      { class: 'graph fit', viewBox: `0 0 ${width} ${height}`, width, height, role: 'group', 'aria-label': `stream graph of ${name}: ${boxes.length} nodes` },
       svg(
         'defs',
         {},
@@ -159,6 +178,28 @@ export class Graph {
       ...arrows,
       ...nodes,
     );
+    const size = el('button', {
+      type: 'button',
+      class: 'graph-size',
+      'aria-pressed': 'false',
+      onclick: () => {
+        const full = this.svg.classList.toggle('fit') === false;
+        size.setAttribute('aria-pressed', String(full));
+        size.textContent = full ? 'Fit to the panel' : 'Full size';
+      },
+    }, 'Full size');
+    this.failing = el('p', { class: 'failing-node', role: 'status' });
+    this.element = el('div', { class: 'graph-view' }, el('div', { class: 'graph-tools' }, size, this.failing), el('div', { class: 'graph-scroll' }, this.svg));
+  }
+
+  /** Marks the node named `id` as where the topology failed (none: no mark). */
+  markFailing(id) {
+    for (const [name, node] of this.nodes) {
+      node.classList.toggle('failing', name === id);
+      const label = node.getAttribute('aria-label');
+      if (label !== null) node.setAttribute('aria-label', `${name === id ? 'FAILED HERE: ' : ''}${label.replace(/^FAILED HERE: /, '')}`);
+    }
+    this.failing.textContent = id && this.nodes.has(id) ? `The topology failed in operator ${id} (marked red).` : '';
   }
 
   /** Shows each operator's time per committed batch, from a status. */
@@ -167,6 +208,7 @@ export class Graph {
     for (const [id, text] of this.times) {
       const ms = status.operator_ms?.[id];
       if (ms !== undefined && batches > 0) text.textContent = `${figure(ms / batches, 3)} ms a batch`;
+      else if (batches === 0 && status.last_committed > 0) text.textContent = 'no batch since its start';
       else if (batches === 0) text.textContent = 'no batch yet';
       // The host's own work (built-in spouts, aggregates, partitioning) is not timed apart.
       else text.textContent = 'in the host, not timed';

@@ -11,7 +11,7 @@ function results(rows) {
   return el(
     'table',
     { class: 'results' },
-    el('thead', {}, el('tr', {}, Array.from({ length: width }, (_, i) => el('th', {}, `field ${i + 1}`)))),
+    el('thead', {}, el('tr', {}, Array.from({ length: width }, (_, i) => el('th', { scope: 'col' }, `field ${i + 1}`)))),
     el('tbody', {}, rows.map((row) => el('tr', {}, row.map((v) => el('td', {}, valueText(v)))))),
   );
 }
@@ -21,7 +21,7 @@ export async function render(view, { name, query }) {
   const definition = await definitionOf(name, whyNot);
   const { queries } = statesAndQueries(definition);
   const pick = el('select', { id: 'query-name' }, queries.map((q) => el('option', { value: q, selected: q === query }, q)));
-  const args = el('input', { type: 'text', id: 'query-args', placeholder: 'its arguments, as text', autocomplete: 'off' });
+  const args = el('input', { type: 'text', id: 'query-args', placeholder: 'its arguments, as text', autocomplete: 'off', 'aria-describedby': 'query-hint' });
   const run = el('button', { type: 'submit' }, 'Run');
   const answer = el('section', { class: 'answer', role: 'status', hidden: true });
   const form = el(
@@ -35,11 +35,14 @@ export async function render(view, { name, query }) {
         answer.hidden = false;
         replace(answer, el('p', { class: 'quiet' }, 'Running…'));
         try {
+          const started = performance.now();
           const rows = await call('POST', path('topologies', name, 'queries', pick.value), args.value);
+          const took = performance.now() - started;
           replace(
             answer,
             el('h2', {}, `${rows.length === 1 ? '1 tuple' : `${rows.length} tuples`}`),
-            results(rows),
+            el('p', { class: 'quiet took' }, `Answered in ${took < 10 ? took.toFixed(1) : Math.round(took)} ms.`),
+            el('div', { class: 'table-scroll' }, results(rows)),
             el('h3', { class: 'as-json' }, 'As JSON'),
             el('pre', { class: 'json' }, JSON.stringify(rows)),
           );
@@ -55,6 +58,7 @@ export async function render(view, { name, query }) {
     pick,
     el('label', { for: 'query-args' }, 'Arguments'),
     args,
+    el('p', { class: 'quiet hint', id: 'query-hint' }, 'The arguments go to the query as one text, as `weir query --args` sends them; its functions read them (a word count\'s, say, as words split by spaces).'),
     run,
   );
   pick.addEventListener('change', () => {

@@ -2,7 +2,7 @@
 // .../states/STATE?after=KEY&limit=N, a range scan on the server), one
 // key looked up, each with its stored txid (and prev, for opaque state).
 
-import { get, path, withQuery } from './api.js';
+import { ApiError, get, path, withQuery } from './api.js';
 import { el, keyText, replace, valueText } from './dom.js';
 import { definitionOf, statesAndQueries } from './topology.js';
 
@@ -52,7 +52,7 @@ export async function render(view, { name, state }) {
         }
         try {
           const entry = await get(withQuery(url, { key: JSON.stringify(key), raw: 'true' }));
-          replace(found, el('table', { class: 'entries one' }, head(), el('tbody', {}, entryRow(entry, opaque))));
+          replace(found, el('div', { class: 'table-scroll' }, el('table', { class: 'entries one' }, head(), el('tbody', {}, entryRow(entry, opaque)))));
         } catch (error) {
           if (view.unauthorized(error)) return;
           replace(found, el('p', { class: 'error' }, error.message));
@@ -65,7 +65,7 @@ export async function render(view, { name, state }) {
     found,
   );
 
-  const head = () => el('thead', {}, el('tr', {}, el('th', {}, 'key'), el('th', {}, 'value'), el('th', {}, 'txid'), opaque ? el('th', {}, 'prev') : null));
+  const head = () => el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'key'), el('th', { scope: 'col' }, 'value'), el('th', { scope: 'col' }, 'txid'), opaque ? el('th', { scope: 'col' }, 'prev') : null));
   const body = el('tbody');
   const range = el('span', { class: 'range' });
   const size = el('select', { id: 'page-size', 'aria-label': 'keys a page' }, SIZES.map((n) => el('option', { value: n, selected: n === 100 }, `${n} a page`)));
@@ -97,14 +97,22 @@ export async function render(view, { name, state }) {
   next.addEventListener('click', go(() => { if (last !== null) starts.push(last); }));
   size.addEventListener('change', go(() => { starts = [null]; }));
 
+  const pages = el('section', { class: 'pages' },
+    el('nav', { class: 'pager', 'aria-label': 'pages of keys' }, first, previous, next, range, size),
+    el('div', { class: 'table-scroll' }, el('table', { class: 'entries' }, el('caption', { class: 'sr-only' }, `Keys of state ${state}, in order`), head(), body)));
   replace(
     view.main,
     el('h1', {}, `State ${state}`, kind ? el('span', { class: 'quiet' }, ` ${kind}, of ${name}`) : null),
     definition ? null : whyNot,
     lookup,
-    el('section', { class: 'pages' },
-      el('nav', { class: 'pager' }, first, previous, next, range, size),
-      el('table', { class: 'entries' }, head(), body)),
+    pages,
   );
-  await load();
+  try {
+    await load();
+  } catch (error) {
+    // No such state (or topology): no keys to page through, only why.
+    if (!(error instanceof ApiError) || error.status !== 404) throw error;
+    lookup.remove();
+    replace(pages, el('p', { class: 'error' }, error.message));
+  }
 }

@@ -53,6 +53,8 @@ pub struct Failure {
     pub attempt: u32,
     /// Why it failed (cut at [`FAILURE_TEXT`] bytes).
     pub error: String,
+    /// When it failed.
+    pub at: std::time::SystemTime,
 }
 
 /// What a run did.
@@ -104,7 +106,7 @@ impl RunReport {
         if self.failures.len() == RECENT_FAILURES {
             self.failures.pop_front();
         }
-        self.failures.push_back(Failure { txid, attempt, error });
+        self.failures.push_back(Failure { txid, attempt, error, at: std::time::SystemTime::now() });
     }
 
     /// The run's figures as JSON, as `weir run --report-json` writes them;

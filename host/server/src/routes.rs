@@ -60,12 +60,26 @@ async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, bod
     app.answer(StatusCode::CREATED, result)
 }
 
-async fn list(State(app): State<Shared>) -> Json<serde_json::Value> {
+#[derive(Deserialize)]
+struct ListQuery {
+    /// Also each topology's history, as `.../history` gives it: what the
+    /// dashboard's list needs in one call, whatever the number of topologies.
+    #[serde(default)]
+    history: bool,
+}
+
+async fn list(State(app): State<Shared>, Query(query): Query<ListQuery>) -> Json<serde_json::Value> {
     let mut all: Vec<serde_json::Value> =
         app.deployments.list().iter().map(|(name, status)| status_json(name, status)).collect();
     if let Some(membership) = app.cluster.get() {
         let topologies = membership.view().topologies;
         all.extend(topologies.iter().map(|(name, topology)| clustered::status(&app, name, topology)));
+    }
+    if query.history {
+        for status in &mut all {
+            let name = status["name"].as_str().unwrap_or_default().to_owned();
+            status["history"] = app.history.columns(&name);
+        }
     }
     Json(json!(all))
 }

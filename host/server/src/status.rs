@@ -61,6 +61,10 @@ pub struct Status {
     pub late_tuples: BTreeMap<String, u64>,
     /// The last failed attempts since it was last started, most recent first.
     pub failures: Vec<FailedAttempt>,
+    /// Every commit latency since it was last started: the history takes
+    /// each interval's quantiles from it.
+    #[serde(skip)]
+    pub commit_latency: weir_engine::metrics::Latencies,
 }
 
 /// A failed attempt at a batch, as a status shows it.
@@ -72,6 +76,17 @@ pub struct FailedAttempt {
     pub attempt: u32,
     /// Why it failed.
     pub error: String,
+    /// When it failed, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The operator it failed in, where the error names one.
+    pub operator: Option<String>,
+}
+
+/// The operator an error names first (`operator NAME: ...`), if any.
+fn failing_operator(error: &str) -> Option<String> {
+    let rest = error.strip_prefix("operator ")?;
+    let (name, _) = rest.split_once(": ")?;
+    (!name.is_empty() && !name.contains(char::is_whitespace)).then(|| name.to_owned())
 }
 
 impl Status {
@@ -97,11 +112,18 @@ impl Status {
             spout_lag: report.spout_lag,
             spout_lag_partitions: report.partition_lag.clone(),
             late_tuples: report.late_tuples.clone(),
+            commit_latency: report.commit_latency.clone(),
             failures: report
                 .failures
                 .iter()
                 .rev()
-                .map(|f| FailedAttempt { txid: f.txid, attempt: f.attempt, error: host.public(&f.error) })
+                .map(|f| FailedAttempt {
+                    txid: f.txid,
+                    attempt: f.attempt,
+                    error: host.public(&f.error),
+                    at_ms: f.at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+                    operator: failing_operator(&f.error),
+                })
                 .collect(),
         }
     }
@@ -114,6 +136,13 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_names_the_operator_its_error_names_first() {
+        assert_eq!(failing_operator("operator split: retry: boom").as_deref(), Some("split"));
+        assert_eq!(failing_operator("the spout failed: operator x: y"), None);
+        assert_eq!(failing_operator("operator : y"), None);
+    }
 
     #[test]
     fn run_states_serialise_as_words() {

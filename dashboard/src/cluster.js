@@ -1,0 +1,101 @@
+// The cluster page: its hosts (the leader marked, when each joined), and
+// each topology's assignment: which host owns which spout partitions and
+// how many state slots, under which epoch and why. Refreshed every second
+// from GET /v1/cluster.
+
+import { ApiError, get, path } from './api.js';
+import { el, figure, href, replace } from './dom.js';
+import { timeOf } from './failure.js';
+
+/** Each host's share of an assignment: its partitions and its slot count. */
+export function shares(assignment) {
+  const byHost = new Map();
+  for (const [unit, owner] of Object.entries(assignment?.units ?? {})) {
+    const share = byHost.get(owner.host) ?? { partitions: [], slots: 0, units: 0 };
+    share.units += 1;
+    if (unit.startsWith('partition/')) share.partitions.push(unit.slice('partition/'.length));
+    else if (unit.startsWith('slot/')) share.slots += 1;
+    byHost.set(owner.host, share);
+  }
+  return byHost;
+}
+
+function hostsTable(view) {
+  const all = Object.entries(view.topologies ?? {});
+  return el(
+    'div',
+    { class: 'table-scroll' },
+    el(
+      'table',
+      { class: 'hosts' },
+      el('caption', { class: 'sr-only' }, 'Hosts of the cluster'),
+      el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'host'), el('th', { scope: 'col' }, 'role'), el('th', { scope: 'col' }, 'joined'), el('th', { scope: 'col' }, 'share'))),
+      el('tbody', {}, (view.hosts ?? []).map((host) => {
+        const owned = all.map(([name, t]) => {
+          const share = shares(t.assignment).get(host.id);
+          if (!share) return null;
+          const total = Object.keys(t.assignment?.units ?? {}).length;
+          return el('li', {}, `${name}: ${share.units} of ${total} units (${share.partitions.length} partitions, ${share.slots} slots)`);
+        }).filter(Boolean);
+        return el('tr', { 'data-host': host.id },
+          el('th', { scope: 'row', class: 'host-id' }, host.id, host.id === view.host ? el('span', { class: 'quiet' }, ' (this one)') : null),
+          el('td', { class: 'role' }, host.id === view.leader ? 'leader' : 'member'),
+          el('td', {}, timeOf(host.joined_unix_ms)),
+          el('td', { class: 'share' }, owned.length ? el('ul', { class: 'plain' }, owned) : el('span', { class: 'quiet' }, 'nothing assigned')));
+      })),
+    ),
+  );
+}
+
+function assignmentTable(name, topology) {
+  const record = topology.assignment;
+  const heading = el('h3', {}, el('a', { href: href('t', name) }, name));
+  if (!record) return el('div', { class: 'assignment', 'data-name': name }, heading, el('p', { class: 'quiet' }, 'Not assigned yet.'));
+  const rows = [...shares(record)].map(([host, share]) => el('tr', { 'data-host': host },
+    el('th', { scope: 'row' }, host),
+    el('td', { class: 'partitions' }, share.partitions.join(', ') || '–'),
+    el('td', { class: 'num slots' }, figure(share.slots))));
+  return el(
+    'div',
+    { class: 'assignment', 'data-name': name },
+    heading,
+    el('p', { class: 'quiet' }, `epoch ${record.assignment?.epoch ?? record.epoch}; ${record.reason}`),
+    el('div', { class: 'table-scroll' },
+      el('table', {},
+        el('caption', { class: 'sr-only' }, `Assignment of ${name}`),
+        el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'host'), el('th', { scope: 'col' }, 'partitions'), el('th', { scope: 'col' }, 'slots'))),
+        el('tbody', {}, rows))),
+  );
+}
+
+export async function render(view) {
+  const body = el('div');
+  replace(view.main, el('h1', {}, 'Cluster'), body);
+  view.every(1000, async () => {
+    let cluster;
+    try {
+      cluster = await get(path('cluster'));
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 404) {
+        replace(body, el('section', {}, el('p', { class: 'no-cluster' }, 'This server is in no cluster: it runs its topologies alone.')));
+        return;
+      }
+      throw error;
+    }
+    if (view.closed) return;
+    const topologies = Object.entries(cluster.topologies ?? {});
+    replace(
+      body,
+      el('section', { class: 'cluster-summary' },
+        el('dl', { class: 'figures' },
+          el('div', {}, el('dt', {}, 'cluster'), el('dd', { class: 'cluster-name' }, cluster.cluster)),
+          el('div', {}, el('dt', {}, 'leader'), el('dd', { class: 'leader' }, cluster.leader ?? 'none')),
+          el('div', {}, el('dt', {}, 'hosts'), el('dd', { class: 'host-count' }, figure(cluster.hosts?.length ?? 0))),
+          el('div', {}, el('dt', {}, 'topologies'), el('dd', {}, figure(topologies.length)))),
+        cluster.error ? el('p', { class: 'error' }, cluster.error) : null),
+      el('section', {}, el('h2', {}, 'Hosts'), hostsTable(cluster)),
+      el('section', {}, el('h2', {}, 'Assignments'),
+        topologies.length ? topologies.map(([name, t]) => assignmentTable(name, t)) : el('p', { class: 'quiet' }, 'No topology is deployed to the cluster.')),
+    );
+  });
+}
