@@ -432,6 +432,27 @@ impl Dashboard {
         );
         let ms: f64 = split.as_str().unwrap().trim_end_matches(" ms a batch").parse().unwrap();
         assert!(ms > 0.0, "{split}");
+        // Tuples in and out of split: its totals are the run's (every
+        // sentence in, every word out), and its rates the API's last
+        // interval's, shown as text.
+        let status = self.server.wait_for_topology("word-count", 12);
+        let words: i64 = self.truth().values().sum();
+        let shown = self.browser.wait_for(
+            "split's tuples in and out",
+            "const g = document.querySelector('svg.graph g.node[data-id=split]');
+             return g?.dataset.tuplesIn && Number(g.dataset.tuplesIn) === arguments[0]
+               ? { tuples_in: Number(g.dataset.tuplesIn), tuples_out: Number(g.dataset.tuplesOut),
+                   in_per_s: Number(g.dataset.inPerS), out_per_s: Number(g.dataset.outPerS),
+                   text: g.querySelector('text.rates').textContent } : null",
+            &[status["tuples"].clone()],
+        );
+        assert_eq!(status["operator_tuples"]["split"], json!({ "tuples_in": status["tuples"], "tuples_out": words }));
+        assert_eq!((&shown["tuples_in"], &shown["tuples_out"]), (&status["tuples"], &json!(words)), "{shown}");
+        let (_, history) = self.server.api("GET", "/v1/topologies/word-count/history", b"");
+        let rates = &history["operators"]["split"];
+        // Idle at txid 12, the last interval's rates are the API's: none.
+        assert_eq!((rates["in_per_s"].as_f64(), rates["out_per_s"].as_f64()), (Some(0.0), Some(0.0)), "{history}");
+        assert_eq!(shown["text"], "in 0/s · out 0/s", "{shown}");
         self.browser.wait_for(
             "charts with points",
             "const charts = [...document.querySelectorAll('section.charts .chart')];

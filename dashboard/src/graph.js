@@ -9,7 +9,7 @@
 import { el, figure, href, svg } from './dom.js';
 
 const W = 190;
-const H = 84;
+const H = 102;
 const GAP_X = 54;
 const GAP_Y = 22;
 const PAD = 12;
@@ -112,6 +112,7 @@ export class Graph {
   constructor(definition, name) {
     const { boxes, edges, width, height } = layout(definition);
     this.times = new Map();
+    this.rates = new Map();
     const arrows = edges.map(({ from, to, reads }) => {
       let d;
       if (reads) {
@@ -130,14 +131,18 @@ export class Graph {
     this.nodes = new Map();
     const nodes = boxes.map((box) => {
       const time = svg('text', { class: 'time', x: 10, y: 74 }, box.query ? 'runs per query' : '');
-      if (!box.state && !box.query) this.times.set(box.id, time);
+      const rates = svg('text', { class: 'rates', x: 10, y: 92 });
+      if (!box.state && !box.query) {
+        this.times.set(box.id, time);
+        this.rates.set(box.id, rates);
+      }
       const op = box.state ? null : definition.nodes[box.index].op;
       // Where a click on the node leads: its state's browser, its query's console.
       const target = box.state
         ? href('t', name, 'state', box.id)
         : op.op === 'query-stream' ? href('t', name, 'query', op.name) : null;
       const described = `${box.state ? 'state' : 'operator'} ${box.id}: ${box.kind}${box.detail ? `, ${box.detail}` : ''}`;
-      const kindLine = box.state ? 'state' : `${box.kind} · parallelism ${box.parallelism}`;
+      const kindLine = box.state ? 'state' : cut(`${box.kind} ×${box.parallelism}`, 28);
       const group = svg(
         'g',
         {
@@ -159,6 +164,7 @@ export class Graph {
         svg('text', { class: 'kind', x: 10, y: 38 }, kindLine),
         svg('text', { class: 'detail', x: 10, y: 56 }, cut(box.detail, 30)),
         time,
+        rates,
       );
       this.nodes.set(box.id, group);
       return group;
@@ -202,8 +208,31 @@ export class Graph {
     this.failing.textContent = id && this.nodes.has(id) ? `The topology failed in operator ${id} (marked red).` : '';
   }
 
-  /** Shows each operator's time per committed batch, from a status. */
-  update(status) {
+  /**
+   * Shows each operator's time per committed batch, from a status, and its
+   * tuples in and out a second over the history's last interval (its
+   * totals since the start in the node's title and data).
+   */
+  update(status, history) {
+    for (const [id, text] of this.rates) {
+      const totals = status.operator_tuples?.[id];
+      const rate = history?.operators?.[id];
+      const node = this.nodes.get(id);
+      if (!totals) {
+        text.textContent = '';
+        continue;
+      }
+      node.dataset.tuplesIn = totals.tuples_in;
+      node.dataset.tuplesOut = totals.tuples_out;
+      node.dataset.inPerS = rate?.in_per_s ?? '';
+      node.dataset.outPerS = rate?.out_per_s ?? '';
+      const perS = (v) => (v === undefined || v === null ? '–' : figure(v, 0));
+      // Nodes of the commit phase write state: their output is not counted.
+      const writesState = totals.tuples_out === 0 && totals.tuples_in > 0;
+      text.textContent = writesState
+        ? `in ${perS(rate?.in_per_s)}/s`
+        : `in ${perS(rate?.in_per_s)}/s · out ${perS(rate?.out_per_s)}/s`;
+    }
     const batches = status.batches || 0;
     for (const [id, text] of this.times) {
       const ms = status.operator_ms?.[id];

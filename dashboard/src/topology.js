@@ -181,7 +181,7 @@ export async function render(view, { name }) {
     replace(headline, el('h1', {}, name), stateBadge(status.state), status.topology !== name ? el('span', { class: 'quiet' }, `topology ${status.topology}`) : null);
     replace(figuresBox, status.error ? errorText(status.error, 8, 'error status-error') : null, figures(status, history, unit));
     act.update(status.state);
-    graph?.update(status);
+    graph?.update(status, history);
     graph?.markFailing(status.state === 'failed' ? failingOperator(status) : null);
     throughput.update(history);
     batches.update(history);

@@ -79,6 +79,8 @@ pub struct RunReport {
     pub commit_groups: GroupSizes,
     /// Time spent in each guest operator, for committed batches.
     pub operator_time: BTreeMap<String, Duration>,
+    /// Tuples in and out of each operator, for committed batches.
+    pub operator_tuples: BTreeMap<String, crate::metrics::TupleCounts>,
     /// How far the committed batches are behind the source, where the spout
     /// knows (see `Spout::lag`).
     pub spout_lag: Option<u64>,

@@ -84,6 +84,24 @@ impl Latencies {
     }
 }
 
+/// Tuples an operator took in and gave out, in committed batches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TupleCounts {
+    /// Tuples of its inputs.
+    pub tuples_in: u64,
+    /// Tuples of its output (none counted for the nodes of the commit
+    /// phase, whose output is state).
+    pub tuples_out: u64,
+}
+
+impl TupleCounts {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: TupleCounts) {
+        self.tuples_in += other.tuples_in;
+        self.tuples_out += other.tuples_out;
+    }
+}
+
 /// How many batches the commit groups held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GroupSizes {

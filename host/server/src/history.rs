@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use weir_config::sync::Locked;
 use weir_config::{HISTORY_INTERVAL, HISTORY_MAX_SAMPLES, HISTORY_SAMPLES};
-use weir_engine::metrics::Latencies;
+use weir_engine::metrics::{Latencies, TupleCounts};
 
 /// One deployment's figures at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -43,6 +43,10 @@ struct Ring {
     taken: Instant,
     /// Read back from the file: the counts above are not the run's yet.
     restored: bool,
+    /// Each operator's tuples at the last sample, and its rates in and out
+    /// over the interval before it.
+    operators: BTreeMap<String, TupleCounts>,
+    operator_rates: BTreeMap<String, (f32, f32)>,
 }
 
 /// Every deployment's ring, by name.
@@ -103,6 +107,8 @@ impl History {
                 latencies: Latencies::default(),
                 taken: now,
                 restored: false,
+                operators: BTreeMap::new(),
+                operator_rates: BTreeMap::new(),
             });
             let seconds = now.saturating_duration_since(ring.taken).as_secs_f64();
             let (batches_per_s, tuples_per_s) = if ring.samples.is_empty() || ring.restored {
@@ -113,6 +119,18 @@ impl History {
             };
             let window = status.commit_latency.since(&ring.latencies);
             let ms = |q| window.quantile(q).map(|d| (d.as_secs_f64() * 1e3) as f32);
+            let fresh = ring.samples.is_empty() || ring.restored;
+            ring.operator_rates = status
+                .operator_tuples
+                .iter()
+                .map(|(operator, now)| {
+                    let then = ring.operators.get(operator).copied().filter(|_| !fresh).unwrap_or_default();
+                    let rates =
+                        (rate(then.tuples_in, now.tuples_in, seconds), rate(then.tuples_out, now.tuples_out, seconds));
+                    (operator.clone(), if fresh { (0.0, 0.0) } else { rates })
+                })
+                .collect();
+            ring.operators.clone_from(&status.operator_tuples);
             (ring.batches, ring.tuples, ring.taken, ring.restored) = (status.batches, status.tuples, now, false);
             ring.latencies.clone_from(&status.commit_latency);
             ring.samples.push_back(Sample {
@@ -176,6 +194,8 @@ impl History {
                     latencies: Latencies::default(),
                     taken: now,
                     restored: true,
+                    operators: BTreeMap::new(),
+                    operator_rates: BTreeMap::new(),
                 },
             );
         }
@@ -192,6 +212,15 @@ impl History {
     pub fn columns(&self, name: &str) -> serde_json::Value {
         let rings = self.rings.locked();
         let samples: Vec<Sample> = rings.get(name).map(|r| r.samples.iter().copied().collect()).unwrap_or_default();
+        let operators: serde_json::Map<String, serde_json::Value> = rings
+            .get(name)
+            .map(|r| &r.operator_rates)
+            .into_iter()
+            .flatten()
+            .map(|(op, (tuples_in, tuples_out))| {
+                (op.clone(), json!({ "in_per_s": short(*tuples_in), "out_per_s": short(*tuples_out) }))
+            })
+            .collect();
         drop(rings);
         let column = |figure: fn(&Sample) -> serde_json::Value| samples.iter().map(figure).collect::<Vec<_>>();
         json!({
@@ -204,6 +233,7 @@ impl History {
             "commit_p99_ms": column(|s| json!(s.commit_p99_ms.map(short))),
             "replays": column(|s| json!(s.replays)),
             "spout_lag": column(|s| json!(s.spout_lag)),
+            "operators": operators,
         })
     }
 }
@@ -246,6 +276,21 @@ mod tests {
         assert_eq!(columns["tuples_per_s"], json!([3000.0, 0.0, 2000.0]));
         assert_eq!(columns["commit_p99_ms"], json!([null, null, null]));
         assert_eq!(history.columns("unknown")["at"], json!([]));
+    }
+
+    #[test]
+    fn each_operators_rates_are_the_last_intervals() {
+        let history = History::new(10, 100);
+        let start = Instant::now();
+        let at = |second: u64, tuples_in: u64, tuples_out: u64| {
+            let counts = TupleCounts { tuples_in, tuples_out };
+            let status = Status { operator_tuples: [("split".to_owned(), counts)].into(), ..status(second) };
+            history.record(|| vec![("wc".into(), status)], start + Duration::from_secs(second), SystemTime::now());
+        };
+        at(0, 1000, 9000);
+        assert_eq!(history.columns("wc")["operators"]["split"], json!({"in_per_s": 0.0, "out_per_s": 0.0}));
+        at(2, 3000, 25_000);
+        assert_eq!(history.columns("wc")["operators"]["split"], json!({"in_per_s": 1000.0, "out_per_s": 8000.0}));
     }
 
     #[test]

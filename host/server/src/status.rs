@@ -5,7 +5,7 @@ use super::host::Host;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use weir_engine::coordinator::RunReport;
-use weir_engine::metrics::GroupSizes;
+use weir_engine::metrics::{GroupSizes, TupleCounts};
 
 /// Whether a served topology runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -51,6 +51,8 @@ pub struct Status {
     pub commit_group_mean: Option<f64>,
     /// Milliseconds spent in each guest operator since it was last started.
     pub operator_ms: BTreeMap<String, f64>,
+    /// Tuples in and out of each operator since it was last started.
+    pub operator_tuples: BTreeMap<String, TupleCounts>,
     /// How far the committed batches are behind the input, where the spout
     /// knows: bytes for the file spouts, integers for the generator.
     pub spout_lag: Option<u64>,
@@ -109,6 +111,7 @@ impl Status {
             commit_groups: report.commit_groups,
             commit_group_mean: report.commit_groups.mean(),
             operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
+            operator_tuples: report.operator_tuples.clone(),
             spout_lag: report.spout_lag,
             spout_lag_partitions: report.partition_lag.clone(),
             late_tuples: report.late_tuples.clone(),

@@ -8,6 +8,7 @@ use super::parts::{Parts, fit_owned};
 use super::persistent_aggregate::{self, Partials};
 use super::window::{self, Preassigned};
 use crate::instances::{Instances, OperatorSource};
+use crate::metrics::TupleCounts;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,9 @@ pub struct Handover {
     pub(super) partials: HashMap<usize, Partials>,
     /// Per event-time window: the batch assigned to its windows.
     pub(super) windows: HashMap<usize, Preassigned>,
+    /// Tuples in and out of each node of the process phase, and in to each
+    /// node of the commit phase it feeds, by operator id.
+    pub tuples: BTreeMap<String, TupleCounts>,
 }
 
 impl Handover {
@@ -130,8 +134,11 @@ impl Processor {
                 }
             }
             let node = &plan.nodes[i];
+            let tuples_in: u64 = node.inputs.iter().filter_map(|&p| outputs[p].as_deref()).map(tuples_of).sum();
             if node.op == Op::Spout {
                 let mut batch = spout_batch.take().expect("one spout");
+                let emitted = TupleCounts { tuples_in: 0, tuples_out: batch.len() as u64 };
+                handover.tuples.entry(node.id.clone()).or_default().add(emitted);
                 let by_origin = plan.tags_origins();
                 if by_origin {
                     // Each tuple's tag is its index in the batch, the order
@@ -143,6 +150,7 @@ impl Processor {
                 continue;
             }
             if node.phase == Phase::Commit {
+                handover.tuples.entry(node.id.clone()).or_default().add(TupleCounts { tuples_in, tuples_out: 0 });
                 let from_process = |p: &usize| plan.nodes[*p].phase == Phase::Process;
                 if matches!(node.op, Op::PersistentAggregate { .. }) && from_process(&node.inputs[0]) {
                     let input = outputs[node.inputs[0]].as_ref().expect("inputs run first");
@@ -162,6 +170,8 @@ impl Processor {
             let inputs: Vec<&Parts> =
                 node.inputs.iter().map(|&p| &**outputs[p].as_ref().expect("inputs run first")).collect();
             let out = exec.run(i, &inputs)?;
+            let counted = TupleCounts { tuples_in, tuples_out: tuples_of(&out) };
+            handover.tuples.entry(node.id.clone()).or_default().add(counted);
             outputs[i] = Some(Arc::new(out));
         }
         for output in outputs {
@@ -169,6 +179,11 @@ impl Processor {
         }
         Ok(handover)
     }
+}
+
+/// Tuples in a node's output, over its partitions.
+fn tuples_of(parts: &Parts) -> u64 {
+    parts.iter().map(|batch| batch.len() as u64).sum()
 }
 
 /// The least room in buffers worth sending back to the spout.
