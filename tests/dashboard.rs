@@ -274,6 +274,49 @@ impl Dashboard {
         self.browser.screenshot("unreachable");
     }
 
+    /// A time window's node shows its kind and size, its watermark and the
+    /// late tuples it found, as the API says them.
+    fn a_window_node_shows_its_watermark_and_late_tuples_as_the_api_does(&self) {
+        let readings = self.dir.path().join("in/readings.txt");
+        let generated = std::process::Command::new("python3")
+            .arg(Path::new(REPO_ROOT).join("tests/windows_reference.py"))
+            .args(["generate", "--seed", "7", "-n", "3000", "-o"])
+            .arg(&readings)
+            .status()
+            .unwrap();
+        assert!(generated.success());
+        let windows = bundle(self.dir.path(), WINDOWS, "windows.weir");
+        let (status, body) = self.server.api(
+            "POST",
+            "/v1/topologies?name=windows&topology=time-tumbling&input=in/readings.txt",
+            &windows,
+        );
+        assert_eq!(status, 201, "{body}");
+        let status = self.server.wait_for_topology("windows", 3);
+        let (_, definition) = self.server.api("GET", "/v1/topologies/windows/definition", b"");
+        let window = definition["nodes"].as_array().unwrap().iter().find(|n| n["op"]["op"] == "window").unwrap();
+        let id = window["id"].as_str().unwrap();
+        let (watermark, late) = (status["watermarks"][id].clone(), status["late_tuples"][id].clone());
+        assert!(watermark.is_i64() && late.as_u64().is_some_and(|n| n > 0), "{status}");
+        self.browser.goto(&self.url("#/t/windows"));
+        let shown = self.browser.wait_for(
+            "the window's figures",
+            "const g = document.querySelector(`svg.graph g.node[data-id='${arguments[0]}']`);
+             return g?.dataset.watermark ? { watermark: Number(g.dataset.watermark), late: Number(g.dataset.late),
+               detail: g.querySelector('text.detail').textContent, time: g.querySelector('text.time').textContent,
+               rates: g.querySelector('text.rates').textContent } : null",
+            &[json!(id)],
+        );
+        assert_eq!((&shown["watermark"], &shown["late"]), (&watermark, &late), "{shown}");
+        let at = chrono_free_utc(watermark.as_i64().unwrap());
+        assert_eq!(shown["time"], format!("watermark {at}"), "{shown}");
+        assert!(shown["rates"].as_str().unwrap().ends_with(&format!("late {late}")), "{shown}");
+        assert!(shown["detail"].as_str().unwrap().starts_with("event time "), "{shown}");
+        self.browser.screenshot("window");
+        let (status, body) = self.server.api("DELETE", "/v1/topologies/windows?state=drop", b"");
+        assert_eq!(status, 204, "{body}");
+    }
+
     fn a_wrong_token_shows_the_401_and_nothing_else(&self) {
         self.browser.goto(&self.url(""));
         let token = self.browser.find("form.token input[type=password]");
@@ -813,6 +856,7 @@ fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
     step("stop and resume", || d.stop_then_resume_from_the_page_and_counts_end_exact());
     step("a damaged bundle", || d.a_damaged_bundle_deployed_from_the_page_shows_the_servers_400_reason());
     step("markup from a guest", || d.guest_markup_is_shown_as_text_and_no_script_runs());
+    step("a window node", || d.a_window_node_shows_its_watermark_and_late_tuples_as_the_api_does());
     step("one request a tick", || d.the_list_page_makes_one_request_a_tick());
     step("every page at 1,400 and 400 px, and axe-core", || {
         d.every_page_fits_its_viewport_and_axe_finds_no_serious_violation()
@@ -825,4 +869,12 @@ fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
         let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();
         assert_eq!(png_size(&png), VIEWPORT, "{page}.png");
     }
+}
+
+/// `ms` since the epoch as a UTC time of day to the millisecond, as the
+/// graph shows a watermark: HH:MM:SS.mmm.
+fn chrono_free_utc(ms: i64) -> String {
+    let of_day = ms.rem_euclid(86_400_000);
+    let (h, m, s, milli) = (of_day / 3_600_000, of_day / 60_000 % 60, of_day / 1000 % 60, of_day % 1000);
+    format!("{h:02}:{m:02}:{s:02}.{milli:03}")
 }

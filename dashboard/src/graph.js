@@ -38,9 +38,40 @@ function detailOf(op) {
       return `into ${op.state?.name}`;
     case 'state-query':
       return `reads ${op.state}`;
+    case 'window':
+      return windowOf(op.window);
     default:
       return op.input ? `${list(op.input)} → ${list(op.output)}` : '';
   }
+}
+
+/** A span of milliseconds, in the largest unit that divides it. */
+function span(ms) {
+  for (const [unit, size] of [['h', 3600000], ['min', 60000], ['s', 1000]]) {
+    if (ms >= size && ms % size === 0) return `${ms / size} ${unit}`;
+  }
+  return `${ms} ms`;
+}
+
+/** A window's kind and size. */
+function windowOf(window) {
+  switch (window?.kind) {
+    case 'count':
+      return window.slide && window.slide !== window.size ? `count ${window.size}, slide ${window.slide}` : `count ${window.size}`;
+    case 'duration':
+      return `time ${span(window.size_ms)}${window.slide_ms && window.slide_ms !== window.size_ms ? `, slide ${span(window.slide_ms)}` : ''}`;
+    case 'event-time':
+      return `event time ${span(window.size_ms)}${window.slide_ms && window.slide_ms !== window.size_ms ? `, slide ${span(window.slide_ms)}` : ''}`;
+    case 'session':
+      return `session, gap ${span(window.gap_ms)}`;
+    default:
+      return window?.kind ?? '';
+  }
+}
+
+/** A watermark (ms since the epoch) as a time of day in UTC, to the millisecond. */
+function watermarkText(ms) {
+  return new Date(ms).toISOString().slice(11, 23);
 }
 
 function cut(text, chars) {
@@ -113,6 +144,7 @@ export class Graph {
     const { boxes, edges, width, height } = layout(definition);
     this.times = new Map();
     this.rates = new Map();
+    this.windows = new Set(definition.nodes.filter((n) => n.op.op === 'window').map((n) => n.id));
     const arrows = edges.map(({ from, to, reads }) => {
       let d;
       if (reads) {
@@ -218,6 +250,13 @@ export class Graph {
       const totals = status.operator_tuples?.[id];
       const rate = history?.operators?.[id];
       const node = this.nodes.get(id);
+      if (this.windows.has(id)) {
+        // A window: its tuples in, and what it found late.
+        const late = status.late_tuples?.[id] ?? 0;
+        node.dataset.late = late;
+        text.textContent = `in ${figure(rate?.in_per_s ?? 0, 0)}/s · late ${figure(late)}`;
+        continue;
+      }
       if (!totals) {
         text.textContent = '';
         continue;
@@ -235,6 +274,13 @@ export class Graph {
     }
     const batches = status.batches || 0;
     for (const [id, text] of this.times) {
+      if (this.windows.has(id)) {
+        const mark = status.watermarks?.[id];
+        const node = this.nodes.get(id);
+        node.dataset.watermark = mark ?? '';
+        text.textContent = mark === undefined ? 'no watermark yet' : `watermark ${watermarkText(mark)}`;
+        continue;
+      }
       const ms = status.operator_ms?.[id];
       if (ms !== undefined && batches > 0) text.textContent = `${figure(ms / batches, 3)} ms a batch`;
       else if (batches === 0 && status.last_committed > 0) text.textContent = 'no batch since its start';

@@ -89,6 +89,9 @@ pub struct RunReport {
     pub partition_lag: BTreeMap<String, u64>,
     /// Late tuples each window operator found, in committed batches.
     pub late_tuples: BTreeMap<String, u64>,
+    /// Each time window operator's watermark (event or processing time, in
+    /// milliseconds) after the last committed batch that moved it.
+    pub watermarks: BTreeMap<String, i64>,
     /// The last [`RECENT_FAILURES`] failed attempts, oldest first: of the
     /// process or commit phase, and of the spout's emission.
     pub failures: VecDeque<Failure>,

@@ -61,6 +61,9 @@ pub struct Status {
     pub spout_lag_partitions: BTreeMap<String, u64>,
     /// Late tuples each window operator found since it was last started.
     pub late_tuples: BTreeMap<String, u64>,
+    /// Each time window operator's watermark, in milliseconds, after the
+    /// last batch that moved it since it was last started.
+    pub watermarks: BTreeMap<String, i64>,
     /// The last failed attempts since it was last started, most recent first.
     pub failures: Vec<FailedAttempt>,
     /// Every commit latency since it was last started: the history takes
@@ -115,6 +118,7 @@ impl Status {
             spout_lag: report.spout_lag,
             spout_lag_partitions: report.partition_lag.clone(),
             late_tuples: report.late_tuples.clone(),
+            watermarks: report.watermarks.clone(),
             commit_latency: report.commit_latency.clone(),
             failures: report
                 .failures

@@ -73,6 +73,7 @@ impl Coordinator<'_> {
         for (window, late) in self.committer.take_late() {
             *self.report.late_tuples.entry(window).or_default() += late;
         }
+        self.report.watermarks.extend(self.committer.take_watermarks());
         if committed == 0 {
             return Ok(failed);
         }

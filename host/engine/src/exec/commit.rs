@@ -34,6 +34,9 @@ pub struct Committer {
     /// Late tuples each window found in the batches committed since the
     /// last [`Committer::take_late`].
     late: BTreeMap<String, u64>,
+    /// Each time window's watermark after the last committed batch that
+    /// moved it, since the last [`Committer::take_watermarks`].
+    watermarks: BTreeMap<String, i64>,
 }
 
 /// A batch whose commit phase ran: what it commits.
@@ -45,6 +48,8 @@ struct Prepared {
     others: Vec<OtherRecords>,
     /// Late tuples per window operator.
     late: BTreeMap<String, u64>,
+    /// Watermark per time window operator, after the batch.
+    watermarks: BTreeMap<String, i64>,
 }
 
 /// What a batch's commit-phase nodes made: each node's output, and the
@@ -52,6 +57,7 @@ struct Prepared {
 struct Ran {
     outputs: Vec<Option<Arc<Parts>>>,
     late: BTreeMap<String, u64>,
+    watermarks: BTreeMap<String, i64>,
 }
 
 /// A group's commit that failed at one of its batches.
@@ -68,7 +74,15 @@ impl Committer {
     pub fn new(plan: Arc<Plan>, source: OperatorSource) -> Committer {
         let nodes = plan.data_nodes().into_iter().filter(|&i| plan.nodes[i].phase == Phase::Commit).collect();
         let instances = per_partition(&plan, &source);
-        Committer { instances, plan, nodes, caches: HashMap::new(), group: Vec::new(), late: BTreeMap::new() }
+        Committer {
+            instances,
+            plan,
+            nodes,
+            caches: HashMap::new(),
+            group: Vec::new(),
+            late: BTreeMap::new(),
+            watermarks: BTreeMap::new(),
+        }
     }
 
     /// Time spent in each operator since the last call, and resets it.
@@ -80,6 +94,12 @@ impl Committer {
     /// last call, and resets them.
     pub fn take_late(&mut self) -> BTreeMap<String, u64> {
         std::mem::take(&mut self.late)
+    }
+
+    /// Each time window operator's watermark after the last batch
+    /// committed that moved it, since the last call.
+    pub fn take_watermarks(&mut self) -> BTreeMap<String, i64> {
+        std::mem::take(&mut self.watermarks)
     }
 
     /// Batches in the group.
@@ -116,7 +136,7 @@ impl Committer {
             .unwrap_or_else(|e| e.into_inner());
         let writes = views.finish(&mut self.caches);
         match result {
-            Ok(Ran { outputs, late }) => {
+            Ok(Ran { outputs, late, watermarks }) => {
                 // The sinks' output commits with the batch, into their outboxes.
                 let others = self
                     .nodes
@@ -125,7 +145,7 @@ impl Committer {
                     .map(|&i| sink::outbox(&plan.nodes[i], txid, outputs[i].as_deref().expect("every node ran")))
                     .collect();
                 let writes = Arc::new(writes);
-                self.group.push(Prepared { txid, record: record.clone(), writes, others, late });
+                self.group.push(Prepared { txid, record: record.clone(), writes, others, late, watermarks });
                 Ok(())
             }
             Err(e) => {
@@ -195,6 +215,8 @@ impl Committer {
             for (window, n) in &batch.late {
                 *self.late.entry(window.clone()).or_default() += n;
             }
+            // In txid order: the last committed batch's stand.
+            self.watermarks.extend(batch.watermarks.iter().map(|(window, w)| (window.clone(), *w)));
         }
         match outcome {
             Ok(written) => {
@@ -226,8 +248,15 @@ impl Committer {
         views: &Arc<Mutex<Views>>,
         mut handover: Handover,
     ) -> Result<Ran, BatchError> {
-        let mut exec =
-            Exec { plan, instances: &mut self.instances, batch, time_ms, late: HashMap::new(), views: Some(views) };
+        let mut exec = Exec {
+            plan,
+            instances: &mut self.instances,
+            batch,
+            time_ms,
+            late: HashMap::new(),
+            watermarks: HashMap::new(),
+            views: Some(views),
+        };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         for &i in &self.nodes {
             let node = &plan.nodes[i];
@@ -249,6 +278,7 @@ impl Committer {
             outputs[i] = Some(Arc::new(out));
         }
         let late = exec.late.iter().map(|(&window, tuples)| (plan.nodes[window].id.clone(), tuples.len() as u64));
-        Ok(Ran { outputs, late: late.collect() })
+        let watermarks = exec.watermarks.iter().map(|(&window, &w)| (plan.nodes[window].id.clone(), w));
+        Ok(Ran { outputs, late: late.collect(), watermarks: watermarks.collect() })
     }
 }

@@ -117,6 +117,7 @@ impl Processor {
             batch: id,
             time_ms: 0,
             late: HashMap::new(),
+            watermarks: HashMap::new(),
             views: None,
         };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
