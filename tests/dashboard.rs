@@ -771,7 +771,31 @@ impl Dashboard {
             "return document.querySelector('.actions .message')?.textContent === 'Upgrading: done.'",
             &[],
         );
-        assert_eq!(self.server.wait_for_topology("word-count", 15)["state"], "running");
+        let status = self.server.wait_for_topology("word-count", 15);
+        assert_eq!(status["state"], "running");
+        // The upgrade is in its history, as the API has it.
+        let upgrades = status["deployment"]["upgrades"].as_array().unwrap();
+        assert_eq!(upgrades.len(), 1, "{status}");
+        let digest = status["deployment"]["bundle"].as_str().unwrap().trim_end_matches(".weir");
+        assert_eq!(upgrades[0]["to"], status["deployment"]["bundle"], "{status}");
+        let shown = self.browser.wait_for(
+            "the upgrade history",
+            "return [...document.querySelectorAll('.upgrade-history li')].map(li => li.textContent)",
+            &[],
+        );
+        let shown = shown.as_array().unwrap();
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert!(shown[0].as_str().unwrap().ends_with(&format!("→ {}", &digest[..12])), "{shown:?}");
+        // Where it came from: its bundle's digest, its input, its deploy time.
+        let facts = self.browser.run(
+            "return { digest: document.querySelector('.deployment .digest').title,
+                      input: document.querySelector('.deployment .input').textContent,
+                      deployed: document.querySelector('.deployment .deployed')?.textContent ?? null }",
+            &[],
+        );
+        assert_eq!(facts["digest"], format!("bundle SHA-256 {digest}"), "{facts}");
+        assert_eq!(facts["input"], "input in/corpus.txt", "{facts}");
+        assert!(facts["deployed"].as_str().unwrap().starts_with("deployed 20"), "{facts}");
 
         self.browser.goto(&self.url(&format!("#/t/{}", escape(MARKUP_NAME))));
         // Deleting asks what becomes of the state, then for a confirmation.

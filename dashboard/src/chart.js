@@ -19,8 +19,8 @@ export const BATCHES = [{ column: 'batches_per_s', label: 'batches/s', unit: 'ba
 
 /** The commit latency chart's series: of each interval's commits. */
 export const LATENCY = [
-  { column: 'commit_p50_ms', label: 'commit p50', unit: 'ms', stroke: '#9333ea', scale: 'ms' },
-  { column: 'commit_p99_ms', label: 'commit p99', unit: 'ms', stroke: '#dc2626', scale: 'ms' },
+  { column: 'commit_p50_ms', label: 'commit p50', unit: 'ms', stroke: '#9333ea', scale: 'ms', points: true },
+  { column: 'commit_p99_ms', label: 'commit p99', unit: 'ms', stroke: '#dc2626', scale: 'ms', points: true },
 ];
 
 /** A time of day to the second. */
@@ -93,6 +93,8 @@ export class TimeChart {
           scale: s.scale,
           spanGaps: false,
           value: (_, v) => (v === null || v === undefined ? '–' : `${figure(v, 2)} ${s.unit}`),
+          // A second with no commit has no latency: lone figures show as dots.
+          ...(s.points ? { points: { show: true, size: 5 } } : {}),
         })),
       ],
     };

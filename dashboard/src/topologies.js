@@ -36,6 +36,39 @@ export function figures(status, history, lagUnit = null) {
   return el('dl', { class: 'figures' }, rows.map(([label, name, value]) => el('div', {}, el('dt', {}, label), el('dd', { class: name }, value))));
 }
 
+/** A span of seconds, in its largest units: `3 h 4 min`, `5 min 6 s`, `7 s`. */
+export function duration(seconds) {
+  const s = Math.floor(seconds);
+  if (s >= 3600) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  if (s >= 60) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${s} s`;
+}
+
+/** A moment (ms since the epoch) as its UTC date and time to the second. */
+export function moment(ms) {
+  return `${new Date(ms).toISOString().slice(0, 19).replace('T', ' ')} UTC`;
+}
+
+/** The bundle's digest: its file's name is its SHA-256. */
+export function digestOf(bundle) {
+  return String(bundle ?? '').replace(/\.weir$/, '');
+}
+
+/** Where a deployment came from and how long it runs: deploy time, uptime, input, bundle digest. */
+export function deployment(status) {
+  const facts = status.deployment;
+  if (!facts) return null;
+  const digest = digestOf(facts.bundle);
+  const parts = [
+    facts.deployed_unix_ms ? el('span', { class: 'deployed' }, `deployed ${moment(facts.deployed_unix_ms)}`) : null,
+    status.state === 'running' ? el('span', { class: 'uptime' }, `up ${duration(status.uptime_s ?? 0)}`) : null,
+    facts.input ? el('span', { class: 'input' }, `input ${facts.input}`) : null,
+    el('span', { class: 'digest', title: `bundle SHA-256 ${digest}` }, `bundle ${digest.slice(0, 12)}`),
+    facts.upgrades?.length ? el('span', { class: 'upgrades' }, `${facts.upgrades.length} upgrade${facts.upgrades.length === 1 ? '' : 's'}`) : null,
+  ].filter(Boolean);
+  return el('p', { class: 'deployment quiet' }, parts.flatMap((p, i) => (i ? [' · ', p] : [p])));
+}
+
 /** One deployment's card, updated in place. */
 class Card {
   constructor(name) {
@@ -53,7 +86,7 @@ class Card {
       stateBadge(status.state),
       status.topology !== this.name ? el('span', { class: 'quiet' }, `topology ${status.topology}`) : null,
     );
-    replace(this.body, status.error ? errorText(status.error) : null, figures(status, history));
+    replace(this.body, deployment(status), status.error ? errorText(status.error) : null, figures(status, history));
     if (history) this.chart.update(history);
   }
 }

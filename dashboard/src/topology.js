@@ -7,7 +7,7 @@ import { BATCHES, LATENCY, THROUGHPUT, TimeChart } from './chart.js';
 import { el, figure, href, replace } from './dom.js';
 import { errorText, failingOperator, failuresTable } from './failure.js';
 import { Graph } from './graph.js';
-import { figures, stateBadge } from './topologies.js';
+import { deployment, digestOf, figures, moment, stateBadge } from './topologies.js';
 
 /** The states a definition writes (name and kind) and its queries' names. */
 export function statesAndQueries(definition) {
@@ -132,6 +132,14 @@ function actions(view, name, onDone) {
   return { element, update };
 }
 
+/** The deployment's upgrades, the latest first. */
+function upgradesList(status) {
+  const all = status.deployment?.upgrades ?? [];
+  if (!all.length) return el('p', { class: 'quiet' }, 'Not upgraded since it was deployed.');
+  return el('ol', { class: 'upgrade-history plain' }, [...all].reverse().map((u) => el('li', {},
+    `${moment(u.at_unix_ms)}: bundle ${digestOf(u.from).slice(0, 12)} → ${digestOf(u.to).slice(0, 12)}`)));
+}
+
 /** The unit a spout's lag is counted in. */
 export function lagUnit(definition) {
   const kind = definition?.nodes?.find((n) => n.op.op === 'spout')?.op.spout?.kind ?? '';
@@ -163,6 +171,7 @@ export async function render(view, { name }) {
   const latency = new TimeChart(LATENCY, { title: 'Commit latency, each second' });
   const unit = lagUnit(definition);
   const failures = el('div', { class: 'failures-box' });
+  const upgrades = el('div', { class: 'upgrades-box' });
   // Scrolled by keyboard too: it can be focused.
   const logs = el('ol', { class: 'logs', reversed: true, tabindex: 0, 'aria-label': "the guests' log lines, the latest first" });
   const follow = el('input', { type: 'checkbox', checked: true, id: 'follow' });
@@ -179,7 +188,8 @@ export async function render(view, { name }) {
     const [status, history] = await Promise.all([get(path('topologies', name)), get(path('topologies', name, 'history'))]);
     if (view.closed) return;
     replace(headline, el('h1', {}, name), stateBadge(status.state), status.topology !== name ? el('span', { class: 'quiet' }, `topology ${status.topology}`) : null);
-    replace(figuresBox, status.error ? errorText(status.error, 8, 'error status-error') : null, figures(status, history, unit));
+    replace(figuresBox, deployment(status), status.error ? errorText(status.error, 8, 'error status-error') : null, figures(status, history, unit));
+    replace(upgrades, upgradesList(status));
     act.update(status.state);
     graph?.update(status, history);
     graph?.markFailing(status.state === 'failed' ? failingOperator(status) : null);
@@ -197,6 +207,7 @@ export async function render(view, { name }) {
     el('section', { class: 'graph-box' }, el('h2', {}, 'Stream graph'), graph ? graph.element : whyNoGraph),
     el('section', { class: 'charts' }, el('h2', { class: 'sr-only' }, 'Charts'), throughput.element, batches.element, latency.element),
     el('section', {}, el('h2', {}, 'Recent failures'), failures),
+    el('section', {}, el('h2', {}, 'Upgrades'), upgrades),
     el('section', { class: 'states' },
       el('h2', {}, 'States and queries'),
       el('ul', {},

@@ -14,8 +14,8 @@
 
 use super::bundles::{STAGED_SUFFIX, Staged, is_plain_file_name};
 pub use super::host::Host;
-use super::registry::{DeploymentRecord, Registry};
-pub use super::status::{FailedAttempt, RunState, Status};
+use super::registry::{DeploymentRecord, Registry, UPGRADES_KEPT, Upgrade, now_unix_ms};
+pub use super::status::{Deployed, FailedAttempt, RunState, Status};
 use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -303,7 +303,14 @@ impl Deployments {
         // Again: other deploys may have ended while this one loaded.
         self.refuse_past_max(deployed.len())?;
         let file = staged.keep(&self.host.bundles)?;
-        let record = DeploymentRecord { bundle: file, topology: Some(topology), input: request.input, running: true };
+        let record = DeploymentRecord {
+            bundle: file,
+            topology: Some(topology),
+            input: request.input,
+            running: true,
+            deployed_unix_ms: Some(now_unix_ms()),
+            upgrades: Vec::new(),
+        };
         let mut deployment = Deployment { record, loaded: Some(loaded), status: Arc::default(), running: None };
         let started = self.save(&name, &deployment.record).and_then(|()| self.start(&name, &mut deployment));
         if let Err(e) = started {
@@ -579,6 +586,13 @@ impl Deployments {
         let file = staged.keep(&self.host.bundles)?;
         let deployment = deployed.get_mut(name).ok_or_else(|| not_deployed(name))?;
         let old_file = std::mem::replace(&mut deployment.record.bundle, file);
+        let upgrades = &mut deployment.record.upgrades;
+        upgrades.push(Upgrade {
+            at_unix_ms: now_unix_ms(),
+            from: old_file.clone(),
+            to: deployment.record.bundle.clone(),
+        });
+        upgrades.drain(..upgrades.len().saturating_sub(UPGRADES_KEPT));
         deployment.record.running = true;
         deployment.loaded = Some(loaded);
         self.save(name, &deployment.record)?;
@@ -604,12 +618,28 @@ impl Deployments {
     pub fn status(&self, name: &str) -> Result<Status, DeployError> {
         let deployed = self.lock();
         let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
-        Ok(self.status_of(deployment).clone())
+        Ok(self.described(deployment))
     }
 
     /// Every deployed topology's name and status.
     pub fn list(&self) -> Vec<(String, Status)> {
-        self.lock().iter().map(|(name, d)| (name.clone(), self.status_of(d).clone())).collect()
+        self.lock().iter().map(|(name, d)| (name.clone(), self.described(d))).collect()
+    }
+
+    /// A deployment's status with what its record says of it.
+    fn described(&self, deployment: &Deployment) -> Status {
+        let mut status = self.status_of(deployment).clone();
+        if status.started_unix_ms > 0 {
+            status.uptime_s = now_unix_ms().saturating_sub(status.started_unix_ms) as f64 / 1e3;
+        }
+        let record = &deployment.record;
+        status.deployment = Some(Deployed {
+            bundle: record.bundle.clone(),
+            input: record.input.clone(),
+            deployed_unix_ms: record.deployed_unix_ms,
+            upgrades: record.upgrades.clone(),
+        });
+        status
     }
 
     /// Whether topology `name` is deployed.

@@ -66,10 +66,30 @@ pub struct Status {
     pub watermarks: BTreeMap<String, i64>,
     /// The last failed attempts since it was last started, most recent first.
     pub failures: Vec<FailedAttempt>,
+    /// When it was last started, in milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Seconds since then, as of the call that asked.
+    pub uptime_s: f64,
+    /// What its record says: bundle, input, deploy time, upgrades.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<Deployed>,
     /// Every commit latency since it was last started: the history takes
     /// each interval's quantiles from it.
     #[serde(skip)]
     pub commit_latency: weir_engine::metrics::Latencies,
+}
+
+/// What a deployment's record says of it, as a status shows it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Deployed {
+    /// Its bundle's file in the data dir's `bundles/`: `<sha256>.weir`.
+    pub bundle: String,
+    /// The input of its spout, if it reads one.
+    pub input: Option<std::path::PathBuf>,
+    /// When it was deployed (absent for a record older than deploy times).
+    pub deployed_unix_ms: Option<u64>,
+    /// Its last upgrades, oldest first.
+    pub upgrades: Vec<super::registry::Upgrade>,
 }
 
 /// A failed attempt at a batch, as a status shows it.
@@ -117,6 +137,9 @@ impl Status {
             operator_tuples: report.operator_tuples.clone(),
             spout_lag: report.spout_lag,
             spout_lag_partitions: report.partition_lag.clone(),
+            started_unix_ms: super::registry::now_unix_ms().saturating_sub(report.elapsed.as_millis() as u64),
+            uptime_s: report.elapsed.as_secs_f64(),
+            deployment: None,
             late_tuples: report.late_tuples.clone(),
             watermarks: report.watermarks.clone(),
             commit_latency: report.commit_latency.clone(),
