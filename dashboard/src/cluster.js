@@ -1,7 +1,9 @@
-// The cluster page: its hosts (the leader marked, when each joined), and
-// each topology's assignment: which host owns which spout partitions and
-// how many state slots, under which epoch and why. Refreshed every second
-// from GET /v1/cluster.
+// The cluster page: its hosts (the leader marked, when each joined, each
+// one's share of each topology and its rate there), and each topology's
+// assignment: which host owns which spout partitions and how many state
+// slots, under which epoch and why. Refreshed every second from GET
+// /v1/cluster and the topologies' statuses (each host's rate, as the hosts
+// last shared them).
 
 import { ApiError, get, path } from './api.js';
 import { el, figure, href, replace } from './dom.js';
@@ -20,7 +22,7 @@ export function shares(assignment) {
   return byHost;
 }
 
-function hostsTable(view) {
+function hostsTable(view, statuses) {
   const all = Object.entries(view.topologies ?? {});
   return el(
     'div',
@@ -35,7 +37,10 @@ function hostsTable(view) {
           const share = shares(t.assignment).get(host.id);
           if (!share) return null;
           const total = Object.keys(t.assignment?.units ?? {}).length;
-          return el('li', {}, `${name}: ${share.units} of ${total} units (${share.partitions.length} partitions, ${share.slots} slots)`);
+          const rate = statuses.get(name)?.cluster?.hosts?.[host.id]?.tuples_per_s;
+          return el('li', { 'data-topology': name, 'data-units': share.units },
+            `${name}: ${share.units} of ${total} units (${share.partitions.length} partitions, ${share.slots} slots)`,
+            rate === undefined || rate === null ? '' : `, ${figure(rate, 0)} tuples/s`);
         }).filter(Boolean);
         return el('tr', { 'data-host': host.id },
           el('th', { scope: 'row', class: 'host-id' }, host.id, host.id === view.host ? el('span', { class: 'quiet' }, ' (this one)') : null),
@@ -73,8 +78,10 @@ export async function render(view) {
   replace(view.main, el('h1', {}, 'Cluster'), body);
   view.every(1000, async () => {
     let cluster;
+    let statuses;
     try {
       cluster = await get(path('cluster'));
+      statuses = new Map((await get(path('topologies'))).map((s) => [s.name, s]));
     } catch (error) {
       if (error instanceof ApiError && error.status === 404) {
         replace(body, el('section', {}, el('p', { class: 'no-cluster' }, 'This server is in no cluster: it runs its topologies alone.')));
@@ -93,7 +100,7 @@ export async function render(view) {
           el('div', {}, el('dt', {}, 'hosts'), el('dd', { class: 'host-count' }, figure(cluster.hosts?.length ?? 0))),
           el('div', {}, el('dt', {}, 'topologies'), el('dd', {}, figure(topologies.length)))),
         cluster.error ? el('p', { class: 'error' }, cluster.error) : null),
-      el('section', {}, el('h2', {}, 'Hosts'), hostsTable(cluster)),
+      el('section', {}, el('h2', {}, 'Hosts'), hostsTable(cluster, statuses)),
       el('section', {}, el('h2', {}, 'Assignments'),
         topologies.length ? topologies.map(([name, t]) => assignmentTable(name, t)) : el('p', { class: 'quiet' }, 'No topology is deployed to the cluster.')),
     );
