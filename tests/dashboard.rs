@@ -615,10 +615,26 @@ impl Dashboard {
         self.browser.click(&self.browser.find("button.stop"));
         self.browser.wait_for("stopped", badge, &[json!("stopped")]);
         assert_eq!(self.server.wait_for_topology("word-count", 12)["state"], "stopped");
-        // Stopped, it reads nothing more.
+        // Stopped, it reads nothing more; its lag counts what came since.
         self.feed(15_000);
         std::thread::sleep(Duration::from_millis(1500));
-        assert_eq!(self.server.wait_for_topology("word-count", 12)["state"], "stopped");
+        let stopped = self.server.wait_for_topology("word-count", 12);
+        assert_eq!(stopped["state"], "stopped");
+        let behind: usize = self.sentences[12_000..15_000].iter().map(|s| s.len() + 1).sum();
+        assert_eq!(stopped["spout_lag"], behind, "{stopped}");
+        let shown = behind
+            .to_string()
+            .as_bytes()
+            .rchunks(3)
+            .rev()
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join(",");
+        self.browser.wait_for(
+            "the lag while stopped",
+            "return document.querySelector('.figures .spout-lag')?.textContent === arguments[0]",
+            &[json!(shown)],
+        );
         self.browser.click(&self.browser.find("button.resume"));
         self.browser.wait_for("running again", badge, &[json!("running")]);
         self.browser.wait_for("txid 15", "return document.querySelector('.figures .txid')?.textContent === '15'", &[]);

@@ -618,19 +618,61 @@ impl Deployments {
     pub fn status(&self, name: &str) -> Result<Status, DeployError> {
         let deployed = self.lock();
         let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
-        Ok(self.described(deployment))
+        Ok(self.described(name, deployment))
     }
 
     /// Every deployed topology's name and status.
     pub fn list(&self) -> Vec<(String, Status)> {
-        self.lock().iter().map(|(name, d)| (name.clone(), self.described(d))).collect()
+        self.lock().iter().map(|(name, d)| (name.clone(), self.described(name, d))).collect()
+    }
+
+    /// How far a topology that does not run is behind its input now (its
+    /// last run's figure would stay as it was while the input grows), for
+    /// the spouts that read a local input, asked cheaply: a file's or a
+    /// directory's lines, a generator. None for the others, or where the
+    /// input cannot be read.
+    fn lag_at_rest(&self, name: &str, deployment: &Deployment) -> Option<u64> {
+        let loaded = deployment.loaded.as_ref()?;
+        let def = loaded.definition.spout()?;
+        let local = matches!(
+            def,
+            weir_sdk::topology::SpoutDef::FileLines { .. }
+                | weir_sdk::topology::SpoutDef::DirectoryLines { .. }
+                | weir_sdk::topology::SpoutDef::Generator { .. }
+        );
+        if !local {
+            return None;
+        }
+        let topology = deployment.topology(name);
+        let env = spout::SpoutEnv {
+            topology,
+            stored_as: name,
+            scope: &self.host.inputs,
+            input: deployment.record.input.as_deref(),
+            batch_size: self.host.run.batch_size,
+            nats: None,
+            follows: false,
+        };
+        let mut spout = spout::open(def, &env, None).ok()?;
+        let progress = self.host.db.progress(name).ok()?;
+        let last = progress.last_committed;
+        let committed = progress.batches.iter().find(|(txid, _)| *txid == last).map(|(_, r)| r.spout.clone());
+        if last > 0 && committed.is_none() {
+            return None;
+        }
+        spout.lag(committed.as_deref())
     }
 
     /// A deployment's status with what its record says of it.
-    fn described(&self, deployment: &Deployment) -> Status {
+    fn described(&self, name: &str, deployment: &Deployment) -> Status {
         let mut status = self.status_of(deployment).clone();
         if status.started_unix_ms > 0 {
             status.uptime_s = now_unix_ms().saturating_sub(status.started_unix_ms) as f64 / 1e3;
+        }
+        if status.state != RunState::Running
+            && let Some(lag) = self.lag_at_rest(name, deployment)
+        {
+            status.spout_lag = Some(lag);
         }
         let record = &deployment.record;
         status.deployment = Some(Deployed {
