@@ -863,11 +863,27 @@ fn sigterm_stops_every_topology_and_exits_then_a_restart_resumes() {
     let mut server = Server::start(dir.path());
     server.deploy_word_count(dir.path());
     server.assert_word_count_exact();
+    // A few samples of its history, a second apart.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let before = loop {
+        let (_, history) = server.api("GET", "/v1/topologies/word-count/history", b"");
+        if history["at"].as_array().unwrap().len() >= 3 {
+            break history;
+        }
+        assert!(Instant::now() < deadline, "{history}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let exit = terminate(&mut server);
     assert!(exit.success(), "{exit:?}");
     let server = Server::start(dir.path());
     assert_eq!(server.wait_for_topology("word-count", 20)["state"], "running");
     server.assert_word_count_exact();
+    // The charts' history survived the restart: the samples before it are
+    // still there, the last committed txid among them.
+    let (_, after) = server.api("GET", "/v1/topologies/word-count/history", b"");
+    let at = |h: &serde_json::Value| h["at"].as_array().unwrap().clone();
+    assert!(at(&after).starts_with(&at(&before)[..3]), "before: {before}\nafter: {after}");
+    assert_eq!(after["last_committed"][2], before["last_committed"][2], "{after}");
 }
 
 #[test]
