@@ -548,6 +548,30 @@ impl Dashboard {
             assert!((1..=last_committed).contains(&txid.parse().unwrap()), "stored txid {txid}");
         }
         self.browser.screenshot("state");
+        // The whole state: its key count, its top keys by value, the keys
+        // of a prefix, as the truth has them.
+        let summary = self.browser.wait_for(
+            "the state's summary",
+            "const count = document.querySelector('.key-count')?.dataset.keys;
+             const top = [...document.querySelectorAll('table.top tbody tr')].map(tr =>
+               [tr.querySelector('.key').textContent, tr.querySelector('.value').textContent]);
+             return count && top.length ? { count: Number(count), top } : null",
+            &[],
+        );
+        assert_eq!(summary["count"], truth.len(), "{summary}");
+        let mut by_value: Vec<(&String, &i64)> = truth.iter().collect();
+        by_value.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let want: Vec<Value> = by_value.iter().take(10).map(|(k, v)| json!([k, v.to_string()])).collect();
+        assert_eq!(summary["top"], json!(want), "the top keys, highest first, ties in key order");
+        self.browser.type_into(&self.browser.find("#prefix"), "w12");
+        self.browser.click(&self.browser.find("form.prefix-form button"));
+        let prefixed = self.browser.wait_for(
+            "the keys of a prefix",
+            "return [...document.querySelectorAll('table.prefixed td.key')].map(td => td.textContent)",
+            &[],
+        );
+        let want: Vec<&String> = truth.keys().filter(|k| k.starts_with("w12")).take(100).collect();
+        assert_eq!(prefixed, json!(want));
         // Three words looked up one at a time.
         for word in ["w1", "w7", "w42"] {
             let field = self.browser.find("#lookup-key");

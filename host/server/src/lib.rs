@@ -22,6 +22,7 @@ mod host;
 mod metrics;
 pub mod registry;
 mod routes;
+mod state_summary;
 mod status;
 
 use app::{App, BODIES_AT_ONCE, BodyRoom, sample};

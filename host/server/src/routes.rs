@@ -7,6 +7,7 @@ use super::connections::admit;
 use super::dashboard;
 use super::deployments::{DeployError, DeployRequest, Deployments, Status};
 use super::metrics;
+use super::state_summary;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{StatusCode, header};
@@ -356,6 +357,50 @@ async fn state(
     app.answer(StatusCode::OK, result)
 }
 
+#[derive(Deserialize)]
+struct SummaryQuery {
+    /// The top keys by value: how many.
+    #[serde(default)]
+    top: usize,
+    /// Keys whose text starts with this.
+    prefix: Option<String>,
+    /// How many of those.
+    limit: Option<usize>,
+}
+
+/// A state's key count, top keys by value and keys by prefix, for the
+/// dashboard's state browser; for a topology this host runs alone.
+async fn state_summary(
+    State(app): State<Shared>,
+    Path((name, state)): Path<(String, String)>,
+    Query(query): Query<SummaryQuery>,
+) -> Response {
+    let result = blocking({
+        let app = Arc::clone(&app);
+        move || {
+            if clustered(&app, &name).is_some() {
+                return Err(DeployError::BadRequest(format!(
+                    "topology {name} runs across the cluster: read its state {state} in pages"
+                )));
+            }
+            let states = app.deployments.states(&name)?;
+            if !states.iter().any(|s| s == &state) {
+                return Err(DeployError::NotFound(format!(
+                    "topology {name} has no state {state:?} (states: {states:?})"
+                )));
+            }
+            let asked = state_summary::Asked {
+                top: query.top,
+                prefix: query.prefix.as_deref(),
+                limit: query.limit.unwrap_or(DEFAULT_STATE_PAGE),
+            };
+            state_summary::summary(&app.host.db, &name, &state, &asked)
+        }
+    })
+    .await;
+    app.answer(StatusCode::OK, result)
+}
+
 /// The last 15 minutes of a topology's figures on this host, a sample a
 /// second.
 async fn history(State(app): State<Shared>, Path(name): Path<String>) -> Response {
@@ -392,6 +437,7 @@ pub(super) fn router(app: Shared) -> Router {
         .route("/v1/topologies/{name}/history", get(history))
         .route("/v1/topologies/{name}/definition", get(definition))
         .route("/v1/topologies/{name}/states/{state}", get(state))
+        .route("/v1/topologies/{name}/states/{state}/summary", get(state_summary))
         .route("/v1/topologies/{name}/queries/{query}", post(query))
         .route("/v1/cluster", get(cluster));
     Router::new()
