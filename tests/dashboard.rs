@@ -628,6 +628,16 @@ impl Dashboard {
             .browser
             .run("return [...document.querySelectorAll('table.results td')].map(td => td.textContent)", &[]);
         assert_eq!(cells, json!([(truth["w1"] + truth["w7"]).to_string()]));
+        // Its column is named as the query's result field is, and the answer is timed.
+        let (_, fields) = self.server.api("GET", "/v1/topologies/word-count/queries/words", b"");
+        let shown = self.browser.run(
+            "return { heads: [...document.querySelectorAll('table.results th')].map(th => th.textContent),
+                      took: document.querySelector('.took').textContent }",
+            &[],
+        );
+        assert_eq!(shown["heads"], fields["fields"], "{shown}");
+        assert!(fields["fields"].as_array().is_some_and(|f| f.len() == 1), "{fields}");
+        assert!(shown["took"].as_str().unwrap().starts_with("Answered in "), "{shown}");
         self.assert_no_markup_took_effect("the query console");
         self.browser.screenshot("query");
     }

@@ -534,6 +534,23 @@ impl Deployments {
         weir_engine::exec::query(&self.host.db, &loaded.plan, &source, query, args).map_err(bad)
     }
 
+    /// The names of the fields of query `query`'s result tuples, in order.
+    pub fn query_fields(&self, name: &str, query: &str) -> Result<Vec<String>, DeployError> {
+        let deployed = self.lock();
+        let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
+        let loaded = deployment
+            .loaded
+            .as_ref()
+            .ok_or_else(|| DeployError::BadRequest(format!("topology {name} is not loaded: its status says why")))?;
+        match loaded.plan.query_nodes(query) {
+            Some((_, answer)) => Ok(loaded.plan.nodes[answer].fields.clone()),
+            None => {
+                let known: Vec<&String> = loaded.plan.queries.keys().collect();
+                Err(DeployError::NotFound(format!("topology {name} has no query {query:?} (queries: {known:?})")))
+            }
+        }
+    }
+
     /// Topology `name`'s definition: its stream graph, as `weir inspect`
     /// shows it.
     pub fn definition(&self, name: &str) -> Result<TopologyDef, DeployError> {

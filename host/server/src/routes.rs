@@ -194,6 +194,17 @@ async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, Str
     app.answer(StatusCode::OK, result)
 }
 
+/// The names of a query's result fields, for the query console's columns
+/// (a topology of this host's own).
+async fn query_fields(State(app): State<Shared>, Path((name, query)): Path<(String, String)>) -> Response {
+    if clustered(&app, &name).is_some() {
+        let why = format!("topology {name} runs across the cluster: its query's fields are not told here");
+        return app.refusal(DeployError::BadRequest(why));
+    }
+    let fields = app.deployments.query_fields(&name, &query).map(|fields| json!({ "fields": fields }));
+    app.answer(StatusCode::OK, fields)
+}
+
 #[derive(Deserialize)]
 struct DeleteQuery {
     state: Option<String>,
@@ -438,7 +449,7 @@ pub(super) fn router(app: Shared) -> Router {
         .route("/v1/topologies/{name}/definition", get(definition))
         .route("/v1/topologies/{name}/states/{state}", get(state))
         .route("/v1/topologies/{name}/states/{state}/summary", get(state_summary))
-        .route("/v1/topologies/{name}/queries/{query}", post(query))
+        .route("/v1/topologies/{name}/queries/{query}", post(query).get(query_fields))
         .route("/v1/cluster", get(cluster));
     Router::new()
         .route("/", get(dashboard::page))
