@@ -778,6 +778,24 @@ impl Dashboard {
             let line = json!(format!("{MARKUP} split starts txid {txid}"));
             assert!(logged.as_array().unwrap().contains(&line), "{line} not in {logged}");
         }
+        // Each line with its time; a search keeps the lines holding its text.
+        let (_, api_lines) = self.server.api("GET", &format!("/v1/topologies/{}/logs", escape(MARKUP_NAME)), b"");
+        assert!(api_lines.as_array().unwrap().iter().all(|l| l["at_ms"].as_u64().is_some_and(|ms| ms > 0)));
+        let timed = self.browser.run(
+            "return [...document.querySelectorAll('ol.logs li')].every(li => /^\\d\\d:\\d\\d:\\d\\d$/.test(li.querySelector('.at')?.textContent ?? ''))",
+            &[],
+        );
+        assert_eq!(timed, true, "every line has its time");
+        self.browser.type_into(&self.browser.find("#log-search"), "starts txid 1");
+        let found = self.browser.wait_for(
+            "the lines searched for",
+            "const lines = [...document.querySelectorAll('ol.logs .line')].map(l => l.textContent);
+             return lines.length && lines.every(l => l.includes('starts txid 1')) ? lines : null",
+            &[],
+        );
+        assert!(found.as_array().unwrap().contains(&json!(format!("{MARKUP} split starts txid 1"))), "{found}");
+        self.browser.clear(&self.browser.find("#log-search"));
+        self.browser.run("document.getElementById('log-search').dispatchEvent(new Event('input'))", &[]);
         // Resumed from the page, it tries txid 2 again: the logs shown
         // follow, with no reload.
         let starts_of_2 = "return [...document.querySelectorAll('ol.logs .line')]

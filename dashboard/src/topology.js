@@ -5,7 +5,7 @@
 import { ApiError, call, get, path, withQuery } from './api.js';
 import { BATCHES, LATENCY, THROUGHPUT, TimeChart } from './chart.js';
 import { el, figure, href, replace } from './dom.js';
-import { errorText, failingOperator, failuresTable } from './failure.js';
+import { errorText, failingOperator, failuresTable, timeOf } from './failure.js';
 import { Graph } from './graph.js';
 import { deployment, digestOf, figures, moment, stateBadge } from './topologies.js';
 
@@ -157,7 +157,11 @@ function logLines(lines, filter) {
     && (!filter.stream || l.stream === filter.stream)
     && (!needle || l.line.toLowerCase().includes(needle)));
   if (!kept.length) return [el('li', { class: 'quiet' }, 'No line matches the filter.')];
-  return kept.map((l) => el('li', { class: l.stream }, el('span', { class: 'op' }, `[${l.operator}]`), el('span', { class: 'stream' }, l.stream), el('span', { class: 'line' }, l.line)));
+  return kept.map((l) => el('li', { class: l.stream },
+    el('span', { class: 'at' }, l.at_ms ? timeOf(l.at_ms) : ''),
+    el('span', { class: 'op' }, `[${l.operator}]`),
+    el('span', { class: 'stream' }, l.stream),
+    el('span', { class: 'line' }, l.line)));
 }
 
 export async function render(view, { name }) {
