@@ -495,7 +495,7 @@ impl Dashboard {
         let rates = &history["operators"]["split"];
         // Idle at txid 12, the last interval's rates are the API's: none.
         assert_eq!((rates["in_per_s"].as_f64(), rates["out_per_s"].as_f64()), (Some(0.0), Some(0.0)), "{history}");
-        assert_eq!(shown["text"], "in 0/s · out 0/s", "{shown}");
+        assert_eq!(shown["text"], "in 0/s · out 0/s · 0% busy", "{shown}");
         self.browser.wait_for(
             "charts with points",
             "const charts = [...document.querySelectorAll('section.charts .chart')];

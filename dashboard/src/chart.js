@@ -12,10 +12,10 @@ const WINDOW_S = 15 * 60;
 const MIN_WINDOW_S = 60;
 
 /** The throughput chart's series: spout tuples committed a second. */
-export const THROUGHPUT = [{ column: 'tuples_per_s', label: 'tuples/s', unit: 'tuples/s', stroke: '#16a34a', scale: 'tuples' }];
+export const THROUGHPUT = [{ column: 'tuples_per_s', label: 'tuples', unit: 'tuples/s', stroke: '#16a34a', scale: 'tuples' }];
 
 /** Batches committed a second, apart: on one chart with tuples, one hides the other. */
-export const BATCHES = [{ column: 'batches_per_s', label: 'batches/s', unit: 'batches/s', stroke: '#2563eb', scale: 'batches' }];
+export const BATCHES = [{ column: 'batches_per_s', label: 'batches', unit: 'batches/s', stroke: '#2563eb', scale: 'batches' }];
 
 /** The commit latency chart's series: of each interval's commits. */
 export const LATENCY = [
@@ -136,6 +136,8 @@ export class TimeChart {
       return `${s.label} ${v === null || v === undefined ? 'none' : `${figure(v, 2)} ${s.unit}`}` +
         (peak === null ? '' : ` (peak ${figure(peak, 2)})`);
     });
-    this.text.textContent = `At ${clockOf(history.at[n - 1])}: ${latest.join('; ')}, over the last ${Math.round((history.at[n - 1] - history.at[0]) / 60)} min.`;
+    const kept = Math.round(history.at[n - 1] - history.at[0]);
+    const over = kept < 120 ? `${kept} s` : `${Math.round(kept / 60)} min`;
+    this.text.textContent = `At ${clockOf(history.at[n - 1])}: ${latest.join('; ')}, over the last ${over}.`;
   }
 }

@@ -160,6 +160,13 @@ export class Graph {
       }
       return svg('path', { class: reads ? 'edge reads' : 'edge', d, 'marker-end': 'url(#arrow)' });
     });
+    // Labels over the edges between columns: tuples a second along each.
+    this.edgeLabels = edges.filter(({ from, reads }) => !reads && !from.state && !from.query).map(({ from, to }) => {
+      const [x1, y1] = [x(from) + W, y(from) + H / 2];
+      const [x2, y2] = [x(to), y(to) + H / 2];
+      const label = svg('text', { class: 'edge-label', x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 6, 'text-anchor': 'middle' });
+      return { from: from.id, label };
+    });
     this.nodes = new Map();
     const nodes = boxes.map((box) => {
       const time = svg('text', { class: 'time', x: 10, y: 74 }, box.query ? 'runs per query' : '');
@@ -203,7 +210,8 @@ export class Graph {
     });
     this.svg = svg(
       'svg',
-      { class: 'graph fit', viewBox: `0 0 ${width} ${height}`, width, height, role: 'group', 'aria-label': `stream graph of ${name}: ${boxes.length} nodes` },
+      // Fitted to its panel on a wide screen; on a narrow one at full size, panned.
+      { class: window.matchMedia('(min-width: 641px)').matches ? 'graph fit' : 'graph', viewBox: `0 0 ${width} ${height}`, width, height, role: 'group', 'aria-label': `stream graph of ${name}: ${boxes.length} nodes` },
       svg(
         'defs',
         {},
@@ -215,17 +223,19 @@ export class Graph {
       ),
       ...arrows,
       ...nodes,
+      ...this.edgeLabels.map((e) => e.label),
     );
+    const fitted = this.svg.classList.contains('fit');
     const size = el('button', {
       type: 'button',
       class: 'graph-size',
-      'aria-pressed': 'false',
+      'aria-pressed': String(!fitted),
       onclick: () => {
         const full = this.svg.classList.toggle('fit') === false;
         size.setAttribute('aria-pressed', String(full));
         size.textContent = full ? 'Fit to the panel' : 'Full size';
       },
-    }, 'Full size');
+    }, fitted ? 'Full size' : 'Fit to the panel');
     this.failing = el('p', { class: 'failing-node', role: 'status' });
     this.element = el('div', { class: 'graph-view' }, el('div', { class: 'graph-tools' }, size, this.failing), el('div', { class: 'graph-scroll' }, this.svg));
   }
@@ -271,6 +281,17 @@ export class Graph {
       text.textContent = writesState
         ? `in ${perS(rate?.in_per_s)}/s`
         : `in ${perS(rate?.in_per_s)}/s · out ${perS(rate?.out_per_s)}/s`;
+      // How busy it was over the last second: its box shades as it fills.
+      const busy = rate?.busy;
+      node.dataset.busy = busy ?? '';
+      node.classList.toggle('busy', busy !== undefined && busy >= 0.5);
+      node.classList.toggle('saturated', busy !== undefined && busy >= 0.9);
+      if (busy !== undefined) text.textContent += ` · ${Math.round(busy * 100)}% busy`;
+    }
+    // Each edge out of an operator carries what it gives out.
+    for (const { from, label } of this.edgeLabels) {
+      const out = history?.operators?.[from]?.out_per_s;
+      label.textContent = out === undefined || out === null ? '' : `${figure(out, 0)}/s`;
     }
     const batches = status.batches || 0;
     for (const [id, text] of this.times) {

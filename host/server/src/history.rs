@@ -47,6 +47,10 @@ struct Ring {
     /// over the interval before it.
     operators: BTreeMap<String, TupleCounts>,
     operator_rates: BTreeMap<String, (f32, f32)>,
+    /// Each guest operator's time at the last sample, and the share of the
+    /// interval before it that it was busy.
+    operator_ms: BTreeMap<String, f64>,
+    operator_busy: BTreeMap<String, f32>,
 }
 
 /// Every deployment's ring, by name.
@@ -109,6 +113,8 @@ impl History {
                 restored: false,
                 operators: BTreeMap::new(),
                 operator_rates: BTreeMap::new(),
+                operator_ms: BTreeMap::new(),
+                operator_busy: BTreeMap::new(),
             });
             let seconds = now.saturating_duration_since(ring.taken).as_secs_f64();
             let (batches_per_s, tuples_per_s) = if ring.samples.is_empty() || ring.restored {
@@ -131,6 +137,17 @@ impl History {
                 })
                 .collect();
             ring.operators.clone_from(&status.operator_tuples);
+            ring.operator_busy = status
+                .operator_ms
+                .iter()
+                .filter(|_| !fresh)
+                .map(|(operator, &ms)| {
+                    let then = ring.operator_ms.get(operator).copied().unwrap_or(0.0);
+                    let spent = if ms >= then { ms - then } else { ms };
+                    (operator.clone(), (spent / (seconds.max(1e-3) * 1e3)) as f32)
+                })
+                .collect();
+            ring.operator_ms.clone_from(&status.operator_ms);
             (ring.batches, ring.tuples, ring.taken, ring.restored) = (status.batches, status.tuples, now, false);
             ring.latencies.clone_from(&status.commit_latency);
             ring.samples.push_back(Sample {
@@ -196,6 +213,8 @@ impl History {
                     restored: true,
                     operators: BTreeMap::new(),
                     operator_rates: BTreeMap::new(),
+                    operator_ms: BTreeMap::new(),
+                    operator_busy: BTreeMap::new(),
                 },
             );
         }
@@ -221,6 +240,11 @@ impl History {
                 (op.clone(), json!({ "in_per_s": short(*tuples_in), "out_per_s": short(*tuples_out) }))
             })
             .collect();
+        let mut operators = operators;
+        for (op, busy) in rings.get(name).map(|r| &r.operator_busy).into_iter().flatten() {
+            let entry = operators.entry(op.clone()).or_insert_with(|| json!({}));
+            entry["busy"] = json!(short(*busy));
+        }
         drop(rings);
         let column = |figure: fn(&Sample) -> serde_json::Value| samples.iter().map(figure).collect::<Vec<_>>();
         json!({
@@ -284,13 +308,21 @@ mod tests {
         let start = Instant::now();
         let at = |second: u64, tuples_in: u64, tuples_out: u64| {
             let counts = TupleCounts { tuples_in, tuples_out };
-            let status = Status { operator_tuples: [("split".to_owned(), counts)].into(), ..status(second) };
+            let status = Status {
+                operator_tuples: [("split".to_owned(), counts)].into(),
+                operator_ms: [("split".to_owned(), second as f64 * 250.0)].into(),
+                ..status(second)
+            };
             history.record(|| vec![("wc".into(), status)], start + Duration::from_secs(second), SystemTime::now());
         };
         at(0, 1000, 9000);
         assert_eq!(history.columns("wc")["operators"]["split"], json!({"in_per_s": 0.0, "out_per_s": 0.0}));
         at(2, 3000, 25_000);
-        assert_eq!(history.columns("wc")["operators"]["split"], json!({"in_per_s": 1000.0, "out_per_s": 8000.0}));
+        // 500 ms of work in 2 s: a quarter busy.
+        assert_eq!(
+            history.columns("wc")["operators"]["split"],
+            json!({"in_per_s": 1000.0, "out_per_s": 8000.0, "busy": 0.25})
+        );
     }
 
     #[test]
