@@ -1034,9 +1034,14 @@ fn a_state_pages_in_key_order_and_a_status_keeps_history_graph_and_failures() {
     let (status, body) = server.api("POST", "/v1/topologies?topology=flaky-word-count&input=in/corpus.txt", &variants);
     assert_eq!(status, 201, "{body}");
     let status = server.wait_for_topology("flaky-word-count", 20);
+    // ... and when it failed, and in which operator.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let at_ms = status["failures"][0]["at_ms"].as_u64().unwrap();
+    assert!(at_ms <= now_ms && now_ms - at_ms < 120_000, "{status}");
     assert_eq!(
         status["failures"],
-        serde_json::json!([{"txid": 3, "attempt": 0, "error": "operator split: retry: txid 3 fails on its first attempt"}])
+        serde_json::json!([{"txid": 3, "attempt": 0, "error": "operator split: retry: txid 3 fails on its first attempt",
+                            "at_ms": at_ms, "operator": "split"}])
     );
     assert_eq!(status["replays"], 1);
     // Deleted, its history goes with it: deployed again under its name,
