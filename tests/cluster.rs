@@ -928,4 +928,18 @@ fn the_dashboards_cluster_page_shows_every_host_the_leader_and_each_share() {
     assert_eq!(shown["leader"], leader.as_str());
     assert!(shown["epoch"].as_str().unwrap().starts_with(&format!("epoch {epoch};")), "{shown}");
     browser.screenshot("cluster-3-hosts");
+    // A fourth host joins while the page is open: the page lists it, and
+    // says it joined and why the assignment changed.
+    let mut hosts = hosts;
+    hosts.push(("h4".into(), cluster_host(&dir.path().join("h4"), &etcd, &nats, "h4")));
+    let (_, reason, _) = assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3", "h4"], 72);
+    let seen = browser.wait_for(
+        "the join and the new assignment",
+        "const lines = [...document.querySelectorAll('ol.changes li')].map(li => li.textContent);
+         return document.querySelectorAll('table.hosts tbody tr').length === 4
+           && lines.some(l => l.endsWith('host h4 joined'))
+           && lines.some(l => l.includes('word-count: assignment epoch')) ? lines : null",
+        &[],
+    );
+    assert!(seen.as_array().unwrap().iter().any(|l| l.as_str().unwrap().ends_with(&reason)), "{seen} ({reason})");
 }

@@ -73,9 +73,38 @@ function assignmentTable(name, topology) {
   );
 }
 
+/** Changes a page keeps: the latest. */
+const CHANGES_KEPT = 50;
+
+/**
+ * What changed between two views of the cluster: hosts that joined or
+ * left, a new leader, and assignments written anew (with the leader's
+ * reason); each a line.
+ */
+export function changes(before, after) {
+  if (!before) return [];
+  const seen = [];
+  const ids = (v) => new Set((v.hosts ?? []).map((h) => h.id));
+  const [was, now] = [ids(before), ids(after)];
+  for (const id of now) if (!was.has(id)) seen.push(`host ${id} joined`);
+  for (const id of was) if (!now.has(id)) seen.push(`host ${id} left`);
+  if (before.leader !== after.leader) seen.push(`leader: ${after.leader ?? 'none'} (was ${before.leader ?? 'none'})`);
+  for (const [name, t] of Object.entries(after.topologies ?? {})) {
+    const epoch = t.assignment?.epoch;
+    if (epoch !== undefined && epoch !== before.topologies?.[name]?.assignment?.epoch) {
+      seen.push(`${name}: assignment epoch ${epoch}, ${t.assignment.reason}`);
+    }
+  }
+  return seen;
+}
+
 export async function render(view) {
   const body = el('div');
-  replace(view.main, el('h1', {}, 'Cluster'), body);
+  // Membership and assignment changes seen while the page is open, latest first.
+  const log = el('ol', { class: 'changes plain', 'aria-label': 'changes seen, the latest first' });
+  let previous = null;
+  replace(view.main, el('h1', {}, 'Cluster'), body,
+    el('section', {}, el('h2', {}, 'Changes seen since this page opened'), log));
   view.every(1000, async () => {
     let cluster;
     let statuses;
@@ -90,6 +119,12 @@ export async function render(view) {
       throw error;
     }
     if (view.closed) return;
+    const at = new Date().toLocaleTimeString('en-GB');
+    for (const line of changes(previous, cluster)) {
+      log.prepend(el('li', {}, el('span', { class: 'quiet' }, `${at} `), line));
+    }
+    while (log.children.length > CHANGES_KEPT) log.lastElementChild.remove();
+    previous = cluster;
     const topologies = Object.entries(cluster.topologies ?? {});
     replace(
       body,
