@@ -475,6 +475,12 @@ impl Dashboard {
         );
         let ms: f64 = split.as_str().unwrap().trim_end_matches(" ms a batch").parse().unwrap();
         assert!(ms > 0.0, "{split}");
+        // The host's own nodes are timed too: the built-in count's.
+        self.browser.wait_for(
+            "count's time per batch",
+            "return document.querySelector('svg.graph g.node[data-id=count] text.time')?.textContent.endsWith('ms a batch')",
+            &[],
+        );
         // Tuples in and out of split: its totals are the run's (every
         // sentence in, every word out), and its rates the API's last
         // interval's, shown as text.

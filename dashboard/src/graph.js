@@ -306,8 +306,8 @@ export class Graph {
       if (ms !== undefined && batches > 0) text.textContent = `${figure(ms / batches, 3)} ms a batch`;
       else if (batches === 0 && status.last_committed > 0) text.textContent = 'no batch since its start';
       else if (batches === 0) text.textContent = 'no batch yet';
-      // The host's own work (built-in spouts, aggregates, partitioning) is not timed apart.
-      else text.textContent = 'in the host, not timed';
+      // A spout's reading is not timed apart: the batch's emission is.
+      else text.textContent = this.nodes.get(id).dataset.kind === 'spout' ? 'reads the input' : 'not timed yet';
     }
   }
 }

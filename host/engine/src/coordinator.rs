@@ -77,7 +77,9 @@ pub struct RunReport {
     pub commit_latency: Latencies,
     /// How many batches the commit groups held.
     pub commit_groups: GroupSizes,
-    /// Time spent in each guest operator, for committed batches.
+    /// Time spent in each operator, for committed batches: a guest
+    /// operator's in its calls, a node of the host's own (a built-in
+    /// aggregate, a partition, a window) in its work.
     pub operator_time: BTreeMap<String, Duration>,
     /// Tuples in and out of each operator, for committed batches.
     pub operator_tuples: BTreeMap<String, crate::metrics::TupleCounts>,

@@ -49,7 +49,8 @@ pub struct Status {
     pub commit_groups: GroupSizes,
     /// Batches per commit group since it was last started.
     pub commit_group_mean: Option<f64>,
-    /// Milliseconds spent in each guest operator since it was last started.
+    /// Milliseconds spent in each operator since it was last started (a
+    /// guest's in its calls, a host node's in its work).
     pub operator_ms: BTreeMap<String, f64>,
     /// Tuples in and out of each operator since it was last started.
     pub operator_tuples: BTreeMap<String, TupleCounts>,

@@ -37,6 +37,9 @@ pub struct Committer {
     /// Each time window's watermark after the last committed batch that
     /// moved it, since the last [`Committer::take_watermarks`].
     watermarks: BTreeMap<String, i64>,
+    /// Time the host's own nodes (no guest operator) took since the last
+    /// [`Committer::take_times`]: a guest's is counted by its instances.
+    host_times: BTreeMap<String, Duration>,
 }
 
 /// A batch whose commit phase ran: what it commits.
@@ -82,12 +85,17 @@ impl Committer {
             group: Vec::new(),
             late: BTreeMap::new(),
             watermarks: BTreeMap::new(),
+            host_times: BTreeMap::new(),
         }
     }
 
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
-        take_times(&mut self.instances)
+        let mut times = take_times(&mut self.instances);
+        for (operator, time) in std::mem::take(&mut self.host_times) {
+            *times.entry(operator).or_default() += time;
+        }
+        times
     }
 
     /// Late tuples each window found in the batches committed since the
@@ -261,6 +269,7 @@ impl Committer {
         for &i in &self.nodes {
             let node = &plan.nodes[i];
             let preassigned = handover.windows.remove(&i);
+            let started = std::time::Instant::now();
             let out = match (handover.partials.remove(&i), preassigned) {
                 (Some(partials), _) => persistent_aggregate::persistent_aggregate(&mut exec, node, partials)?,
                 (None, Some(preassigned)) => window::window_preassigned(&mut exec, i, preassigned)?,
@@ -275,6 +284,9 @@ impl Committer {
                     exec.run(i, &inputs)?
                 }
             };
+            if weir_plan::guest_operators(&node.op) == 0 {
+                *self.host_times.entry(node.id.clone()).or_default() += started.elapsed();
+            }
             outputs[i] = Some(Arc::new(out));
         }
         let late = exec.late.iter().map(|(&window, tuples)| (plan.nodes[window].id.clone(), tuples.len() as u64));

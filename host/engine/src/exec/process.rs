@@ -62,6 +62,9 @@ pub struct Processor {
     /// node is dropped once the last has run, so that a large batch's
     /// stages do not all stay in memory until its end.
     readers: Vec<usize>,
+    /// Time the host's own nodes (no guest operator) took since the last
+    /// [`Processor::take_times`]: a guest's is counted by its instances.
+    host_times: BTreeMap<String, Duration>,
 }
 
 impl Processor {
@@ -72,7 +75,7 @@ impl Processor {
         for &p in nodes.iter().flat_map(|&i| &plan.nodes[i].inputs) {
             readers[p] += 1;
         }
-        Processor { instances: per_partition(&plan, &source), plan, nodes, readers }
+        Processor { instances: per_partition(&plan, &source), plan, nodes, readers, host_times: BTreeMap::new() }
     }
 
     /// Instantiates the guests of the process phase's functions and
@@ -105,7 +108,11 @@ impl Processor {
 
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
-        take_times(&mut self.instances)
+        let mut times = take_times(&mut self.instances);
+        for (operator, time) in std::mem::take(&mut self.host_times) {
+            *times.entry(operator).or_default() += time;
+        }
+        times
     }
 
     /// Runs `batch` (the spout's tuples) through the process-phase nodes.
@@ -155,7 +162,11 @@ impl Processor {
                 let from_process = |p: &usize| plan.nodes[*p].phase == Phase::Process;
                 if matches!(node.op, Op::PersistentAggregate { .. }) && from_process(&node.inputs[0]) {
                     let input = outputs[node.inputs[0]].as_ref().expect("inputs run first");
+                    let started = std::time::Instant::now();
                     handover.partials.insert(i, persistent_aggregate::partials(&mut exec, node, input)?);
+                    if weir_plan::guest_operators(&node.op) == 0 {
+                        *self.host_times.entry(node.id.clone()).or_default() += started.elapsed();
+                    }
                     continue;
                 }
                 if window::preassigns(node) && from_process(&node.inputs[0]) {
@@ -170,7 +181,11 @@ impl Processor {
             }
             let inputs: Vec<&Parts> =
                 node.inputs.iter().map(|&p| &**outputs[p].as_ref().expect("inputs run first")).collect();
+            let started = std::time::Instant::now();
             let out = exec.run(i, &inputs)?;
+            if weir_plan::guest_operators(&node.op) == 0 {
+                *self.host_times.entry(node.id.clone()).or_default() += started.elapsed();
+            }
             let counted = TupleCounts { tuples_in, tuples_out: tuples_of(&out) };
             handover.tuples.entry(node.id.clone()).or_default().add(counted);
             outputs[i] = Some(Arc::new(out));
