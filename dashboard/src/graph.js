@@ -148,10 +148,18 @@ export class Graph {
     const arrows = edges.map(({ from, to, reads }) => {
       let d;
       if (reads) {
-        // From the state's foot to the reader's head.
+        // From the state's foot to the reader's head, through the gaps
+        // between lanes and columns only, so as to cross no other node.
         const [x1, y1] = [x(from) + W / 2, y(from) + H];
         const [x2, y2] = [x(to) + W / 2, y(to)];
-        d = `M${x1},${y1} C${x1},${y1 + GAP_Y} ${x2},${y2 - GAP_Y} ${x2},${y2}`;
+        if (from.column === to.column && to.lane === from.lane + 1) {
+          d = `M${x1},${y1} V${y2}`;
+        } else {
+          const below = y1 + GAP_Y / 2;
+          const aside = Math.max(PAD / 2, x(to) - GAP_X / 2);
+          const above = y2 - GAP_Y / 2;
+          d = `M${x1},${y1} V${below} H${aside} V${above} H${x2} V${y2}`;
+        }
       } else {
         const [x1, y1] = [x(from) + W, y(from) + H / 2];
         const [x2, y2] = [x(to), y(to) + H / 2];
