@@ -437,6 +437,11 @@ impl Dashboard {
             &[],
         );
         assert!(drawn["points"].as_u64().unwrap() >= 3, "{drawn}");
+        // The lag's unit, as the API says it: a file spout counts bytes.
+        let (_, status) = self.server.api("GET", "/v1/topologies/word-count", b"");
+        assert_eq!(status["spout_lag_unit"], "bytes", "{status}");
+        let labels = self.card_text("word-count", ".figures");
+        assert!(labels.as_str().unwrap().contains("spout lag, bytes"), "{labels}");
         self.assert_no_markup_took_effect("the topologies page");
         self.browser.screenshot("topologies");
     }

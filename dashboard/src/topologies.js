@@ -17,7 +17,7 @@ export function stateBadge(state) {
  * A status's figures as a definition list, each figure in an element named
  * by its class; the rates are the last second's, from `history`.
  */
-export function figures(status, history, lagUnit = null) {
+export function figures(status, history, lagUnit = status.spout_lag_unit ?? null) {
   const ms = (v) => (v === null || v === undefined ? '–' : `${figure(v, 2)} ms`);
   const latest = (column, fallback) => (history?.[column]?.length ? history[column][history[column].length - 1] : fallback);
   const rows = [

@@ -192,7 +192,7 @@ export async function render(view, { name }) {
     const [status, history] = await Promise.all([get(path('topologies', name)), get(path('topologies', name, 'history'))]);
     if (view.closed) return;
     replace(headline, el('h1', {}, name), stateBadge(status.state), status.topology !== name ? el('span', { class: 'quiet' }, `topology ${status.topology}`) : null);
-    replace(figuresBox, deployment(status), status.error ? errorText(status.error, 8, 'error status-error') : null, figures(status, history, unit));
+    replace(figuresBox, deployment(status), status.error ? errorText(status.error, 8, 'error status-error') : null, figures(status, history, status.spout_lag_unit ?? unit));
     replace(upgrades, upgradesList(status));
     act.update(status.state);
     graph?.update(status, history);

@@ -691,6 +691,15 @@ impl Deployments {
         {
             status.spout_lag = Some(lag);
         }
+        status.spout_lag_unit = deployment.loaded.as_ref().and_then(|l| l.definition.spout()).and_then(|spout| {
+            use weir_sdk::topology::SpoutDef;
+            match spout {
+                SpoutDef::FileLines { .. } | SpoutDef::DirectoryLines { .. } => Some("bytes"),
+                SpoutDef::JetStream(_) => Some("messages"),
+                SpoutDef::Generator { .. } => Some("integers"),
+                SpoutDef::Guest { .. } => None,
+            }
+        });
         let record = &deployment.record;
         status.deployment = Some(Deployed {
             bundle: record.bundle.clone(),

@@ -67,6 +67,11 @@ pub struct Status {
     pub watermarks: BTreeMap<String, i64>,
     /// The last failed attempts since it was last started, most recent first.
     pub failures: Vec<FailedAttempt>,
+    /// What its spout's lag counts: bytes (a file's or a directory's
+    /// lines), messages (JetStream), integers (a generator); none for a
+    /// guest's spout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spout_lag_unit: Option<&'static str>,
     /// When it was last started, in milliseconds since the Unix epoch.
     pub started_unix_ms: u64,
     /// Seconds since then, as of the call that asked.
@@ -138,6 +143,7 @@ impl Status {
             operator_tuples: report.operator_tuples.clone(),
             spout_lag: report.spout_lag,
             spout_lag_partitions: report.partition_lag.clone(),
+            spout_lag_unit: None,
             started_unix_ms: super::registry::now_unix_ms().saturating_sub(report.elapsed.as_millis() as u64),
             uptime_s: report.elapsed.as_secs_f64(),
             deployment: None,
