@@ -169,7 +169,8 @@ export class Graph {
       return svg('path', { class: reads ? 'edge reads' : 'edge', d, 'marker-end': 'url(#arrow)' });
     });
     // Labels over the edges between columns: tuples a second along each.
-    this.edgeLabels = edges.filter(({ from, reads }) => !reads && !from.state && !from.query).map(({ from, to }) => {
+    // (None into a state: what a node writes there is keys, not tuples.)
+    this.edgeLabels = edges.filter(({ from, to, reads }) => !reads && !from.state && !to.state && !from.query).map(({ from, to }) => {
       const [x1, y1] = [x(from) + W, y(from) + H / 2];
       const [x2, y2] = [x(to), y(to) + H / 2];
       const label = svg('text', { class: 'edge-label', x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 6, 'text-anchor': 'middle' });
