@@ -8,7 +8,9 @@
 //! commit log in etcd commits in txid order and only while its writer leads;
 //! a word count served by several hosts counts exactly, answers alike on
 //! every host, and stays exact through a host added mid-run and through a
-//! seeded run of host kills and pauses and etcd and nats-server restarts.
+//! seeded run of host kills and pauses and etcd and nats-server restarts;
+//! the dashboard's cluster page, in a real browser, shows every host, the
+//! leader and each host's share.
 
 mod common;
 
@@ -889,4 +891,55 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
         let since = units[&format!("slot/counts/{slot}")]["since"].as_u64();
         assert_eq!(fence, since, "slot {slot}'s fence is not its owner's epoch: {owners:?}");
     }
+}
+
+#[test]
+fn the_dashboards_cluster_page_shows_every_host_the_leader_and_each_share() {
+    let (etcd, nats, _corpus, dir) = services(1000);
+    let hosts = cluster_of(dir.path(), &etcd, &nats, &["h1", "h2", "h3"]);
+    let leader = leader_of(&hosts[0].1).unwrap();
+    eight_partitions(&nats);
+    deploy_word_count(&hosts[1].1, dir.path());
+    let (epoch, _, owners) = assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3"], 72);
+    let browser = common::browser::Browser::start(&Path::new(REPO_ROOT).join("target/screenshots"));
+    browser.goto(&format!("{}/", hosts[2].1.url()));
+    browser.type_into(&browser.find("form.token input[type=password]"), common::server::TOKEN);
+    browser.click(&browser.find("form.token button"));
+    browser.find("article.topology");
+    browser.goto(&format!("{}/#/cluster", hosts[2].1.url()));
+    let shown = browser.wait_for(
+        "every host and its share",
+        "const rows = [...document.querySelectorAll('table.hosts tbody tr')];
+         if (rows.length !== 3 || rows.some(r => !r.querySelector('li[data-topology]'))) return null;
+         return { rows: rows.map(r => ({ host: r.dataset.host, role: r.querySelector('.role').textContent,
+                                         units: Number(r.querySelector('li[data-topology]').dataset.units) })),
+                  leader: document.querySelector('.leader').textContent,
+                  epoch: document.querySelector('.assignment .quiet').textContent }",
+        &[],
+    );
+    let want: Vec<Value> = ["h1", "h2", "h3"]
+        .iter()
+        .map(|h| {
+            let role = if *h == leader { "leader" } else { "member" };
+            serde_json::json!({ "host": h, "role": role, "units": owners[*h].len() })
+        })
+        .collect();
+    assert_eq!(shown["rows"], serde_json::json!(want), "{shown}");
+    assert_eq!(shown["leader"], leader.as_str());
+    assert!(shown["epoch"].as_str().unwrap().starts_with(&format!("epoch {epoch};")), "{shown}");
+    browser.screenshot("cluster-3-hosts");
+    // A fourth host joins while the page is open: the page lists it, and
+    // says it joined and why the assignment changed.
+    let mut hosts = hosts;
+    hosts.push(("h4".into(), cluster_host(&dir.path().join("h4"), &etcd, &nats, "h4")));
+    let (_, reason, _) = assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3", "h4"], 72);
+    let seen = browser.wait_for(
+        "the join and the new assignment",
+        "const lines = [...document.querySelectorAll('ol.changes li')].map(li => li.textContent);
+         return document.querySelectorAll('table.hosts tbody tr').length === 4
+           && lines.some(l => l.endsWith('host h4 joined'))
+           && lines.some(l => l.includes('word-count: assignment epoch')) ? lines : null",
+        &[],
+    );
+    assert!(seen.as_array().unwrap().iter().any(|l| l.as_str().unwrap().ends_with(&reason)), "{seen} ({reason})");
 }

@@ -2,8 +2,12 @@
 //! real server running a real word count: each page is driven as a user
 //! would (typing, clicking, choosing files), read back from what the page
 //! shows, checked against the ground truth and the CLI, and photographed
-//! at 1280x800 into target/screenshots/. One server and one browser for
-//! the whole binary, the steps in order, each wait bounded.
+//! at 1280x800 into target/screenshots/; then every page again at 1,400
+//! and 400 px wide, checked to fit its viewport and by axe-core (vendored
+//! in dashboard/vendor/, pinned by dashboard/package-lock.json) for WCAG 2
+//! A/AA violations. One server and one browser for the whole binary, the
+//! steps in order, each wait bounded; the server is killed last, to see
+//! the page say so.
 //!
 //! With WEIR_UPDATE_DOCS=1 the topology page's screenshot also replaces
 //! docs/dashboard.png, the README's.
@@ -127,9 +131,203 @@ impl Dashboard {
         )
     }
 
+    /// The failed card's error: its headline first, at most 8 lines
+    /// shown, the rest (a guest's backtrace) in a closed fold. The poison
+    /// word count traps at txid 2, so its error ends in a wasm backtrace.
+    fn the_failed_card_shows_at_most_8_lines_before_its_fold(&self) {
+        let (status, body) = self.server.api(
+            "POST",
+            "/v1/topologies?name=poison&topology=poison-word-count&input=in/markup.txt",
+            &std::fs::read(self.dir.path().join("variants.weir")).unwrap(),
+        );
+        assert_eq!(status, 201, "{body}");
+        let halted = self.server.wait_for_status("poison", |s| s["state"] == "failed");
+        let error = halted["error"].as_str().unwrap();
+        assert!(error.lines().count() > 8, "the trap's error has its backtrace: {error}");
+        let card = self.browser.wait_for(
+            "the poison card's error",
+            "const card = [...document.querySelectorAll('article.topology')].find(a => a.dataset.name === 'poison');
+             const block = card?.querySelector('.error-block');
+             if (!block) return null;
+             const shown = [block.querySelector('.headline-text').textContent,
+                            ...(block.querySelector('pre.more')?.textContent.split('\\n') ?? [])];
+             const fold = block.querySelector('details.fold');
+             return { shown, open: fold?.open ?? null, folded: fold?.querySelector('pre').textContent ?? null,
+                      visible: block.querySelector('pre.more')?.getClientRects().length ?? 0,
+                      first: card.parentElement.firstElementChild.dataset.name }",
+            &[],
+        );
+        let shown: Vec<&str> = card["shown"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+        assert!(shown.len() <= 8, "{} lines before the fold: {card}", shown.len());
+        assert_eq!(shown[0], error.lines().next().unwrap(), "the headline first");
+        assert_eq!(card["open"], false, "the fold is closed: {card}");
+        // Nothing is lost: shown and folded, the whole error.
+        let whole = format!("{}\n{}", shown.join("\n"), card["folded"].as_str().unwrap());
+        assert_eq!(whole, error.trim_end(), "{card}");
+        // Failed topologies come first.
+        assert!(["poison", MARKUP_NAME].contains(&card["first"].as_str().unwrap()), "{card}");
+    }
+
+    /// The list page asks once a second for the list with every card's
+    /// history, whatever the number of topologies.
+    fn the_list_page_makes_one_request_a_tick(&self) {
+        self.browser.goto(&self.url(""));
+        self.browser.wait_for("the cards", "return document.querySelectorAll('article.topology').length >= 3", &[]);
+        self.browser.run("performance.clearResourceTimings(); performance.setResourceTimingBufferSize(10000)", &[]);
+        std::thread::sleep(Duration::from_millis(4500));
+        let calls = self.browser.run(
+            "return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname + new URL(e.name).search)
+               .filter(p => p.startsWith('/v1/'))",
+            &[],
+        );
+        let calls = calls.as_array().unwrap();
+        assert!((3..=6).contains(&calls.len()), "a call a second for 4.5 s: {calls:?}");
+        assert!(calls.iter().all(|c| c == "/v1/topologies?history=true"), "{calls:?}");
+        let (_, listed) = self.server.api("GET", "/v1/topologies?history=true", b"");
+        for status in listed.as_array().unwrap() {
+            assert!(status["history"]["at"].is_array(), "{status}");
+        }
+    }
+
+    /// Every page, at 1,400 and 400 px wide: no wider than its viewport,
+    /// no serious or critical WCAG 2 A/AA violation axe-core finds, and
+    /// photographed as `<page>-<width>.png`.
+    fn every_page_fits_its_viewport_and_axe_finds_no_serious_violation(&self) {
+        let axe = std::fs::read_to_string(Path::new(REPO_ROOT).join("dashboard/vendor/axe.min.js")).unwrap();
+        let pages = [
+            ("list", String::new(), "article.topology .chart[data-points]"),
+            ("topology", "#/t/word-count".to_owned(), "svg.graph g.node .time"),
+            ("state", "#/t/word-count/state/counts".to_owned(), "table.entries td.key"),
+            ("query", "#/t/word-count/query/words".to_owned(), "form.console"),
+            ("cluster", "#/cluster".to_owned(), ".no-cluster, table.hosts"),
+            ("failure", "#/t/poison".to_owned(), "svg.graph g.node.failing"),
+        ];
+        let mut found = Vec::new();
+        for width in [1400, 400] {
+            self.browser.set_viewport((width, 900));
+            for (page, fragment, ready) in &pages {
+                // A fresh load: each page as a visitor opens it.
+                self.browser.goto("about:blank");
+                self.browser.goto(&self.url(fragment));
+                self.browser.find(ready);
+                let fits = self.browser.wait_for(
+                    &format!("the {page} page within {width} px"),
+                    "const root = document.documentElement;
+                     if (root.scrollWidth <= window.innerWidth) return { width: root.scrollWidth };
+                     const wide = [...document.querySelectorAll('body *')]
+                       .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+                       .slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));
+                     window.tooWide = { width: root.scrollWidth, wide };
+                     return null",
+                    &[],
+                );
+                assert!(fits["width"].as_u64().unwrap() <= u64::from(width), "{page} at {width}: {fits}");
+                if self.browser.run("return typeof axe", &[]) != "object" {
+                    self.browser.run(&format!("{axe}\nreturn true"), &[]);
+                }
+                let violations = self.browser.run(
+                    "return axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] },
+                                                resultTypes: ['violations'] })
+                       .then(r => r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
+                         .map(v => ({ id: v.id, impact: v.impact, help: v.help,
+                                      nodes: v.nodes.slice(0, 4).map(n => n.target.join(' ') + ': ' + n.failureSummary) })))",
+                    &[],
+                );
+                if !violations.as_array().unwrap().is_empty() {
+                    found.push(format!("{page} at {width} px: {violations:#}"));
+                }
+                let png = self.browser.screenshot(&format!("{page}-{width}"));
+                assert_eq!(png_size(&std::fs::read(png).unwrap()), (width, 900), "{page}-{width}.png");
+            }
+        }
+        self.browser.set_viewport(VIEWPORT);
+        assert!(found.is_empty(), "axe-core found:\n{}", found.join("\n"));
+        let (status, body) = self.server.api("DELETE", "/v1/topologies/poison?state=drop", b"");
+        assert_eq!(status, 204, "{body}");
+    }
+
+    /// With the server gone, the page says so within 10 s, shows no run
+    /// state as if known, and offers no action.
+    fn a_killed_server_is_said_within_10_s_and_nothing_says_running(&mut self) {
+        self.browser.goto(&self.url("#/t/word-count"));
+        self.browser.wait_for(
+            "running",
+            "return document.querySelector('.headline [data-state]')?.textContent === 'running'",
+            &[],
+        );
+        self.server.child.kill().unwrap();
+        self.server.child.wait().unwrap();
+        let killed = Instant::now();
+        let said = self.browser.wait_for(
+            "that the server cannot be reached",
+            "const problem = document.getElementById('problem');
+             return !problem.hidden && problem.textContent.startsWith('Cannot reach the server') ? problem.textContent : null",
+            &[],
+        );
+        assert!(killed.elapsed() < Duration::from_secs(10), "said after {:?}: {said}", killed.elapsed());
+        let page = self.browser.run(
+            "return { running: [...document.querySelectorAll('.badge')].filter(b => /running/.test(b.textContent)).length,
+                      enabled: [...document.querySelectorAll('main button')].filter(b => !b.disabled).map(b => b.textContent) }",
+            &[],
+        );
+        assert_eq!(page, json!({ "running": 0, "enabled": [] }));
+        self.browser.screenshot("unreachable");
+    }
+
+    /// A time window's node shows its kind and size, its watermark and the
+    /// late tuples it found, as the API says them.
+    fn a_window_node_shows_its_watermark_and_late_tuples_as_the_api_does(&self) {
+        let readings = self.dir.path().join("in/readings.txt");
+        let generated = std::process::Command::new("python3")
+            .arg(Path::new(REPO_ROOT).join("tests/windows_reference.py"))
+            .args(["generate", "--seed", "7", "-n", "3000", "-o"])
+            .arg(&readings)
+            .status()
+            .unwrap();
+        assert!(generated.success());
+        let windows = bundle(self.dir.path(), WINDOWS, "windows.weir");
+        let (status, body) = self.server.api(
+            "POST",
+            "/v1/topologies?name=windows&topology=time-tumbling&input=in/readings.txt",
+            &windows,
+        );
+        assert_eq!(status, 201, "{body}");
+        let status = self.server.wait_for_topology("windows", 3);
+        let (_, definition) = self.server.api("GET", "/v1/topologies/windows/definition", b"");
+        let window = definition["nodes"].as_array().unwrap().iter().find(|n| n["op"]["op"] == "window").unwrap();
+        let id = window["id"].as_str().unwrap();
+        let (watermark, late) = (status["watermarks"][id].clone(), status["late_tuples"][id].clone());
+        assert!(watermark.is_i64() && late.as_u64().is_some_and(|n| n > 0), "{status}");
+        self.browser.goto(&self.url("#/t/windows"));
+        let shown = self.browser.wait_for(
+            "the window's figures",
+            "const g = document.querySelector(`svg.graph g.node[data-id='${arguments[0]}']`);
+             return g?.dataset.watermark ? { watermark: Number(g.dataset.watermark), late: Number(g.dataset.late),
+               detail: g.querySelector('text.detail').textContent, time: g.querySelector('text.time').textContent,
+               rates: g.querySelector('text.rates').textContent } : null",
+            &[json!(id)],
+        );
+        assert_eq!((&shown["watermark"], &shown["late"]), (&watermark, &late), "{shown}");
+        let at = chrono_free_utc(watermark.as_i64().unwrap());
+        assert_eq!(shown["time"], format!("watermark {at}"), "{shown}");
+        assert!(shown["rates"].as_str().unwrap().ends_with(&format!("late {late}")), "{shown}");
+        assert!(shown["detail"].as_str().unwrap().starts_with("event time "), "{shown}");
+        self.browser.screenshot("window");
+        let (status, body) = self.server.api("DELETE", "/v1/topologies/windows?state=drop", b"");
+        assert_eq!(status, 204, "{body}");
+    }
+
     fn a_wrong_token_shows_the_401_and_nothing_else(&self) {
         self.browser.goto(&self.url(""));
         let token = self.browser.find("form.token input[type=password]");
+        // A first visit sent no token: asked for one, with no error shown.
+        let first = self.browser.run(
+            "return { errors: [...document.querySelectorAll('.error, .problem')].filter(e => e.getClientRects().length)
+                                .map(e => e.outerHTML),
+                      heading: document.querySelector('form.token h1').textContent }",
+            &[],
+        );
+        assert_eq!(first, json!({ "errors": [], "heading": "This server wants its token" }));
         self.browser.type_into(&token, "wrong-token");
         self.browser.run("document.querySelector('form.token').dataset.asked = 'before'", &[]);
         self.browser.click(&self.browser.find("form.token button"));
@@ -239,6 +437,11 @@ impl Dashboard {
             &[],
         );
         assert!(drawn["points"].as_u64().unwrap() >= 3, "{drawn}");
+        // The lag's unit, as the API says it: a file spout counts bytes.
+        let (_, status) = self.server.api("GET", "/v1/topologies/word-count", b"");
+        assert_eq!(status["spout_lag_unit"], "bytes", "{status}");
+        let labels = self.card_text("word-count", ".figures");
+        assert!(labels.as_str().unwrap().contains("spout lag, bytes"), "{labels}");
         self.assert_no_markup_took_effect("the topologies page");
         self.browser.screenshot("topologies");
     }
@@ -277,10 +480,37 @@ impl Dashboard {
         );
         let ms: f64 = split.as_str().unwrap().trim_end_matches(" ms a batch").parse().unwrap();
         assert!(ms > 0.0, "{split}");
+        // The host's own nodes are timed too: the built-in count's.
+        self.browser.wait_for(
+            "count's time per batch",
+            "return document.querySelector('svg.graph g.node[data-id=count] text.time')?.textContent.endsWith('ms a batch')",
+            &[],
+        );
+        // Tuples in and out of split: its totals are the run's (every
+        // sentence in, every word out), and its rates the API's last
+        // interval's, shown as text.
+        let status = self.server.wait_for_topology("word-count", 12);
+        let words: i64 = self.truth().values().sum();
+        let shown = self.browser.wait_for(
+            "split's tuples in and out",
+            "const g = document.querySelector('svg.graph g.node[data-id=split]');
+             return g?.dataset.tuplesIn && Number(g.dataset.tuplesIn) === arguments[0]
+               ? { tuples_in: Number(g.dataset.tuplesIn), tuples_out: Number(g.dataset.tuplesOut),
+                   in_per_s: Number(g.dataset.inPerS), out_per_s: Number(g.dataset.outPerS),
+                   text: g.querySelector('text.rates').textContent } : null",
+            &[status["tuples"].clone()],
+        );
+        assert_eq!(status["operator_tuples"]["split"], json!({ "tuples_in": status["tuples"], "tuples_out": words }));
+        assert_eq!((&shown["tuples_in"], &shown["tuples_out"]), (&status["tuples"], &json!(words)), "{shown}");
+        let (_, history) = self.server.api("GET", "/v1/topologies/word-count/history", b"");
+        let rates = &history["operators"]["split"];
+        // Idle at txid 12, the last interval's rates are the API's: none.
+        assert_eq!((rates["in_per_s"].as_f64(), rates["out_per_s"].as_f64()), (Some(0.0), Some(0.0)), "{history}");
+        assert_eq!(shown["text"], "in 0/s · out 0/s · 0% busy", "{shown}");
         self.browser.wait_for(
             "charts with points",
             "const charts = [...document.querySelectorAll('section.charts .chart')];
-             return charts.length === 2 && charts.every(c => Number(c.dataset.points) >= 3)",
+             return charts.length === 3 && charts.every(c => Number(c.dataset.points) >= 3)",
             &[],
         );
         let failures = self.browser.run("return document.querySelector('.failures-box').textContent", &[]);
@@ -329,6 +559,30 @@ impl Dashboard {
             assert!((1..=last_committed).contains(&txid.parse().unwrap()), "stored txid {txid}");
         }
         self.browser.screenshot("state");
+        // The whole state: its key count, its top keys by value, the keys
+        // of a prefix, as the truth has them.
+        let summary = self.browser.wait_for(
+            "the state's summary",
+            "const count = document.querySelector('.key-count')?.dataset.keys;
+             const top = [...document.querySelectorAll('table.top tbody tr')].map(tr =>
+               [tr.querySelector('.key').textContent, tr.querySelector('.value').textContent]);
+             return count && top.length ? { count: Number(count), top } : null",
+            &[],
+        );
+        assert_eq!(summary["count"], truth.len(), "{summary}");
+        let mut by_value: Vec<(&String, &i64)> = truth.iter().collect();
+        by_value.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let want: Vec<Value> = by_value.iter().take(10).map(|(k, v)| json!([k, v.to_string()])).collect();
+        assert_eq!(summary["top"], json!(want), "the top keys, highest first, ties in key order");
+        self.browser.type_into(&self.browser.find("#prefix"), "w12");
+        self.browser.click(&self.browser.find("form.prefix-form button"));
+        let prefixed = self.browser.wait_for(
+            "the keys of a prefix",
+            "return [...document.querySelectorAll('table.prefixed td.key')].map(td => td.textContent)",
+            &[],
+        );
+        let want: Vec<&String> = truth.keys().filter(|k| k.starts_with("w12")).take(100).collect();
+        assert_eq!(prefixed, json!(want));
         // Three words looked up one at a time.
         for word in ["w1", "w7", "w42"] {
             let field = self.browser.find("#lookup-key");
@@ -385,6 +639,16 @@ impl Dashboard {
             .browser
             .run("return [...document.querySelectorAll('table.results td')].map(td => td.textContent)", &[]);
         assert_eq!(cells, json!([(truth["w1"] + truth["w7"]).to_string()]));
+        // Its column is named as the query's result field is, and the answer is timed.
+        let (_, fields) = self.server.api("GET", "/v1/topologies/word-count/queries/words", b"");
+        let shown = self.browser.run(
+            "return { heads: [...document.querySelectorAll('table.results th')].map(th => th.textContent),
+                      took: document.querySelector('.took').textContent }",
+            &[],
+        );
+        assert_eq!(shown["heads"], fields["fields"], "{shown}");
+        assert!(fields["fields"].as_array().is_some_and(|f| f.len() == 1), "{fields}");
+        assert!(shown["took"].as_str().unwrap().starts_with("Answered in "), "{shown}");
         self.assert_no_markup_took_effect("the query console");
         self.browser.screenshot("query");
     }
@@ -396,10 +660,26 @@ impl Dashboard {
         self.browser.click(&self.browser.find("button.stop"));
         self.browser.wait_for("stopped", badge, &[json!("stopped")]);
         assert_eq!(self.server.wait_for_topology("word-count", 12)["state"], "stopped");
-        // Stopped, it reads nothing more.
+        // Stopped, it reads nothing more; its lag counts what came since.
         self.feed(15_000);
         std::thread::sleep(Duration::from_millis(1500));
-        assert_eq!(self.server.wait_for_topology("word-count", 12)["state"], "stopped");
+        let stopped = self.server.wait_for_topology("word-count", 12);
+        assert_eq!(stopped["state"], "stopped");
+        let behind: usize = self.sentences[12_000..15_000].iter().map(|s| s.len() + 1).sum();
+        assert_eq!(stopped["spout_lag"], behind, "{stopped}");
+        let shown = behind
+            .to_string()
+            .as_bytes()
+            .rchunks(3)
+            .rev()
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join(",");
+        self.browser.wait_for(
+            "the lag while stopped",
+            "return document.querySelector('.figures .spout-lag')?.textContent === arguments[0]",
+            &[json!(shown)],
+        );
         self.browser.click(&self.browser.find("button.resume"));
         self.browser.wait_for("running again", badge, &[json!("running")]);
         self.browser.wait_for("txid 15", "return document.querySelector('.figures .txid')?.textContent === '15'", &[]);
@@ -450,8 +730,9 @@ impl Dashboard {
             &[json!(MARKUP_NAME)],
         );
         assert_eq!(self.card_text(MARKUP_NAME, "h2 a"), MARKUP_NAME);
-        let error = self.card_text(MARKUP_NAME, "p.error");
+        let error = self.card_text(MARKUP_NAME, ".error-block");
         assert!(error.as_str().unwrap().contains(&format!("{MARKUP}txid 2 cannot be processed")), "{error}");
+        self.the_failed_card_shows_at_most_8_lines_before_its_fold();
         self.assert_no_markup_took_effect("the topologies page, with markup");
 
         self.browser.goto(&self.url(&format!("#/t/{}", escape(MARKUP_NAME))));
@@ -463,12 +744,41 @@ impl Dashboard {
              return rows.length >= 2 ? rows.map(tr => [...tr.children].map(td => td.textContent)) : null",
             &[],
         );
-        let retried = json!(["1", "0", format!("operator split: retry: {MARKUP}txid 1 fails on its first attempt")]);
         let failures = failures.as_array().unwrap();
-        assert_eq!(failures.last(), Some(&retried), "{failures:?}");
+        let retried = failures.last().unwrap();
+        let want = format!("operator split: retry: {MARKUP}txid 1 fails on its first attempt");
+        assert_eq!(
+            (&retried[0], &retried[1], &retried[3], &retried[4]),
+            (&json!("1"), &json!("0"), &json!("split"), &json!(want)),
+            "{failures:?}"
+        );
         let halted = &failures[0];
         assert_eq!(halted[0], "2", "{failures:?}");
-        assert!(halted[2].as_str().unwrap().contains(&format!("{MARKUP}txid 2 cannot be processed")), "{failures:?}");
+        assert!(halted[4].as_str().unwrap().contains(&format!("{MARKUP}txid 2 cannot be processed")), "{failures:?}");
+        // Each attempt with its time of day, to the second, as the API says it.
+        let (_, status) = self.server.api("GET", &format!("/v1/topologies/{}", escape(MARKUP_NAME)), b"");
+        let shown_at = self.browser.run(
+            "return [...document.querySelectorAll('table.failures td.at time')].map(t => Date.parse(t.getAttribute('datetime')))",
+            &[],
+        );
+        let want_at: Vec<Value> = status["failures"].as_array().unwrap().iter().map(|f| f["at_ms"].clone()).collect();
+        assert_eq!(shown_at, json!(want_at), "{status}");
+        for row in failures {
+            let at = row[2].as_str().unwrap();
+            assert!(
+                at.len() == 8 && at.chars().filter(|c| *c == ':').count() == 2,
+                "a time of day to the second: {row:?}"
+            );
+        }
+        // The failing operator is marked in the graph, and said in words.
+        let marked = self.browser.wait_for(
+            "the failing node marked",
+            "const marked = [...document.querySelectorAll('svg.graph g.node.failing')].map(g => g.dataset.id);
+             return marked.length ? { marked, said: document.querySelector('.failing-node').textContent } : null",
+            &[],
+        );
+        assert_eq!(marked["marked"], json!(["split"]), "{marked}");
+        assert!(marked["said"].as_str().unwrap().contains("failed in operator split"), "{marked}");
         let logged = self.browser.wait_for(
             "its logs",
             "const lines = [...document.querySelectorAll('ol.logs .line')].map(l => l.textContent);
@@ -479,6 +789,24 @@ impl Dashboard {
             let line = json!(format!("{MARKUP} split starts txid {txid}"));
             assert!(logged.as_array().unwrap().contains(&line), "{line} not in {logged}");
         }
+        // Each line with its time; a search keeps the lines holding its text.
+        let (_, api_lines) = self.server.api("GET", &format!("/v1/topologies/{}/logs", escape(MARKUP_NAME)), b"");
+        assert!(api_lines.as_array().unwrap().iter().all(|l| l["at_ms"].as_u64().is_some_and(|ms| ms > 0)));
+        let timed = self.browser.run(
+            "return [...document.querySelectorAll('ol.logs li')].every(li => /^\\d\\d:\\d\\d:\\d\\d$/.test(li.querySelector('.at')?.textContent ?? ''))",
+            &[],
+        );
+        assert_eq!(timed, true, "every line has its time");
+        self.browser.type_into(&self.browser.find("#log-search"), "starts txid 1");
+        let found = self.browser.wait_for(
+            "the lines searched for",
+            "const lines = [...document.querySelectorAll('ol.logs .line')].map(l => l.textContent);
+             return lines.length && lines.every(l => l.includes('starts txid 1')) ? lines : null",
+            &[],
+        );
+        assert!(found.as_array().unwrap().contains(&json!(format!("{MARKUP} split starts txid 1"))), "{found}");
+        self.browser.clear(&self.browser.find("#log-search"));
+        self.browser.run("document.getElementById('log-search').dispatchEvent(new Event('input'))", &[]);
         // Resumed from the page, it tries txid 2 again: the logs shown
         // follow, with no reload.
         let starts_of_2 = "return [...document.querySelectorAll('ol.logs .line')]
@@ -522,7 +850,31 @@ impl Dashboard {
             "return document.querySelector('.actions .message')?.textContent === 'Upgrading: done.'",
             &[],
         );
-        assert_eq!(self.server.wait_for_topology("word-count", 15)["state"], "running");
+        let status = self.server.wait_for_topology("word-count", 15);
+        assert_eq!(status["state"], "running");
+        // The upgrade is in its history, as the API has it.
+        let upgrades = status["deployment"]["upgrades"].as_array().unwrap();
+        assert_eq!(upgrades.len(), 1, "{status}");
+        let digest = status["deployment"]["bundle"].as_str().unwrap().trim_end_matches(".weir");
+        assert_eq!(upgrades[0]["to"], status["deployment"]["bundle"], "{status}");
+        let shown = self.browser.wait_for(
+            "the upgrade history",
+            "return [...document.querySelectorAll('.upgrade-history li')].map(li => li.textContent)",
+            &[],
+        );
+        let shown = shown.as_array().unwrap();
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert!(shown[0].as_str().unwrap().ends_with(&format!("→ {}", &digest[..12])), "{shown:?}");
+        // Where it came from: its bundle's digest, its input, its deploy time.
+        let facts = self.browser.run(
+            "return { digest: document.querySelector('.deployment .digest').title,
+                      input: document.querySelector('.deployment .input').textContent,
+                      deployed: document.querySelector('.deployment .deployed')?.textContent ?? null }",
+            &[],
+        );
+        assert_eq!(facts["digest"], format!("bundle SHA-256 {digest}"), "{facts}");
+        assert_eq!(facts["input"], "input in/corpus.txt", "{facts}");
+        assert!(facts["deployed"].as_str().unwrap().starts_with("deployed 20"), "{facts}");
 
         self.browser.goto(&self.url(&format!("#/t/{}", escape(MARKUP_NAME))));
         // Deleting asks what becomes of the state, then for a confirmation.
@@ -607,11 +959,25 @@ fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
     step("stop and resume", || d.stop_then_resume_from_the_page_and_counts_end_exact());
     step("a damaged bundle", || d.a_damaged_bundle_deployed_from_the_page_shows_the_servers_400_reason());
     step("markup from a guest", || d.guest_markup_is_shown_as_text_and_no_script_runs());
+    step("a window node", || d.a_window_node_shows_its_watermark_and_late_tuples_as_the_api_does());
+    step("one request a tick", || d.the_list_page_makes_one_request_a_tick());
+    step("every page at 1,400 and 400 px, and axe-core", || {
+        d.every_page_fits_its_viewport_and_axe_finds_no_serious_violation()
+    });
     step("upgrade and delete", || d.upgrade_and_delete_from_the_page());
     step("a 401 on a later page", || d.a_401_on_any_later_page_asks_again_and_shows_nothing_else());
     step("an opaque state", || d.the_state_browser_shows_an_opaque_states_prev());
+    step("the server killed", || d.a_killed_server_is_said_within_10_s_and_nothing_says_running());
     for page in PAGES {
         let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();
         assert_eq!(png_size(&png), VIEWPORT, "{page}.png");
     }
+}
+
+/// `ms` since the epoch as a UTC time of day to the millisecond, as the
+/// graph shows a watermark: HH:MM:SS.mmm.
+fn chrono_free_utc(ms: i64) -> String {
+    let of_day = ms.rem_euclid(86_400_000);
+    let (h, m, s, milli) = (of_day / 3_600_000, of_day / 60_000 % 60, of_day / 1000 % 60, of_day % 1000);
+    format!("{h:02}:{m:02}:{s:02}.{milli:03}")
 }

@@ -212,6 +212,24 @@ fn the_client_verbs_drive_a_server() {
     let table = client(&["ps"]);
     let row = table.lines().find(|l| l.starts_with("word-count")).unwrap_or_else(|| panic!("{table}"));
     assert!(row.contains("running") && row.contains(" 20 "), "{row}");
+    // Idle at txid 20, its rate over the last interval reads 0, though its
+    // average since the start does not; `--json` says both.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let idle = loop {
+        let listed: serde_json::Value = serde_json::from_str(&client(&["ps", "--json"])).unwrap();
+        let status = listed.as_array().unwrap().iter().find(|s| s["name"] == "word-count").unwrap().clone();
+        if status["current_tuples_per_s"] == 0.0 {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "never idle: {status}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert!(idle["tuples_per_s"].as_f64().unwrap() > 0.0 && idle.get("history").is_none(), "{idle}");
+    let table = client(&["ps"]);
+    let (heading, row) = (table.lines().next().unwrap(), table.lines().find(|l| l.starts_with("word-count")).unwrap());
+    let end = heading.find("TUPLES/S").unwrap() + "TUPLES/S".len();
+    assert!(row[..end].ends_with(" 0"), "the rate, right under its heading:\n{table}");
+    assert_eq!(heading.find("STATE"), row.find("running"), "{table}");
     let status: serde_json::Value = serde_json::from_str(&client(&["status", "word-count", "--json"])).unwrap();
     assert_eq!((status["last_committed"].as_u64(), status["tuples"].as_u64()), (Some(20), Some(20_000)));
     let got = client(&[
@@ -845,11 +863,27 @@ fn sigterm_stops_every_topology_and_exits_then_a_restart_resumes() {
     let mut server = Server::start(dir.path());
     server.deploy_word_count(dir.path());
     server.assert_word_count_exact();
+    // A few samples of its history, a second apart.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let before = loop {
+        let (_, history) = server.api("GET", "/v1/topologies/word-count/history", b"");
+        if history["at"].as_array().unwrap().len() >= 3 {
+            break history;
+        }
+        assert!(Instant::now() < deadline, "{history}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let exit = terminate(&mut server);
     assert!(exit.success(), "{exit:?}");
     let server = Server::start(dir.path());
     assert_eq!(server.wait_for_topology("word-count", 20)["state"], "running");
     server.assert_word_count_exact();
+    // The charts' history survived the restart: the samples before it are
+    // still there, the last committed txid among them.
+    let (_, after) = server.api("GET", "/v1/topologies/word-count/history", b"");
+    let at = |h: &serde_json::Value| h["at"].as_array().unwrap().clone();
+    assert!(at(&after).starts_with(&at(&before)[..3]), "before: {before}\nafter: {after}");
+    assert_eq!(after["last_committed"][2], before["last_committed"][2], "{after}");
 }
 
 #[test]
@@ -1000,9 +1034,14 @@ fn a_state_pages_in_key_order_and_a_status_keeps_history_graph_and_failures() {
     let (status, body) = server.api("POST", "/v1/topologies?topology=flaky-word-count&input=in/corpus.txt", &variants);
     assert_eq!(status, 201, "{body}");
     let status = server.wait_for_topology("flaky-word-count", 20);
+    // ... and when it failed, and in which operator.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let at_ms = status["failures"][0]["at_ms"].as_u64().unwrap();
+    assert!(at_ms <= now_ms && now_ms - at_ms < 120_000, "{status}");
     assert_eq!(
         status["failures"],
-        serde_json::json!([{"txid": 3, "attempt": 0, "error": "operator split: retry: txid 3 fails on its first attempt"}])
+        serde_json::json!([{"txid": 3, "attempt": 0, "error": "operator split: retry: txid 3 fails on its first attempt",
+                            "at_ms": at_ms, "operator": "split"}])
     );
     assert_eq!(status["replays"], 1);
     // Deleted, its history goes with it: deployed again under its name,

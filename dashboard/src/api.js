@@ -4,8 +4,19 @@
 
 const TOKEN_KEY = 'weir-token';
 
-/** The API answered 401: the token is missing or wrong. */
-export class Unauthorized extends Error {}
+/** The API answered 401: the token is missing (`sent` false) or wrong. */
+export class Unauthorized extends Error {
+  constructor(message, sent) {
+    super(message);
+    this.sent = sent;
+  }
+}
+
+/** The server did not answer at all: it is down, or the network is. */
+export class Unreachable extends Error {}
+
+/** How long a call may wait for its answer before the server counts as unreachable. */
+const CALL_TIMEOUT_MS = 8000;
 
 /** The API refused a call; `status` is its HTTP status, the message its reason. */
 export class ApiError extends Error {
@@ -48,8 +59,16 @@ export async function call(method, url, body) {
   const bearer = token();
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
   if (body !== undefined) headers['Content-Type'] = 'application/octet-stream';
-  const response = await fetch(url, { method, headers, body, cache: 'no-store', credentials: 'omit' });
-  const text = await response.text();
+  // An upload may take long; a read that hangs means the server is gone.
+  const signal = body === undefined ? AbortSignal.timeout(CALL_TIMEOUT_MS) : undefined;
+  let response;
+  let text;
+  try {
+    response = await fetch(url, { method, headers, body, cache: 'no-store', credentials: 'omit', signal });
+    text = await response.text();
+  } catch (error) {
+    throw new Unreachable(`no answer from the server (${error.name === 'TimeoutError' ? 'timed out' : error.message})`);
+  }
   let json = null;
   try {
     json = text ? JSON.parse(text) : null;
@@ -57,7 +76,7 @@ export async function call(method, url, body) {
     json = null;
   }
   const reason = json && typeof json.error === 'string' ? json.error : text;
-  if (response.status === 401) throw new Unauthorized(`The server answered 401: ${reason}`);
+  if (response.status === 401) throw new Unauthorized(`The server answered 401: ${reason}`, Boolean(bearer));
   if (!response.ok) throw new ApiError(response.status, `The server answered ${response.status}: ${reason}`);
   return json;
 }

@@ -1,8 +1,9 @@
 // The dashboard: routes (in the URL's fragment), the token, and the life
 // of the page on screen, whose refreshes stop when another replaces it.
 
-import { ApiError, Unauthorized, setToken } from './api.js';
+import { ApiError, Unauthorized, Unreachable, setToken } from './api.js';
 import { el, href, replace } from './dom.js';
+import * as cluster from './cluster.js';
 import * as query from './query.js';
 import * as state from './state.js';
 import * as topologies from './topologies.js';
@@ -43,13 +44,21 @@ class View {
   async attempt(work) {
     try {
       await work();
-      if (!this.closed) showProblem(null);
+      if (!this.closed) {
+        showProblem(null);
+        connection.reached();
+      }
       return true;
     } catch (error) {
       if (this.closed) return false;
       if (error instanceof Unauthorized) {
-        askForToken(error.message);
+        // A first visit sent no token: that is no error, only a question.
+        askForToken(error.sent ? error.message : null);
         return false;
+      }
+      if (error instanceof Unreachable) {
+        connection.lost(error.message);
+        return true;
       }
       showProblem(error instanceof ApiError ? error.message : `The dashboard failed: ${error.message}`);
       // Refreshes go on: the server may answer again.
@@ -73,6 +82,41 @@ class View {
 
 let current = null;
 
+/**
+ * Whether the server answers. While it does not, the page says so, no run
+ * state is shown as if known, and nothing can be asked of the server.
+ */
+const connection = {
+  since: null,
+  lost(why) {
+    if (this.since === null) this.since = new Date();
+    document.body.dataset.connection = 'lost';
+    showProblem(
+      `Cannot reach the server since ${this.since.toLocaleTimeString('en-GB')} (${why}): ` +
+        'the figures below are as they were then; trying again every second.',
+    );
+    for (const badge of main.querySelectorAll('.badge[data-state]')) {
+      badge.className = 'badge unknown';
+      badge.dataset.state = 'unknown';
+      badge.textContent = 'unknown';
+    }
+    for (const control of main.querySelectorAll('button, input, select, textarea')) {
+      if (control.disabled) continue;
+      control.disabled = true;
+      control.dataset.offline = '';
+    }
+  },
+  reached() {
+    if (this.since === null) return;
+    this.since = null;
+    delete document.body.dataset.connection;
+    for (const control of main.querySelectorAll('[data-offline]')) {
+      control.disabled = false;
+      delete control.dataset.offline;
+    }
+  },
+};
+
 function showProblem(message) {
   problem.hidden = !message;
   replace(problem, message ?? '');
@@ -88,6 +132,7 @@ function route() {
     }
   };
   const parts = location.hash.replace(/^#\/?/, '').split('/').filter((p) => p !== '').map(decode);
+  if (parts[0] === 'cluster') return { page: cluster, params: {} };
   if (parts[0] === 't' && parts.length >= 2) {
     const name = parts[1];
     if (parts[2] === 'state' && parts.length === 4) return { page: state, params: { name, state: parts[3] } };
@@ -100,6 +145,8 @@ function route() {
 function show() {
   current?.close();
   showProblem(null);
+  connection.since = null;
+  delete document.body.dataset.connection;
   const { page, params } = route();
   const view = new View();
   current = view;
@@ -110,6 +157,7 @@ function show() {
 
 function crumbsOf(page, params) {
   const trail = [el('a', { href: '#/' }, 'Topologies')];
+  if (page === cluster) trail.push(el('span', {}, 'Cluster'));
   if (params.name !== undefined) trail.push(el('a', { href: href('t', params.name) }, params.name));
   if (params.state !== undefined) trail.push(el('span', {}, `state ${params.state}`));
   if (page === query) trail.push(el('span', {}, 'query console'));
@@ -141,8 +189,9 @@ function askForToken(message) {
         show();
       },
     },
-    el('h1', {}, 'This server wants its token'),
+    el('h1', {}, message ? 'That token was refused' : 'This server wants its token'),
     message ? el('p', { class: 'error', role: 'alert' }, message) : null,
+    message ? null : el('p', {}, 'Give the token `weir serve` was started with (the one its --token-file holds).'),
     el('p', { class: 'quiet' }, 'It is kept in this tab only, until the tab is closed.'),
     el('label', { for: 'token' }, 'Token'),
     input,

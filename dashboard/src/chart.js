@@ -1,5 +1,8 @@
 // Live charts of a topology's history (GET .../history: a sample a second,
-// the last 15 minutes), drawn by uPlot.
+// the last 15 minutes, each a rate or latency of the interval before it),
+// drawn by uPlot; each with its latest figures as text beside it (what a
+// screen reader reads; the canvas is hidden from it). Drag across a chart
+// to zoom into a span; a double click shows all again.
 
 import { el, figure } from './dom.js';
 
@@ -8,26 +11,33 @@ const WINDOW_S = 15 * 60;
 /** The narrowest: a young topology's few samples are not crammed at one edge. */
 const MIN_WINDOW_S = 60;
 
-/** The throughput chart's series. */
-export const THROUGHPUT = [
-  { column: 'batches_per_s', label: 'batches/s', stroke: '#2563eb', scale: 'batches' },
-  { column: 'tuples_per_s', label: 'tuples/s', stroke: '#16a34a', scale: 'tuples' },
+/** The throughput chart's series: spout tuples committed a second. */
+export const THROUGHPUT = [{ column: 'tuples_per_s', label: 'tuples', unit: 'tuples/s', stroke: '#16a34a', scale: 'tuples' }];
+
+/** Batches committed a second, apart: on one chart with tuples, one hides the other. */
+export const BATCHES = [{ column: 'batches_per_s', label: 'batches', unit: 'batches/s', stroke: '#2563eb', scale: 'batches' }];
+
+/** The commit latency chart's series: of each interval's commits. */
+export const LATENCY = [
+  { column: 'commit_p50_ms', label: 'commit p50', unit: 'ms', stroke: '#9333ea', scale: 'ms', points: true },
+  { column: 'commit_p99_ms', label: 'commit p99', unit: 'ms', stroke: '#dc2626', scale: 'ms', points: true },
 ];
 
-/** The commit latency chart's series. */
-export const LATENCY = [
-  { column: 'commit_p50_ms', label: 'commit p50 ms', stroke: '#9333ea', scale: 'ms' },
-  { column: 'commit_p99_ms', label: 'commit p99 ms', stroke: '#dc2626', scale: 'ms' },
-];
+/** A time of day to the second. */
+const clockOf = (s) => new Date(s * 1000).toLocaleTimeString('en-GB');
 
 /** A chart of `series` over time, in an element of its own (`element`). */
 export class TimeChart {
   constructor(series, { height = 150, title } = {}) {
     this.series = series;
     this.height = height;
-    this.element = el('div', { class: 'chart', 'data-points': 0 });
-    if (title) this.element.append(el('h3', {}, title));
+    this.title = title ?? series.map((s) => s.label).join(', ');
+    this.text = el('p', { class: 'chart-text' }, 'No sample yet.');
+    this.canvas = el('div', { class: 'canvas', 'aria-hidden': 'true' });
+    this.element = el('figure', { class: 'chart', 'data-points': 0 },
+      title ? el('h3', {}, title) : null, this.canvas, el('figcaption', {}, this.text));
     this.plot = null;
+    this.zoomedIn = false;
   }
 
   options(width) {
@@ -43,12 +53,22 @@ export class TimeChart {
     const scales = { x: { time: true, range } };
     // One line of clock times, far enough apart not to run into each other
     // on a narrow chart (uPlot's own adds a second line of dates that does).
-    const clock = (_, splits) => splits.map((s) => new Date(s * 1000).toLocaleTimeString('en-GB'));
-    const axes = [{ stroke: '#475569', space: 80, values: clock }];
+    const clock = (_, splits) => splits.map(clockOf);
+    const axes = [{ stroke: '#334155', space: 80, values: clock }];
     for (const [i, s] of this.series.entries()) {
       if (scales[s.scale]) continue;
       scales[s.scale] = { auto: true, range: (_, min, max) => [0, Math.max(max, min + 1) * 1.1] };
-      axes.push({ scale: s.scale, side: i === 0 ? 3 : 1, stroke: s.stroke, size: 60, grid: { show: i === 0 } });
+      // Wide enough for the longest figure and its unit; never clipped.
+      axes.push({
+        scale: s.scale,
+        side: i === 0 ? 3 : 1,
+        stroke: '#334155',
+        size: 72,
+        label: s.unit,
+        labelSize: 18,
+        grid: { show: i === 0 },
+        values: (_, splits) => splits.map((v) => figure(v, 1)),
+      });
     }
     return {
       width,
@@ -56,16 +76,25 @@ export class TimeChart {
       scales,
       axes,
       legend: { live: true },
-      cursor: { drag: { x: false, y: false } },
+      cursor: { drag: { x: true, y: false } },
+      // A span dragged across zooms in, and stays while samples come; a
+      // double click (uPlot's own) shows everything again.
+      hooks: {
+        setSelect: [(u) => {
+          if (u.select.width > 0) this.zoomedIn = true;
+        }],
+      },
       series: [
-        {},
+        { label: 'at', value: (_, v) => (v === null || v === undefined ? '–' : clockOf(v)) },
         ...this.series.map((s) => ({
           label: s.label,
           stroke: s.stroke,
           width: 2,
           scale: s.scale,
           spanGaps: false,
-          value: (_, v) => figure(v),
+          value: (_, v) => (v === null || v === undefined ? '–' : `${figure(v, 2)} ${s.unit}`),
+          // A second with no commit has no latency: lone figures show as dots.
+          ...(s.points ? { points: { show: true, size: 5 } } : {}),
         })),
       ],
     };
@@ -74,17 +103,41 @@ export class TimeChart {
   /** Draws `history` (columns of samples, oldest first). */
   update(history) {
     const data = [history.at, ...this.series.map((s) => history[s.column])];
-    const width = Math.max(this.element.clientWidth, 320);
+    const width = Math.max(this.element.clientWidth, 200);
     if (!this.plot) {
-      this.plot = new globalThis.uPlot(this.options(width), data, this.element);
+      this.plot = new globalThis.uPlot(this.options(width), data, this.canvas);
+      this.plot.over.addEventListener('dblclick', () => {
+        this.zoomedIn = false;
+      });
       new ResizeObserver(() => {
-        const now = Math.max(this.element.clientWidth, 320);
+        const now = Math.max(this.element.clientWidth, 200);
         if (this.plot && Math.abs(now - this.plot.width) > 4) this.plot.setSize({ width: now, height: this.height });
       }).observe(this.element);
     } else {
-      this.plot.setData(data);
+      // A zoomed span stays as it is; else the latest window is shown.
+      this.plot.setData(data, !this.zoomedIn);
     }
+    this.describe(history);
     // How many samples it holds: what a reader (or a test) can check.
     this.element.setAttribute('data-points', String(history.at.length));
+  }
+
+  /** The chart's latest figures as text: its alternative for who cannot see it. */
+  describe(history) {
+    const n = history.at.length;
+    if (!n) {
+      this.text.textContent = `${this.title}: no sample yet.`;
+      return;
+    }
+    const latest = this.series.map((s) => {
+      const v = history[s.column][n - 1];
+      const column = history[s.column].filter((x) => x !== null && x !== undefined);
+      const peak = column.length ? Math.max(...column) : null;
+      return `${s.label} ${v === null || v === undefined ? 'none' : `${figure(v, 2)} ${s.unit}`}` +
+        (peak === null ? '' : ` (peak ${figure(peak, 2)})`);
+    });
+    const kept = Math.round(history.at[n - 1] - history.at[0]);
+    const over = kept < 120 ? `${kept} s` : `${Math.round(kept / 60)} min`;
+    this.text.textContent = `At ${clockOf(history.at[n - 1])}: ${latest.join('; ')}, over the last ${over}.`;
   }
 }

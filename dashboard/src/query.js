@@ -1,17 +1,26 @@
 // The query console: pick one of a topology's queries, type its arguments,
 // see the result tuples (POST .../queries/QUERY, as `weir query` asks).
 
-import { call, path } from './api.js';
+import { call, get, path } from './api.js';
 import { el, href, replace, valueText } from './dom.js';
 import { definitionOf, statesAndQueries } from './topology.js';
 
-function results(rows) {
+/** The names of a query's result fields, or null where the server does not tell them. */
+async function fieldsOf(name, query) {
+  try {
+    return (await get(path('topologies', name, 'queries', query))).fields;
+  } catch {
+    return null;
+  }
+}
+
+function results(rows, fields) {
   if (!rows.length) return el('p', { class: 'quiet' }, 'No tuples.');
   const width = Math.max(...rows.map((r) => r.length));
   return el(
     'table',
     { class: 'results' },
-    el('thead', {}, el('tr', {}, Array.from({ length: width }, (_, i) => el('th', {}, `field ${i + 1}`)))),
+    el('thead', {}, el('tr', {}, Array.from({ length: width }, (_, i) => el('th', { scope: 'col' }, fields?.[i] ?? `field ${i + 1}`)))),
     el('tbody', {}, rows.map((row) => el('tr', {}, row.map((v) => el('td', {}, valueText(v)))))),
   );
 }
@@ -21,7 +30,7 @@ export async function render(view, { name, query }) {
   const definition = await definitionOf(name, whyNot);
   const { queries } = statesAndQueries(definition);
   const pick = el('select', { id: 'query-name' }, queries.map((q) => el('option', { value: q, selected: q === query }, q)));
-  const args = el('input', { type: 'text', id: 'query-args', placeholder: 'its arguments, as text', autocomplete: 'off' });
+  const args = el('input', { type: 'text', id: 'query-args', placeholder: 'its arguments, as text', autocomplete: 'off', 'aria-describedby': 'query-hint' });
   const run = el('button', { type: 'submit' }, 'Run');
   const answer = el('section', { class: 'answer', role: 'status', hidden: true });
   const form = el(
@@ -35,11 +44,15 @@ export async function render(view, { name, query }) {
         answer.hidden = false;
         replace(answer, el('p', { class: 'quiet' }, 'Running…'));
         try {
+          const started = performance.now();
           const rows = await call('POST', path('topologies', name, 'queries', pick.value), args.value);
+          const took = performance.now() - started;
+          const fields = await fieldsOf(name, pick.value);
           replace(
             answer,
             el('h2', {}, `${rows.length === 1 ? '1 tuple' : `${rows.length} tuples`}`),
-            results(rows),
+            el('p', { class: 'quiet took' }, `Answered in ${took < 10 ? took.toFixed(1) : Math.round(took)} ms.`),
+            el('div', { class: 'table-scroll' }, results(rows, fields)),
             el('h3', { class: 'as-json' }, 'As JSON'),
             el('pre', { class: 'json' }, JSON.stringify(rows)),
           );
@@ -55,6 +68,7 @@ export async function render(view, { name, query }) {
     pick,
     el('label', { for: 'query-args' }, 'Arguments'),
     args,
+    el('p', { class: 'quiet hint', id: 'query-hint' }, 'The arguments go to the query as one text, as `weir query --args` sends them; its functions read them (a word count\'s, say, as words split by spaces).'),
     run,
   );
   pick.addEventListener('change', () => {

@@ -3,10 +3,11 @@
 // its states and queries.
 
 import { ApiError, call, get, path, withQuery } from './api.js';
-import { LATENCY, THROUGHPUT, TimeChart } from './chart.js';
+import { BATCHES, LATENCY, THROUGHPUT, TimeChart } from './chart.js';
 import { el, figure, href, replace } from './dom.js';
+import { errorText, failingOperator, failuresTable, timeOf } from './failure.js';
 import { Graph } from './graph.js';
-import { figures, stateBadge } from './topologies.js';
+import { deployment, digestOf, figures, moment, stateBadge } from './topologies.js';
 
 /** The states a definition writes (name and kind) and its queries' names. */
 export function statesAndQueries(definition) {
@@ -131,19 +132,36 @@ function actions(view, name, onDone) {
   return { element, update };
 }
 
-function failuresTable(failures) {
-  if (!failures?.length) return el('p', { class: 'quiet' }, 'No failed attempt since it started.');
-  return el(
-    'table',
-    { class: 'failures' },
-    el('thead', {}, el('tr', {}, el('th', {}, 'txid'), el('th', {}, 'attempt'), el('th', {}, 'error'))),
-    el('tbody', {}, failures.map((f) => el('tr', {}, el('td', { class: 'num' }, figure(f.txid)), el('td', { class: 'num' }, figure(f.attempt)), el('td', { class: 'error-text' }, f.error)))),
-  );
+/** The deployment's upgrades, the latest first. */
+function upgradesList(status) {
+  const all = status.deployment?.upgrades ?? [];
+  if (!all.length) return el('p', { class: 'quiet' }, 'Not upgraded since it was deployed.');
+  return el('ol', { class: 'upgrade-history plain' }, [...all].reverse().map((u) => el('li', {},
+    `${moment(u.at_unix_ms)}: bundle ${digestOf(u.from).slice(0, 12)} → ${digestOf(u.to).slice(0, 12)}`)));
 }
 
-function logLines(lines) {
+/** The unit a spout's lag is counted in. */
+export function lagUnit(definition) {
+  const kind = definition?.nodes?.find((n) => n.op.op === 'spout')?.op.spout?.kind ?? '';
+  if (kind.includes('jetstream') || kind.includes('kafka')) return 'messages';
+  if (kind.endsWith('lines')) return 'bytes';
+  if (kind === 'generator') return 'integers';
+  return null;
+}
+
+/** The guests' log lines that pass `filter` (operator, stream, text searched for). */
+function logLines(lines, filter) {
   if (!lines.length) return [el('li', { class: 'quiet' }, 'Its guests have written nothing.')];
-  return lines.map((l) => el('li', { class: l.stream }, el('span', { class: 'op' }, `[${l.operator}]`), el('span', { class: 'stream' }, l.stream), el('span', { class: 'line' }, l.line)));
+  const needle = filter.text.toLowerCase();
+  const kept = lines.filter((l) => (!filter.operator || l.operator === filter.operator)
+    && (!filter.stream || l.stream === filter.stream)
+    && (!needle || l.line.toLowerCase().includes(needle)));
+  if (!kept.length) return [el('li', { class: 'quiet' }, 'No line matches the filter.')];
+  return kept.map((l) => el('li', { class: l.stream },
+    el('span', { class: 'at' }, l.at_ms ? timeOf(l.at_ms) : ''),
+    el('span', { class: 'op' }, `[${l.operator}]`),
+    el('span', { class: 'stream' }, l.stream),
+    el('span', { class: 'line' }, l.line)));
 }
 
 export async function render(view, { name }) {
@@ -151,21 +169,36 @@ export async function render(view, { name }) {
   const figuresBox = el('div');
   const whyNoGraph = el('p', { class: 'error' });
   const definition = await definitionOf(name, whyNoGraph);
-  const graph = definition ? new Graph(definition) : null;
-  const throughput = new TimeChart(THROUGHPUT, { title: 'Throughput' });
-  const latency = new TimeChart(LATENCY, { title: 'Commit latency, since it started' });
+  const graph = definition ? new Graph(definition, name) : null;
+  const throughput = new TimeChart(THROUGHPUT, { title: 'Tuples a second' });
+  const batches = new TimeChart(BATCHES, { title: 'Batches a second' });
+  const latency = new TimeChart(LATENCY, { title: 'Commit latency, each second' });
+  const unit = lagUnit(definition);
   const failures = el('div', { class: 'failures-box' });
-  const logs = el('ol', { class: 'logs', reversed: true });
+  const upgrades = el('div', { class: 'upgrades-box' });
+  // Scrolled by keyboard too: it can be focused.
+  const logs = el('ol', { class: 'logs', reversed: true, tabindex: 0, 'aria-label': "the guests' log lines, the latest first" });
   const follow = el('input', { type: 'checkbox', checked: true, id: 'follow' });
+  const byOperator = el('select', { id: 'log-operator' }, el('option', { value: '' }, 'every operator'),
+    (definition?.nodes ?? []).filter((n) => n.op.op !== 'spout').map((n) => el('option', { value: n.id }, n.id)));
+  const byStream = el('select', { id: 'log-stream' }, ['', 'stdout', 'stderr'].map((v) => el('option', { value: v }, v || 'both streams')));
+  const search = el('input', { type: 'search', id: 'log-search', placeholder: 'text in a line', autocomplete: 'off' });
+  let lastLines = [];
+  const drawLogs = () => replace(logs, logLines(lastLines, { operator: byOperator.value, stream: byStream.value, text: search.value }));
+  for (const control of [byOperator, byStream]) control.addEventListener('change', drawLogs);
+  search.addEventListener('input', drawLogs);
   const { states, queries } = statesAndQueries(definition);
   const refresh = async () => {
     const [status, history] = await Promise.all([get(path('topologies', name)), get(path('topologies', name, 'history'))]);
     if (view.closed) return;
     replace(headline, el('h1', {}, name), stateBadge(status.state), status.topology !== name ? el('span', { class: 'quiet' }, `topology ${status.topology}`) : null);
-    replace(figuresBox, status.error ? el('p', { class: 'error status-error' }, status.error) : null, figures(status, history));
+    replace(figuresBox, deployment(status), status.error ? errorText(status.error, 8, 'error status-error') : null, figures(status, history, status.spout_lag_unit ?? unit));
+    replace(upgrades, upgradesList(status));
     act.update(status.state);
-    graph?.update(status);
+    graph?.update(status, history);
+    graph?.markFailing(status.state === 'failed' ? failingOperator(status) : null);
     throughput.update(history);
+    batches.update(history);
     latency.update(history);
     replace(failures, failuresTable(status.failures));
   };
@@ -176,21 +209,29 @@ export async function render(view, { name }) {
     figuresBox,
     act.element,
     el('section', { class: 'graph-box' }, el('h2', {}, 'Stream graph'), graph ? graph.element : whyNoGraph),
-    el('section', { class: 'charts' }, throughput.element, latency.element),
+    el('section', { class: 'charts' }, el('h2', { class: 'sr-only' }, 'Charts'), throughput.element, batches.element, latency.element),
     el('section', {}, el('h2', {}, 'Recent failures'), failures),
+    el('section', {}, el('h2', {}, 'Upgrades'), upgrades),
     el('section', { class: 'states' },
       el('h2', {}, 'States and queries'),
       el('ul', {},
         [...states].map(([state, kind]) => el('li', {}, el('a', { href: href('t', name, 'state', state), class: 'state-link' }, `state ${state}`), ` (${kind})`)),
         queries.map((q) => el('li', {}, el('a', { href: href('t', name, 'query', q), class: 'query-link' }, `query ${q}`))))),
     el('section', { class: 'logs-box' },
-      el('h2', {}, "Guests' logs ", el('label', { class: 'follow' }, follow, ' follow')),
+      el('h2', {}, "Guests' logs"),
+      el('div', { class: 'log-tools' },
+        el('label', { class: 'follow', for: 'follow' }, follow, ' follow'),
+        el('label', { for: 'log-operator' }, 'Operator', byOperator),
+        el('label', { for: 'log-stream' }, 'Stream', byStream),
+        el('label', { for: 'log-search' }, 'Search', search)),
       logs),
   );
   view.every(1000, refresh);
   view.every(1000, async () => {
     if (!follow.checked) return;
     const lines = await get(path('topologies', name, 'logs'));
-    if (!view.closed) replace(logs, logLines(lines));
+    if (view.closed) return;
+    lastLines = lines;
+    drawLogs();
   });
 }

@@ -116,12 +116,17 @@ impl Browser {
             _profile: profile,
             screenshots: screenshots.to_owned(),
         };
-        // The viewport itself, whatever the window around it.
-        browser.cdp(
-            "Emulation.setDeviceMetricsOverride",
-            json!({"width": VIEWPORT.0, "height": VIEWPORT.1, "deviceScaleFactor": 1, "mobile": false}),
-        );
+        browser.set_viewport(VIEWPORT);
         browser
+    }
+
+    /// Shows pages (and photographs them) at `width` x `height` CSS
+    /// pixels, whatever the window around them.
+    pub fn set_viewport(&self, (width, height): (u32, u32)) {
+        self.cdp(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}),
+        );
     }
 
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {

@@ -53,6 +53,8 @@ pub struct Failure {
     pub attempt: u32,
     /// Why it failed (cut at [`FAILURE_TEXT`] bytes).
     pub error: String,
+    /// When it failed.
+    pub at: std::time::SystemTime,
 }
 
 /// What a run did.
@@ -75,8 +77,12 @@ pub struct RunReport {
     pub commit_latency: Latencies,
     /// How many batches the commit groups held.
     pub commit_groups: GroupSizes,
-    /// Time spent in each guest operator, for committed batches.
+    /// Time spent in each operator, for committed batches: a guest
+    /// operator's in its calls, a node of the host's own (a built-in
+    /// aggregate, a partition, a window) in its work.
     pub operator_time: BTreeMap<String, Duration>,
+    /// Tuples in and out of each operator, for committed batches.
+    pub operator_tuples: BTreeMap<String, crate::metrics::TupleCounts>,
     /// How far the committed batches are behind the source, where the spout
     /// knows (see `Spout::lag`).
     pub spout_lag: Option<u64>,
@@ -85,6 +91,9 @@ pub struct RunReport {
     pub partition_lag: BTreeMap<String, u64>,
     /// Late tuples each window operator found, in committed batches.
     pub late_tuples: BTreeMap<String, u64>,
+    /// Each time window operator's watermark (event or processing time, in
+    /// milliseconds) after the last committed batch that moved it.
+    pub watermarks: BTreeMap<String, i64>,
     /// The last [`RECENT_FAILURES`] failed attempts, oldest first: of the
     /// process or commit phase, and of the spout's emission.
     pub failures: VecDeque<Failure>,
@@ -104,7 +113,7 @@ impl RunReport {
         if self.failures.len() == RECENT_FAILURES {
             self.failures.pop_front();
         }
-        self.failures.push_back(Failure { txid, attempt, error });
+        self.failures.push_back(Failure { txid, attempt, error, at: std::time::SystemTime::now() });
     }
 
     /// The run's figures as JSON, as `weir run --report-json` writes them;

@@ -53,6 +53,19 @@ impl Latencies {
         self.count
     }
 
+    /// The latencies recorded after `earlier`, a copy of these taken before:
+    /// a recent window's. Where `earlier` holds more than these, they were
+    /// reset (a new run) and all of these count.
+    pub fn since(&self, earlier: &Latencies) -> Latencies {
+        if earlier.count > self.count || earlier.buckets.len() != self.buckets.len() {
+            return self.clone();
+        }
+        let buckets: Vec<u64> =
+            self.buckets.iter().zip(&earlier.buckets).map(|(now, then)| now.saturating_sub(*then)).collect();
+        let count = buckets.iter().sum();
+        Latencies { buckets, count }
+    }
+
     /// The latency below which `q` (0 to 1) of them fall, to a bucket's
     /// precision; `None` when nothing was recorded.
     pub fn quantile(&self, q: f64) -> Option<Duration> {
@@ -68,6 +81,24 @@ impl Latencies {
             }
         }
         None
+    }
+}
+
+/// Tuples an operator took in and gave out, in committed batches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TupleCounts {
+    /// Tuples of its inputs.
+    pub tuples_in: u64,
+    /// Tuples of its output (none counted for the nodes of the commit
+    /// phase, whose output is state).
+    pub tuples_out: u64,
+}
+
+impl TupleCounts {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: TupleCounts) {
+        self.tuples_in += other.tuples_in;
+        self.tuples_out += other.tuples_out;
     }
 }
 
@@ -110,6 +141,26 @@ mod tests {
         }
         assert_eq!(sizes, GroupSizes { groups: 4, batches: 24, max: 16 });
         assert_eq!(sizes.mean(), Some(6.0));
+    }
+
+    #[test]
+    fn latencies_since_an_earlier_copy_hold_only_the_later_ones() {
+        let mut latencies = Latencies::default();
+        for _ in 0..100 {
+            latencies.record(Duration::from_millis(1));
+        }
+        let earlier = latencies.clone();
+        latencies.record(Duration::from_millis(500));
+        let window = latencies.since(&earlier);
+        assert_eq!(window.count(), 1);
+        let ms = window.quantile(0.5).unwrap().as_millis();
+        assert!((470..=500).contains(&ms), "{ms}");
+        let run = latencies.quantile(0.5).unwrap().as_micros();
+        assert!((940..=1000).contains(&run), "the run's p50 is still 1 ms: {run} µs");
+        // A reset run: everything it holds is new.
+        assert_eq!(Latencies::default().since(&earlier).count(), 0);
+        assert_eq!(window.since(&earlier).count(), 1);
+        assert_eq!(earlier.since(&earlier).quantile(0.99), None);
     }
 
     #[test]

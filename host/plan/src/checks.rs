@@ -466,8 +466,9 @@ pub(super) fn sinks(name: &str, nodes: &[Node], data_stream: &[usize]) -> Result
     Ok(())
 }
 
-/// Guest operators a node calls, each in an instance per partition.
-fn guest_operators(op: &Op) -> usize {
+/// Guest operators a node calls, each in an instance per partition (none:
+/// the host does all its work).
+pub fn guest_operators(op: &Op) -> usize {
     let guest = |a: &Aggregator| usize::from(!matches!(a.kind, AggregatorKind::Builtin(_)));
     match op {
         Op::Function { .. } | Op::Filter { .. } | Op::PartitionPersist { .. } => 1,

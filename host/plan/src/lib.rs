@@ -26,7 +26,7 @@ pub mod subject;
 #[cfg(test)]
 mod tests;
 
-pub use checks::{allowed_name, check_limits};
+pub use checks::{allowed_name, check_limits, guest_operators};
 pub use error::{Excess, NameOf, PlanError};
 pub(crate) use graph::json;
 pub use graph::{Aggregator, FunctionKind, Input, Node, Op, Phase, Plan, builtin_name};

@@ -36,6 +36,8 @@ pub struct GuestLine {
     pub stream: &'static str,
     /// The line.
     pub line: String,
+    /// When it was written, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
 }
 
 impl GuestLine {
@@ -210,7 +212,14 @@ impl GuestOutput {
         tracing::info!(target: "weir::guest", "[{}] {}: {}", self.operator, self.stream, line);
         keep(
             &self.topology,
-            GuestLine { operator: self.operator.to_string(), stream: self.stream, line: line.clone() },
+            GuestLine {
+                operator: self.operator.to_string(),
+                stream: self.stream,
+                line: line.clone(),
+                at_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            },
         );
         if lines.recent.len() == RECENT_LINES {
             lines.recent.pop_front();
@@ -327,7 +336,7 @@ mod tests {
 
     #[test]
     fn what_is_kept_is_bounded_in_lines_bytes_and_topologies() {
-        let line = |n: usize| GuestLine { operator: "op".into(), stream: "stdout", line: "y".repeat(n) };
+        let line = |n: usize| GuestLine { operator: "op".into(), stream: "stdout", line: "y".repeat(n), at_ms: 0 };
         for _ in 0..KEPT_PER_TOPOLOGY + 10 {
             keep("kept-lines", line(1));
         }

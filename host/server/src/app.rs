@@ -123,12 +123,29 @@ impl BodyRoom {
     }
 }
 
-/// Samples every deployment's figures into the history, forever.
+/// Samples saved to the history's file every so many samples.
+const SAVE_EVERY: u32 = 10;
+
+/// The file the dashboard's history is kept in, in the data directory.
+pub(super) fn history_file(host: &Host) -> std::path::PathBuf {
+    host.bundles.parent().unwrap_or(&host.bundles).join("history.json")
+}
+
+/// Samples every deployment's figures into the history, forever, saving
+/// them now and then.
 pub(super) async fn sample(app: Shared) {
     let mut every = tokio::time::interval(HISTORY_INTERVAL);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
+    let file = history_file(&app.host);
+    for taken in 1u32.. {
         every.tick().await;
         app.history.record(|| app.deployments.list(), Instant::now(), SystemTime::now());
+        if taken % SAVE_EVERY == 0 {
+            let (app, to) = (Arc::clone(&app), file.clone());
+            let saved = tokio::task::spawn_blocking(move || app.history.save(&to)).await;
+            if let Ok(Err(e)) = saved {
+                tracing::warn!("saving the dashboard's history to {} failed: {e}", file.display());
+            }
+        }
     }
 }

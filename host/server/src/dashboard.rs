@@ -41,7 +41,7 @@ const SVG: &str = "image/svg+xml";
 /// The files under `/assets/`.
 const ASSETS: &[Asset] = assets![
     "src/" JS:
-        "app.js", "api.js", "dom.js", "chart.js", "graph.js", "topologies.js", "topology.js", "state.js", "query.js";
+        "app.js", "api.js", "dom.js", "chart.js", "graph.js", "topologies.js", "topology.js", "state.js", "query.js", "failure.js", "cluster.js";
     "src/" CSS: "style.css";
     "src/" SVG: "icon.svg";
     "vendor/" JS: "uPlot.iife.min.js";

@@ -14,8 +14,8 @@
 
 use super::bundles::{STAGED_SUFFIX, Staged, is_plain_file_name};
 pub use super::host::Host;
-use super::registry::{DeploymentRecord, Registry};
-pub use super::status::{FailedAttempt, RunState, Status};
+use super::registry::{DeploymentRecord, Registry, UPGRADES_KEPT, Upgrade, now_unix_ms};
+pub use super::status::{Deployed, FailedAttempt, RunState, Status};
 use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -303,7 +303,14 @@ impl Deployments {
         // Again: other deploys may have ended while this one loaded.
         self.refuse_past_max(deployed.len())?;
         let file = staged.keep(&self.host.bundles)?;
-        let record = DeploymentRecord { bundle: file, topology: Some(topology), input: request.input, running: true };
+        let record = DeploymentRecord {
+            bundle: file,
+            topology: Some(topology),
+            input: request.input,
+            running: true,
+            deployed_unix_ms: Some(now_unix_ms()),
+            upgrades: Vec::new(),
+        };
         let mut deployment = Deployment { record, loaded: Some(loaded), status: Arc::default(), running: None };
         let started = self.save(&name, &deployment.record).and_then(|()| self.start(&name, &mut deployment));
         if let Err(e) = started {
@@ -527,6 +534,23 @@ impl Deployments {
         weir_engine::exec::query(&self.host.db, &loaded.plan, &source, query, args).map_err(bad)
     }
 
+    /// The names of the fields of query `query`'s result tuples, in order.
+    pub fn query_fields(&self, name: &str, query: &str) -> Result<Vec<String>, DeployError> {
+        let deployed = self.lock();
+        let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
+        let loaded = deployment
+            .loaded
+            .as_ref()
+            .ok_or_else(|| DeployError::BadRequest(format!("topology {name} is not loaded: its status says why")))?;
+        match loaded.plan.query_nodes(query) {
+            Some((_, answer)) => Ok(loaded.plan.nodes[answer].fields.clone()),
+            None => {
+                let known: Vec<&String> = loaded.plan.queries.keys().collect();
+                Err(DeployError::NotFound(format!("topology {name} has no query {query:?} (queries: {known:?})")))
+            }
+        }
+    }
+
     /// Topology `name`'s definition: its stream graph, as `weir inspect`
     /// shows it.
     pub fn definition(&self, name: &str) -> Result<TopologyDef, DeployError> {
@@ -579,6 +603,13 @@ impl Deployments {
         let file = staged.keep(&self.host.bundles)?;
         let deployment = deployed.get_mut(name).ok_or_else(|| not_deployed(name))?;
         let old_file = std::mem::replace(&mut deployment.record.bundle, file);
+        let upgrades = &mut deployment.record.upgrades;
+        upgrades.push(Upgrade {
+            at_unix_ms: now_unix_ms(),
+            from: old_file.clone(),
+            to: deployment.record.bundle.clone(),
+        });
+        upgrades.drain(..upgrades.len().saturating_sub(UPGRADES_KEPT));
         deployment.record.running = true;
         deployment.loaded = Some(loaded);
         self.save(name, &deployment.record)?;
@@ -604,12 +635,79 @@ impl Deployments {
     pub fn status(&self, name: &str) -> Result<Status, DeployError> {
         let deployed = self.lock();
         let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
-        Ok(self.status_of(deployment).clone())
+        Ok(self.described(name, deployment))
     }
 
     /// Every deployed topology's name and status.
     pub fn list(&self) -> Vec<(String, Status)> {
-        self.lock().iter().map(|(name, d)| (name.clone(), self.status_of(d).clone())).collect()
+        self.lock().iter().map(|(name, d)| (name.clone(), self.described(name, d))).collect()
+    }
+
+    /// How far a topology that does not run is behind its input now (its
+    /// last run's figure would stay as it was while the input grows), for
+    /// the spouts that read a local input, asked cheaply: a file's or a
+    /// directory's lines, a generator. None for the others, or where the
+    /// input cannot be read.
+    fn lag_at_rest(&self, name: &str, deployment: &Deployment) -> Option<u64> {
+        let loaded = deployment.loaded.as_ref()?;
+        let def = loaded.definition.spout()?;
+        let local = matches!(
+            def,
+            weir_sdk::topology::SpoutDef::FileLines { .. }
+                | weir_sdk::topology::SpoutDef::DirectoryLines { .. }
+                | weir_sdk::topology::SpoutDef::Generator { .. }
+        );
+        if !local {
+            return None;
+        }
+        let topology = deployment.topology(name);
+        let env = spout::SpoutEnv {
+            topology,
+            stored_as: name,
+            scope: &self.host.inputs,
+            input: deployment.record.input.as_deref(),
+            batch_size: self.host.run.batch_size,
+            nats: None,
+            follows: false,
+        };
+        let mut spout = spout::open(def, &env, None).ok()?;
+        let progress = self.host.db.progress(name).ok()?;
+        let last = progress.last_committed;
+        let committed = progress.batches.iter().find(|(txid, _)| *txid == last).map(|(_, r)| r.spout.clone());
+        if last > 0 && committed.is_none() {
+            return None;
+        }
+        spout.lag(committed.as_deref())
+    }
+
+    /// A deployment's status with what its record says of it.
+    fn described(&self, name: &str, deployment: &Deployment) -> Status {
+        let mut status = self.status_of(deployment).clone();
+        if status.started_unix_ms > 0 {
+            status.uptime_s = now_unix_ms().saturating_sub(status.started_unix_ms) as f64 / 1e3;
+        }
+        if status.state != RunState::Running
+            && let Some(lag) = self.lag_at_rest(name, deployment)
+        {
+            status.spout_lag = Some(lag);
+        }
+        status.spout_lag_unit = deployment.loaded.as_ref().and_then(|l| l.definition.spout()).and_then(|spout| {
+            use weir_sdk::topology::SpoutDef;
+            match spout {
+                SpoutDef::FileLines { .. } | SpoutDef::DirectoryLines { .. } => Some("bytes"),
+                SpoutDef::JetStream(_) => Some("messages"),
+                SpoutDef::Generator { .. } => Some("integers"),
+                SpoutDef::Guest { .. } => None,
+            }
+        });
+        let record = &deployment.record;
+        status.deployment = Some(Deployed {
+            bundle: record.bundle.clone(),
+            input: record.input.clone(),
+            deployed_unix_ms: record.deployed_unix_ms,
+            upgrades: record.upgrades.clone(),
+        });
+        status
     }
 
     /// Whether topology `name` is deployed.

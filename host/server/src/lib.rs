@@ -22,6 +22,7 @@ mod host;
 mod metrics;
 pub mod registry;
 mod routes;
+mod state_summary;
 mod status;
 
 use app::{App, BODIES_AT_ONCE, BodyRoom, sample};
@@ -66,10 +67,15 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     let host = Arc::new(config.host);
     let deployments = Deployments::resume(Arc::clone(&host))?;
+    let history = History::default();
+    if let Err(e) = history.restore(&app::history_file(&host), std::time::Instant::now()) {
+        // The charts start afresh; nothing committed is lost.
+        tracing::warn!("{e:#}");
+    }
     let app = Arc::new(App {
         host,
         deployments,
-        history: History::default(),
+        history,
         token: config.token.as_deref().map(|t| sha256(t.as_bytes())),
         max_upload: config.max_upload,
         body_timeout: config.body_timeout,
@@ -105,6 +111,9 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     tracing::info!("stopping every topology at a batch boundary");
     let unstopped = app.deployments.shutdown(config.shutdown_timeout);
+    if let Err(e) = app.history.save(&app::history_file(&app.host)) {
+        tracing::warn!("saving the dashboard's history failed: {e}");
+    }
     if !unstopped.is_empty() {
         tracing::warn!(
             "topologies {unstopped:?} did not stop within {} ms; exiting anyway: their uncommitted batches replay at the next start",

@@ -23,6 +23,30 @@ pub struct DeploymentRecord {
     pub input: Option<PathBuf>,
     /// Whether it should be running.
     pub running: bool,
+    /// When it was deployed, in milliseconds since the Unix epoch; absent
+    /// in records written before deploy times were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_unix_ms: Option<u64>,
+    /// Its last upgrades, oldest first, at most [`UPGRADES_KEPT`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upgrades: Vec<Upgrade>,
+}
+
+/// Upgrades a deployment's record keeps: the latest.
+pub const UPGRADES_KEPT: usize = 16;
+
+/// One upgrade of a deployment: when, and from which bundle to which.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Upgrade {
+    pub at_unix_ms: u64,
+    /// The bundles' files in the data dir's `bundles/` (`<sha256>.weir`).
+    pub from: String,
+    pub to: String,
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 const DEPLOYMENTS: TableDefinition<'static, &'static str, &'static [u8]> = TableDefinition::new("serve/deployments");

@@ -7,6 +7,7 @@ use super::connections::admit;
 use super::dashboard;
 use super::deployments::{DeployError, DeployRequest, Deployments, Status};
 use super::metrics;
+use super::state_summary;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{StatusCode, header};
@@ -60,12 +61,26 @@ async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, bod
     app.answer(StatusCode::CREATED, result)
 }
 
-async fn list(State(app): State<Shared>) -> Json<serde_json::Value> {
+#[derive(Deserialize)]
+struct ListQuery {
+    /// Also each topology's history, as `.../history` gives it: what the
+    /// dashboard's list needs in one call, whatever the number of topologies.
+    #[serde(default)]
+    history: bool,
+}
+
+async fn list(State(app): State<Shared>, Query(query): Query<ListQuery>) -> Json<serde_json::Value> {
     let mut all: Vec<serde_json::Value> =
         app.deployments.list().iter().map(|(name, status)| status_json(name, status)).collect();
     if let Some(membership) = app.cluster.get() {
         let topologies = membership.view().topologies;
         all.extend(topologies.iter().map(|(name, topology)| clustered::status(&app, name, topology)));
+    }
+    if query.history {
+        for status in &mut all {
+            let name = status["name"].as_str().unwrap_or_default().to_owned();
+            status["history"] = app.history.columns(&name);
+        }
     }
     Json(json!(all))
 }
@@ -177,6 +192,17 @@ async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, Str
     })
     .await;
     app.answer(StatusCode::OK, result)
+}
+
+/// The names of a query's result fields, for the query console's columns
+/// (a topology of this host's own).
+async fn query_fields(State(app): State<Shared>, Path((name, query)): Path<(String, String)>) -> Response {
+    if clustered(&app, &name).is_some() {
+        let why = format!("topology {name} runs across the cluster: its query's fields are not told here");
+        return app.refusal(DeployError::BadRequest(why));
+    }
+    let fields = app.deployments.query_fields(&name, &query).map(|fields| json!({ "fields": fields }));
+    app.answer(StatusCode::OK, fields)
 }
 
 #[derive(Deserialize)]
@@ -342,6 +368,50 @@ async fn state(
     app.answer(StatusCode::OK, result)
 }
 
+#[derive(Deserialize)]
+struct SummaryQuery {
+    /// The top keys by value: how many.
+    #[serde(default)]
+    top: usize,
+    /// Keys whose text starts with this.
+    prefix: Option<String>,
+    /// How many of those.
+    limit: Option<usize>,
+}
+
+/// A state's key count, top keys by value and keys by prefix, for the
+/// dashboard's state browser; for a topology this host runs alone.
+async fn state_summary(
+    State(app): State<Shared>,
+    Path((name, state)): Path<(String, String)>,
+    Query(query): Query<SummaryQuery>,
+) -> Response {
+    let result = blocking({
+        let app = Arc::clone(&app);
+        move || {
+            if clustered(&app, &name).is_some() {
+                return Err(DeployError::BadRequest(format!(
+                    "topology {name} runs across the cluster: read its state {state} in pages"
+                )));
+            }
+            let states = app.deployments.states(&name)?;
+            if !states.iter().any(|s| s == &state) {
+                return Err(DeployError::NotFound(format!(
+                    "topology {name} has no state {state:?} (states: {states:?})"
+                )));
+            }
+            let asked = state_summary::Asked {
+                top: query.top,
+                prefix: query.prefix.as_deref(),
+                limit: query.limit.unwrap_or(DEFAULT_STATE_PAGE),
+            };
+            state_summary::summary(&app.host.db, &name, &state, &asked)
+        }
+    })
+    .await;
+    app.answer(StatusCode::OK, result)
+}
+
 /// The last 15 minutes of a topology's figures on this host, a sample a
 /// second.
 async fn history(State(app): State<Shared>, Path(name): Path<String>) -> Response {
@@ -378,7 +448,8 @@ pub(super) fn router(app: Shared) -> Router {
         .route("/v1/topologies/{name}/history", get(history))
         .route("/v1/topologies/{name}/definition", get(definition))
         .route("/v1/topologies/{name}/states/{state}", get(state))
-        .route("/v1/topologies/{name}/queries/{query}", post(query))
+        .route("/v1/topologies/{name}/states/{state}/summary", get(state_summary))
+        .route("/v1/topologies/{name}/queries/{query}", post(query).get(query_fields))
         .route("/v1/cluster", get(cluster));
     Router::new()
         .route("/", get(dashboard::page))

@@ -5,7 +5,7 @@ use super::host::Host;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use weir_engine::coordinator::RunReport;
-use weir_engine::metrics::GroupSizes;
+use weir_engine::metrics::{GroupSizes, TupleCounts};
 
 /// Whether a served topology runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -49,8 +49,11 @@ pub struct Status {
     pub commit_groups: GroupSizes,
     /// Batches per commit group since it was last started.
     pub commit_group_mean: Option<f64>,
-    /// Milliseconds spent in each guest operator since it was last started.
+    /// Milliseconds spent in each operator since it was last started (a
+    /// guest's in its calls, a host node's in its work).
     pub operator_ms: BTreeMap<String, f64>,
+    /// Tuples in and out of each operator since it was last started.
+    pub operator_tuples: BTreeMap<String, TupleCounts>,
     /// How far the committed batches are behind the input, where the spout
     /// knows: bytes for the file spouts, integers for the generator.
     pub spout_lag: Option<u64>,
@@ -59,8 +62,40 @@ pub struct Status {
     pub spout_lag_partitions: BTreeMap<String, u64>,
     /// Late tuples each window operator found since it was last started.
     pub late_tuples: BTreeMap<String, u64>,
+    /// Each time window operator's watermark, in milliseconds, after the
+    /// last batch that moved it since it was last started.
+    pub watermarks: BTreeMap<String, i64>,
     /// The last failed attempts since it was last started, most recent first.
     pub failures: Vec<FailedAttempt>,
+    /// What its spout's lag counts: bytes (a file's or a directory's
+    /// lines), messages (JetStream), integers (a generator); none for a
+    /// guest's spout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spout_lag_unit: Option<&'static str>,
+    /// When it was last started, in milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Seconds since then, as of the call that asked.
+    pub uptime_s: f64,
+    /// What its record says: bundle, input, deploy time, upgrades.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<Deployed>,
+    /// Every commit latency since it was last started: the history takes
+    /// each interval's quantiles from it.
+    #[serde(skip)]
+    pub commit_latency: weir_engine::metrics::Latencies,
+}
+
+/// What a deployment's record says of it, as a status shows it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Deployed {
+    /// Its bundle's file in the data dir's `bundles/`: `<sha256>.weir`.
+    pub bundle: String,
+    /// The input of its spout, if it reads one.
+    pub input: Option<std::path::PathBuf>,
+    /// When it was deployed (absent for a record older than deploy times).
+    pub deployed_unix_ms: Option<u64>,
+    /// Its last upgrades, oldest first.
+    pub upgrades: Vec<super::registry::Upgrade>,
 }
 
 /// A failed attempt at a batch, as a status shows it.
@@ -72,6 +107,17 @@ pub struct FailedAttempt {
     pub attempt: u32,
     /// Why it failed.
     pub error: String,
+    /// When it failed, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The operator it failed in, where the error names one.
+    pub operator: Option<String>,
+}
+
+/// The operator an error names first (`operator NAME: ...`), if any.
+fn failing_operator(error: &str) -> Option<String> {
+    let rest = error.strip_prefix("operator ")?;
+    let (name, _) = rest.split_once(": ")?;
+    (!name.is_empty() && !name.contains(char::is_whitespace)).then(|| name.to_owned())
 }
 
 impl Status {
@@ -94,14 +140,27 @@ impl Status {
             commit_groups: report.commit_groups,
             commit_group_mean: report.commit_groups.mean(),
             operator_ms: report.operator_time.iter().map(|(op, d)| (op.clone(), d.as_secs_f64() * 1000.0)).collect(),
+            operator_tuples: report.operator_tuples.clone(),
             spout_lag: report.spout_lag,
             spout_lag_partitions: report.partition_lag.clone(),
+            spout_lag_unit: None,
+            started_unix_ms: super::registry::now_unix_ms().saturating_sub(report.elapsed.as_millis() as u64),
+            uptime_s: report.elapsed.as_secs_f64(),
+            deployment: None,
             late_tuples: report.late_tuples.clone(),
+            watermarks: report.watermarks.clone(),
+            commit_latency: report.commit_latency.clone(),
             failures: report
                 .failures
                 .iter()
                 .rev()
-                .map(|f| FailedAttempt { txid: f.txid, attempt: f.attempt, error: host.public(&f.error) })
+                .map(|f| FailedAttempt {
+                    txid: f.txid,
+                    attempt: f.attempt,
+                    error: host.public(&f.error),
+                    at_ms: f.at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+                    operator: failing_operator(&f.error),
+                })
                 .collect(),
         }
     }
@@ -114,6 +173,13 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_names_the_operator_its_error_names_first() {
+        assert_eq!(failing_operator("operator split: retry: boom").as_deref(), Some("split"));
+        assert_eq!(failing_operator("the spout failed: operator x: y"), None);
+        assert_eq!(failing_operator("operator : y"), None);
+    }
 
     #[test]
     fn run_states_serialise_as_words() {

@@ -156,6 +156,14 @@ pub fn print_statuses(args: &ServerArgs, statuses: &serde_json::Value) -> Result
             row["replays"],
             row["error"].as_str().unwrap_or("")
         );
+        print_cluster_shares(row);
+    }
+    Ok(())
+}
+
+/// A cluster topology's assignment and each host's share, under its row.
+pub fn print_cluster_shares(row: &serde_json::Value) {
+    {
         if let Some(cluster) = row["cluster"].as_object() {
             println!(
                 "  across the cluster: assignment epoch {} ({}); bundle on this host: {}{}",
@@ -180,5 +188,4 @@ pub fn print_statuses(args: &ServerArgs, statuses: &serde_json::Value) -> Result
             }
         }
     }
-    Ok(())
 }

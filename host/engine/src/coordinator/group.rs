@@ -31,16 +31,19 @@ impl Coordinator<'_> {
         let mut failed = None;
         let mut group_bytes = 0;
         let mut next = Some(first);
-        while let Some(Ready { id, handover, times, holding }) = next.take() {
+        let mut process_tuples = Vec::new();
+        while let Some(Ready { id, mut handover, times, holding }) = next.take() {
             group_bytes += holding.as_ref().map_or(0, Holding::bytes);
             let in_flight = &self.pending[process_times.len()];
             let record = BatchRecord { attempt: id.attempt, time_ms: in_flight.time_ms, spout: in_flight.meta.clone() };
             fault::at(Point::BeforeCommit, id.txid);
+            let tuples = std::mem::take(&mut handover.tuples);
             if let Err(error) = self.committer.prepare(self.store, id.txid, &record, handover) {
                 failed = Some((id, error));
                 break;
             }
             process_times.push(times);
+            process_tuples.push(tuples);
             let grouped = process_times.len();
             if grouped >= group_max
                 || started.elapsed() >= self.config.group_time
@@ -70,6 +73,7 @@ impl Coordinator<'_> {
         for (window, late) in self.committer.take_late() {
             *self.report.late_tuples.entry(window).or_default() += late;
         }
+        self.report.watermarks.extend(self.committer.take_watermarks());
         if committed == 0 {
             return Ok(failed);
         }
@@ -81,6 +85,9 @@ impl Coordinator<'_> {
         let times = process_times.into_iter().take(committed).flatten().chain(commit_times);
         for (operator, time) in times {
             *self.report.operator_time.entry(operator).or_default() += time;
+        }
+        for (operator, counts) in process_tuples.into_iter().take(committed).flatten() {
+            self.report.operator_tuples.entry(operator).or_default().add(counts);
         }
         for _ in 0..committed {
             let done = self.pending.pop_front().expect("a committed batch is in flight");

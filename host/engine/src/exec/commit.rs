@@ -36,6 +36,12 @@ pub struct Committer {
     late: BTreeMap<String, u64>,
     /// Bytes a sink's outbox may hold (`--max-outbox-kib`).
     max_outbox_bytes: u64,
+    /// Each time window's watermark after the last committed batch that
+    /// moved it, since the last [`Committer::take_watermarks`].
+    watermarks: BTreeMap<String, i64>,
+    /// Time the host's own nodes (no guest operator) took since the last
+    /// [`Committer::take_times`]: a guest's is counted by its instances.
+    host_times: BTreeMap<String, Duration>,
 }
 
 /// A batch whose commit phase ran: what it commits.
@@ -47,6 +53,8 @@ struct Prepared {
     others: Vec<OtherRecords>,
     /// Late tuples per window operator.
     late: BTreeMap<String, u64>,
+    /// Watermark per time window operator, after the batch.
+    watermarks: BTreeMap<String, i64>,
 }
 
 /// What a batch's commit-phase nodes made: each node's output, and the
@@ -54,6 +62,7 @@ struct Prepared {
 struct Ran {
     outputs: Vec<Option<Arc<Parts>>>,
     late: BTreeMap<String, u64>,
+    watermarks: BTreeMap<String, i64>,
 }
 
 /// A group's commit that failed at one of its batches.
@@ -71,8 +80,17 @@ impl Committer {
         let nodes = plan.data_nodes().into_iter().filter(|&i| plan.nodes[i].phase == Phase::Commit).collect();
         let instances = per_partition(&plan, &source);
         let max_outbox_bytes = weir_config::RunConfig::default().max_outbox_bytes;
-        let (caches, group, late) = (HashMap::new(), Vec::new(), BTreeMap::new());
-        Committer { instances, plan, nodes, caches, group, late, max_outbox_bytes }
+        Committer {
+            instances,
+            plan,
+            nodes,
+            caches: HashMap::new(),
+            group: Vec::new(),
+            late: BTreeMap::new(),
+            watermarks: BTreeMap::new(),
+            host_times: BTreeMap::new(),
+            max_outbox_bytes,
+        }
     }
 
     /// Holds each sink's outbox to `bytes`.
@@ -124,13 +142,23 @@ impl Committer {
 
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
-        take_times(&mut self.instances)
+        let mut times = take_times(&mut self.instances);
+        for (operator, time) in std::mem::take(&mut self.host_times) {
+            *times.entry(operator).or_default() += time;
+        }
+        times
     }
 
     /// Late tuples each window found in the batches committed since the
     /// last call, and resets them.
     pub fn take_late(&mut self) -> BTreeMap<String, u64> {
         std::mem::take(&mut self.late)
+    }
+
+    /// Each time window operator's watermark after the last batch
+    /// committed that moved it, since the last call.
+    pub fn take_watermarks(&mut self) -> BTreeMap<String, i64> {
+        std::mem::take(&mut self.watermarks)
     }
 
     /// Batches in the group.
@@ -167,7 +195,7 @@ impl Committer {
             .unwrap_or_else(|e| e.into_inner());
         let writes = views.finish(&mut self.caches);
         match result {
-            Ok(Ran { outputs, late }) => {
+            Ok(Ran { outputs, late, watermarks }) => {
                 // The sinks' output commits with the batch, into their outboxes.
                 let others: Vec<OtherRecords> = self
                     .nodes
@@ -180,7 +208,7 @@ impl Committer {
                     return Err(e);
                 }
                 let writes = Arc::new(writes);
-                self.group.push(Prepared { txid, record: record.clone(), writes, others, late });
+                self.group.push(Prepared { txid, record: record.clone(), writes, others, late, watermarks });
                 Ok(())
             }
             Err(e) => {
@@ -250,6 +278,8 @@ impl Committer {
             for (window, n) in &batch.late {
                 *self.late.entry(window.clone()).or_default() += n;
             }
+            // In txid order: the last committed batch's stand.
+            self.watermarks.extend(batch.watermarks.iter().map(|(window, w)| (window.clone(), *w)));
         }
         match outcome {
             Ok(written) => {
@@ -281,12 +311,20 @@ impl Committer {
         views: &Arc<Mutex<Views>>,
         mut handover: Handover,
     ) -> Result<Ran, BatchError> {
-        let mut exec =
-            Exec { plan, instances: &mut self.instances, batch, time_ms, late: HashMap::new(), views: Some(views) };
+        let mut exec = Exec {
+            plan,
+            instances: &mut self.instances,
+            batch,
+            time_ms,
+            late: HashMap::new(),
+            watermarks: HashMap::new(),
+            views: Some(views),
+        };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
         for &i in &self.nodes {
             let node = &plan.nodes[i];
             let preassigned = handover.windows.remove(&i);
+            let started = std::time::Instant::now();
             let out = match (handover.partials.remove(&i), preassigned) {
                 (Some(partials), _) => persistent_aggregate::persistent_aggregate(&mut exec, node, partials)?,
                 (None, Some(preassigned)) => window::window_preassigned(&mut exec, i, preassigned)?,
@@ -301,9 +339,13 @@ impl Committer {
                     exec.run(i, &inputs)?
                 }
             };
+            if weir_plan::guest_operators(&node.op) == 0 {
+                *self.host_times.entry(node.id.clone()).or_default() += started.elapsed();
+            }
             outputs[i] = Some(Arc::new(out));
         }
         let late = exec.late.iter().map(|(&window, tuples)| (plan.nodes[window].id.clone(), tuples.len() as u64));
-        Ok(Ran { outputs, late: late.collect() })
+        let watermarks = exec.watermarks.iter().map(|(&window, &w)| (plan.nodes[window].id.clone(), w));
+        Ok(Ran { outputs, late: late.collect(), watermarks: watermarks.collect() })
     }
 }

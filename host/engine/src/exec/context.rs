@@ -25,6 +25,8 @@ pub(super) struct Exec<'a> {
     /// Per window node that found late tuples (or has a late stream): the
     /// tuples, for its late stream and the count of late tuples.
     pub(super) late: HashMap<usize, Batch<'static>>,
+    /// Per time window node: its watermark after the batch, where it has one.
+    pub(super) watermarks: HashMap<usize, i64>,
     pub(super) views: Option<&'a Arc<Mutex<Views>>>,
 }
 

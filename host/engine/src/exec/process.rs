@@ -8,6 +8,7 @@ use super::parts::{Parts, fit_owned};
 use super::persistent_aggregate::{self, Partials};
 use super::window::{self, Preassigned};
 use crate::instances::{Instances, OperatorSource};
+use crate::metrics::TupleCounts;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,9 @@ pub struct Handover {
     pub(super) partials: HashMap<usize, Partials>,
     /// Per event-time window: the batch assigned to its windows.
     pub(super) windows: HashMap<usize, Preassigned>,
+    /// Tuples in and out of each node of the process phase, and in to each
+    /// node of the commit phase it feeds, by operator id.
+    pub tuples: BTreeMap<String, TupleCounts>,
 }
 
 impl Handover {
@@ -58,6 +62,9 @@ pub struct Processor {
     /// node is dropped once the last has run, so that a large batch's
     /// stages do not all stay in memory until its end.
     readers: Vec<usize>,
+    /// Time the host's own nodes (no guest operator) took since the last
+    /// [`Processor::take_times`]: a guest's is counted by its instances.
+    host_times: BTreeMap<String, Duration>,
 }
 
 impl Processor {
@@ -68,7 +75,7 @@ impl Processor {
         for &p in nodes.iter().flat_map(|&i| &plan.nodes[i].inputs) {
             readers[p] += 1;
         }
-        Processor { instances: per_partition(&plan, &source), plan, nodes, readers }
+        Processor { instances: per_partition(&plan, &source), plan, nodes, readers, host_times: BTreeMap::new() }
     }
 
     /// Instantiates the guests of the process phase's functions and
@@ -101,7 +108,11 @@ impl Processor {
 
     /// Time spent in each operator since the last call, and resets it.
     pub fn take_times(&mut self) -> BTreeMap<String, Duration> {
-        take_times(&mut self.instances)
+        let mut times = take_times(&mut self.instances);
+        for (operator, time) in std::mem::take(&mut self.host_times) {
+            *times.entry(operator).or_default() += time;
+        }
+        times
     }
 
     /// Runs `batch` (the spout's tuples) through the process-phase nodes.
@@ -113,6 +124,7 @@ impl Processor {
             batch: id,
             time_ms: 0,
             late: HashMap::new(),
+            watermarks: HashMap::new(),
             views: None,
         };
         let mut outputs: Vec<Option<Arc<Parts>>> = vec![None; plan.nodes.len()];
@@ -130,8 +142,11 @@ impl Processor {
                 }
             }
             let node = &plan.nodes[i];
+            let tuples_in: u64 = node.inputs.iter().filter_map(|&p| outputs[p].as_deref()).map(tuples_of).sum();
             if node.op == Op::Spout {
                 let mut batch = spout_batch.take().expect("one spout");
+                let emitted = TupleCounts { tuples_in: 0, tuples_out: batch.len() as u64 };
+                handover.tuples.entry(node.id.clone()).or_default().add(emitted);
                 let by_origin = plan.tags_origins();
                 if by_origin {
                     // Each tuple's tag is its index in the batch, the order
@@ -143,10 +158,15 @@ impl Processor {
                 continue;
             }
             if node.phase == Phase::Commit {
+                handover.tuples.entry(node.id.clone()).or_default().add(TupleCounts { tuples_in, tuples_out: 0 });
                 let from_process = |p: &usize| plan.nodes[*p].phase == Phase::Process;
                 if matches!(node.op, Op::PersistentAggregate { .. }) && from_process(&node.inputs[0]) {
                     let input = outputs[node.inputs[0]].as_ref().expect("inputs run first");
+                    let started = std::time::Instant::now();
                     handover.partials.insert(i, persistent_aggregate::partials(&mut exec, node, input)?);
+                    if weir_plan::guest_operators(&node.op) == 0 {
+                        *self.host_times.entry(node.id.clone()).or_default() += started.elapsed();
+                    }
                     continue;
                 }
                 if window::preassigns(node) && from_process(&node.inputs[0]) {
@@ -161,7 +181,13 @@ impl Processor {
             }
             let inputs: Vec<&Parts> =
                 node.inputs.iter().map(|&p| &**outputs[p].as_ref().expect("inputs run first")).collect();
+            let started = std::time::Instant::now();
             let out = exec.run(i, &inputs)?;
+            if weir_plan::guest_operators(&node.op) == 0 {
+                *self.host_times.entry(node.id.clone()).or_default() += started.elapsed();
+            }
+            let counted = TupleCounts { tuples_in, tuples_out: tuples_of(&out) };
+            handover.tuples.entry(node.id.clone()).or_default().add(counted);
             outputs[i] = Some(Arc::new(out));
         }
         for output in outputs {
@@ -169,6 +195,11 @@ impl Processor {
         }
         Ok(handover)
     }
+}
+
+/// Tuples in a node's output, over its partitions.
+fn tuples_of(parts: &Parts) -> u64 {
+    parts.iter().map(|batch| batch.len() as u64).sum()
 }
 
 /// The least room in buffers worth sending back to the spout.

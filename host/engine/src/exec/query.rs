@@ -51,6 +51,7 @@ pub fn query_over(
         batch: BatchId { txid: last, attempt: 0 },
         time_ms: 0,
         late: Default::default(),
+        watermarks: Default::default(),
         views: Some(&views),
     };
     let mut outputs: Vec<Option<Parts>> = vec![None; plan.nodes.len()];

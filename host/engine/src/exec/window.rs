@@ -314,6 +314,9 @@ fn finish(
                 }
                 exec.late.insert(index, late.finish_batch());
             }
+            if let Some(mark) = watermark.after() {
+                exec.watermarks.insert(index, mark);
+            }
             // A merged session can end before what closed already.
             let after = if matches!(window, WindowDef::Session { .. }) { i64::MIN } else { watermark.closed_before };
             Closing::Through { after, end: watermark.write(exec, node)? }

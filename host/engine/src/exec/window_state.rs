@@ -242,7 +242,7 @@ impl Watermark {
     }
 
     /// The operation's watermark after the batch.
-    fn after(&self) -> Option<i64> {
+    pub(super) fn after(&self) -> Option<i64> {
         let greatest = self.greatest?;
         let by_greatest = greatest.saturating_sub(self.delay);
         if self.partitions == 1 {
