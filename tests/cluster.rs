@@ -917,14 +917,27 @@ fn a_fresh_three_host_deploy_commits_its_first_batch_without_a_timeout_and_a_joi
     let ids = ["h1", "h2", "h3"];
     // The default batch timeout (60 s): partials lost at the start would
     // stall the first batch for a minute and leave a timeout in a log.
-    let start = |id: &str| host_with_nats_and(&dir.path().join(id), &etcd, &nats, id, &["--batch-size", "4000"]);
+    // A lease of 5 s, so that two hosts can be held up for 3 s.
+    let start = |id: &str| host_leasing(&dir.path().join(id), &etcd, &nats, id, "5000", &["--batch-size", "4000"]);
     let mut hosts: Vec<(String, Server)> = ids.iter().map(|id| (id.to_string(), start(id))).collect();
-    agreed(&all(&hosts), &ids);
+    let leader = agreed(&all(&hosts), &ids);
     eight_partitions(&nats);
     nats.publish_file("corpus", PARTITIONS, &corpus.first);
     nats.publish_file("corpus", PARTITIONS, &corpus.second);
-    deploy_word_count(&hosts[1].1, dir.path());
-    wait_for_counts(&hosts[2].1, &corpus.truth, Duration::from_secs(50));
+    // The two hosts that do not lead are held up before they load the
+    // bundle, so that the leader processes txid 1 and sends them its
+    // partials before their workers have subscribed.
+    let leader_at = ids.iter().position(|id| *id == leader).unwrap();
+    deploy_word_count(&hosts[leader_at].1, dir.path());
+    let others: Vec<&Server> = hosts.iter().filter(|(id, _)| *id != leader).map(|(_, s)| s).collect();
+    for other in &others {
+        signal(other, "-STOP");
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    for other in &others {
+        signal(other, "-CONT");
+    }
+    wait_for_counts(&hosts[leader_at].1, &corpus.truth, Duration::from_secs(50));
     let status = hosts[0].1.wait_for_status("word-count", |s| s["last_committed"].as_u64() >= Some(1));
     assert_eq!(status["replays"].as_u64().unwrap_or(0), 0, "{status}");
     assert_eq!(log_lines(dir.path(), &ids, &TIMED_OUT), Vec::<String>::new());
