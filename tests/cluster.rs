@@ -952,7 +952,16 @@ fn a_fresh_three_host_deploy_commits_its_first_batch_without_a_timeout_and_a_joi
     let (code, body) = hosts[3].1.api("GET", "/v1/topologies/word-count/states/counts", b"");
     assert_eq!(code, 200, "{body}");
     assert_counts_eq(&counts_of(&body), &corpus.truth);
-    assert_eq!(log_lines(dir.path(), &["h1", "h2", "h3", "h4"], &TIMED_OUT), Vec::<String>::new());
+
+    // The corpus once more, while a fifth host joins: its batches lose no
+    // partials either.
+    nats.publish_file("corpus", PARTITIONS, &corpus.first);
+    hosts.push(("h5".into(), start("h5")));
+    nats.publish_file("corpus", PARTITIONS, &corpus.second);
+    let twice: BTreeMap<String, i64> = corpus.truth.iter().map(|(word, n)| (word.clone(), 2 * n)).collect();
+    wait_for_counts(&hosts[4].1, &twice, Duration::from_secs(50));
+    assert_exact_on_every_host(&all(&hosts), &twice);
+    assert_eq!(log_lines(dir.path(), &["h1", "h2", "h3", "h4", "h5"], &TIMED_OUT), Vec::<String>::new());
 }
 
 #[test]
