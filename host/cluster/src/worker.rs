@@ -84,8 +84,11 @@ pub fn decode_span(bytes: &[u8]) -> Result<(u64, u64)> {
     Ok((u64::from_le_bytes(*after), until))
 }
 
-/// Publishes `messages` (subject, payload) and flushes.
-fn publish_all(nats: &Nats, messages: Vec<(String, Vec<u8>)>) -> Result<()> {
+/// A message to publish: its subject and payload.
+type Message = (String, Vec<u8>);
+
+/// Publishes `messages` and flushes.
+fn publish_all(nats: &Nats, messages: Vec<Message>) -> Result<()> {
     let client = nats.client.clone();
     nats.runtime.block_on(async {
         for (subject, payload) in messages {
@@ -123,7 +126,7 @@ pub struct Worker {
     /// each time the leader says that try's start again: a slot owner whose
     /// worker subscribed after they first went out (it started, or its host
     /// joined, as the batch began) gets them then.
-    sent: Option<((u64, u32), Vec<(String, Vec<u8>)>)>,
+    sent: Option<((u64, u32), Vec<Message>)>,
     /// Slots restored here, with the epoch of the ownership they were
     /// restored for.
     ready: BTreeMap<(String, u32), u64>,
@@ -364,7 +367,7 @@ impl Worker {
             };
             self.early.push((header, own));
         }
-        let messages: Vec<(String, Vec<u8>)> = per_host
+        let messages: Vec<Message> = per_host
             .into_iter()
             .map(|(to, pieces)| {
                 let mut chunks: Vec<Vec<(String, Vec<u8>)>> = vec![Vec::new()];
