@@ -941,6 +941,17 @@ fn a_fresh_three_host_deploy_commits_its_first_batch_without_a_timeout_and_a_joi
     let status = hosts[0].1.wait_for_status("word-count", |s| s["last_committed"].as_u64() >= Some(1));
     assert_eq!(status["replays"].as_u64().unwrap_or(0), 0, "{status}");
     assert_eq!(log_lines(dir.path(), &ids, &TIMED_OUT), Vec::<String>::new());
+    // Each host reads only its own partitions: every consumer of the
+    // stream is filtered to one partition.
+    let connection = weir_io::nats::Nats::connect(&nats.config(), "weir tests").unwrap();
+    let filters: Vec<String> = connection.runtime.block_on(async {
+        use futures_util::TryStreamExt;
+        let stream = connection.jetstream.get_stream("corpus").await.unwrap();
+        let infos: Vec<_> = stream.consumers().try_collect().await.unwrap();
+        infos.into_iter().map(|info| info.config.filter_subject).collect()
+    });
+    let partitions: Vec<String> = (0..8).map(|p| format!("corpus.{p}")).collect();
+    assert!(!filters.is_empty() && filters.iter().all(|f| partitions.contains(f)), "{filters:?}");
 
     // A host that joins answers a read as soon as it listens: it waits for
     // its bundle, and its slots' reads wait for their restore.
