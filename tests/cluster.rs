@@ -196,24 +196,18 @@ fn host_with_nats(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) ->
 
 /// [`host_with_nats`], with `extra` arguments.
 fn host_with_nats_and(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str, extra: &[&str]) -> Server {
+    host_leasing(dir, etcd, nats, id, LEASE_TTL_MS, extra)
+}
+
+/// [`host_with_nats_and`], its lease living `lease_ms`.
+fn host_leasing(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str, lease_ms: &str, extra: &[&str]) -> Server {
     std::fs::create_dir_all(dir).unwrap();
     Server::start_with(
         dir,
-        &[
-            "--cluster",
-            "c1",
-            "--etcd",
-            &etcd.url(),
-            "--nats",
-            &nats.url(),
-            "--host-id",
-            id,
-            "--lease-ttl-ms",
-            LEASE_TTL_MS,
-        ]
-        .into_iter()
-        .chain(extra.iter().copied())
-        .collect::<Vec<_>>(),
+        &["--cluster", "c1", "--etcd", &etcd.url(), "--nats", &nats.url(), "--host-id", id, "--lease-ttl-ms", lease_ms]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect::<Vec<_>>(),
     )
 }
 
@@ -942,4 +936,178 @@ fn the_dashboards_cluster_page_shows_every_host_the_leader_and_each_share() {
         &[],
     );
     assert!(seen.as_array().unwrap().iter().any(|l| l.as_str().unwrap().ends_with(&reason)), "{seen} ({reason})");
+}
+
+/// The lines of the logs of hosts `ids` (under `dir`) holding any of `marks`,
+/// each after its host's id.
+fn log_lines(dir: &Path, ids: &[&str], marks: &[&str]) -> Vec<String> {
+    ids.iter()
+        .flat_map(|id| {
+            let text = std::fs::read_to_string(dir.join(id).join("weir.log")).unwrap_or_default();
+            let lines: Vec<String> = text
+                .lines()
+                .filter(|line| marks.iter().any(|mark| line.contains(mark)))
+                .map(|line| format!("{id}: {line}"))
+                .collect();
+            lines
+        })
+        .collect()
+}
+
+/// What a lost batch leaves in a log: a try that timed out, partials that
+/// never came.
+const TIMED_OUT: [&str; 2] = ["did not commit within", "no partials from hosts"];
+
+/// The counts of a state read's answer.
+fn counts_of(body: &Value) -> BTreeMap<String, i64> {
+    let entries = body.as_array().unwrap_or_else(|| panic!("not a list of entries: {body}"));
+    entries.iter().map(|e| (e["key"][0].as_str().unwrap().to_owned(), e["value"].as_i64().unwrap())).collect()
+}
+
+#[test]
+fn a_fresh_three_host_deploy_commits_its_first_batch_without_a_timeout_and_a_joining_host_answers_reads() {
+    let (etcd, nats, corpus, dir) = services(20_000);
+    let ids = ["h1", "h2", "h3"];
+    // The default batch timeout (60 s): partials lost at the start would
+    // stall the first batch for a minute and leave a timeout in a log.
+    // A lease of 5 s, so that two hosts can be held up for 3 s.
+    let start = |id: &str| host_leasing(&dir.path().join(id), &etcd, &nats, id, "5000", &["--batch-size", "4000"]);
+    let mut hosts: Vec<(String, Server)> = ids.iter().map(|id| (id.to_string(), start(id))).collect();
+    let leader = agreed(&all(&hosts), &ids);
+    eight_partitions(&nats);
+    nats.publish_file("corpus", PARTITIONS, &corpus.first);
+    nats.publish_file("corpus", PARTITIONS, &corpus.second);
+    // The two hosts that do not lead are held up before they load the
+    // bundle, so that the leader processes txid 1 and sends them its
+    // partials before their workers have subscribed.
+    let leader_at = ids.iter().position(|id| *id == leader).unwrap();
+    deploy_word_count(&hosts[leader_at].1, dir.path());
+    let others: Vec<&Server> = hosts.iter().filter(|(id, _)| *id != leader).map(|(_, s)| s).collect();
+    for other in &others {
+        signal(other, "-STOP");
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    for other in &others {
+        signal(other, "-CONT");
+    }
+    wait_for_counts(&hosts[leader_at].1, &corpus.truth, Duration::from_secs(50));
+    let status = hosts[0].1.wait_for_status("word-count", |s| s["last_committed"].as_u64() >= Some(1));
+    assert_eq!(status["replays"].as_u64().unwrap_or(0), 0, "{status}");
+    assert_eq!(log_lines(dir.path(), &ids, &TIMED_OUT), Vec::<String>::new());
+    // Each host reads only its own partitions: every consumer of the
+    // stream is filtered to one partition.
+    let connection = weir_io::nats::Nats::connect(&nats.config(), "weir tests").unwrap();
+    let filters: Vec<String> = connection.runtime.block_on(async {
+        use futures_util::TryStreamExt;
+        let stream = connection.jetstream.get_stream("corpus").await.unwrap();
+        let infos: Vec<_> = stream.consumers().try_collect().await.unwrap();
+        infos.into_iter().map(|info| info.config.filter_subject).collect()
+    });
+    let partitions: Vec<String> = (0..8).map(|p| format!("corpus.{p}")).collect();
+    assert!(!filters.is_empty() && filters.iter().all(|f| partitions.contains(f)), "{filters:?}");
+
+    // A host that joins answers a read as soon as it listens: it waits for
+    // its bundle, and its slots' reads wait for their restore.
+    hosts.push(("h4".into(), start("h4")));
+    let (code, body) = hosts[3].1.api("GET", "/v1/topologies/word-count/states/counts", b"");
+    assert_eq!(code, 200, "{body}");
+    assert_counts_eq(&counts_of(&body), &corpus.truth);
+    assigned_over(&all(&hosts), "word-count", &["h1", "h2", "h3", "h4"], 72);
+    let (code, body) = hosts[3].1.api("GET", "/v1/topologies/word-count/states/counts", b"");
+    assert_eq!(code, 200, "{body}");
+    assert_counts_eq(&counts_of(&body), &corpus.truth);
+
+    // The corpus once more, while a fifth host joins: its batches lose no
+    // partials either.
+    nats.publish_file("corpus", PARTITIONS, &corpus.first);
+    hosts.push(("h5".into(), start("h5")));
+    nats.publish_file("corpus", PARTITIONS, &corpus.second);
+    let twice: BTreeMap<String, i64> = corpus.truth.iter().map(|(word, n)| (word.clone(), 2 * n)).collect();
+    wait_for_counts(&hosts[4].1, &twice, Duration::from_secs(50));
+    assert_exact_on_every_host(&all(&hosts), &twice);
+    assert_eq!(log_lines(dir.path(), &["h1", "h2", "h3", "h4", "h5"], &TIMED_OUT), Vec::<String>::new());
+}
+
+#[test]
+fn an_etcd_restart_shorter_than_the_lease_keeps_every_hosts_membership_and_epoch() {
+    let (mut etcd, nats, corpus, dir) = services(20_000);
+    let ids = ["h1", "h2", "h3"];
+    let start = |id: &str| host_leasing(&dir.path().join(id), &etcd, &nats, id, "5000", &["--batch-size", "4000"]);
+    let hosts: Vec<(String, Server)> = ids.iter().map(|id| (id.to_string(), start(id))).collect();
+    let leader = agreed(&all(&hosts), &ids);
+    eight_partitions(&nats);
+    nats.publish_file("corpus", PARTITIONS, &corpus.first);
+    deploy_word_count(&hosts[0].1, dir.path());
+    let (epoch, _, owners) = assigned_over(&all(&hosts), "word-count", &ids, 72);
+    hosts[0].1.wait_for_status("word-count", |s| s["last_committed"].as_u64() >= Some(1));
+
+    etcd.kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    etcd.restart();
+    nats.publish_file("corpus", PARTITIONS, &corpus.second);
+    for (_, server) in &hosts {
+        wait_for_counts(server, &corpus.truth, Duration::from_secs(60));
+    }
+    assert_eq!(agreed(&all(&hosts), &ids), leader, "the leader kept its place");
+    let (after, _, owners_after) = assigned_over(&all(&hosts), "word-count", &ids, 72);
+    assert_eq!((after, owners_after), (epoch, owners), "every host kept its units at epoch {epoch}");
+    let rejoined = log_lines(dir.path(), &ids, &["rejoining", "joined cluster"]);
+    assert_eq!(rejoined.len(), 3, "each host joined once: {rejoined:#?}");
+}
+
+#[test]
+fn sigterm_during_an_assignment_change_exits_without_a_panic() {
+    let (etcd, nats, corpus, dir) = services(20_000);
+    let start = |id: &str| host_with_nats_and(&dir.path().join(id), &etcd, &nats, id, &["--batch-size", "2000"]);
+    let mut hosts: Vec<(String, Server)> = ["h1", "h2"].iter().map(|id| (id.to_string(), start(id))).collect();
+    agreed(&all(&hosts), &["h1", "h2"]);
+    eight_partitions(&nats);
+    nats.publish_file("corpus", PARTITIONS, &corpus.first);
+    deploy_word_count(&hosts[0].1, dir.path());
+    assigned_over(&all(&hosts), "word-count", &["h1", "h2"], 72);
+    hosts[0].1.wait_for_status("word-count", |s| s["last_committed"].as_u64() >= Some(1));
+    // Each round a host joins; once the assignment that gives it units is
+    // seen, the oldest host is stopped with SIGTERM after a delay, while
+    // the others take in the change (and then its leaving).
+    for (round, delay) in [0, 100, 300].into_iter().enumerate() {
+        let id = format!("j{round}");
+        hosts.push((id.clone(), start(&id)));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !assignment(&hosts[0].1, "word-count").is_some_and(|(_, _, owners)| owners.contains_key(&id)) {
+            assert!(Instant::now() < deadline, "host {id} was given no units within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(delay));
+        let (stopped, mut server) = hosts.remove(0);
+        signal(&server, "-TERM");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "host {stopped} did not stop within 30 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log = std::fs::read_to_string(dir.path().join(&stopped).join("weir.log")).unwrap();
+        assert!(!log.contains("panicked"), "host {stopped} panicked on SIGTERM {delay} ms after a change:\n{log}");
+        assert!(status.success(), "host {stopped}: {status}");
+    }
+    nats.publish_file("corpus", PARTITIONS, &corpus.second);
+    let ids: Vec<String> = hosts.iter().map(|(id, _)| id.clone()).collect();
+    for (_, server) in &hosts {
+        let waited = std::panic::catch_unwind(|| wait_for_counts(server, &corpus.truth, Duration::from_secs(60)));
+        if let Err(panic) = waited {
+            show_logs(dir.path(), &ids.iter().map(String::as_str).collect::<Vec<_>>());
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// Prints the last lines of the logs of hosts `ids` under `dir`.
+fn show_logs(dir: &Path, ids: &[&str]) {
+    for id in ids {
+        let text = std::fs::read_to_string(dir.join(id).join("weir.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.contains("connected to the NATS")).collect();
+        println!("--- {id}:\n{}", lines[lines.len().saturating_sub(60)..].join("\n"));
+    }
 }

@@ -24,7 +24,10 @@ pub use weir_test_guests::*;
 /// of the run, so that each component is compiled once, and the guest
 /// crates it builds built in one target dir.
 pub fn weir() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    // WEIR_TEST_BIN: a `weir` of its own (one built into a shared target
+    // directory is replaced by any other checkout's build).
+    let binary = std::env::var_os("WEIR_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_weir").into());
+    let mut command = Command::new(binary);
     command.env("WEIR_CACHE_DIR", Path::new(GUEST_TARGET_DIR).join("compiled-cache"));
     command.env("CARGO_TARGET_DIR", GUEST_TARGET_DIR);
     // WEIR_TEST_LOG (say `weir=debug`) sets the processes' log filter.

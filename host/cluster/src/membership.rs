@@ -59,6 +59,9 @@ pub struct ClusterView {
     /// writes compare.
     #[serde(skip)]
     pub leader_key: Option<LeaderKey>,
+    /// Whether the cluster's topologies were read since this host started.
+    #[serde(skip)]
+    pub topologies_read: bool,
 }
 
 /// A host's membership, kept up on the server's runtime.
@@ -211,55 +214,136 @@ async fn session(
         .id();
     *held.lock().expect("cluster lease") = Some((client.clone(), lease));
     register(&mut client, config, lease, ttl).await?;
-    let (mut keeper, mut acks) = client.lease_keep_alive(lease).await?;
+    let mut keepalive = Some(client.lease_keep_alive(lease).await?);
     let election = format!("{}leader", prefix(config));
-    // A campaign waits for as long as another host leads: on a client of
-    // its own, without the request timeout, which would end it (and this
-    // membership) after a lease's time. It ends with the session.
-    let mut campaign = {
-        let mut campaigner = Client::connect(&config.etcd, Some(ConnectOptions::new().with_connect_timeout(ttl)))
-            .await
-            .with_context(|| format!("etcd at {} cannot be reached", config.etcd.join(",")))?;
-        let (host, election) = (config.host.clone(), election.clone());
-        tokio::spawn(async move { campaigner.campaign(election, host, lease).await })
-    };
-    let _campaign = AbortOnDrop(campaign.abort_handle());
+    let mut campaign = AbortOnDrop(campaign_after(config, &election, lease, ttl, Duration::ZERO));
     let mut leading: Option<LeaderKey> = None;
     tracing::info!("host {} joined cluster {} (lease {lease:x}, {} s)", config.host, config.name, ttl.as_secs());
     let mut tick = tokio::time::interval(ttl / 3);
+    // Until when etcd keeps the lease, as of its last answer.
+    let mut alive_until = tokio::time::Instant::now() + ttl;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             // A campaign ends when this host leads, for as long as its lease lives.
-            won = &mut campaign, if leading.is_none() => {
+            won = &mut campaign.0, if leading.is_none() => {
                 match won {
                     Ok(Ok(won)) => {
                         leading = Some(won.leader().cloned().context("etcd's answer to the campaign names no leader key")?);
                         tracing::info!("host {} leads cluster {}", config.host, config.name);
                     }
-                    Ok(Err(e)) => bail!("its campaign to lead failed: {e}"),
+                    // etcd restarted or out of reach: campaigning again, under
+                    // the same lease, takes the same place in the election.
+                    Ok(Err(e)) => {
+                        tracing::debug!("host {}: campaigning again: {e}", config.host);
+                        campaign = AbortOnDrop(campaign_after(config, &election, lease, ttl, ttl / 4));
+                    }
                     Err(e) => bail!("its campaign to lead stopped: {e}"),
                 }
             }
         }
+        // Whatever fails short of etcd saying the lease is gone is tried
+        // again at the next tick: an etcd restarted within the lease keeps
+        // this membership, its epochs and its leadership.
+        let sent = tokio::time::Instant::now();
+        let kept = keep_alive(&mut client, lease, &mut keepalive, ttl).await;
+        let outcome = match kept {
+            Ok(Some(left)) => {
+                alive_until = sent + left;
+                round(&mut client, config, &election, view, leading.as_ref()).await
+            }
+            Ok(None) => bail!("its lease expired (etcd heard nothing from it for {} s)", ttl.as_secs()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            let mut view = view.lock().expect("cluster view");
+            if tokio::time::Instant::now() >= alive_until {
+                // Past its lease's time without a word from etcd: this host
+                // may have been dropped; it holds nothing until etcd answers.
+                if view.member {
+                    tracing::warn!(
+                        "host {} of cluster {} has not reached etcd for its lease's time: {e:#}; still trying",
+                        config.host,
+                        config.name
+                    );
+                }
+                view.member = false;
+                view.leader_key = None;
+                view.error = Some(format!("etcd not reached for the lease's time: {e:#}"));
+            } else {
+                tracing::debug!("host {}: etcd did not answer ({e:#}); trying again within the lease", config.host);
+            }
+            continue;
+        }
+        view.lock().expect("cluster view").leader_key = leading.clone();
+    }
+}
+
+/// The lease's keepalive, the stream opened again if it broke: the
+/// lease's time left, `None` when etcd no longer has it.
+async fn keep_alive(
+    client: &mut Client,
+    lease: i64,
+    keepalive: &mut Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
+    ttl: Duration,
+) -> Result<Option<Duration>> {
+    let answered = async {
+        if keepalive.is_none() {
+            *keepalive = Some(client.lease_keep_alive(lease).await?);
+        }
+        let (keeper, acks) = keepalive.as_mut().expect("opened");
         keeper.keep_alive().await.context("the lease's keepalive failed")?;
         let ack = tokio::time::timeout(ttl, acks.message())
             .await
             .context("etcd did not answer the keepalive")??
             .context("etcd closed the keepalive stream")?;
-        if ack.ttl() <= 0 {
-            bail!("its lease expired (etcd heard nothing from it for {} s)", ttl.as_secs());
-        }
-        let hosts = refresh(&mut client, config, &election, view).await?;
-        let mut topologies = catalog::list(&mut client, &config.name).await?;
-        if let Some(leader) = &leading {
-            leader::reassign(&mut client, &config.name, leader, &hosts, &mut topologies).await?;
-        }
-        let mut view = view.lock().expect("cluster view");
-        log_own_changes(config, &view.topologies, &topologies);
-        view.topologies = topologies;
-        view.leader_key = leading.clone();
+        anyhow::Ok(ack.ttl())
     }
+    .await;
+    match answered {
+        Ok(left) if left <= 0 => Ok(None),
+        Ok(left) => Ok(Some(Duration::from_secs(left as u64))),
+        Err(e) => {
+            *keepalive = None;
+            Err(e)
+        }
+    }
+}
+
+/// One round of a live membership: the members, the leader and the
+/// topologies read into `view`, and the topologies reassigned while this
+/// host leads.
+async fn round(
+    client: &mut Client,
+    config: &ClusterConfig,
+    election: &str,
+    view: &Mutex<ClusterView>,
+    leading: Option<&LeaderKey>,
+) -> Result<()> {
+    let hosts = refresh(client, config, election, view).await?;
+    let mut topologies = catalog::list(client, &config.name).await?;
+    if let Some(leader) = leading {
+        leader::reassign(client, &config.name, leader, &hosts, &mut topologies).await?;
+    }
+    let mut view = view.lock().expect("cluster view");
+    log_own_changes(config, &view.topologies, &topologies);
+    view.topologies = topologies;
+    view.topologies_read = true;
+    Ok(())
+}
+
+type Campaign = tokio::task::JoinHandle<Result<etcd_client::CampaignResponse, etcd_client::Error>>;
+
+/// A campaign to lead under `lease`, after `delay`. It waits for as long
+/// as another host leads: on a client of its own, without the request
+/// timeout, which would end it after a lease's time.
+fn campaign_after(config: &ClusterConfig, election: &str, lease: i64, ttl: Duration, delay: Duration) -> Campaign {
+    let (etcd, host, election) = (config.etcd.clone(), config.host.clone(), election.to_owned());
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let mut campaigner = Client::connect(&etcd, Some(ConnectOptions::new().with_connect_timeout(ttl))).await?;
+        campaigner.campaign(election, host, lease).await
+    })
 }
 
 /// Logs the units this host gained and lost between two readings of the
@@ -381,7 +465,8 @@ async fn refresh(
     Ok(ids)
 }
 
-struct AbortOnDrop(tokio::task::AbortHandle);
+/// A campaign, stopped when the membership it belongs to ends.
+struct AbortOnDrop(Campaign);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

@@ -18,6 +18,9 @@ use weir_state::{Db, StoreError};
 /// Keys one answer holds at most.
 pub const PAGE: usize = 1000;
 
+/// What a host answers of a slot it owns and has not restored yet.
+const NOT_RESTORED: &str = "not restored yet";
+
 /// How long a host has to answer a read.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -44,7 +47,21 @@ fn decode_entries(answer: ReadAnswer) -> Result<Vec<(Vec<u8>, Stored)>> {
 }
 
 impl ClusterState {
+    /// `host`'s answer to `request`; a slot it has just gained and not
+    /// restored yet is asked again, for at most [`READ_TIMEOUT`].
     fn ask(&self, host: &str, request: &ReadRequest) -> Result<ReadAnswer> {
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        loop {
+            match self.ask_once(host, request) {
+                Err(e) if format!("{e:#}").contains(NOT_RESTORED) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    fn ask_once(&self, host: &str, request: &ReadRequest) -> Result<ReadAnswer> {
         let subject = wire::reads(&self.cluster, host);
         let payload = serde_json::to_vec(request)?;
         let client = self.client.clone();
@@ -175,7 +192,7 @@ pub fn answer(db: &Db, request: &ReadRequest, ready: &BTreeSet<(String, u32)>, s
     let outcome = (|| {
         let state = request.state.as_str();
         if let Some(slot) = request.slots.iter().find(|s| !ready.contains(&(state.to_owned(), **s))) {
-            bail!("slot {slot} of state {state} is not this host's, or not restored yet");
+            bail!("slot {slot} of state {state} is not this host's, or {NOT_RESTORED}");
         }
         let asked: BTreeSet<u32> = request.slots.iter().copied().collect();
         let is_ready = |key: &[u8]| asked.contains(&slot_of(key, slots));

@@ -84,6 +84,21 @@ pub fn decode_span(bytes: &[u8]) -> Result<(u64, u64)> {
     Ok((u64::from_le_bytes(*after), until))
 }
 
+/// A message to publish: its subject and payload.
+type Message = (String, Vec<u8>);
+
+/// Publishes `messages` and flushes.
+fn publish_all(nats: &Nats, messages: Vec<Message>) -> Result<()> {
+    let client = nats.client.clone();
+    nats.runtime.block_on(async {
+        for (subject, payload) in messages {
+            client.publish(subject, payload.into()).await?;
+        }
+        client.flush().await?;
+        anyhow::Ok(())
+    })
+}
+
 /// One host's worker for one topology.
 pub struct Worker {
     cluster: ClusterConfig,
@@ -107,6 +122,11 @@ pub struct Worker {
     /// Partials not gathered yet: of a later try than the one under way,
     /// and this host's own share of the try under way.
     early: Vec<(PartialsHeader, Vec<(String, KeyedValues)>)>,
+    /// The partials messages this host sent for its last try, sent again
+    /// each time the leader says that try's start again: a slot owner whose
+    /// worker subscribed after they first went out (it started, or its host
+    /// joined, as the batch began) gets them then.
+    sent: Option<((u64, u32), Vec<Message>)>,
     /// Slots restored here, with the epoch of the ownership they were
     /// restored for.
     ready: BTreeMap<(String, u32), u64>,
@@ -156,6 +176,7 @@ impl Worker {
             next_start: None,
             last_try: None,
             early: Vec::new(),
+            sent: None,
             ready: BTreeMap::new(),
             timeout,
             figures,
@@ -171,6 +192,8 @@ impl Worker {
                 continue;
             };
             if self.last_try.is_some_and(|last| start.id() <= last) {
+                // The leader says a start again while the try is not done.
+                self.send_again(start.id());
                 continue;
             }
             self.last_try = Some(start.id());
@@ -344,8 +367,7 @@ impl Worker {
             };
             self.early.push((header, own));
         }
-        let client = self.nats.client.clone();
-        let messages: Vec<(String, Vec<u8>)> = per_host
+        let messages: Vec<Message> = per_host
             .into_iter()
             .map(|(to, pieces)| {
                 let mut chunks: Vec<Vec<(String, Vec<u8>)>> = vec![Vec::new()];
@@ -382,13 +404,16 @@ impl Worker {
             .into_iter()
             .flatten()
             .collect();
-        self.nats.runtime.block_on(async {
-            for (subject, payload) in messages {
-                client.publish(subject, payload.into()).await?;
-            }
-            client.flush().await?;
-            anyhow::Ok(())
-        })
+        self.sent = Some((start.id(), messages.clone()));
+        publish_all(&self.nats, messages)
+    }
+
+    /// Sends again what this host sent for try `id`, if it was its last.
+    fn send_again(&mut self, id: (u64, u32)) {
+        let Some((_, messages)) = self.sent.as_ref().filter(|(sent, _)| *sent == id) else { return };
+        if let Err(e) = publish_all(&self.nats, messages.clone()) {
+            tracing::warn!("topology {}: txid {}: partials not sent again: {e:#}", self.plan.name, id.0);
+        }
     }
 
     /// Tells the leader how this host's part of the try went.
@@ -431,18 +456,26 @@ impl Worker {
                     let wait = left.min(Duration::from_millis(200));
                     let next =
                         self.nats.runtime.block_on(async { tokio::time::timeout(wait, self.partials.next()).await });
+                    let decoded = match next {
+                        Ok(Some(message)) => match wire::decode_partials(&message.payload) {
+                            Ok(decoded) => Some(decoded),
+                            Err(e) => {
+                                tracing::warn!("topology {}: a partials message is passed over: {e:#}", self.plan.name);
+                                None
+                            }
+                        },
+                        _ => None,
+                    };
                     if let Some(newer) = self.newer_start(start) {
+                        // What came meanwhile is kept for the try that
+                        // supersedes this one, never dropped.
+                        self.early.extend(decoded.filter(|(header, _)| (header.txid, header.attempt) > start.id()));
+                        self.early.extend(early.by_ref().filter(|(h, _)| (h.txid, h.attempt) > start.id()));
                         self.next_start = Some(newer);
                         bail!("txid {} attempt {} was superseded", start.txid, start.attempt);
                     }
-                    let Ok(Some(message)) = next else { continue };
-                    match wire::decode_partials(&message.payload) {
-                        Ok(decoded) => decoded,
-                        Err(e) => {
-                            tracing::warn!("topology {}: a partials message is passed over: {e:#}", self.plan.name);
-                            continue;
-                        }
-                    }
+                    let Some(decoded) = decoded else { continue };
+                    decoded
                 }
             };
             let id = (header.txid, header.attempt);
@@ -495,15 +528,21 @@ impl Worker {
             .collect()
     }
 
-    /// A start for a later try than `start`, if one came.
+    /// A start for a later try than `start`, if one came; `start` said
+    /// again sends this host's partials of it again.
     fn newer_start(&mut self, start: &Start) -> Option<Start> {
-        let mut newer = None;
+        let mut newer: Option<Start> = None;
+        let mut again = false;
         while let Some(Some(message)) = self.starts.next().now_or_never() {
-            if let Ok(next) = serde_json::from_slice::<Start>(&message.payload)
-                && next.id() > start.id()
-            {
+            let Ok(next) = serde_json::from_slice::<Start>(&message.payload) else { continue };
+            if next.id() > start.id() && newer.as_ref().is_none_or(|n| next.id() > n.id()) {
                 newer = Some(next);
+            } else if next.id() == start.id() {
+                again = true;
             }
+        }
+        if again && newer.is_none() {
+            self.send_again(start.id());
         }
         newer
     }

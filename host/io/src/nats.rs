@@ -55,13 +55,36 @@ impl NatsConfig {
 /// client runs on (the spouts and the CLI are synchronous).
 pub struct Nats {
     /// Runs the client's connection in the background, between calls too.
-    pub runtime: tokio::runtime::Runtime,
+    pub runtime: ClientRuntime,
     /// The client; it reconnects by itself after a lost connection.
     pub client: async_nats::Client,
     /// JetStream, each request bounded by [`NATS_REQUEST_TIMEOUT`].
     pub jetstream: jetstream::Context,
     /// The server, for messages.
     pub server: String,
+}
+
+/// The runtime a [`Nats`] client runs on. It is shut down in the
+/// background when dropped, never waited for: it may be dropped inside
+/// another runtime's task (a server's task holding a connection when the
+/// server stops, say), where tokio forbids waiting (it panics), and the
+/// client has flushed what it had to send before it goes.
+pub struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for ClientRuntime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("the runtime lives until dropped")
+    }
+}
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl Nats {
@@ -110,7 +133,7 @@ impl Nats {
         let entered = runtime.enter();
         let jetstream = jetstream::ContextBuilder::new().timeout(NATS_REQUEST_TIMEOUT).build(client.clone());
         drop(entered);
-        Ok(Nats { runtime, client, jetstream, server })
+        Ok(Nats { runtime: ClientRuntime(Some(runtime)), client, jetstream, server })
     }
 }
 

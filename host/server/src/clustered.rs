@@ -555,6 +555,37 @@ fn cluster_state(app: &App, membership: &Membership, name: &str) -> Result<(Clus
     Ok((state, connection))
 }
 
+/// Longest a read through a host that has just started waits for the
+/// cluster's topologies and the topology's bundle to be loaded there.
+const JOINING_WAIT: Duration = Duration::from_secs(20);
+
+/// Waits, at most [`JOINING_WAIT`], until this host has read the cluster's
+/// topologies and, when `name` is one of them, loaded its bundle (or failed
+/// to), so that a read through a host that has just joined is answered
+/// rather than refused; runs off the async runtime.
+pub fn wait_until_loaded(app: &App, name: &str) {
+    let Some(membership) = app.cluster.get() else { return };
+    if app.deployments.contains(name) {
+        return;
+    }
+    let deadline = std::time::Instant::now() + JOINING_WAIT;
+    while std::time::Instant::now() < deadline {
+        let view = membership.view();
+        match view.topologies.get(name) {
+            None if view.topologies_read => return,
+            Some(topology) => {
+                let loaded = app.cluster_plans.locked().contains_key(name);
+                let failed = matches!(app.cluster_bundles.locked().get(&topology.deployment.bundle), Some(Err(_)));
+                if loaded || failed {
+                    return;
+                }
+            }
+            None => {}
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The loaded plan of cluster topology `name` on this host.
 fn loaded_plan(app: &App, name: &str) -> Result<Arc<ClusterPlan>, DeployError> {
     let plans = app.cluster_plans.locked();

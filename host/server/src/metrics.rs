@@ -205,6 +205,7 @@ mod tests {
             error: None,
             topologies: [("wc".to_owned(), topology)].into(),
             leader_key: None,
+            topologies_read: true,
         };
         let text = exposition(&[], Some(&view)).unwrap();
         for line in [

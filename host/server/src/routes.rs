@@ -183,6 +183,7 @@ async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, Str
     let result = blocking({
         let app = Arc::clone(&app);
         move || {
+            clustered::wait_until_loaded(&app, &name);
             let rows = match clustered(&app, &name) {
                 Some((membership, _)) => clustered::query(&app, membership, &name, &query, &args)?,
                 None => app.deployments.query(&name, &query, &args)?,
@@ -262,6 +263,7 @@ fn parse_key(field: &str, text: &str) -> Result<Vec<weir_sdk::codec::Value>, Dep
 /// One key of a topology's state; a page of its keys in order; or every
 /// key, sorted. A cluster topology's keys are read from their owners.
 fn read_state(app: &App, name: &str, state: &str, query: &StateQuery) -> Result<serde_json::Value, DeployError> {
+    clustered::wait_until_loaded(app, name);
     let cluster = clustered(app, name).map(|(membership, _)| membership);
     if cluster.is_none() {
         let states = app.deployments.states(name)?;

@@ -40,6 +40,10 @@ pub struct Taken {
     pub last: Option<u64>,
     /// A message past the end of the range was met (and not given).
     pub beyond: bool,
+    /// That message and every later one the request that met it brought
+    /// (the consumer stands after the last), in order, for a reader that
+    /// goes on from them.
+    pub over: Vec<Delivered>,
     /// `each` asked for no more.
     pub stopped: bool,
 }
@@ -126,9 +130,13 @@ pub async fn read_each(
                 }
             }
             let delivered = delivered(message)?;
-            if until.is_some_and(|until| delivered.sequence > until) {
+            if taken.beyond || until.is_some_and(|until| delivered.sequence > until) {
+                // The server sent the request's messages on: they are kept,
+                // so that the consumer's place is known.
                 taken.beyond = true;
-                return Ok(taken);
+                taken.over.push(delivered);
+                got += 1;
+                continue;
             }
             taken.last = Some(delivered.sequence);
             taken.count += 1;
@@ -137,6 +145,9 @@ pub async fn read_each(
                 return Ok(taken);
             }
             got += 1;
+        }
+        if taken.beyond {
+            return Ok(taken);
         }
     }
     Ok(taken)

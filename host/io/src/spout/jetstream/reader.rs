@@ -20,9 +20,6 @@ use weir_config::{
 use weir_sdk::codec::{Batch, BatchWriter};
 use weir_sdk::topology::JetStreamDef;
 
-/// The consumer key of a consumer of every subject of the stream.
-const WHOLE_STREAM: &str = "";
-
 /// How long the server keeps a consumer nobody reads (the host's, if it
 /// dies, are cleaned up after this).
 const CONSUMER_IDLE: Duration = Duration::from_secs(30);
@@ -59,6 +56,9 @@ struct Cached {
     /// The sequence its next message will follow from.
     next: u64,
     used: Instant,
+    /// The messages at and past `next` that the consumer delivered past
+    /// the span it was asked for, in order (it stands after them).
+    carry: std::collections::VecDeque<pull::Delivered>,
 }
 
 /// One partition's part of a read: from which sequence, how many messages
@@ -342,7 +342,8 @@ impl Reader {
             Ok(Err(e)) => return Err(self.failure(&doing, e)),
             Err(_) => return Err(self.no_answer(&doing)),
         };
-        let cached = Cached { consumer: consumer.clone(), next: start, used: Instant::now() };
+        let cached =
+            Cached { consumer: consumer.clone(), next: start, used: Instant::now(), carry: Default::default() };
         self.consumers.insert(subject.to_owned(), cached);
         Ok(consumer)
     }
@@ -436,10 +437,14 @@ impl Reader {
 
     /// Reads every message of `partitions` with a sequence past `after`
     /// and up to `until`: a batch whose metadata is a span of the stream,
-    /// read the same on every attempt while the stream holds it. One
-    /// consumer of the whole stream reads the span, asking for exactly its
-    /// messages (a filtered consumer made at each span's start would cost
-    /// the server a scan of the stream), and is kept for the next span.
+    /// read the same on every attempt while the stream holds it. Each
+    /// partition is read through a consumer of its own, filtered to it, so
+    /// that a host reads only its partitions' messages; the consumer is
+    /// kept for the next span (made at each span's start, it would cost the
+    /// server a scan of the stream), the one message it reads past the span
+    /// carried over to the next. How many messages the span holds in these
+    /// partitions only the stream knows: the cluster checks that its hosts
+    /// together read every one.
     pub async fn read_span(
         &mut self,
         partitions: &[String],
@@ -451,55 +456,58 @@ impl Reader {
         if max == 0 {
             return Ok(writer.finish_batch());
         }
-        // A partition may be a pattern (a stream taking a wildcard, whose
-        // subjects are not known ahead): its owner reads what it matches.
-        let (patterns, literals): (Vec<&str>, Vec<&str>) =
-            partitions.iter().map(String::as_str).partition(|p| subject::is_wildcard(p));
-        let literals: BTreeSet<&str> = literals.into_iter().collect();
-        let wanted = |s: &str| literals.contains(s) || patterns.iter().any(|p| subject::matches(p, s));
         let start = after + 1;
-        let consumer = self.consumer(WHOLE_STREAM, start).await?.cached_info().name.clone();
-        // Each message goes into the batch as it comes, rather than all of
-        // the span's held until the read ends.
-        let mut refused = None;
-        let (shape, name) = (&mut self.shape, &self.name);
-        let taken = pull::read_each(&self.client, name, &consumer, max, Some(until), |delivered| {
-            let subject = delivered.message.subject.as_str();
-            if !wanted(subject) {
-                return Ok(Flow::More);
+        for partition in partitions {
+            let consumer = self.consumer(partition, start).await?.cached_info().name.clone();
+            let cached = self.consumers.get_mut(partition).expect("made by consumer()");
+            let mut refused = None;
+            let (shape, name) = (&mut self.shape, &self.name);
+            let mut carried = Ok(());
+            while carried.is_ok()
+                && let Some(message) = cached.carry.pop_front_if(|m| m.sequence <= until)
+            {
+                carried = push_delivered(shape, &mut writer, name, partition, &message);
             }
-            push_delivered(shape, &mut writer, name, subject, &delivered).map_err(|e| {
-                refused = Some(e);
-                anyhow!("a message was refused")
-            })?;
-            Ok(Flow::More)
-        })
-        .await;
-        match &taken {
-            Ok(taken) if !taken.beyond && refused.is_none() => {
-                let cached = self.consumers.get_mut(WHOLE_STREAM).expect("made by consumer()");
-                cached.next = taken.last.map_or(start, |last| last + 1);
+            if let Err(e) = carried {
+                self.consumers.remove(partition);
+                return Err(Failure::Fatal(e));
+            }
+            if !cached.carry.is_empty() {
+                // The partition's messages past the span came already: it
+                // has no more in the span.
+                cached.next = until + 1;
                 cached.used = Instant::now();
+                continue;
             }
-            _ => {
-                self.consumers.remove(WHOLE_STREAM);
+            let taken = pull::read_each(&self.client, name, &consumer, max, Some(until), |delivered| {
+                push_delivered(shape, &mut writer, name, partition, &delivered).map_err(|e| {
+                    refused = Some(e);
+                    anyhow!("a message was refused")
+                })?;
+                Ok(Flow::More)
+            })
+            .await;
+            match taken {
+                Ok(taken) if refused.is_none() => {
+                    let cached = self.consumers.get_mut(partition).expect("made by consumer()");
+                    // The span's messages are all in the stream (the leader
+                    // cut it from what the stream held): a consumer that
+                    // had no more, or read one past it, stands past it.
+                    cached.next = until + 1;
+                    cached.carry = taken.over.into();
+                    cached.used = Instant::now();
+                }
+                Ok(_) => {
+                    self.consumers.remove(partition);
+                    return Err(Failure::Fatal(refused.expect("a refusal")));
+                }
+                Err(e) => {
+                    self.consumers.remove(partition);
+                    let doing =
+                        format!("reading {partition} of stream {} on the NATS server at {}", self.name, self.server);
+                    return Err(Failure::Lost(e.context(doing)));
+                }
             }
-        }
-        if let Some(refused) = refused {
-            return Err(Failure::Fatal(refused));
-        }
-        let doing = format!("reading stream {} on the NATS server at {}", self.name, self.server);
-        let taken = taken.map_err(|e| Failure::Lost(e.context(doing)))?;
-        // The span's every sequence must be read: fewer means the consumer
-        // went (a restarted server forgets it) or the stream lost messages,
-        // and a batch missing messages must not be committed.
-        if taken.count != max {
-            self.consumers.remove(WHOLE_STREAM);
-            return Err(Failure::Lost(anyhow!(
-                "read {} of the {max} messages of sequences {start}..={until} of stream {}",
-                taken.count,
-                self.name
-            )));
         }
         Ok(writer.finish_batch())
     }
