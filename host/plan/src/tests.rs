@@ -438,26 +438,18 @@ fn a_window_commits_and_outputs_its_bounds_after_its_group() {
         }),
         (event_time(1_000_000, 1), sum, |e| matches!(e, PlanError::TooManyWindows { windows: 1_000_000, .. })),
         (event_time(u64::MAX, 1), sum, |e| matches!(e, PlanError::WindowTime { what: "size", ms: u64::MAX, .. })),
-        (
-            session(10, 0, Some(u64::MAX)),
-            sum,
-            |e| matches!(e, PlanError::WindowTime { what: "idle timeout", ms: u64::MAX, .. }),
-        ),
+        (session(10, 0, Some(u64::MAX)), sum, |e| {
+            matches!(e, PlanError::WindowTime { what: "idle timeout", ms: u64::MAX, .. })
+        }),
         (
             session(10, 0, None),
             AggregatorKind::General,
             |e| matches!(e, PlanError::SessionAggregator { kind: AggregatorKind::General, aggregator, .. } if aggregator == "win"),
         ),
-        (
-            session(10, 0, None),
-            AggregatorKind::Reducer,
-            |e| matches!(e, PlanError::SessionAggregator { kind: AggregatorKind::Reducer, .. }),
-        ),
-        (
-            session(1, 100_000, None),
-            sum,
-            |e| matches!(e, PlanError::TooManySessions { open: 100_002, .. }),
-        ),
+        (session(10, 0, None), AggregatorKind::Reducer, |e| {
+            matches!(e, PlanError::SessionAggregator { kind: AggregatorKind::Reducer, .. })
+        }),
+        (session(1, 100_000, None), sum, |e| matches!(e, PlanError::TooManySessions { open: 100_002, .. })),
         (
             WindowDef::EventTime {
                 field: "when".into(),

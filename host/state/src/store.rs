@@ -193,8 +193,8 @@ pub trait Store: CommitLog + Sync {
 mod tests {
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::writes::Combines;
     use crate::view::{Base, Views};
+    use crate::writes::Combines;
     use crate::{Db, StateError};
     use std::collections::{BTreeMap, HashMap};
     use std::sync::Arc;
