@@ -47,10 +47,12 @@ fn every_path_a_doc_page_names_exists() {
 }
 
 /// What is written like a path but names none of the repository's files: a
-/// URL, a route of the HTTP API, a subject or an absolute path elsewhere.
+/// URL, a route of the HTTP API or of the dashboard (`#/...`), a subject or
+/// an absolute path elsewhere.
 fn is_not_a_path(s: &str) -> bool {
     s.contains("://")
         || s.starts_with('/')
+        || s.starts_with("#/")
         || s.starts_with('~')
         || s.starts_with('$')
         || s.contains(['<', '*', '{', '='])
