@@ -298,16 +298,28 @@ impl Dashboard {
         let id = window["id"].as_str().unwrap();
         let (watermark, late) = (status["watermarks"][id].clone(), status["late_tuples"][id].clone());
         assert!(watermark.is_i64() && late.as_u64().is_some_and(|n| n > 0), "{status}");
+        // Its open windows are the window keys (an integer end first) its
+        // state holds: counted apart, through the state's own pages.
+        let open = status["open_windows"][id].clone();
+        let state = window["op"]["state"].as_str().or(window["op"]["state"]["name"].as_str()).unwrap();
+        let (code, entries) = self.server.api("GET", &format!("/v1/topologies/windows/states/{state}?limit=1000"), b"");
+        assert_eq!(code, 200, "{entries}");
+        let held = entries.as_array().unwrap().iter().filter(|e| e["key"][0].is_i64()).count();
+        assert!(held > 0 && open.as_u64() == Some(held as u64), "{held} windows held: {status}");
+        let (_, metrics) = self.server.http("GET", "/metrics", None, b"");
+        assert!(metrics.contains(&format!("weir_open_windows{{topology=\"windows\",operator=\"{id}\"}} {held}\n")), "{metrics}");
         self.browser.goto(&self.url("#/t/windows"));
         let shown = self.browser.wait_for(
             "the window's figures",
             "const g = document.querySelector(`svg.graph g.node[data-id='${arguments[0]}']`);
-             return g?.dataset.watermark ? { watermark: Number(g.dataset.watermark), late: Number(g.dataset.late),
+             return g?.dataset.watermark && g.dataset.open ? { watermark: Number(g.dataset.watermark),
+               late: Number(g.dataset.late), open: Number(g.dataset.open),
                detail: g.querySelector('text.detail').textContent, time: g.querySelector('text.time').textContent,
                rates: g.querySelector('text.rates').textContent } : null",
             &[json!(id)],
         );
-        assert_eq!((&shown["watermark"], &shown["late"]), (&watermark, &late), "{shown}");
+        assert_eq!((&shown["watermark"], &shown["late"], &shown["open"]), (&watermark, &late, &open), "{shown}");
+        assert!(shown["rates"].as_str().unwrap().contains(&format!(" · {held} open · ")), "{shown}");
         let at = chrono_free_utc(watermark.as_i64().unwrap());
         assert_eq!(shown["time"], format!("watermark {at}"), "{shown}");
         assert!(shown["rates"].as_str().unwrap().ends_with(&format!("late {late}")), "{shown}");

@@ -270,10 +270,13 @@ export class Graph {
       const rate = history?.operators?.[id];
       const node = this.nodes.get(id);
       if (this.windows.has(id)) {
-        // A window: its tuples in, and what it found late.
+        // A window: its tuples in, the windows it holds open, and what it found late.
         const late = status.late_tuples?.[id] ?? 0;
+        const open = status.open_windows?.[id];
         node.dataset.late = late;
-        text.textContent = `in ${figure(rate?.in_per_s ?? 0, 0)}/s · late ${figure(late)}`;
+        node.dataset.open = open ?? '';
+        const opened = open === undefined ? '' : ` · ${figure(open)} open`;
+        text.textContent = `in ${figure(rate?.in_per_s ?? 0, 0)}/s${opened} · late ${figure(late)}`;
         continue;
       }
       if (!totals) {
