@@ -519,6 +519,20 @@ impl Dashboard {
         // Idle at txid 12, the last interval's rates are the API's: none.
         assert_eq!((rates["in_per_s"].as_f64(), rates["out_per_s"].as_f64()), (Some(0.0), Some(0.0)), "{history}");
         assert_eq!(shown["text"], "in 0/s · out 0/s · 0% busy", "{shown}");
+        // The spout is timed like the others, by its emission of each
+        // batch, and gives out every tuple the run committed.
+        let spout = nodes.iter().find(|n| n["op"]["op"] == "spout").unwrap()["id"].clone();
+        assert_eq!(status["operator_tuples"][spout.as_str().unwrap()], json!({ "tuples_in": 0, "tuples_out": status["tuples"] }));
+        assert!(status["operator_ms"][spout.as_str().unwrap()].as_f64().is_some_and(|ms| ms > 0.0), "{status}");
+        let shown = self.browser.wait_for(
+            "the spout's time and tuples out",
+            "const g = document.querySelector(`svg.graph g.node[data-id='${arguments[0]}']`);
+             const time = g?.querySelector('text.time').textContent;
+             return time?.endsWith('ms a batch') && Number(g.dataset.tuplesOut) === arguments[1]
+               ? { time, out: Number(g.dataset.tuplesOut), text: g.querySelector('text.rates').textContent } : null",
+            &[spout.clone(), status["tuples"].clone()],
+        );
+        assert!(shown["text"].as_str().unwrap().starts_with("out 0/s"), "{shown}");
         self.browser.wait_for(
             "charts with points",
             "const charts = [...document.querySelectorAll('section.charts .chart')];

@@ -290,9 +290,11 @@ export class Graph {
       const perS = (v) => (v === undefined || v === null ? '–' : figure(v, 0));
       // Nodes of the commit phase write state: their output is not counted.
       const writesState = totals.tuples_out === 0 && totals.tuples_in > 0;
+      // A spout takes in nothing: what it emits is its batches' tuples.
+      const spout = node.dataset.kind === 'spout';
       text.textContent = writesState
         ? `in ${perS(rate?.in_per_s)}/s`
-        : `in ${perS(rate?.in_per_s)}/s · out ${perS(rate?.out_per_s)}/s`;
+        : spout ? `out ${perS(rate?.out_per_s)}/s` : `in ${perS(rate?.in_per_s)}/s · out ${perS(rate?.out_per_s)}/s`;
       // How busy it was over the last second: its box shades as it fills.
       const busy = rate?.busy;
       node.dataset.busy = busy ?? '';
@@ -318,8 +320,7 @@ export class Graph {
       if (ms !== undefined && batches > 0) text.textContent = `${figure(ms / batches, 3)} ms a batch`;
       else if (batches === 0 && status.last_committed > 0) text.textContent = 'no batch since its start';
       else if (batches === 0) text.textContent = 'no batch yet';
-      // A spout's reading is not timed apart: the batch's emission is.
-      else text.textContent = this.nodes.get(id).dataset.kind === 'spout' ? 'reads the input' : 'not timed yet';
+      else text.textContent = 'not timed yet';
     }
   }
 }
