@@ -970,6 +970,73 @@ impl Dashboard {
         }
         self.assert_no_markup_took_effect("the state browser, opaque");
     }
+
+    /// A window of a general aggregator keeps each batch's tuples of a
+    /// window as packed bytes in its opaque state: the state browser shows
+    /// them decoded, as the tuples the readings hold, never as hex; other
+    /// bytes show as text or grouped hex.
+    fn the_state_browser_decodes_a_windows_kept_tuples(&self) {
+        let readings = std::fs::read_to_string(self.dir.path().join("in/readings.txt")).unwrap();
+        let mut values: BTreeMap<String, std::collections::BTreeSet<i64>> = BTreeMap::new();
+        for line in readings.lines() {
+            let fields: Vec<&str> = line.split(',').collect();
+            values.entry(fields[0].to_owned()).or_default().insert(fields[2].parse().unwrap());
+        }
+        let windows = bundle(self.dir.path(), WINDOWS, "windows.weir");
+        let (status, body) = self.server.api(
+            "POST",
+            "/v1/topologies?name=kept&topology=count-general&input=in/readings.txt",
+            &windows,
+        );
+        assert_eq!(status, 201, "{body}");
+        self.server.wait_for_topology("kept", 3);
+        let (status, entries) = self.server.api("GET", "/v1/topologies/kept/states/open?limit=100&raw=true", b"");
+        assert_eq!(status, 200, "{entries}");
+        let mut want = Vec::new();
+        for entry in entries.as_array().unwrap().iter().filter(|e| e["value"].get("bytes").is_some()) {
+            // Keyed by the window's end and start, its sensor, the batch's txid.
+            let sensor = entry["key"][2].as_str().unwrap();
+            let kept = &entry["value_tuples"];
+            let tuples = kept["tuples"].as_array().unwrap();
+            assert_eq!(kept["count"].as_u64(), Some(tuples.len() as u64), "{entry}");
+            for tuple in tuples {
+                let value = tuple[0].as_i64().unwrap();
+                assert!(tuple.as_array().unwrap().len() == 1 && values[sensor].contains(&value), "{entry}");
+            }
+            let listed: Vec<String> = tuples.iter().map(Value::to_string).collect();
+            let plural = if tuples.len() == 1 { "" } else { "s" };
+            want.push(json!([entry["key"].to_string(), format!("{} tuple{plural}: {}", tuples.len(), listed.join(" "))]));
+        }
+        assert!(!want.is_empty(), "{entries}");
+        self.browser.goto(&self.url("#/t/kept/state/open"));
+        let shown = self.browser.wait_for(
+            "the kept tuples",
+            "const rows = [...document.querySelectorAll('table.entries:not(.one) tbody tr')]
+               .filter(tr => tr.querySelector('.value')?.textContent.includes('tuple'))
+               .map(tr => [tr.querySelector('.key').firstChild.textContent, tr.querySelector('.value').textContent]);
+             return rows.length ? rows : null",
+            &[],
+        );
+        assert_eq!(shown, json!(want));
+        let hex = self.browser.run(
+            "return [...document.querySelectorAll('table.entries td.value, table.entries td.prev')]
+               .map(td => td.textContent).filter(t => t.includes('bytes'))",
+            &[],
+        );
+        assert_eq!(hex, json!([]), "no value shown as raw bytes");
+        // Other bytes: printable UTF-8 as text, anything else as hex in
+        // groups of four bytes, each with its size.
+        self.browser.run(
+            "import('/assets/dom.js').then(m => { window.bytesShown = [
+               m.valueText({ bytes: '7769206669' }), m.valueText({ bytes: '00ff10203040' }), m.valueText({ bytes: '' })] })",
+            &[],
+        );
+        let shown = self.browser.wait_for("bytes as text", "return window.bytesShown ?? null", &[]);
+        assert_eq!(shown, json!(["\"wi fi\" (5 bytes, UTF-8)", "6 bytes: 00ff1020 3040", "no bytes"]));
+        self.browser.screenshot("state-tuples");
+        let (status, body) = self.server.api("DELETE", "/v1/topologies/kept?state=drop", b"");
+        assert_eq!(status, 204, "{body}");
+    }
 }
 
 #[test]
@@ -993,6 +1060,7 @@ fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
     step("upgrade and delete", || d.upgrade_and_delete_from_the_page());
     step("a 401 on a later page", || d.a_401_on_any_later_page_asks_again_and_shows_nothing_else());
     step("an opaque state", || d.the_state_browser_shows_an_opaque_states_prev());
+    step("a window's kept tuples", || d.the_state_browser_decodes_a_windows_kept_tuples());
     step("the server killed", || d.a_killed_server_is_said_within_10_s_and_nothing_says_running());
     for page in PAGES {
         let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();
