@@ -514,10 +514,25 @@ impl Dashboard {
         );
         assert_eq!(status["operator_tuples"]["split"], json!({ "tuples_in": status["tuples"], "tuples_out": words }));
         assert_eq!((&shown["tuples_in"], &shown["tuples_out"]), (&status["tuples"], &json!(words)), "{shown}");
-        let (_, history) = self.server.api("GET", "/v1/topologies/word-count/history", b"");
-        let rates = &history["operators"]["split"];
-        // Idle at txid 12, the last interval's rates are the API's: none.
-        assert_eq!((rates["in_per_s"].as_f64(), rates["out_per_s"].as_f64()), (Some(0.0), Some(0.0)), "{history}");
+        // Idle at txid 12, the last interval's rates are the API's: none,
+        // once a second has passed since its last commit.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, history) = self.server.api("GET", "/v1/topologies/word-count/history", b"");
+            let rates = &history["operators"]["split"];
+            if (rates["in_per_s"].as_f64(), rates["out_per_s"].as_f64()) == (Some(0.0), Some(0.0)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "split still busy: {history}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let shown = self.browser.wait_for(
+            "split idle",
+            "const g = document.querySelector('svg.graph g.node[data-id=split]');
+             const text = g?.querySelector('text.rates').textContent;
+             return text === 'in 0/s · out 0/s · 0% busy' ? { text } : null",
+            &[],
+        );
         assert_eq!(shown["text"], "in 0/s · out 0/s · 0% busy", "{shown}");
         // The spout is timed like the others, by its emission of each
         // batch, and gives out every tuple the run committed.
@@ -539,6 +554,33 @@ impl Dashboard {
              return charts.length === 3 && charts.every(c => Number(c.dataset.points) >= 3)",
             &[],
         );
+        // A catch-up spike does not set the scale: five seconds at 50,000
+        // tuples/s then steady traffic of about 100, drawn by the page's
+        // own chart code and uPlot, scale to the steady traffic, the spike
+        // marked at the top and named in the text.
+        self.browser.run(
+            "import('/assets/chart.js').then(m => {
+               const chart = new m.TimeChart(m.THROUGHPUT, { title: 'spike' });
+               document.querySelector('section.charts').append(chart.element);
+               const at = [...Array(300).keys()].map(i => 1.7e9 + i);
+               chart.update({ at, tuples_per_s: at.map((_, i) => (i >= 20 && i < 25 ? 50000 : 100 + (i % 7))) });
+               window.spikeChart = chart;
+             })",
+            &[],
+        );
+        let spiked = self.browser.wait_for(
+            "a chart past a spike",
+            "const chart = window.spikeChart;
+             return chart?.element.dataset.top ? { top: Number(chart.element.dataset.top),
+               above: Number(chart.element.dataset.above), text: chart.text.textContent } : null",
+            &[],
+        );
+        self.browser.run("window.spikeChart.element.remove()", &[]);
+        let top = spiked["top"].as_f64().unwrap();
+        assert!((106.0..=200.0).contains(&top), "{spiked}");
+        assert_eq!(spiked["above"], 5, "{spiked}");
+        let text = spiked["text"].as_str().unwrap();
+        assert!(text.contains("(peak 50,000") && text.contains("above the scale, marked ▲ at its top"), "{spiked}");
         let failures = self.browser.run("return document.querySelector('.failures-box').textContent", &[]);
         assert_eq!(failures, "No failed attempt since it started.");
         self.assert_no_markup_took_effect("the topology page");
