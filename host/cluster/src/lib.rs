@@ -8,6 +8,7 @@
 pub mod assignment;
 pub mod bundles;
 pub mod catalog;
+pub mod changes;
 pub mod changelog;
 pub mod commit_log;
 pub mod coordinator;

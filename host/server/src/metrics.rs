@@ -218,6 +218,7 @@ mod tests {
             topologies: [("wc".to_owned(), topology)].into(),
             leader_key: None,
             topologies_read: true,
+            changes: Default::default(),
         };
         let text = exposition(&[], Some(&view)).unwrap();
         for line in [
