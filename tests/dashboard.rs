@@ -307,7 +307,10 @@ impl Dashboard {
         let held = entries.as_array().unwrap().iter().filter(|e| e["key"][0].is_i64()).count();
         assert!(held > 0 && open.as_u64() == Some(held as u64), "{held} windows held: {status}");
         let (_, metrics) = self.server.http("GET", "/metrics", None, b"");
-        assert!(metrics.contains(&format!("weir_open_windows{{topology=\"windows\",operator=\"{id}\"}} {held}\n")), "{metrics}");
+        assert!(
+            metrics.contains(&format!("weir_open_windows{{topology=\"windows\",operator=\"{id}\"}} {held}\n")),
+            "{metrics}"
+        );
         self.browser.goto(&self.url("#/t/windows"));
         let shown = self.browser.wait_for(
             "the window's figures",
@@ -537,7 +540,10 @@ impl Dashboard {
         // The spout is timed like the others, by its emission of each
         // batch, and gives out every tuple the run committed.
         let spout = nodes.iter().find(|n| n["op"]["op"] == "spout").unwrap()["id"].clone();
-        assert_eq!(status["operator_tuples"][spout.as_str().unwrap()], json!({ "tuples_in": 0, "tuples_out": status["tuples"] }));
+        assert_eq!(
+            status["operator_tuples"][spout.as_str().unwrap()],
+            json!({ "tuples_in": 0, "tuples_out": status["tuples"] })
+        );
         assert!(status["operator_ms"][spout.as_str().unwrap()].as_f64().is_some_and(|ms| ms > 0.0), "{status}");
         let shown = self.browser.wait_for(
             "the spout's time and tuples out",
@@ -1025,11 +1031,8 @@ impl Dashboard {
             values.entry(fields[0].to_owned()).or_default().insert(fields[2].parse().unwrap());
         }
         let windows = bundle(self.dir.path(), WINDOWS, "windows.weir");
-        let (status, body) = self.server.api(
-            "POST",
-            "/v1/topologies?name=kept&topology=count-general&input=in/readings.txt",
-            &windows,
-        );
+        let (status, body) =
+            self.server.api("POST", "/v1/topologies?name=kept&topology=count-general&input=in/readings.txt", &windows);
         assert_eq!(status, 201, "{body}");
         self.server.wait_for_topology("kept", 3);
         let (status, entries) = self.server.api("GET", "/v1/topologies/kept/states/open?limit=100&raw=true", b"");
@@ -1047,7 +1050,10 @@ impl Dashboard {
             }
             let listed: Vec<String> = tuples.iter().map(Value::to_string).collect();
             let plural = if tuples.len() == 1 { "" } else { "s" };
-            want.push(json!([entry["key"].to_string(), format!("{} tuple{plural}: {}", tuples.len(), listed.join(" "))]));
+            want.push(json!([
+                entry["key"].to_string(),
+                format!("{} tuple{plural}: {}", tuples.len(), listed.join(" "))
+            ]));
         }
         assert!(!want.is_empty(), "{entries}");
         self.browser.goto(&self.url("#/t/kept/state/open"));

@@ -5,7 +5,6 @@
 //! cluster page shows what happened before it was opened.
 
 use super::catalog::ClusterTopology;
-use super::membership::Member;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -55,18 +54,19 @@ impl Changes {
     }
 
     /// Keeps what changed from members `was` and leader `leader_was` to
-    /// `now` and `leader`; `first`: this host's first look at the cluster.
+    /// `now` and `leader` (members as their ids and join times);
+    /// `first`: this host's first look at the cluster.
     pub fn of_members(
         &mut self,
-        (was, leader_was): (&[Member], Option<&str>),
-        (now, leader): (&[Member], Option<&str>),
+        (was, leader_was): (&[(&str, u64)], Option<&str>),
+        (now, leader): (&[(&str, u64)], Option<&str>),
         first: bool,
     ) {
-        let ids = |members: &[Member]| members.iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+        let ids = |members: &[(&str, u64)]| members.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>();
         let (was_ids, now_ids) = (ids(was), ids(now));
-        for member in now.iter().filter(|m| !was_ids.contains(&m.id)) {
+        for (id, joined_unix_ms) in now.iter().filter(|(id, _)| !was_ids.iter().any(|w| w == id)) {
             let reason = if first { "a member when this host first looked" } else { "registered under a new lease" };
-            self.push_at(member.joined_unix_ms, format!("host {} joined", member.id), reason.into());
+            self.push_at(*joined_unix_ms, format!("host {id} joined"), reason.into());
         }
         let left: Vec<&String> = was_ids.iter().filter(|id| !now_ids.contains(id)).collect();
         for id in &left {
@@ -103,16 +103,12 @@ impl Changes {
 mod tests {
     use super::*;
 
-    fn member(id: &str, joined_unix_ms: u64) -> Member {
-        Member { id: id.into(), api: String::new(), joined_unix_ms }
-    }
-
     #[test]
     fn joins_leaves_and_a_new_leader_are_kept_with_their_reasons() {
         let mut changes = Changes::default();
-        let (h1, h2) = (member("h1", 5), member("h2", 7));
-        changes.of_members((&[], None), (&[h1.clone(), h2.clone()], Some("h1")), true);
-        changes.of_members((&[h1.clone(), h2.clone()], Some("h1")), (&[h2.clone()], Some("h2")), false);
+        let both = [("h1", 5), ("h2", 7)];
+        changes.of_members((&[], None), (&both, Some("h1")), true);
+        changes.of_members((&both, Some("h1")), (&both[1..], Some("h2")), false);
         let seen: Vec<(&str, &str)> = changes.iter().map(|c| (c.what.as_str(), c.reason.as_str())).collect();
         assert_eq!(
             seen,

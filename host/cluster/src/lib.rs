@@ -8,8 +8,8 @@
 pub mod assignment;
 pub mod bundles;
 pub mod catalog;
-pub mod changes;
 pub mod changelog;
+pub mod changes;
 pub mod commit_log;
 pub mod coordinator;
 mod leader;

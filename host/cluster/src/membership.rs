@@ -466,7 +466,9 @@ async fn refresh(
     }
     let view = &mut *view;
     let first = view.hosts.is_empty() && view.changes.iter().next().is_none();
-    view.changes.of_members((&view.hosts, view.leader.as_deref()), (&hosts, leader.as_deref()), first);
+    let was: Vec<(&str, u64)> = view.hosts.iter().map(|m| (m.id.as_str(), m.joined_unix_ms)).collect();
+    let now: Vec<(&str, u64)> = hosts.iter().map(|m| (m.id.as_str(), m.joined_unix_ms)).collect();
+    view.changes.of_members((&was, view.leader.as_deref()), (&now, leader.as_deref()), first);
     let ids = hosts.iter().map(|m| m.id.clone()).collect();
     view.hosts = hosts;
     view.leader = leader;
