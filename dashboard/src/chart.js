@@ -29,17 +29,20 @@ export const LATENCY = [
 /** Where the greatest sample is at most this many times the 95th percentile, the scale shows it. */
 const PEAK_SHOWN = 2;
 
+/** Fewer samples than this are too few for a percentile: the scale shows them all. */
+const FEW = 10;
+
 /**
- * The top of a scale over `values` (nulls skipped): their greatest, or
- * their 95th percentile where the greatest is more than PEAK_SHOWN times
- * above it.
+ * The top of a scale over `values` (nulls skipped): their greatest, or,
+ * of FEW or more, their 95th percentile where the greatest is more than
+ * PEAK_SHOWN times above it.
  */
 export function scaleTop(values) {
   const sorted = values.filter((v) => v !== null && v !== undefined && Number.isFinite(v)).sort((a, b) => a - b);
   if (!sorted.length) return 0;
   const max = sorted[sorted.length - 1];
   const p95 = sorted[Math.floor(0.95 * (sorted.length - 1))];
-  return max <= PEAK_SHOWN * p95 ? max : p95;
+  return sorted.length < FEW || max <= PEAK_SHOWN * p95 ? max : p95;
 }
 
 /** A time of day to the second. */
