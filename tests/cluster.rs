@@ -931,11 +931,33 @@ fn the_dashboards_cluster_page_shows_every_host_the_leader_and_each_share() {
         "the join and the new assignment",
         "const lines = [...document.querySelectorAll('ol.changes li')].map(li => li.textContent);
          return document.querySelectorAll('table.hosts tbody tr').length === 4
-           && lines.some(l => l.endsWith('host h4 joined'))
+           && lines.some(l => l.includes('host h4 joined: registered under a new lease'))
            && lines.some(l => l.includes('word-count: assignment epoch')) ? lines : null",
         &[],
     );
     assert!(seen.as_array().unwrap().iter().any(|l| l.as_str().unwrap().ends_with(&reason)), "{seen} ({reason})");
+    // The servers keep them (another host's API says the same): the page
+    // opened afresh shows them, each with its reason.
+    let (_, view) = hosts[0].1.api("GET", "/v1/cluster", b"");
+    let kept: Vec<String> = view["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}: {}", c["what"].as_str().unwrap(), c["reason"].as_str().unwrap()))
+        .collect();
+    assert!(kept.iter().any(|l| l == "host h4 joined: registered under a new lease"), "{kept:?}");
+    assert!(kept.iter().any(|l| l.ends_with(&reason) && l.starts_with("word-count: assignment epoch")), "{kept:?}");
+    browser.goto(&format!("{}/#/", hosts[2].1.url()));
+    browser.run("location.reload()", &[]);
+    browser.goto(&format!("{}/#/cluster", hosts[2].1.url()));
+    let reopened = browser.wait_for(
+        "the changes kept by the server",
+        "const lines = [...document.querySelectorAll('ol.changes li')].map(li => li.textContent);
+         return lines.some(l => l.includes('host h4 joined: registered under a new lease'))
+           && lines.some(l => l.endsWith(arguments[0])) ? lines : null",
+        &[Value::from(reason.clone())],
+    );
+    assert!(reopened.as_array().unwrap().len() <= weir_cluster::changes::CHANGES_KEPT, "{reopened}");
 }
 
 /// The lines of the logs of hosts `ids` (under `dir`) holding any of `marks`,

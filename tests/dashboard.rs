@@ -298,16 +298,31 @@ impl Dashboard {
         let id = window["id"].as_str().unwrap();
         let (watermark, late) = (status["watermarks"][id].clone(), status["late_tuples"][id].clone());
         assert!(watermark.is_i64() && late.as_u64().is_some_and(|n| n > 0), "{status}");
+        // Its open windows are the window keys (an integer end first) its
+        // state holds: counted apart, through the state's own pages.
+        let open = status["open_windows"][id].clone();
+        let state = window["op"]["state"].as_str().or(window["op"]["state"]["name"].as_str()).unwrap();
+        let (code, entries) = self.server.api("GET", &format!("/v1/topologies/windows/states/{state}?limit=1000"), b"");
+        assert_eq!(code, 200, "{entries}");
+        let held = entries.as_array().unwrap().iter().filter(|e| e["key"][0].is_i64()).count();
+        assert!(held > 0 && open.as_u64() == Some(held as u64), "{held} windows held: {status}");
+        let (_, metrics) = self.server.http("GET", "/metrics", None, b"");
+        assert!(
+            metrics.contains(&format!("weir_open_windows{{topology=\"windows\",operator=\"{id}\"}} {held}\n")),
+            "{metrics}"
+        );
         self.browser.goto(&self.url("#/t/windows"));
         let shown = self.browser.wait_for(
             "the window's figures",
             "const g = document.querySelector(`svg.graph g.node[data-id='${arguments[0]}']`);
-             return g?.dataset.watermark ? { watermark: Number(g.dataset.watermark), late: Number(g.dataset.late),
+             return g?.dataset.watermark && g.dataset.open ? { watermark: Number(g.dataset.watermark),
+               late: Number(g.dataset.late), open: Number(g.dataset.open),
                detail: g.querySelector('text.detail').textContent, time: g.querySelector('text.time').textContent,
                rates: g.querySelector('text.rates').textContent } : null",
             &[json!(id)],
         );
-        assert_eq!((&shown["watermark"], &shown["late"]), (&watermark, &late), "{shown}");
+        assert_eq!((&shown["watermark"], &shown["late"], &shown["open"]), (&watermark, &late, &open), "{shown}");
+        assert!(shown["rates"].as_str().unwrap().contains(&format!(" · {held} open · ")), "{shown}");
         let at = chrono_free_utc(watermark.as_i64().unwrap());
         assert_eq!(shown["time"], format!("watermark {at}"), "{shown}");
         assert!(shown["rates"].as_str().unwrap().ends_with(&format!("late {late}")), "{shown}");
@@ -502,17 +517,76 @@ impl Dashboard {
         );
         assert_eq!(status["operator_tuples"]["split"], json!({ "tuples_in": status["tuples"], "tuples_out": words }));
         assert_eq!((&shown["tuples_in"], &shown["tuples_out"]), (&status["tuples"], &json!(words)), "{shown}");
-        let (_, history) = self.server.api("GET", "/v1/topologies/word-count/history", b"");
-        let rates = &history["operators"]["split"];
-        // Idle at txid 12, the last interval's rates are the API's: none.
-        assert_eq!((rates["in_per_s"].as_f64(), rates["out_per_s"].as_f64()), (Some(0.0), Some(0.0)), "{history}");
+        // Idle at txid 12, the last interval's rates are the API's: none,
+        // once a second has passed since its last commit.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, history) = self.server.api("GET", "/v1/topologies/word-count/history", b"");
+            let rates = &history["operators"]["split"];
+            if (rates["in_per_s"].as_f64(), rates["out_per_s"].as_f64()) == (Some(0.0), Some(0.0)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "split still busy: {history}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let shown = self.browser.wait_for(
+            "split idle",
+            "const g = document.querySelector('svg.graph g.node[data-id=split]');
+             const text = g?.querySelector('text.rates').textContent;
+             return text === 'in 0/s · out 0/s · 0% busy' ? { text } : null",
+            &[],
+        );
         assert_eq!(shown["text"], "in 0/s · out 0/s · 0% busy", "{shown}");
+        // The spout is timed like the others, by its emission of each
+        // batch, and gives out every tuple the run committed.
+        let spout = nodes.iter().find(|n| n["op"]["op"] == "spout").unwrap()["id"].clone();
+        assert_eq!(
+            status["operator_tuples"][spout.as_str().unwrap()],
+            json!({ "tuples_in": 0, "tuples_out": status["tuples"] })
+        );
+        assert!(status["operator_ms"][spout.as_str().unwrap()].as_f64().is_some_and(|ms| ms > 0.0), "{status}");
+        let shown = self.browser.wait_for(
+            "the spout's time and tuples out",
+            "const g = document.querySelector(`svg.graph g.node[data-id='${arguments[0]}']`);
+             const time = g?.querySelector('text.time').textContent;
+             return time?.endsWith('ms a batch') && Number(g.dataset.tuplesOut) === arguments[1]
+               ? { time, out: Number(g.dataset.tuplesOut), text: g.querySelector('text.rates').textContent } : null",
+            &[spout.clone(), status["tuples"].clone()],
+        );
+        assert!(shown["text"].as_str().unwrap().starts_with("out 0/s"), "{shown}");
         self.browser.wait_for(
             "charts with points",
             "const charts = [...document.querySelectorAll('section.charts .chart')];
              return charts.length === 3 && charts.every(c => Number(c.dataset.points) >= 3)",
             &[],
         );
+        // A catch-up spike does not set the scale: five seconds at 50,000
+        // tuples/s then steady traffic of about 100, drawn by the page's
+        // own chart code and uPlot, scale to the steady traffic, the spike
+        // marked at the top and named in the text.
+        self.browser.run(
+            "import('/assets/chart.js').then(m => {
+               const chart = new m.TimeChart(m.THROUGHPUT, { title: 'spike' });
+               document.querySelector('section.charts').append(chart.element);
+               const at = [...Array(300).keys()].map(i => 1.7e9 + i);
+               chart.update({ at, tuples_per_s: at.map((_, i) => (i >= 20 && i < 25 ? 50000 : 100 + (i % 7))) });
+               window.spikeChart = chart;
+             })",
+            &[],
+        );
+        let spiked = self.browser.wait_for(
+            "a chart past a spike",
+            "const chart = window.spikeChart;
+             return chart?.element.dataset.top ? { top: Number(chart.element.dataset.top),
+               above: Number(chart.element.dataset.above), text: chart.text.textContent } : null",
+            &[],
+        );
+        self.browser.run("window.spikeChart.element.remove()", &[]);
+        let top = spiked["top"].as_f64().unwrap();
+        assert!((106.0..=200.0).contains(&top), "{spiked}");
+        assert_eq!(spiked["above"], 5, "{spiked}");
+        let text = spiked["text"].as_str().unwrap();
+        assert!(text.contains("(peak 50,000") && text.contains("above the scale, marked ▲ at its top"), "{spiked}");
         let failures = self.browser.run("return document.querySelector('.failures-box').textContent", &[]);
         assert_eq!(failures, "No failed attempt since it started.");
         self.assert_no_markup_took_effect("the topology page");
@@ -944,6 +1018,73 @@ impl Dashboard {
         }
         self.assert_no_markup_took_effect("the state browser, opaque");
     }
+
+    /// A window of a general aggregator keeps each batch's tuples of a
+    /// window as packed bytes in its opaque state: the state browser shows
+    /// them decoded, as the tuples the readings hold, never as hex; other
+    /// bytes show as text or grouped hex.
+    fn the_state_browser_decodes_a_windows_kept_tuples(&self) {
+        let readings = std::fs::read_to_string(self.dir.path().join("in/readings.txt")).unwrap();
+        let mut values: BTreeMap<String, std::collections::BTreeSet<i64>> = BTreeMap::new();
+        for line in readings.lines() {
+            let fields: Vec<&str> = line.split(',').collect();
+            values.entry(fields[0].to_owned()).or_default().insert(fields[2].parse().unwrap());
+        }
+        let windows = bundle(self.dir.path(), WINDOWS, "windows.weir");
+        let (status, body) =
+            self.server.api("POST", "/v1/topologies?name=kept&topology=count-general&input=in/readings.txt", &windows);
+        assert_eq!(status, 201, "{body}");
+        self.server.wait_for_topology("kept", 3);
+        let (status, entries) = self.server.api("GET", "/v1/topologies/kept/states/open?limit=100&raw=true", b"");
+        assert_eq!(status, 200, "{entries}");
+        let mut want = Vec::new();
+        for entry in entries.as_array().unwrap().iter().filter(|e| e["value"].get("bytes").is_some()) {
+            // Keyed by the window's end and start, its sensor, the batch's txid.
+            let sensor = entry["key"][2].as_str().unwrap();
+            let kept = &entry["value_tuples"];
+            let tuples = kept["tuples"].as_array().unwrap();
+            assert_eq!(kept["count"].as_u64(), Some(tuples.len() as u64), "{entry}");
+            for tuple in tuples {
+                let value = tuple[0].as_i64().unwrap();
+                assert!(tuple.as_array().unwrap().len() == 1 && values[sensor].contains(&value), "{entry}");
+            }
+            let listed: Vec<String> = tuples.iter().map(Value::to_string).collect();
+            let plural = if tuples.len() == 1 { "" } else { "s" };
+            want.push(json!([
+                entry["key"].to_string(),
+                format!("{} tuple{plural}: {}", tuples.len(), listed.join(" "))
+            ]));
+        }
+        assert!(!want.is_empty(), "{entries}");
+        self.browser.goto(&self.url("#/t/kept/state/open"));
+        let shown = self.browser.wait_for(
+            "the kept tuples",
+            "const rows = [...document.querySelectorAll('table.entries:not(.one) tbody tr')]
+               .filter(tr => tr.querySelector('.value')?.textContent.includes('tuple'))
+               .map(tr => [tr.querySelector('.key').firstChild.textContent, tr.querySelector('.value').textContent]);
+             return rows.length ? rows : null",
+            &[],
+        );
+        assert_eq!(shown, json!(want));
+        let hex = self.browser.run(
+            "return [...document.querySelectorAll('table.entries td.value, table.entries td.prev')]
+               .map(td => td.textContent).filter(t => t.includes('bytes'))",
+            &[],
+        );
+        assert_eq!(hex, json!([]), "no value shown as raw bytes");
+        // Other bytes: printable UTF-8 as text, anything else as hex in
+        // groups of four bytes, each with its size.
+        self.browser.run(
+            "import('/assets/dom.js').then(m => { window.bytesShown = [
+               m.valueText({ bytes: '7769206669' }), m.valueText({ bytes: '00ff10203040' }), m.valueText({ bytes: '' })] })",
+            &[],
+        );
+        let shown = self.browser.wait_for("bytes as text", "return window.bytesShown ?? null", &[]);
+        assert_eq!(shown, json!(["\"wi fi\" (5 bytes, UTF-8)", "6 bytes: 00ff1020 3040", "no bytes"]));
+        self.browser.screenshot("state-tuples");
+        let (status, body) = self.server.api("DELETE", "/v1/topologies/kept?state=drop", b"");
+        assert_eq!(status, 204, "{body}");
+    }
 }
 
 #[test]
@@ -967,6 +1108,7 @@ fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
     step("upgrade and delete", || d.upgrade_and_delete_from_the_page());
     step("a 401 on a later page", || d.a_401_on_any_later_page_asks_again_and_shows_nothing_else());
     step("an opaque state", || d.the_state_browser_shows_an_opaque_states_prev());
+    step("a window's kept tuples", || d.the_state_browser_decodes_a_windows_kept_tuples());
     step("the server killed", || d.a_killed_server_is_said_within_10_s_and_nothing_says_running());
     for page in PAGES {
         let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();

@@ -3,7 +3,8 @@
 // assignment: which host owns which spout partitions and how many state
 // slots, under which epoch and why. Refreshed every second from GET
 // /v1/cluster and the topologies' statuses (each host's rate, as the hosts
-// last shared them).
+// last shared them), with the membership and assignment changes the server
+// kept, and why each happened.
 
 import { ApiError, get, path } from './api.js';
 import { el, figure, href, replace } from './dom.js';
@@ -73,38 +74,19 @@ function assignmentTable(name, topology) {
   );
 }
 
-/** Changes a page keeps: the latest. */
-const CHANGES_KEPT = 50;
-
-/**
- * What changed between two views of the cluster: hosts that joined or
- * left, a new leader, and assignments written anew (with the leader's
- * reason); each a line.
- */
-export function changes(before, after) {
-  if (!before) return [];
-  const seen = [];
-  const ids = (v) => new Set((v.hosts ?? []).map((h) => h.id));
-  const [was, now] = [ids(before), ids(after)];
-  for (const id of now) if (!was.has(id)) seen.push(`host ${id} joined`);
-  for (const id of was) if (!now.has(id)) seen.push(`host ${id} left`);
-  if (before.leader !== after.leader) seen.push(`leader: ${after.leader ?? 'none'} (was ${before.leader ?? 'none'})`);
-  for (const [name, t] of Object.entries(after.topologies ?? {})) {
-    const epoch = t.assignment?.epoch;
-    if (epoch !== undefined && epoch !== before.topologies?.[name]?.assignment?.epoch) {
-      seen.push(`${name}: assignment epoch ${epoch}, ${t.assignment.reason}`);
-    }
-  }
-  return seen;
+/** A change the server kept, as a line: when, what, why. */
+function changeLine(change) {
+  return el('li', { 'data-at': change.at_unix_ms },
+    el('span', { class: 'quiet' }, `${timeOf(change.at_unix_ms)} `), `${change.what}: ${change.reason}`);
 }
 
 export async function render(view) {
   const body = el('div');
-  // Membership and assignment changes seen while the page is open, latest first.
-  const log = el('ol', { class: 'changes plain', 'aria-label': 'changes seen, the latest first' });
-  let previous = null;
+  // Membership and assignment changes, as the server kept them (the last
+  // 100 this host saw), latest first.
+  const log = el('ol', { class: 'changes plain', 'aria-label': 'changes, the latest first' });
   replace(view.main, el('h1', {}, 'Cluster'), body,
-    el('section', {}, el('h2', {}, 'Changes seen since this page opened'), log));
+    el('section', {}, el('h2', {}, 'Changes this host saw'), log));
   view.every(1000, async () => {
     let cluster;
     let statuses;
@@ -119,12 +101,8 @@ export async function render(view) {
       throw error;
     }
     if (view.closed) return;
-    const at = new Date().toLocaleTimeString('en-GB');
-    for (const line of changes(previous, cluster)) {
-      log.prepend(el('li', {}, el('span', { class: 'quiet' }, `${at} `), line));
-    }
-    while (log.children.length > CHANGES_KEPT) log.lastElementChild.remove();
-    previous = cluster;
+    const kept = [...(cluster.changes ?? [])].reverse();
+    replace(log, kept.length ? kept.map(changeLine) : el('li', { class: 'quiet' }, 'No change seen yet.'));
     const topologies = Object.entries(cluster.topologies ?? {});
     replace(
       body,

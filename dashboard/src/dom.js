@@ -61,9 +61,47 @@ export function figure(value, digits = 1) {
   });
 }
 
-/** A value as the API gives it, as text: strings as they are, the rest as JSON. */
+/** Printable text: no control characters but tabs and line ends. */
+const PRINTABLE = /^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]*$/;
+
+/** Hex groups (of four bytes) shown of a bytes value; the rest is said as a count. */
+const HEX_GROUPS = 32;
+
+/**
+ * Bytes, as the API gives them (hex), as text: UTF-8 text quoted where
+ * they are printable text, else their hex in groups of four bytes; each
+ * with its size.
+ */
+export function bytesText(hex) {
+  const pairs = String(hex).match(/[0-9a-f]{2}/gi) ?? [];
+  const bytes = new Uint8Array(pairs.map((h) => parseInt(h, 16)));
+  const size = `${bytes.length.toLocaleString('en-US')} byte${bytes.length === 1 ? '' : 's'}`;
+  if (bytes.length === 0) return 'no bytes';
+  try {
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    if (PRINTABLE.test(text)) return `${JSON.stringify(text)} (${size}, UTF-8)`;
+  } catch {
+    // Not UTF-8: shown as hex.
+  }
+  const groups = pairs.join('').match(/.{1,8}/g);
+  const more = groups.length > HEX_GROUPS ? ` … ${(bytes.length - HEX_GROUPS * 4).toLocaleString('en-US')} more` : '';
+  return `${size}: ${groups.slice(0, HEX_GROUPS).join(' ')}${more}`;
+}
+
+/** Whether a value as the API gives it is bytes: `{"bytes": "<hex>"}`. */
+const isBytes = (value) =>
+  value !== null && typeof value === 'object' && Object.keys(value).length === 1 && typeof value.bytes === 'string';
+
+/** A value as the API gives it, as text: strings as they are, bytes readably, the rest as JSON. */
 export function valueText(value) {
-  return typeof value === 'string' ? value : JSON.stringify(value);
+  if (typeof value === 'string') return value;
+  return isBytes(value) ? bytesText(value.bytes) : JSON.stringify(value);
+}
+
+/** Tuples decoded from a stored value (`{count, tuples}`, see the state API), as text. */
+export function tuplesText({ count, tuples }) {
+  const more = count > tuples.length ? ` … ${(count - tuples.length).toLocaleString('en-US')} more` : '';
+  return `${count.toLocaleString('en-US')} tuple${count === 1 ? '' : 's'}: ${tuples.map((t) => JSON.stringify(t)).join(' ')}${more}`;
 }
 
 /** A key (a list of values) as text: a lone string as it is, else JSON. */

@@ -270,10 +270,13 @@ export class Graph {
       const rate = history?.operators?.[id];
       const node = this.nodes.get(id);
       if (this.windows.has(id)) {
-        // A window: its tuples in, and what it found late.
+        // A window: its tuples in, the windows it holds open, and what it found late.
         const late = status.late_tuples?.[id] ?? 0;
+        const open = status.open_windows?.[id];
         node.dataset.late = late;
-        text.textContent = `in ${figure(rate?.in_per_s ?? 0, 0)}/s · late ${figure(late)}`;
+        node.dataset.open = open ?? '';
+        const opened = open === undefined ? '' : ` · ${figure(open)} open`;
+        text.textContent = `in ${figure(rate?.in_per_s ?? 0, 0)}/s${opened} · late ${figure(late)}`;
         continue;
       }
       if (!totals) {
@@ -287,9 +290,11 @@ export class Graph {
       const perS = (v) => (v === undefined || v === null ? '–' : figure(v, 0));
       // Nodes of the commit phase write state: their output is not counted.
       const writesState = totals.tuples_out === 0 && totals.tuples_in > 0;
+      // A spout takes in nothing: what it emits is its batches' tuples.
+      const spout = node.dataset.kind === 'spout';
       text.textContent = writesState
         ? `in ${perS(rate?.in_per_s)}/s`
-        : `in ${perS(rate?.in_per_s)}/s · out ${perS(rate?.out_per_s)}/s`;
+        : spout ? `out ${perS(rate?.out_per_s)}/s` : `in ${perS(rate?.in_per_s)}/s · out ${perS(rate?.out_per_s)}/s`;
       // How busy it was over the last second: its box shades as it fills.
       const busy = rate?.busy;
       node.dataset.busy = busy ?? '';
@@ -315,8 +320,7 @@ export class Graph {
       if (ms !== undefined && batches > 0) text.textContent = `${figure(ms / batches, 3)} ms a batch`;
       else if (batches === 0 && status.last_committed > 0) text.textContent = 'no batch since its start';
       else if (batches === 0) text.textContent = 'no batch yet';
-      // A spout's reading is not timed apart: the batch's emission is.
-      else text.textContent = this.nodes.get(id).dataset.kind === 'spout' ? 'reads the input' : 'not timed yet';
+      else text.textContent = 'not timed yet';
     }
   }
 }

@@ -3,10 +3,12 @@
 // key looked up, each with its stored txid (and prev, for opaque state);
 // and of the whole state (GET .../summary): its key count, its top keys by
 // value, and the keys that start with a prefix. Times in keys (epoch
-// milliseconds, as windows key by) are shown as dates too.
+// milliseconds, as windows key by) are shown as dates too; bytes as text
+// or grouped hex, and bytes holding tuples (a window's kept tuples) as
+// those tuples, decoded by the server.
 
 import { ApiError, get, path, withQuery } from './api.js';
-import { el, keyText, replace, valueText } from './dom.js';
+import { el, keyText, replace, tuplesText, valueText } from './dom.js';
 import { definitionOf, statesAndQueries } from './topology.js';
 
 const SIZES = [25, 100, 500];
@@ -28,9 +30,11 @@ function entryRow(entry, opaque) {
     'tr',
     {},
     el('td', { class: 'key' }, keyText(entry.key), keyTimes(entry.key)),
-    el('td', { class: 'value num' }, valueText(entry.value)),
+    el('td', { class: 'value num' }, entry.value_tuples ? tuplesText(entry.value_tuples) : valueText(entry.value)),
     el('td', { class: 'txid num' }, entry.txid ?? '–'),
-    opaque ? el('td', { class: 'prev num' }, entry.prev === undefined ? '–' : valueText(entry.prev)) : null,
+    opaque
+      ? el('td', { class: 'prev num' }, entry.prev === undefined || entry.prev === null ? '–' : entry.prev_tuples ? tuplesText(entry.prev_tuples) : valueText(entry.prev))
+      : null,
   );
 }
 

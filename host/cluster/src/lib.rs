@@ -9,6 +9,7 @@ pub mod assignment;
 pub mod bundles;
 pub mod catalog;
 pub mod changelog;
+pub mod changes;
 pub mod commit_log;
 pub mod coordinator;
 mod leader;

@@ -62,6 +62,9 @@ pub struct ClusterView {
     /// Whether the cluster's topologies were read since this host started.
     #[serde(skip)]
     pub topologies_read: bool,
+    /// The last membership and assignment changes this host saw, oldest
+    /// first, with their reasons.
+    pub changes: super::changes::Changes,
 }
 
 /// A host's membership, kept up on the server's runtime.
@@ -192,6 +195,8 @@ async fn keep_joined(config: ClusterConfig, view: Arc<Mutex<ClusterView>>, lease
             view.member = false;
             view.leader = None;
             view.leader_key = None;
+            let lost = format!("host {} is not a member", config.host);
+            view.changes.push(lost, reason.clone());
             view.error = Some(reason);
         }
         tokio::time::sleep(backoff.next_wait()).await;
@@ -327,6 +332,8 @@ async fn round(
     }
     let mut view = view.lock().expect("cluster view");
     log_own_changes(config, &view.topologies, &topologies);
+    let view = &mut *view;
+    view.changes.of_topologies(&view.topologies, &topologies);
     view.topologies = topologies;
     view.topologies_read = true;
     Ok(())
@@ -457,6 +464,11 @@ async fn refresh(
     if view.leader != leader {
         tracing::info!("cluster {}: the leader is {}", config.name, leader.as_deref().unwrap_or("no host"));
     }
+    let view = &mut *view;
+    let first = view.hosts.is_empty() && view.changes.iter().next().is_none();
+    let was: Vec<(&str, u64)> = view.hosts.iter().map(|m| (m.id.as_str(), m.joined_unix_ms)).collect();
+    let now: Vec<(&str, u64)> = hosts.iter().map(|m| (m.id.as_str(), m.joined_unix_ms)).collect();
+    view.changes.of_members((&was, view.leader.as_deref()), (&now, leader.as_deref()), first);
     let ids = hosts.iter().map(|m| m.id.clone()).collect();
     view.hosts = hosts;
     view.leader = leader;

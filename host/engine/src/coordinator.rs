@@ -264,6 +264,8 @@ struct InFlight {
     time_ms: u64,
     tuples: u64,
     bytes: usize,
+    /// How long its spout took to emit it (this attempt).
+    emitting: Duration,
     /// When it was handed to the process phase (this attempt); its batch
     /// deadline is `batch_timeout` later.
     dispatched: Instant,
@@ -343,6 +345,8 @@ pub fn run(
             last_meta: None,
             committed_meta: None,
             exhausted: false,
+            emitting: Duration::ZERO,
+            spout_id: plan.nodes.iter().find(|n| n.op == weir_plan::Op::Spout).map(|n| n.id.clone()),
         };
         let outcome = coordinator.run(on_report);
         if outcome.is_err() {
@@ -383,6 +387,11 @@ struct Coordinator<'a> {
     committed_meta: Option<Vec<u8>>,
     /// The spout had nothing more the last time it was asked.
     exhausted: bool,
+    /// How long the spout took over the batch it emitted last: the next
+    /// dispatched batch's.
+    emitting: Duration,
+    /// The spout's node, timed as the operators are.
+    spout_id: Option<String>,
 }
 
 impl Coordinator<'_> {
@@ -409,7 +418,9 @@ impl Coordinator<'_> {
                 // exactly what was recorded, as the next attempt.
                 tracing::info!("topology {}: replaying uncommitted txid {txid}", self.topology());
                 let id = BatchId { txid: *txid, attempt: record.attempt }.next_attempt();
+                let asked = Instant::now();
                 let batch = self.spout.replay(id.txid, id.attempt, &record.spout)?;
+                self.emitting = asked.elapsed();
                 self.dispatch(id, Emitted { meta: record.spout.clone(), batch }, Some(record.time_ms))?;
             }
         }
@@ -476,8 +487,12 @@ impl Coordinator<'_> {
     fn emit(&mut self, txid: u64) -> Result<Option<(u32, Emitted)>> {
         let mut attempt = 0;
         loop {
+            let asked = Instant::now();
             match self.spout.emit(txid, attempt, self.last_meta.as_deref()) {
-                Ok(emitted) => return Ok(emitted.map(|e| (attempt, e))),
+                Ok(emitted) => {
+                    self.emitting = asked.elapsed();
+                    return Ok(emitted.map(|e| (attempt, e)));
+                }
                 // Its input changed under committed batches, or a message
                 // can never be read: no retry helps.
                 Err(e) if weir_io::spout::retry_cannot_help(&e) => {
@@ -534,7 +549,16 @@ impl Coordinator<'_> {
         let (tuples, bytes) = (emitted.batch.len() as u64, emitted.batch.bytes().len());
         self.queue.push(Work { id, batch: emitted.batch });
         let dispatched = Instant::now();
-        self.pending.push_back(InFlight { id, meta: emitted.meta.clone(), time_ms, tuples, bytes, dispatched });
+        let emitting = std::mem::take(&mut self.emitting);
+        self.pending.push_back(InFlight {
+            id,
+            meta: emitted.meta.clone(),
+            time_ms,
+            tuples,
+            bytes,
+            emitting,
+            dispatched,
+        });
         self.last_meta = Some(emitted.meta);
         self.next_txid = id.txid + 1;
         Ok(())
@@ -710,7 +734,9 @@ impl Coordinator<'_> {
         if self.kind == SpoutKind::Transactional {
             for batch in in_flight {
                 let id = batch.id.next_attempt();
+                let asked = Instant::now();
                 let replayed = self.spout.replay(id.txid, id.attempt, &batch.meta);
+                self.emitting = asked.elapsed();
                 let batch_data = replayed.with_context(|| format!("replaying txid {}", id.txid))?;
                 self.dispatch(id, Emitted { meta: batch.meta, batch: batch_data }, Some(batch.time_ms))?;
             }
@@ -722,7 +748,10 @@ impl Coordinator<'_> {
             self.exhausted = false;
             for batch in in_flight {
                 let id = batch.id.next_attempt();
-                match self.spout.emit(id.txid, id.attempt, self.last_meta.as_deref())? {
+                let asked = Instant::now();
+                let emitted = self.spout.emit(id.txid, id.attempt, self.last_meta.as_deref())?;
+                self.emitting = asked.elapsed();
+                match emitted {
                     Some(emitted) => self.dispatch(id, emitted, None)?,
                     None => break,
                 }

@@ -139,7 +139,7 @@ pub(super) async fn sample(app: Shared) {
     let file = history_file(&app.host);
     for taken in 1u32.. {
         every.tick().await;
-        app.history.record(|| app.deployments.list(), Instant::now(), SystemTime::now());
+        app.history.record(|| app.deployments.list_figures(), Instant::now(), SystemTime::now());
         if taken % SAVE_EVERY == 0 {
             let (app, to) = (Arc::clone(&app), file.clone());
             let saved = tokio::task::spawn_blocking(move || app.history.save(&to)).await;

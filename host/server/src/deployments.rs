@@ -635,12 +635,18 @@ impl Deployments {
     pub fn status(&self, name: &str) -> Result<Status, DeployError> {
         let deployed = self.lock();
         let deployment = deployed.get(name).ok_or_else(|| not_deployed(name))?;
-        Ok(self.described(name, deployment))
+        Ok(self.described(name, deployment, true))
     }
 
     /// Every deployed topology's name and status.
     pub fn list(&self) -> Vec<(String, Status)> {
-        self.lock().iter().map(|(name, d)| (name.clone(), self.described(name, d))).collect()
+        self.lock().iter().map(|(name, d)| (name.clone(), self.described(name, d, true))).collect()
+    }
+
+    /// [`Deployments::list`] without what is read from the committed state
+    /// (open windows): the figures the history samples every second.
+    pub fn list_figures(&self) -> Vec<(String, Status)> {
+        self.lock().iter().map(|(name, d)| (name.clone(), self.described(name, d, false))).collect()
     }
 
     /// How far a topology that does not run is behind its input now (its
@@ -681,8 +687,14 @@ impl Deployments {
     }
 
     /// A deployment's status with what its record says of it.
-    fn described(&self, name: &str, deployment: &Deployment) -> Status {
+    fn described(&self, name: &str, deployment: &Deployment, with_state: bool) -> Status {
         let mut status = self.status_of(deployment).clone();
+        if with_state && let Some(loaded) = &deployment.loaded {
+            match weir_engine::exec::open_windows(&self.host.db, &loaded.plan) {
+                Ok(open) => status.open_windows = open,
+                Err(e) => tracing::warn!("topology {name}: its open windows could not be read: {e:#}"),
+            }
+        }
         if status.started_unix_ms > 0 {
             status.uptime_s = now_unix_ms().saturating_sub(status.started_unix_ms) as f64 / 1e3;
         }

@@ -31,6 +31,7 @@ pub fn exposition(all: &[(String, Status)], cluster: Option<&ClusterView>) -> Re
     let spout_lag = Family::<Labels, Gauge<u64, AtomicU64>>::default();
     let partition_lag = Family::<Labels, Gauge<u64, AtomicU64>>::default();
     let late_tuples = Family::<Labels, Counter>::default();
+    let open_windows = Family::<Labels, Gauge<u64, AtomicU64>>::default();
     for (name, status) in all {
         let topology = vec![("topology", name.clone())];
         up.get_or_create(&topology).set(i64::from(status.state == RunState::Running));
@@ -53,6 +54,10 @@ pub fn exposition(all: &[(String, Status)], cluster: Option<&ClusterView>) -> Re
         for (window, late) in &status.late_tuples {
             let labels = vec![("topology", name.clone()), ("operator", window.clone())];
             late_tuples.get_or_create(&labels).inc_by(*late);
+        }
+        for (window, open) in &status.open_windows {
+            let labels = vec![("topology", name.clone()), ("operator", window.clone())];
+            open_windows.get_or_create(&labels).set(*open);
         }
         for (operator, ms) in &status.operator_ms {
             let labels = vec![("topology", name.clone()), ("operator", operator.clone())];
@@ -93,6 +98,11 @@ pub fn exposition(all: &[(String, Status)], cluster: Option<&ClusterView>) -> Re
         "weir_late_tuples",
         "Tuples each window operator found late (every window they fall into had closed) since the topology started",
         late_tuples,
+    );
+    registry.register(
+        "weir_open_windows",
+        "Windows each window operator holds open (one per window and group), as committed",
+        open_windows,
     );
     if let Some(view) = cluster {
         register_cluster(&mut registry, view);
@@ -146,6 +156,7 @@ mod tests {
             spout_lag_partitions: [("clicks.0".to_owned(), 2), ("clicks.1".to_owned(), 3)].into(),
             operator_ms: [("split".to_owned(), 1500.0)].into(),
             late_tuples: [("minutes".to_owned(), 9)].into(),
+            open_windows: [("minutes".to_owned(), 4)].into(),
             batches: 12,
             commit_groups: weir_engine::metrics::GroupSizes { groups: 4, batches: 12, max: 6 },
             ..Status::default()
@@ -166,6 +177,7 @@ mod tests {
         assert!(text.contains("weir_commit_groups_total{topology=\"a\\\"b\\\\c\"} 4\n"), "{text}");
         assert!(text.contains("weir_commit_group_max_batches{topology=\"a\\\"b\\\\c\"} 6\n"), "{text}");
         assert!(text.contains("weir_late_tuples_total{topology=\"a\\\"b\\\\c\",operator=\"minutes\"} 9\n"), "{text}");
+        assert!(text.contains("weir_open_windows{topology=\"a\\\"b\\\\c\",operator=\"minutes\"} 4\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(!text.contains("weir_cluster"), "{text}");
     }
@@ -206,6 +218,7 @@ mod tests {
             topologies: [("wc".to_owned(), topology)].into(),
             leader_key: None,
             topologies_read: true,
+            changes: Default::default(),
         };
         let text = exposition(&[], Some(&view)).unwrap();
         for line in [

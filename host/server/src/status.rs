@@ -65,6 +65,10 @@ pub struct Status {
     /// Each time window operator's watermark, in milliseconds, after the
     /// last batch that moved it since it was last started.
     pub watermarks: BTreeMap<String, i64>,
+    /// Each window operator's open windows (one per window and group its
+    /// state holds), read from what is committed when the status is asked
+    /// for; at most [`weir_engine::exec::MAX_COUNTED_WINDOWS`] counted.
+    pub open_windows: BTreeMap<String, u64>,
     /// The last failed attempts since it was last started, most recent first.
     pub failures: Vec<FailedAttempt>,
     /// What its spout's lag counts: bytes (a file's or a directory's
@@ -149,6 +153,7 @@ impl Status {
             deployment: None,
             late_tuples: report.late_tuples.clone(),
             watermarks: report.watermarks.clone(),
+            open_windows: BTreeMap::new(),
             commit_latency: report.commit_latency.clone(),
             failures: report
                 .failures

@@ -5,7 +5,7 @@ use crate::keys;
 use crate::rules::Stored;
 use anyhow::{Result, bail};
 use serde_json::{Value as Json, json};
-use weir_sdk::codec::Value;
+use weir_sdk::codec::{Batch, Value};
 
 /// A value as JSON: bytes become `{"bytes": "<hex>"}`.
 pub fn to_json(value: &Value) -> Json {
@@ -52,21 +52,49 @@ pub fn from_json(json: &Json) -> Result<Value> {
 }
 
 /// A state entry as JSON: `{"key": [...], "value": ...}`; with `raw`, also
-/// the stored txid (and prev, for opaque state).
+/// the stored txid (and prev, for opaque state), and a bytes value (or
+/// prev) that holds a packed batch of tuples decoded as `value_tuples`
+/// (`prev_tuples`), see [`tuples_of`].
 pub fn entry(key: &[Value], stored: &Stored, raw: bool) -> Json {
     let key: Vec<_> = key.iter().map(to_json).collect();
     let mut out = json!({ "key": key, "value": to_json(stored.value()) });
     if raw {
+        if let Some(tuples) = tuples_of(stored.value()) {
+            out["value_tuples"] = tuples;
+        }
         match stored {
             Stored::Transactional { txid, .. } => out["txid"] = json!(txid),
             Stored::Opaque { txid, prev, .. } => {
                 out["txid"] = json!(txid);
                 out["prev"] = prev.as_ref().map_or(Json::Null, to_json);
+                if let Some(tuples) = prev.as_ref().and_then(tuples_of) {
+                    out["prev_tuples"] = tuples;
+                }
             }
             Stored::Plain(_) => {}
         }
     }
     out
+}
+
+/// Most tuples of a packed batch [`tuples_of`] lists.
+pub const TUPLES_LISTED: usize = 1_000;
+
+/// A bytes value that is a whole, valid packed batch of tuples (what a
+/// window of a general aggregator keeps of each batch) as those tuples:
+/// `{"count": N, "tuples": [[...], ...]}`, the first [`TUPLES_LISTED`]
+/// of them; `None` for any other value.
+pub fn tuples_of(value: &Value) -> Option<Json> {
+    let Value::Bytes(bytes) = value else { return None };
+    let batch = Batch::decode(bytes).ok()?;
+    if batch.is_empty() {
+        return None;
+    }
+    let row = |row: weir_sdk::codec::Row<'_>| -> Json {
+        Json::Array(row.encoded_values().map(|v| to_json(&v.decode().to_owned())).collect())
+    };
+    let tuples: Vec<Json> = batch.rows().take(TUPLES_LISTED).map(row).collect();
+    Some(json!({ "count": batch.len(), "tuples": tuples }))
 }
 
 /// An encoded key for messages: its values as a JSON array (the bytes
@@ -89,6 +117,25 @@ mod tests {
         assert_eq!(to_json(&value), json!({"bytes": "00abff"}));
         assert_eq!(from_json(&to_json(&value)).unwrap(), value);
         assert_eq!(from_json(&json!({"bytes": "00ABFF"})).unwrap(), value);
+    }
+
+    #[test]
+    fn bytes_holding_a_packed_batch_are_listed_as_its_tuples() {
+        let mut writer = weir_sdk::codec::BatchWriter::new(2);
+        for (word, n) in [("a", 1), ("b", 2)] {
+            writer.begin_row(0);
+            writer.push(weir_sdk::codec::ValueRef::Str(word));
+            writer.push(weir_sdk::codec::ValueRef::I64(n));
+        }
+        let packed = Value::Bytes(writer.finish_batch().into_bytes());
+        assert_eq!(tuples_of(&packed), Some(json!({"count": 2, "tuples": [["a", 1], ["b", 2]]})));
+        assert_eq!(tuples_of(&Value::Bytes(b"plain text".to_vec())), None);
+        assert_eq!(tuples_of(&Value::I64(3)), None);
+        let stored = Stored::Opaque { txid: 4, curr: packed.clone(), prev: Some(packed) };
+        let shown = entry(&[Value::I64(7)], &stored, true);
+        assert_eq!(shown["value_tuples"]["count"], 2);
+        assert_eq!(shown["prev_tuples"]["tuples"][1], json!(["b", 2]));
+        assert!(entry(&[Value::I64(7)], &stored, false).get("value_tuples").is_none());
     }
 
     #[test]

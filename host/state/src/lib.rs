@@ -290,6 +290,24 @@ impl Db {
         Ok((entries?, read.cut))
     }
 
+    /// Each committed key of a state from `from` up to (not including)
+    /// `to`, in key order, handed to `each` until it returns false; a
+    /// state not stored yet has none.
+    pub fn keys_in(
+        &self,
+        topology: &str,
+        state: &str,
+        from: &[u8],
+        to: &[u8],
+        each: impl FnMut(&[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_read()?;
+        match ReadTable::open(&txn, &state_table(topology, state))? {
+            Some(table) => table.keys_in(from, to, each),
+            None => Ok(()),
+        }
+    }
+
     /// The stored value of one key.
     pub fn get(&self, topology: &str, state: &str, key: &[Value]) -> Result<Option<Stored>, StoreError> {
         let txn = self.db.begin_read()?;

@@ -374,6 +374,37 @@ impl ReadTable {
         Ok(())
     }
 
+    /// Each key from `from` up to (not including) `to`, in key order,
+    /// handed to `each` until it says to stop (returns false); no record
+    /// is decoded.
+    pub fn keys_in(&self, from: &[u8], to: &[u8], mut each: impl FnMut(&[u8]) -> bool) -> Result<(), StoreError> {
+        let bounds = (Bound::Included(from), Bound::Excluded(to));
+        match self {
+            ReadTable::Records(table) => {
+                for entry in table.range::<&[u8]>(bounds)? {
+                    if !each(entry?.0.value()) {
+                        break;
+                    }
+                }
+            }
+            ReadTable::Counts(table) => {
+                for entry in table.range::<&[u8]>(bounds)? {
+                    if !each(entry?.0.value()) {
+                        break;
+                    }
+                }
+            }
+            ReadTable::OpaqueCounts(table) => {
+                for entry in table.range::<&[u8]>(bounds)? {
+                    if !each(entry?.0.value()) {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every key with its record, sorted by key.
     pub fn entries(&self) -> Result<Vec<(Vec<u8>, Stored)>, StoreError> {
         Ok(self.range_of((Bound::Unbounded, Bound::Unbounded), usize::MAX, usize::MAX)?.entries)

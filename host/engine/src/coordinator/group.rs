@@ -89,6 +89,13 @@ impl Coordinator<'_> {
         for (operator, counts) in process_tuples.into_iter().take(committed).flatten() {
             self.report.operator_tuples.entry(operator).or_default().add(counts);
         }
+        // The spout is timed by its emission of each batch (its tuples out
+        // are counted by the process phase, as every node's).
+        if let Some(spout) = &self.spout_id {
+            for batch in self.pending.iter().take(committed) {
+                *self.report.operator_time.entry(spout.clone()).or_default() += batch.emitting;
+            }
+        }
         for _ in 0..committed {
             let done = self.pending.pop_front().expect("a committed batch is in flight");
             let keys = written.map_or(String::new(), |n| format!(", {n} keys written"));

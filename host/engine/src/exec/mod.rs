@@ -17,6 +17,7 @@ mod commit;
 mod context;
 mod count;
 mod error;
+mod open_windows;
 mod parts;
 mod persistent_aggregate;
 mod process;
@@ -29,6 +30,7 @@ mod window_state;
 mod window_tuples;
 
 pub use commit::{Committer, GroupFailure};
+pub use open_windows::{MAX_COUNTED_WINDOWS, open_windows};
 #[cfg(test)]
 pub(crate) use parts::CALL_INPUT_BYTES;
 pub use parts::Parts;

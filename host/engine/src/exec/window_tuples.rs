@@ -15,7 +15,7 @@ use weir_sdk::codec::{Batch, BatchWriter, Value, ValueRef};
 use weir_state::keys;
 
 /// An encoded txid's length after a window's key: its kind byte and eight.
-const TXID_LEN: usize = 9;
+pub(super) const TXID_LEN: usize = 9;
 
 /// Keeps the batch's tuples of each window (rows of `assigned`, keyed by the
 /// fields at `keyed`): the aggregator's input fields, one chunk a window.
