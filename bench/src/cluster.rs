@@ -239,9 +239,10 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
 }
 
-/// Seconds process `pid`'s live threads have waited for a core while
-/// runnable (`/proc/<pid>/task/*/schedstat`, the second field): time lost
-/// to the machine, not to the quota or to waiting on others.
+/// Seconds process `pid`'s live threads have waited, runnable, for a core
+/// (`/proc/<pid>/task/*/schedstat`, the second field), summed over the
+/// threads: time lost to a busy machine (or to the quota, where the
+/// cgroup was throttled), not to waiting on other processes.
 fn run_delay(pid: u32) -> f64 {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
     let nanos: u64 = tasks
@@ -581,8 +582,8 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize, cpu: f64) -
         format!("quota: {}; etcd and nats-server outside it", quota.describe()),
         format!("load average (1, 5, 15 min): {load_before} before, {load_after} after"),
         "| served by | wall s, from the deploy | words/s, steady | CPU s per million words, all processes | weir | \
-         nats-server | etcd | each weir process, CPU share of the wall | each weir process, then nats-server, share \
-         of the wall waiting for a core |"
+         nats-server | etcd | each weir process, CPU share of the wall | each weir process, then nats-server: \
+         its threads' seconds runnable and waiting for a core (or the quota), a second |"
             .into(),
         "|---|---|---|---|---|---|---|---|---|".into(),
     ];
@@ -619,7 +620,7 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize, cpu: f64) -
                 "weir_cpu_s_per_million_words": run.per_million(run.weir_cpu()),
                 "each_weir_cpu_s_per_million_words": run.hosts_cpu.iter().map(|c| run.per_million(*c)).collect::<Vec<_>>(),
                 "each_weir_cpu_share_of_wall": run.hosts_cpu.iter().map(|c| c / run.steady_wall.as_secs_f64()).collect::<Vec<_>>(),
-                "each_weir_then_nats_wait_share_of_wall": run.waits.iter().map(|w| w / run.steady_wall.as_secs_f64()).collect::<Vec<_>>(),
+                "each_weir_then_nats_thread_seconds_waiting_a_second": run.waits.iter().map(|w| w / run.steady_wall.as_secs_f64()).collect::<Vec<_>>(),
                 "nats_cpu_s_per_million_words": run.per_million(run.nats_cpu),
                 "etcd_cpu_s_per_million_words": run.per_million(run.etcd_cpu),
                 "steady_batches": run.steady_batches,
