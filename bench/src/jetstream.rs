@@ -19,6 +19,8 @@ pub const PER_PARTITION: u64 = 2500;
 pub struct NatsServer {
     child: Child,
     pub url: String,
+    /// The server's monitoring endpoint (`/varz`, `/jsz`).
+    pub monitor: String,
 }
 
 impl Drop for NatsServer {
@@ -52,15 +54,20 @@ impl NatsServer {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let monitor = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new(binary()?)
             .args(["-js", "-sd"])
             .arg(dir.join("store"))
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &monitor.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .context("starting nats-server")?;
-        let server = NatsServer { child, url: format!("nats://127.0.0.1:{port}") };
+        let server = NatsServer {
+            child,
+            url: format!("nats://127.0.0.1:{port}"),
+            monitor: format!("http://127.0.0.1:{monitor}"),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline {

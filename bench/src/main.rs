@@ -227,7 +227,8 @@ enum Only {
     References,
 }
 
-fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
+/// `quota`: the CPUs each weir process of the cluster rows is held to.
+fn harness(sentences: u64, runs: usize, out: &Path, only: Only, quota: f64) -> Result<()> {
     let root = repo();
     let work = root.join("target/bench");
     std::fs::create_dir_all(&work)?;
@@ -274,8 +275,8 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only) -> Result<()> {
             if !jetstream_wasm.exists() {
                 bail!("{} is missing: run scripts/bench, which builds it", jetstream_wasm.display());
             }
-            let (rows, figures) = cluster::rows(&bench, &jetstream_wasm, sentences, runs)?;
-            cluster::print(sentences, runs, &rows, &figures);
+            let (lines, figures) = cluster::rows(&bench, &jetstream_wasm, sentences, runs, quota)?;
+            cluster::print(&lines);
             results["cluster"] = json!({ "sentences": sentences, "runs": runs, "figures": figures });
         } else if only == Only::Languages {
             let (rows, figures) = languages(&bench, sentences)?;
@@ -569,14 +570,15 @@ fn main() -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
             "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages] \
-             [--jetstream] [--windows] [--cluster] [--references]\n\
+             [--jetstream] [--windows] [--cluster [--quota CPUS (0.4)]] [--references]\n\
              --references: only Weir beside its references (the limit program alone and with group commit, an \
              in-memory count on one and two threads, a raw JetStream drain) and the targets, into FILE's results\n\
              --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results\n\
              --jetstream: only word count from a file and from a local JetStream stream, into FILE's results\n\
              --windows: only the plain word count and the word count per minute of event time, into FILE's results\n\
-             --cluster: only the JetStream word count on weir serve and on clusters of 1 and 2 hosts, each on a core \
-             of its own, into FILE's results"
+             --cluster: only the JetStream word count (6 partitions) on weir serve and on clusters of 1, 2 and 3 \
+             hosts, each weir process held to --quota CPUs (0.4) by a cgroup or systemd-run, in interleaved rounds, \
+             into FILE's results"
         );
         return Ok(());
     }
@@ -584,7 +586,9 @@ fn main() -> Result<()> {
     if sentences <= SMALL {
         bail!("--sentences must be more than {SMALL}: steady words/s subtracts a {SMALL}-sentence run");
     }
-    let runs: usize = value("--runs", "5").parse().context("--runs")?;
+    // The cluster rows run four configurations a round: three rounds keep them to a few minutes.
+    let default_runs = if args.iter().any(|a| a == "--cluster") { "3" } else { "5" };
+    let runs: usize = value("--runs", default_runs).parse().context("--runs")?;
     let out = PathBuf::from(value("--out", &repo().join("bench/results.json").display().to_string()));
     let only = if args.iter().any(|a| a == "--languages") {
         Only::Languages
@@ -599,5 +603,6 @@ fn main() -> Result<()> {
     } else {
         Only::Everything
     };
-    harness(sentences, runs.max(1), &out, only)
+    let quota: f64 = value("--quota", "0.4").parse().context("--quota")?;
+    harness(sentences, runs.max(1), &out, only, quota)
 }
