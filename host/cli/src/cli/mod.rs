@@ -7,6 +7,7 @@ mod compile;
 mod delete;
 mod deploy;
 mod inspect;
+mod kafka;
 mod limits;
 mod logs;
 mod nats;
