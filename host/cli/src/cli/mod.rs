@@ -14,6 +14,7 @@ mod nats;
 mod new;
 mod ps;
 mod publish;
+mod publish_kafka;
 mod query;
 mod resume;
 mod run;

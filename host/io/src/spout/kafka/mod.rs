@@ -37,7 +37,25 @@ use weir_sdk::codec::{Batch, BatchWriter};
 use weir_sdk::topology::{JetStreamKind, KafkaDef, PayloadDef};
 
 /// The most bytes one fetch asks a broker for.
-const FETCH_BYTES: i32 = 8 << 20;
+const FETCH_BYTES: usize = 8 << 20;
+
+/// The fewest bytes one fetch asks a broker for.
+const FETCH_MIN_BYTES: usize = 16 << 10;
+
+/// What one record is taken to cost in a fetch until records are seen.
+const RECORD_BYTES_GUESS: usize = 256;
+
+/// Per-record overhead in a record batch, besides key, value and headers.
+const RECORD_OVERHEAD: usize = 24;
+
+/// How many bytes to ask for `records` records of about `each` bytes: a
+/// broker sends what it is asked for (at least a whole record batch), and
+/// one sending megabytes to a read that keeps a few records spends its time
+/// on records read again by the next batch.
+fn fetch_bytes(records: usize, each: usize) -> i32 {
+    let want = records.saturating_mul(each).saturating_add(records.saturating_mul(each) / 4);
+    want.clamp(FETCH_MIN_BYTES, FETCH_BYTES) as i32
+}
 
 /// How often the topic's partitions are listed again, for partitions added
 /// while it runs.
@@ -98,6 +116,8 @@ pub struct KafkaSpout {
     kafka: Kafka,
     shape: RecordShape,
     per_partition: usize,
+    /// The bytes a record costs in a fetch, as last seen.
+    record_bytes: usize,
     /// A client per partition read, by partition.
     clients: BTreeMap<i32, Arc<PartitionClient>>,
     /// When the partitions were last listed.
@@ -132,6 +152,7 @@ impl KafkaSpout {
             kafka,
             shape: RecordShape::of(def),
             per_partition,
+            record_bytes: RECORD_BYTES_GUESS,
             clients: BTreeMap::new(),
             listed: None,
             retry_for: config.retry_for,
@@ -217,7 +238,7 @@ impl KafkaSpout {
     /// Reads the batch after the one that left the partitions at `before`.
     fn read_next(&mut self, before: &[Position]) -> Result<Read, Failure> {
         self.list_partitions(false)?;
-        let max = self.per_partition;
+        let (max, each) = (self.per_partition, self.record_bytes);
         let mut starts = Vec::with_capacity(self.clients.len());
         let mut tasks = Vec::with_capacity(self.clients.len());
         for (&partition, client) in &self.clients {
@@ -230,7 +251,7 @@ impl KafkaSpout {
                     // A partition not read before starts at its first record.
                     None => client.get_offset(OffsetAt::Earliest).await?,
                 };
-                let read = read_range(&client, start, max, None).await?;
+                let read = read_range(&client, start, max, None, each).await?;
                 Ok::<_, ClientError>((start, read))
             }));
         }
@@ -246,6 +267,9 @@ impl KafkaSpout {
         let mut pending = BTreeMap::new();
         for ((partition, _), read) in starts.into_iter().zip(reads) {
             let (start, (records, high)) = read.map_err(|e| self.failure(e, partition, "reading"))?;
+            if let Some(size) = average_size(&records) {
+                self.record_bytes = size;
+            }
             for record in &records {
                 self.shape.push(&mut writer, partition, record.offset, &record.record).map_err(|e| {
                     Failure::Fatal(anyhow::Error::new(Unreadable(format!(
@@ -290,11 +314,10 @@ impl KafkaSpout {
                     client
                 }
             };
-            let (first, count, next) = (p.first, p.count as usize, p.next);
-            tasks.push((
-                p,
-                self.kafka.runtime.spawn(async move { read_range(&client, first, count, Some(next)).await }),
-            ));
+            let (first, count, next, each) = (p.first, p.count as usize, p.next, self.record_bytes);
+            let task =
+                self.kafka.runtime.spawn(async move { read_range(&client, first, count, Some(next), each).await });
+            tasks.push((p, task));
         }
         let mut writer = BatchWriter::new(self.shape.arity());
         for (p, task) in tasks {
@@ -357,19 +380,28 @@ impl KafkaSpout {
     }
 }
 
+/// The bytes a record of `records` costs in a fetch, on average.
+fn average_size(records: &[RecordAndOffset]) -> Option<usize> {
+    let total: usize = records.iter().map(|r| r.record.approximate_size() + RECORD_OVERHEAD).sum();
+    total.checked_div(records.len())
+}
+
 /// Reads up to `max` records of `client`'s partition from offset `start`,
-/// and before `until` where given; also the partition's high watermark.
+/// and before `until` where given, asking for about `each` bytes a record;
+/// also the partition's high watermark.
 async fn read_range(
     client: &PartitionClient,
     start: i64,
     max: usize,
     until: Option<i64>,
+    each: usize,
 ) -> Result<(Vec<RecordAndOffset>, i64), ClientError> {
     let mut records: Vec<RecordAndOffset> = Vec::new();
     let mut offset = start;
     let mut high = start;
     while records.len() < max && until.is_none_or(|until| offset < until) {
-        let (fetched, watermark) = client.fetch_records(offset, 1..FETCH_BYTES, 0).await?;
+        let left = max - records.len();
+        let (fetched, watermark) = client.fetch_records(offset, 1..fetch_bytes(left, each), 0).await?;
         high = watermark;
         let before = records.len();
         for record in fetched {
@@ -545,5 +577,8 @@ mod tests {
         assert!(e.contains("a JSON value needs at least one field"), "{e}");
         assert_eq!(describe(&[0, 1, 2, 3]), "0 to 3");
         assert_eq!(describe(&[0, 2]), "0, 2");
+        assert_eq!(fetch_bytes(1, 50), 16 << 10);
+        assert_eq!(fetch_bytes(10_000, 100), 1_250_000);
+        assert_eq!(fetch_bytes(1 << 30, 100), 8 << 20);
     }
 }

@@ -1,0 +1,353 @@
+//! The Kafka spouts and sink against a real broker (tansu 0.6.0 with its
+//! sqlite storage, started by the tests: one shared by this binary's
+//! tests, each test with topics of its own, and brokers of their own for
+//! the tests that kill one), the real `weir` binary and real Wasm guests.
+
+mod common;
+
+use common::kafka::{KafkaBroker, corpus_topic, shared_kafka};
+use common::kill::{Lcg, Point, Restarts};
+use common::nats::LogReader;
+use common::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+/// `weir run` of `topology` of the test guest against `kafka`, data in
+/// `data`.
+fn run_args<'a>(topology: &'a str, data: &'a Path, kafka: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    run_topology_args(TEST_TOPOLOGIES, topology, data, &[&["--kafka", kafka], extra].concat())
+}
+
+fn word_count_is_exact(component: &str, topology: &str, batch_size: &str) {
+    let corpus = corpus_topic();
+    let data = tempfile::tempdir().unwrap();
+    let bootstrap = shared_kafka().bootstrap();
+    let args =
+        run_topology_args(component, topology, data.path(), &["--kafka", &bootstrap, "--batch-size", batch_size]);
+    let output = weir_ok(&args);
+    assert!(text(&output).contains("(50000 tuples)"), "{}", text(&output));
+    assert_counts_eq(&counts(data.path(), topology), &corpus.truth);
+}
+
+#[test]
+fn word_count_over_a_four_partition_topic_is_exact_with_the_transactional_spout_at_two_batch_sizes() {
+    word_count_is_exact(TEST_TOPOLOGIES, "kafka-word-count", "2500");
+    word_count_is_exact(TEST_TOPOLOGIES, "kafka-word-count", "397");
+}
+
+#[test]
+fn word_count_over_a_four_partition_topic_is_exact_with_the_opaque_spout_at_two_batch_sizes() {
+    word_count_is_exact(TEST_TOPOLOGIES, "kafka-word-count-opaque", "2500");
+    word_count_is_exact(TEST_TOPOLOGIES, "kafka-word-count-opaque", "397");
+}
+
+#[test]
+fn the_python_word_count_over_a_four_partition_topic_is_exact_with_both_spouts_at_two_batch_sizes() {
+    let status = std::process::Command::new(Path::new(REPO_ROOT).join("scripts/guest-toolchains")).status().unwrap();
+    assert!(status.success(), "scripts/guest-toolchains could not install componentize-py");
+    let guest = Path::new(REPO_ROOT).join("tests/guests/kafka-py");
+    let guest = guest.to_str().unwrap();
+    for topology in ["py-kafka-word-count", "py-kafka-word-count-opaque"] {
+        word_count_is_exact(guest, topology, "2500");
+        word_count_is_exact(guest, topology, "397");
+    }
+}
+
+#[test]
+fn a_failed_batch_of_the_opaque_spout_is_emitted_afresh_from_what_was_committed_and_the_counts_are_exact() {
+    let corpus = corpus_topic();
+    let (_dir, data) = data_dir();
+    let bootstrap = shared_kafka().bootstrap();
+    let output = weir_ok(&run_args("kafka-flaky-opaque", &data, &bootstrap, &["--batch-size", "1000"]));
+    let log = text(&output);
+    assert!(log.contains("txid 3"), "txid 3 failed and was replayed:\n{log}");
+    assert_counts_eq(&counts(&data, "kafka-flaky-opaque"), &corpus.truth);
+}
+
+/// Runs `topology` expecting it to fail; its log.
+fn run_error(topology: &str, kafka: &str, extra: &[&str]) -> String {
+    let (_dir, data) = data_dir();
+    let output = weir_output(&run_args(topology, &data, kafka, extra));
+    assert!(!output.status.success(), "{topology} should fail:\n{}", text(&output));
+    text(&output)
+}
+
+#[test]
+fn a_topic_or_partition_that_does_not_exist_is_named() {
+    corpus_topic();
+    let bootstrap = shared_kafka().bootstrap();
+    let e = run_error("kafka-missing-topic", &bootstrap, &[]);
+    assert!(e.contains("Kafka topic no-such-topic does not exist on the brokers at 127.0.0.1:"), "{e}");
+    let e = run_error("kafka-missing-partition", &bootstrap, &[]);
+    assert!(e.contains("Kafka topic corpus has no partition 9 (it has partitions 0 to 3)"), "{e}");
+}
+
+#[test]
+fn brokers_out_of_reach_at_start_are_retried_then_the_run_halts_naming_them() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let e = run_error("kafka-word-count", &bootstrap, &["--kafka-retry-ms", "1500"]);
+    assert!(e.contains(&format!("the Kafka brokers at {bootstrap} have been out of reach for")), "{e}");
+    assert!(e.contains("topology kafka-word-count reads Kafka topic corpus"), "{e}");
+}
+
+#[test]
+fn a_kafka_topology_needs_brokers_and_takes_no_input() {
+    let (_dir, data) = data_dir();
+    let args = run_topology_args(TEST_TOPOLOGIES, "kafka-word-count", &data, &[]);
+    let e = text(&weir_output(&args));
+    assert!(e.contains("topology kafka-word-count reads Kafka topic corpus: give the brokers with --kafka"), "{e}");
+    let args = run_topology_args(TEST_TOPOLOGIES, "kafka-sink", &data, &["--kafka", "127.0.0.1:1", "--input", "/x"]);
+    let e = text(&weir_output(&args));
+    assert!(e.contains("topology kafka-sink reads Kafka topic clicks: --input /x is not used"), "{e}");
+    let e = text(&weir_output(&["run", TEST_TOPOLOGIES, "--kafka", "nohost"]));
+    assert!(e.contains("Kafka broker \"nohost\" is not HOST:PORT"), "{e}");
+}
+
+#[test]
+fn json_records_become_fields_with_their_key_partition_offset_timestamp_and_headers() {
+    let broker = shared_kafka();
+    broker.create_topic("events", 2);
+    let events = |user: &str, n: i64| format!(r#"{{"user":"{user}","n":{n}}}"#).into_bytes();
+    broker.produce("events", 0, &[events("ann", 1), events("bob", 2), events("ann", 3), events("cy", 4)], Some(b"k0"));
+    broker.produce("events", 1, &[events("bob", 10), events("ann", 20)], Some(b"k1"));
+    let (_dir, data) = data_dir();
+    weir_ok(&run_args("kafka-events", &data, &broker.bootstrap(), &[]));
+    let totals: BTreeMap<String, i64> = scan(&data, "kafka-events", "totals")
+        .into_iter()
+        .map(|e| (e["key"][0].as_str().unwrap().to_owned(), e["value"][0].as_i64().unwrap()))
+        .collect();
+    assert_eq!(totals, BTreeMap::from([("ann".into(), 24), ("bob".into(), 12), ("cy".into(), 4)]));
+    let per_partition: Vec<(i64, i64)> = scan(&data, "kafka-events", "per-partition")
+        .into_iter()
+        .map(|e| (e["key"][0].as_i64().unwrap(), e["value"][0].as_i64().unwrap()))
+        .collect();
+    assert_eq!(per_partition, [(0, 4), (1, 2)]);
+    let last = scan(&data, "kafka-events", "last-offset");
+    assert_eq!(last[0]["value"][0].as_i64(), Some(3), "{last:?}");
+    let latest = scan(&data, "kafka-events", "latest");
+    assert_eq!(latest[0]["value"][0].as_i64(), Some(1_700_000_000_000), "{latest:?}");
+    let keys = scan(&data, "kafka-events", "keys");
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let shown = serde_json::to_string(&keys).unwrap();
+    assert!(shown.contains(r#"{\"source\":\"test\"}"#), "{shown}");
+}
+
+#[test]
+fn a_record_that_is_not_utf8_halts_naming_topic_partition_and_offset_and_deleting_it_gets_past_it() {
+    let broker = shared_kafka();
+    broker.create_topic("poison", 1);
+    let mut values: Vec<Vec<u8>> = (0..30).map(|i| format!("w{i} x").into_bytes()).collect();
+    values[17] = b"bad \xff value".to_vec();
+    broker.produce("poison", 0, &values, None);
+    let (_dir, data) = data_dir();
+    let bootstrap = broker.bootstrap();
+    let args = run_args("kafka-poison", &data, &bootstrap, &["--batch-size", "10"]);
+    let output = weir_output(&args);
+    let log = text(&output);
+    assert!(!output.status.success(), "{log}");
+    assert!(
+        log.contains("the record at offset 17 of partition 0 of Kafka topic poison cannot become a tuple"),
+        "{log}"
+    );
+    assert!(log.contains("the value is not UTF-8 text for field sentence"), "{log}");
+    // The batches before it are committed; its own was never recorded.
+    assert_eq!(last_committed(&data, "kafka-poison"), 1);
+    assert_eq!(counts(&data, "kafka-poison")["x"], 10);
+    // Past the poison record: the run goes on from offset 18.
+    broker.delete_records("poison", 0, 18);
+    let output = weir_output(&args);
+    let log = text(&output);
+    assert!(log.contains("Kafka topic poison no longer holds the records of partition 0"), "{log}");
+}
+
+#[test]
+fn a_batch_recorded_but_not_committed_whose_records_were_deleted_halts_its_replay_and_commits_nothing() {
+    let broker = shared_kafka();
+    broker.create_topic("deletable", 1);
+    let lines: Vec<Vec<u8>> = sentences(200).into_iter().map(String::into_bytes).collect();
+    broker.produce("deletable", 0, &lines, None);
+    let (_dir, data) = data_dir();
+    let bootstrap = broker.bootstrap();
+    let args = run_args("kafka-fatal-at-3", &data, &bootstrap, &["--batch-size", "10", "--max-pending", "1"]);
+    let first = weir_output(&args);
+    assert!(!first.status.success(), "{}", text(&first));
+    assert_eq!(last_committed(&data, "kafka-fatal-at-3"), 2);
+    broker.delete_records("deletable", 0, 25);
+    let output = weir_output(&args);
+    let log = text(&output);
+    assert!(!output.status.success(), "{log}");
+    assert!(
+        log.contains(
+            "Kafka topic deletable no longer holds the records recorded in partition 0: offsets 20..=29 held 10 \
+             records, 0 of them are left"
+        ) || log.contains("offsets 20..=29 held 10 records, 5 of them are left"),
+        "{log}"
+    );
+    assert!(log.contains("topology kafka-fatal-at-3 halts at txid 3, which is not committed"), "{log}");
+    assert_eq!(last_committed(&data, "kafka-fatal-at-3"), 2);
+}
+
+/// `n` clicks over 40 pages, drawn from `seed`.
+fn clicks(n: usize, seed: u64) -> Vec<String> {
+    let mut rng = Lcg(seed);
+    (0..n).map(|_| format!("/page/{}", rng.below(40))).collect()
+}
+
+fn truth(clicks: &[String]) -> BTreeMap<String, i64> {
+    count_words(clicks)
+}
+
+/// A record the sink wrote: its batch's txid, its place, and its value.
+struct Written {
+    sink: String,
+    txid: u64,
+    n: u32,
+    value: Vec<u8>,
+}
+
+fn written(broker: &KafkaBroker, topic: &str) -> Vec<Written> {
+    let header = |r: &rskafka::record::Record, name: &str| String::from_utf8(r.headers[name].clone()).unwrap();
+    broker
+        .all_records(topic)
+        .into_values()
+        .flatten()
+        .map(|r| Written {
+            sink: header(&r.record, "weir-sink"),
+            txid: header(&r.record, "weir-txid").parse().unwrap(),
+            n: header(&r.record, "weir-index").parse().unwrap(),
+            value: r.record.value.clone().unwrap(),
+        })
+        .collect()
+}
+
+/// Checks that `written` holds each committed batch's output once and only
+/// once: every txid from 1 to the last committed, each with records 0..k
+/// and no other, each page's counts rising batch by batch to its exact
+/// final count, which is also what the state holds.
+fn assert_exactly_once(written: &[Written], data: &Path, topology: &str, clicks: &[String]) {
+    let truth = truth(clicks);
+    assert_counts_eq(&counts(data, topology), &truth);
+    let last = last_committed(data, topology);
+    let mut ids = BTreeSet::new();
+    let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    let mut per_page: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    for record in written {
+        assert!(ids.insert((record.txid, record.n)), "txid {} record {} is written twice", record.txid, record.n);
+        assert_eq!(record.sink, format!("{topology}/page-counts"));
+        per_batch.entry(record.txid).or_default().push(record.n);
+        let json: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+        let page = json["page"].as_str().unwrap().to_owned();
+        per_page.entry(page).or_default().push((record.txid, json["count"].as_i64().unwrap()));
+    }
+    let txids: Vec<u64> = per_batch.keys().copied().collect();
+    assert_eq!(txids, (1..=last).collect::<Vec<_>>(), "the output holds other batches than the committed ones");
+    for (txid, mut ns) in per_batch {
+        ns.sort();
+        assert_eq!(ns, (0..ns.len() as u32).collect::<Vec<_>>(), "txid {txid}'s records");
+    }
+    let mut seen = BTreeMap::new();
+    for (page, mut updates) in per_page {
+        updates.sort();
+        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "page {page}: counts do not rise: {updates:?}");
+        seen.insert(page, updates.last().unwrap().1);
+    }
+    assert_counts_eq(&seen, &truth);
+}
+
+/// A broker of its own holding `clicks` in 3-partition topic `clicks`, and
+/// an empty 4-partition `page-counts`.
+fn broker_with(clicks: &[String]) -> KafkaBroker {
+    let broker = KafkaBroker::start();
+    broker.create_topic("clicks", 3);
+    broker.produce_lines("clicks", 3, clicks);
+    broker.create_topic("page-counts", 4);
+    broker
+}
+
+#[test]
+fn the_sink_writes_each_committed_batch_once_and_a_restart_skips_what_the_partitions_tails_hold() {
+    let clicks = clicks(600, 7);
+    let broker = broker_with(&clicks);
+    let (_dir, data) = data_dir();
+    let bootstrap = broker.bootstrap();
+    let args = run_args("kafka-sink", &data, &bootstrap, &["--batch-size", "20", "--max-pending", "2"]);
+    let mut restarts = Restarts::new(args, &data, "kafka-sink");
+    // Written and acknowledged, not yet out of the outbox: the restart
+    // reads back the partitions' tails and writes none of it again.
+    restarts.kill_at(Point::AfterPublish, 3);
+    restarts.kill_at(Point::AfterPublish, 6);
+    // Committed, its output in the outbox and not written.
+    restarts.kill_at(Point::AfterCommit, 8);
+    let before = written(&broker, "page-counts");
+    assert!(before.iter().any(|w| w.txid == 6) && !before.iter().any(|w| w.txid == 8));
+    restarts.finish();
+    assert_exactly_once(&written(&broker, "page-counts"), &data, "kafka-sink", &clicks);
+}
+
+#[test]
+fn a_sink_topic_that_does_not_exist_halts_the_run_naming_it_and_keeps_the_output() {
+    let clicks = clicks(100, 3);
+    let broker = KafkaBroker::start();
+    broker.create_topic("clicks", 1);
+    broker.produce_lines("clicks", 1, &clicks);
+    let (_dir, data) = data_dir();
+    let bootstrap = broker.bootstrap();
+    let args = run_args("kafka-sink", &data, &bootstrap, &["--batch-size", "50", "--kafka-retry-ms", "1000"]);
+    let output = weir_output(&args);
+    let log = text(&output);
+    assert!(!output.status.success(), "{log}");
+    assert!(log.contains("Kafka topic page-counts does not exist"), "{log}");
+    assert!(log.contains("its output stays in the outbox"), "{log}");
+    // Made now, the topic gets the kept output on the next start.
+    broker.create_topic("page-counts", 2);
+    weir_ok(&args);
+    assert_exactly_once(&written(&broker, "page-counts"), &data, "kafka-sink", &clicks);
+}
+
+fn survives_kills(topology: &str, seed: u64) {
+    let clicks = clicks(1500, seed);
+    let broker = broker_with(&clicks);
+    let (_dir, data) = data_dir();
+    let bootstrap = broker.bootstrap();
+    let args = run_args(topology, &data, &bootstrap, &["--batch-size", "10", "--max-pending", "4"]);
+    let mut restarts = Restarts::new(args, &data, topology);
+    restarts.kill_seeded(seed, 10, 4);
+    restarts.finish();
+    let moments = restarts.moments();
+    let written = written(&broker, "page-counts");
+    std::panic::catch_unwind(|| assert_exactly_once(&written, &data, topology, &clicks))
+        .unwrap_or_else(|_| panic!("{topology}: killed at {moments}"));
+}
+
+#[test]
+fn the_transactional_spout_and_the_sink_killed_at_ten_seeded_moments_are_exact_and_written_once() {
+    survives_kills("kafka-sink", 11);
+}
+
+#[test]
+fn the_opaque_spout_and_the_sink_killed_at_ten_seeded_moments_are_exact_and_written_once() {
+    survives_kills("kafka-sink-opaque", 12);
+}
+
+#[test]
+fn the_broker_killed_and_restarted_twice_mid_run_is_found_again_and_the_output_is_exact() {
+    let clicks = clicks(3000, 5);
+    let mut broker = broker_with(&clicks);
+    let (_dir, data) = data_dir();
+    let bootstrap = broker.bootstrap();
+    let args = run_args("kafka-sink", &data, &bootstrap, &["--batch-size", "5", "--kafka-retry-ms", "60000"]);
+    let (mut child, mut log) = LogReader::start(&args, "weir=debug");
+    for txid in [20, 60] {
+        log.until(&format!("committed txid {txid} "));
+        broker.kill();
+        log.until("lost the Kafka brokers at");
+        std::thread::sleep(Duration::from_millis(1000));
+        broker.restart();
+    }
+    let (status, text) = log.finish(&mut child);
+    assert!(status.success(), "{text}");
+    assert!(text.contains("reading Kafka topic clicks again"), "{text}");
+    assert_exactly_once(&written(&broker, "page-counts"), &data, "kafka-sink", &clicks);
+}
