@@ -161,14 +161,12 @@ impl KafkaBroker {
         topics.into_iter().find(|t| t.name == topic).map_or(0, |t| t.partitions.len() as i32)
     }
 
-    /// Deletes the records of `partition` of `topic` below `offset`.
-    pub fn delete_records(&self, topic: &str, partition: i32, offset: i64) {
+    /// Deletes `topic` (tansu 0.6's sqlite storage has no DeleteRecords:
+    /// asking for it panics the broker).
+    pub fn delete_topic(&self, topic: &str) {
         let client = self.client();
-        self.runtime.block_on(async {
-            let partition =
-                client.partition_client(topic.to_owned(), partition, UnknownTopicHandling::Retry).await.unwrap();
-            partition.delete_records(offset, 5_000).await.unwrap();
-        });
+        let controller = client.controller_client().unwrap();
+        self.runtime.block_on(controller.delete_topic(topic, 5_000)).unwrap();
     }
 
     /// Every record of every partition of `topic`, by partition.

@@ -251,8 +251,21 @@ impl KafkaSpout {
                     // A partition not read before starts at its first record.
                     None => client.get_offset(OffsetAt::Earliest).await?,
                 };
-                let read = read_range(&client, start, max, None, each).await?;
-                Ok::<_, ClientError>((start, read))
+                match read_range(&client, start, max, None, each).await {
+                    Ok(read) => Ok::<_, ClientError>((start, read, None)),
+                    // Records deleted before they were read (retention, or a
+                    // poison record deleted on purpose): read on from the
+                    // first record left, saying what was passed over.
+                    Err(e) if protocol_error(&e) == Some(ProtocolError::OffsetOutOfRange) => {
+                        let earliest = client.get_offset(OffsetAt::Earliest).await?;
+                        if earliest <= start {
+                            return Err(e);
+                        }
+                        let read = read_range(&client, earliest, max, None, each).await?;
+                        Ok((earliest, read, Some(start)))
+                    }
+                    Err(e) => Err(e),
+                }
             }));
         }
         let reads = self.kafka.runtime.block_on(async {
@@ -266,7 +279,23 @@ impl KafkaSpout {
         let mut positions = Vec::with_capacity(starts.len());
         let mut pending = BTreeMap::new();
         for ((partition, _), read) in starts.into_iter().zip(reads) {
-            let (start, (records, high)) = read.map_err(|e| self.failure(e, partition, "reading"))?;
+            let (start, (records, high), skipped) = read.map_err(|e| self.failure(e, partition, "reading"))?;
+            if let Some(from) = skipped {
+                tracing::warn!(
+                    "topology {}: Kafka topic {} no longer holds offsets {from}..={} of partition {partition}, deleted \
+                     before they were read: reading on from offset {start}",
+                    self.topology,
+                    self.topic,
+                    start - 1
+                );
+            }
+            if records.is_empty() && high < start {
+                return Err(Failure::Fatal(anyhow!(
+                    "partition {partition} of Kafka topic {} ends at offset {high}, before offset {start} that the \
+                     topology reads next: was the topic deleted and made again?",
+                    self.topic
+                )));
+            }
             if let Some(size) = average_size(&records) {
                 self.record_bytes = size;
             }
