@@ -113,25 +113,28 @@ fn json_records_become_fields_with_their_key_partition_offset_timestamp_and_head
     broker.produce("events", 0, &[events("ann", 1), events("bob", 2), events("ann", 3), events("cy", 4)], Some(b"k0"));
     broker.produce("events", 1, &[events("bob", 10), events("ann", 20)], Some(b"k1"));
     let (_dir, data) = data_dir();
-    weir_ok(&run_args("kafka-events", &data, &broker.bootstrap(), &[]));
-    let totals: BTreeMap<String, i64> = scan(&data, "kafka-events", "totals")
-        .into_iter()
-        .map(|e| (e["key"][0].as_str().unwrap().to_owned(), e["value"][0].as_i64().unwrap()))
-        .collect();
-    assert_eq!(totals, BTreeMap::from([("ann".into(), 24), ("bob".into(), 12), ("cy".into(), 4)]));
-    let per_partition: Vec<(i64, i64)> = scan(&data, "kafka-events", "per-partition")
-        .into_iter()
-        .map(|e| (e["key"][0].as_i64().unwrap(), e["value"][0].as_i64().unwrap()))
-        .collect();
-    assert_eq!(per_partition, [(0, 4), (1, 2)]);
-    let last = scan(&data, "kafka-events", "last-offset");
-    assert_eq!(last[0]["value"][0].as_i64(), Some(3), "{last:?}");
-    let latest = scan(&data, "kafka-events", "latest");
-    assert_eq!(latest[0]["value"][0].as_i64(), Some(1_700_000_000_000), "{latest:?}");
-    let keys = scan(&data, "kafka-events", "keys");
+    let bootstrap = broker.bootstrap();
+    let args = run_args("kafka-events", &data, &bootstrap, &[]);
+    weir_ok(&args);
+    let scan = |state| scan(&data, "kafka-events", state);
+    let entry = |key: serde_json::Value, value: i64| serde_json::json!({"key": [key], "value": value});
+    assert_eq!(scan("totals"), [entry("ann".into(), 24), entry("bob".into(), 12), entry("cy".into(), 4)]);
+    assert_eq!(scan("per-partition"), [entry(0.into(), 4), entry(1.into(), 2)]);
+    assert_eq!(scan("last-offset"), [serde_json::json!({"key": [], "value": 3})]);
+    assert_eq!(scan("latest"), [serde_json::json!({"key": [], "value": 1_700_000_000_000i64})]);
+    let keys = scan("keys");
     assert_eq!(keys.len(), 2, "{keys:?}");
     let shown = serde_json::to_string(&keys).unwrap();
     assert!(shown.contains(r#"{\"source\":\"test\"}"#), "{shown}");
+    // A value that is not the declared JSON halts at once, naming it.
+    let committed = raw_scan(&data, "kafka-events", "totals");
+    broker.produce("events", 0, &[b"not json".to_vec()], None);
+    let e = failed_stderr(&weir_output(&args));
+    let want = "the record at offset 4 of partition 0 of Kafka topic events cannot become a tuple: the value is not \
+                a JSON object";
+    assert!(e.contains(want), "{e}");
+    assert!(!e.contains("retrying in"), "a record that cannot be read was retried: {e}");
+    assert!(raw_scan(&data, "kafka-events", "totals") == committed, "committed state changed");
 }
 
 #[test]
