@@ -88,7 +88,15 @@ impl KafkaBroker {
     }
 
     fn client(&self) -> Client {
-        let builder = ClientBuilder::new(vec![self.bootstrap()]);
+        // Short waits, bounded: a topic just made may be unknown for a moment
+        // (the client's own default waits grow to minutes).
+        let backoff = rskafka::BackoffConfig {
+            init_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(200),
+            base: 2.0,
+            deadline: Some(Duration::from_secs(30)),
+        };
+        let builder = ClientBuilder::new(vec![self.bootstrap()]).backoff_config(backoff);
         self.runtime.block_on(builder.build()).expect("connect to tansu")
     }
 
@@ -99,9 +107,20 @@ impl KafkaBroker {
         self.runtime.block_on(controller.create_topic(topic, partitions, 1, 5_000)).unwrap();
     }
 
-    /// Appends `values` to `partition` of `topic`, each with `key` and
-    /// `headers`; their offsets.
+    /// Appends `values` to `partition` of `topic`, each with `key` and a
+    /// header `source: test`; their offsets.
     pub fn produce(&self, topic: &str, partition: i32, values: &[Vec<u8>], key: Option<&[u8]>) -> Vec<i64> {
+        self.produce_with(topic, partition, values, key, true)
+    }
+
+    fn produce_with(
+        &self,
+        topic: &str,
+        partition: i32,
+        values: &[Vec<u8>],
+        key: Option<&[u8]>,
+        header: bool,
+    ) -> Vec<i64> {
         let client = self.client();
         self.runtime.block_on(async {
             let partition =
@@ -113,7 +132,11 @@ impl KafkaBroker {
                     .map(|value| Record {
                         key: key.map(<[u8]>::to_vec),
                         value: Some(value.clone()),
-                        headers: [("source".to_owned(), b"test".to_vec())].into_iter().collect(),
+                        headers: if header {
+                            [("source".to_owned(), b"test".to_vec())].into_iter().collect()
+                        } else {
+                            Default::default()
+                        },
                         timestamp: rskafka::chrono::DateTime::from_timestamp_millis(1_700_000_000_000).unwrap(),
                     })
                     .collect();
@@ -131,7 +154,7 @@ impl KafkaBroker {
             per[i % partitions as usize].push(line.as_ref().as_bytes().to_vec());
         }
         for (partition, values) in per.iter().enumerate() {
-            self.produce(topic, partition as i32, values, None);
+            self.produce_with(topic, partition as i32, values, None, false);
         }
     }
 

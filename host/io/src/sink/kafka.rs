@@ -15,6 +15,7 @@
 //! least once, then).
 
 use crate::kafka::{Failure, Kafka, protocol_error};
+use crate::spout::kafka::timed;
 use anyhow::anyhow;
 use rskafka::client::error::ProtocolError;
 use rskafka::client::partition::{Compression, OffsetAt, PartitionClient};
@@ -116,7 +117,7 @@ impl TopicWriter {
                         let first = chunk[0].0;
                         let end = chunk.last().expect("not empty").0;
                         let records = chunk.into_iter().map(|(_, r)| r).collect();
-                        if let Err(e) = client.produce(records, Compression::NoCompression).await {
+                        if let Err(e) = timed(client.produce(records, Compression::NoCompression)).await {
                             return (last, Err((first, e)));
                         }
                         last = Some(end);
@@ -171,12 +172,12 @@ impl TopicWriter {
 /// The last entry of sink `marker` among the last [`TAIL`] records of
 /// `client`'s partition.
 async fn last_written(client: &PartitionClient, marker: &str) -> Result<Option<Key>, rskafka::client::error::Error> {
-    let latest = client.get_offset(OffsetAt::Latest).await?;
-    let earliest = client.get_offset(OffsetAt::Earliest).await?;
+    let latest = timed(client.get_offset(OffsetAt::Latest)).await?;
+    let earliest = timed(client.get_offset(OffsetAt::Earliest)).await?;
     let mut offset = earliest.max(latest - TAIL);
     let mut last = None;
     while offset < latest {
-        let (records, _) = client.fetch_records(offset, 1..(8 << 20), 0).await?;
+        let (records, _) = timed(client.fetch_records(offset, 1..(8 << 20), 0)).await?;
         let Some(end) = records.last().map(|r| r.offset) else { break };
         for record in &records {
             if let Some(key) = key_of(&record.record, marker) {

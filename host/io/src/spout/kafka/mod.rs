@@ -249,7 +249,7 @@ impl KafkaSpout {
                 let start = match start {
                     Some(start) => start,
                     // A partition not read before starts at its first record.
-                    None => client.get_offset(OffsetAt::Earliest).await?,
+                    None => timed(client.get_offset(OffsetAt::Earliest)).await?,
                 };
                 match read_range(&client, start, max, None, each).await {
                     Ok(read) => Ok::<_, ClientError>((start, read, None)),
@@ -257,7 +257,7 @@ impl KafkaSpout {
                     // poison record deleted on purpose): read on from the
                     // first record left, saying what was passed over.
                     Err(e) if protocol_error(&e) == Some(ProtocolError::OffsetOutOfRange) => {
-                        let earliest = client.get_offset(OffsetAt::Earliest).await?;
+                        let earliest = timed(client.get_offset(OffsetAt::Earliest)).await?;
                         if earliest <= start {
                             return Err(e);
                         }
@@ -409,6 +409,15 @@ impl KafkaSpout {
     }
 }
 
+/// How long one request to a broker may take before the connection is
+/// taken for lost.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `request`, or a timeout once it took [`REQUEST_TIMEOUT`].
+pub(crate) async fn timed<T>(request: impl Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+    tokio::time::timeout(REQUEST_TIMEOUT, request).await.unwrap_or(Err(ClientError::Timeout))
+}
+
 /// The bytes a record of `records` costs in a fetch, on average.
 fn average_size(records: &[RecordAndOffset]) -> Option<usize> {
     let total: usize = records.iter().map(|r| r.record.approximate_size() + RECORD_OVERHEAD).sum();
@@ -427,10 +436,12 @@ async fn read_range(
 ) -> Result<(Vec<RecordAndOffset>, i64), ClientError> {
     let mut records: Vec<RecordAndOffset> = Vec::new();
     let mut offset = start;
-    let mut high = start;
-    while records.len() < max && until.is_none_or(|until| offset < until) {
+    // A fetch at the end of a partition may be held by the broker (tansu
+    // does, until a record comes): ask where the end is first.
+    let mut high = timed(client.get_offset(OffsetAt::Latest)).await?;
+    while records.len() < max && until.is_none_or(|until| offset < until) && offset < high {
         let left = max - records.len();
-        let (fetched, watermark) = client.fetch_records(offset, 1..fetch_bytes(left, each), 0).await?;
+        let (fetched, watermark) = timed(client.fetch_records(offset, 1..fetch_bytes(left, each), 0)).await?;
         high = watermark;
         let before = records.len();
         for record in fetched {
