@@ -358,3 +358,41 @@ fn the_broker_killed_and_restarted_twice_mid_run_is_found_again_and_the_output_i
     assert!(text.contains("retrying in"), "{text}");
     assert_exactly_once(&written(&broker, "page-counts"), &data, "kafka-sink", &clicks);
 }
+
+#[test]
+fn weir_publish_creates_the_topic_when_asked_and_spreads_lines_round_robin_or_by_key() {
+    let broker = shared_kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lines.txt");
+    let lines: Vec<String> = (0..30).map(|i| format!("user-{} clicked {i}", i % 5)).collect();
+    write_lines(&file, &lines);
+    let bootstrap = broker.bootstrap();
+    let file = file.to_str().unwrap();
+    let publish = ["publish", "--kafka", &bootstrap, "--topic", "published", "--create", "--partitions", "3", file];
+    let out = text(&weir_ok(&publish));
+    assert!(out.contains("published 30 lines to Kafka topic published over 3 partitions"), "{out}");
+    let held = broker.all_records("published");
+    let values = |p: i32| -> Vec<String> {
+        held[&p].iter().map(|r| String::from_utf8(r.record.value.clone().unwrap()).unwrap()).collect()
+    };
+    for p in 0..3 {
+        let want: Vec<String> = lines.iter().skip(p as usize).step_by(3).cloned().collect();
+        assert_eq!(values(p), want, "partition {p}");
+    }
+    // By key: every line of a user lands in one partition.
+    let by_key = ["publish", "--kafka", &bootstrap, "--topic", "published", "--key", "word:1", file];
+    weir_ok(&by_key);
+    let held = broker.all_records("published");
+    for user in 0..5 {
+        let name = format!("user-{user} ");
+        let holding: Vec<i32> = (0..3)
+            .filter(|p| {
+                held[p].iter().skip(10).any(|r| r.record.value.as_deref().unwrap().starts_with(name.as_bytes()))
+            })
+            .collect();
+        assert_eq!(holding.len(), 1, "{name} is in partitions {holding:?}");
+    }
+    let missing = ["publish", "--kafka", &bootstrap, "--topic", "nowhere", file];
+    let e = text(&weir_output(&missing));
+    assert!(e.contains("Kafka topic nowhere does not exist"), "{e}");
+}

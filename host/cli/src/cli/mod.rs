@@ -145,7 +145,10 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<()> {
         Command::Upgrade(args) => upgrade::run(args),
         Command::Delete(args) => delete::run(args),
         Command::Logs(args) => logs::run(args),
-        Command::Publish(args) => publish::run(args),
+        Command::Publish(args) => match args.topic.clone() {
+            Some(topic) => publish_kafka::run(&args, &topic),
+            None => publish::run(args),
+        },
         Command::CompileComponent(args) => compile::run(args),
     }
 }

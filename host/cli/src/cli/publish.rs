@@ -1,8 +1,8 @@
 //! `weir publish`: publish the lines of a file into a NATS JetStream
 //! stream, one message a line, spread over the stream's partition subjects
-//! round-robin or by a key, each publish acknowledged by the server; or,
-//! with `--kafka` and `--topic`, into a Kafka topic's partitions
-//! (`publish_kafka`).
+//! round-robin or by a key, each publish acknowledged by the server. With
+//! `--kafka` and `--topic` the lines go into a Kafka topic instead
+//! (`publish_kafka`, which shares these arguments and the spread).
 
 use super::nats::NatsArgs;
 use anyhow::{Context, Result, bail};
@@ -198,9 +198,6 @@ async fn acknowledged(in_flight: &mut VecDeque<(u64, PublishAckFuture)>, last: &
 }
 
 pub fn run(args: PublishArgs) -> Result<()> {
-    if let Some(topic) = &args.topic {
-        return super::publish_kafka::run(&args, topic);
-    }
     let config = args.nats.config()?.context("weir publish needs the server: --nats URL")?;
     let name = args.stream.clone().context("weir publish needs --stream (or --topic with --kafka)")?;
     subject::check_stream_name(&name)?;
