@@ -166,7 +166,8 @@ fn a_record_that_is_not_utf8_halts_naming_topic_partition_and_offset_and_commits
 
 #[test]
 fn a_batch_recorded_but_not_committed_whose_records_were_deleted_halts_its_replay_and_commits_nothing() {
-    let broker = shared_kafka();
+    // A broker of its own: the topic is deleted under it.
+    let broker = KafkaBroker::start();
     broker.create_topic("deletable", 1);
     let lines: Vec<Vec<u8>> = sentences(200).into_iter().map(String::into_bytes).collect();
     broker.produce("deletable", 0, &lines, None);

@@ -100,11 +100,17 @@ impl KafkaBroker {
         self.runtime.block_on(builder.build()).expect("connect to tansu")
     }
 
-    /// Creates `topic` with `partitions` partitions.
+    /// Creates `topic` with `partitions` partitions, and waits until the
+    /// broker lists them.
     pub fn create_topic(&self, topic: &str, partitions: i32) {
         let client = self.client();
         let controller = client.controller_client().unwrap();
         self.runtime.block_on(controller.create_topic(topic, partitions, 1, 5_000)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.partitions(topic) != partitions {
+            assert!(Instant::now() < deadline, "topic {topic} was made but is not listed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Appends `values` to `partition` of `topic`, each with `key` and a
