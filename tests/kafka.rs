@@ -397,3 +397,40 @@ fn weir_publish_creates_the_topic_when_asked_and_spreads_lines_round_robin_or_by
     let e = text(&weir_output(&missing));
     assert!(e.contains("Kafka topic nowhere does not exist"), "{e}");
 }
+
+#[test]
+fn a_served_topology_follows_the_topic_as_it_grows_and_its_lag_returns_to_zero() {
+    let broker = shared_kafka();
+    broker.create_topic("follow", 4);
+    let dir = tempfile::tempdir().unwrap();
+    let bootstrap = broker.bootstrap();
+    let server = common::server::Server::start_with(dir.path(), &["--kafka", &bootstrap]);
+    let lines = sentences(20_000);
+    broker.produce_lines("follow", 4, &lines[..12_000]);
+    let bytes = common::server::bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=kafka-follow", &bytes);
+    assert_eq!(status, 201, "{body}");
+    // Every status's lag is its partitions' lags added up.
+    let lag_adds_up = |s: &serde_json::Value| {
+        let partitions = s["spout_lag_partitions"].as_object().unwrap_or_else(|| panic!("{s}"));
+        let sum: u64 = partitions.values().map(|n| n.as_u64().unwrap()).sum();
+        assert!(s["spout_lag"].is_null() || s["spout_lag"] == sum, "{s}");
+        partitions.len() == 4
+    };
+    server.wait_for_status("kafka-follow", |s| lag_adds_up(s) && s["tuples"] == 12_000 && s["spout_lag"] == 0);
+    // The publisher appends more, in steps: the served topology keeps up.
+    for chunk in lines[12_000..].chunks(2_000) {
+        broker.produce_lines("follow", 4, chunk);
+    }
+    let status =
+        server.wait_for_status("kafka-follow", |s| lag_adds_up(s) && s["tuples"] == 20_000 && s["spout_lag"] == 0);
+    assert_eq!(status["state"], "running", "{status}");
+    let zero: serde_json::Value = (0..4).map(|p| (format!("follow-{p}"), serde_json::json!(0))).collect();
+    assert_eq!(status["spout_lag_partitions"], zero, "{status}");
+    let (code, metrics) = server.http("GET", "/metrics", None, b"");
+    assert_eq!(code, 200, "{metrics}");
+    assert!(metrics.contains("weir_spout_lag{topology=\"kafka-follow\"} 0\n"), "{metrics}");
+    let partition = "weir_spout_partition_lag{topology=\"kafka-follow\",partition=\"follow-3\"} 0\n";
+    assert!(metrics.contains(partition), "{metrics}");
+    assert_counts_eq(&server.counts("kafka-follow"), &count_words(&lines));
+}
