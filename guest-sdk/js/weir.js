@@ -871,9 +871,124 @@ export class JetStreamSink {
   }
 }
 
+const KAFKA_EXTRA = ["key_field", "partition_field", "offset_field", "timestamp_field", "headers_field"];
+
+/**
+ * The host's built-in spout over a Kafka topic, each of its partitions a
+ * partition of the spout, read by the host from the brokers `weir run
+ * --kafka` names: `Kafka.transactional("clicks").json(["user", "url"])`.
+ * The value goes into one bytes field named `value` unless `string`,
+ * `bytes` or `json` says otherwise.
+ */
+export class Kafka {
+  constructor(promise, topic) {
+    this.promise = promise;
+    this.topic = topic;
+    this.partitionList = null;
+    this.value = { as: "bytes", field: "value" };
+    this.extra = Object.fromEntries(KAFKA_EXTRA.map((key) => [key, null]));
+    this.perPartition = null;
+  }
+  /** A replay reads exactly the offset range each partition had in the batch. */
+  static transactional(topic) {
+    return new Kafka("transactional", topic);
+  }
+  /** A replay reads afresh from each partition's next offset as of the last commit. */
+  static opaque(topic) {
+    return new Kafka("opaque", topic);
+  }
+  /** Reads only these partitions (all of them when not called). */
+  partitions(list) {
+    this.partitionList = list.map(Number);
+    return this;
+  }
+  /** The value as bytes in `field`. */
+  bytes(field) {
+    this.value = { as: "bytes", field };
+    return this;
+  }
+  /** The value as a UTF-8 string in `field`. */
+  string(field) {
+    this.value = { as: "string", field };
+    return this;
+  }
+  /** The value is a JSON object: each of `fields` takes its member. */
+  json(fields) {
+    this.value = { as: "json", fields: names(fields) };
+    return this;
+  }
+  /** Also emits the record's key (bytes, or null) in `field`. */
+  keyField(field) {
+    this.extra.key_field = field;
+    return this;
+  }
+  /** Also emits the record's partition in `field`. */
+  partitionField(field) {
+    this.extra.partition_field = field;
+    return this;
+  }
+  /** Also emits the record's offset in `field`. */
+  offsetField(field) {
+    this.extra.offset_field = field;
+    return this;
+  }
+  /** Also emits the record's timestamp (ms since the Unix epoch) in `field`. */
+  timestampField(field) {
+    this.extra.timestamp_field = field;
+    return this;
+  }
+  /** Also emits the record's headers, a JSON object of strings, in `field`. */
+  headersField(field) {
+    this.extra.headers_field = field;
+    return this;
+  }
+  /** Takes at most `records` from each partition per batch. */
+  maxPerPartition(records) {
+    this.perPartition = records;
+    return this;
+  }
+  define() {
+    const out = { kind: "kafka", promise: this.promise, topic: this.topic };
+    if (this.partitionList !== null) out.partitions = this.partitionList;
+    out.value = this.value;
+    for (const [key, value] of Object.entries(this.extra)) if (value !== null) out[key] = value;
+    if (this.perPartition !== null) out.max_per_partition = Number(this.perPartition);
+    return out;
+  }
+}
+
+/**
+ * A sink writing to a Kafka topic, for `Stream.sink`: each tuple of every
+ * committed batch becomes one record of the topic, exactly once:
+ * `KafkaSink.topic("page-counts")`.
+ */
+export class KafkaSink {
+  constructor(topic) {
+    this.topicName = topic;
+    this.payload = { as: "json" };
+  }
+  /** Writes to `topic`, each tuple as a JSON object of its fields. */
+  static topic(topic) {
+    return new KafkaSink(topic);
+  }
+  /** Writes the value of `field` as the record's value. */
+  raw(field) {
+    this.payload = { as: "raw", field };
+    return this;
+  }
+  define() {
+    return { kind: "kafka", topic: this.topicName, payload: this.payload };
+  }
+}
+
 /** The fields of a spout definition's tuples, as the host reads them. */
 function spoutFieldsOf(spout) {
   if (spout.kind === "guest") return spout.fields;
+  if (spout.kind === "kafka") {
+    const fields = spout.value.as === "json" ? [...spout.value.fields] : [spout.value.field];
+    for (const key of KAFKA_EXTRA) if (key in spout) fields.push(spout[key]);
+    return fields;
+  }
   if (spout.kind !== "jetstream") return [spout.field];
   const fields = spout.payload.as === "json" ? [...spout.payload.fields] : [spout.payload.field];
   for (const key of ["subject_field", "sequence_field", "timestamp_field"]) if (key in spout) fields.push(spout[key]);

@@ -43,8 +43,8 @@ pub mod topology;
 pub mod tuple;
 
 pub use builder::{
-    DirectoryLines, FileLines, General, Generator, GroupedStream, GuestSpout, JetStream, JetStreamSink, Reducer,
-    SinkEnd, Spout, State, Stream, Topology, TridentState, Window, describe,
+    DirectoryLines, FileLines, General, Generator, GroupedStream, GuestSpout, JetStream, JetStreamSink, Kafka,
+    KafkaSink, Reducer, SinkEnd, Spout, State, Stream, Topology, TridentState, Window, describe,
 };
 pub use codec::{Value, ValueRef};
 pub use operator::{
@@ -58,8 +58,8 @@ pub use tuple::{Emitter, SpoutEmitter, Tuple};
 /// Everything a topology crate needs, in one import.
 pub mod prelude {
     pub use crate::builder::{
-        DirectoryLines, FileLines, General, Generator, GuestSpout, JetStream, JetStreamSink, Reducer, State, Topology,
-        TridentState, Window,
+        DirectoryLines, FileLines, General, Generator, GuestSpout, JetStream, JetStreamSink, Kafka, KafkaSink, Reducer,
+        State, Topology, TridentState, Window,
     };
     pub use crate::codec::{Value, ValueRef};
     pub use crate::operator::{

@@ -184,6 +184,10 @@ pub enum SpoutDef {
     /// network.
     #[serde(rename = "jetstream")]
     JetStream(JetStreamDef),
+    /// Host built-in: the records of a Kafka topic, each of its partitions
+    /// a partition of the spout. The host reads the log; the guest never
+    /// reaches the network.
+    Kafka(KafkaDef),
     /// The component's own spout.
     Guest {
         /// What it promises on replay.
@@ -284,6 +288,57 @@ pub enum PayloadDef {
     },
 }
 
+/// A spout over a Kafka topic: which partitions it reads, how a record
+/// becomes a tuple, and what a replay promises.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaDef {
+    /// What a replay of a batch emits (the same two kinds as JetStream's).
+    pub promise: JetStreamKind,
+    /// The topic's name.
+    pub topic: String,
+    /// The partitions to read; every partition of the topic when unset,
+    /// partitions added while it runs included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Vec<u32>>,
+    /// How a record's value becomes fields.
+    pub value: PayloadDef,
+    /// A field holding the record's key (bytes; null without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_field: Option<String>,
+    /// A field holding the record's partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_field: Option<String>,
+    /// A field holding the record's offset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_field: Option<String>,
+    /// A field holding the record's timestamp, in milliseconds since the
+    /// Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp_field: Option<String>,
+    /// A field holding the record's headers, as a JSON object of strings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers_field: Option<String>,
+    /// The most records a batch takes from one partition; the run's batch
+    /// size when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_partition: Option<u64>,
+}
+
+impl KafkaDef {
+    /// The fields of the spout's tuples: the value's, then the key,
+    /// partition, offset, timestamp and headers fields that are set.
+    pub fn fields(&self) -> Vec<String> {
+        let value = match &self.value {
+            PayloadDef::Bytes { field } | PayloadDef::String { field } => vec![field.clone()],
+            PayloadDef::Json { fields } => fields.clone(),
+        };
+        let extra =
+            [&self.key_field, &self.partition_field, &self.offset_field, &self.timestamp_field, &self.headers_field];
+        value.into_iter().chain(extra.into_iter().flatten().cloned()).collect()
+    }
+}
+
 /// The operator id of a topology's guest spout, in logs and sandbox settings.
 pub const SPOUT_ID: &str = "spout";
 
@@ -295,6 +350,7 @@ impl SpoutDef {
                 vec![field.clone()]
             }
             SpoutDef::JetStream(def) => def.fields(),
+            SpoutDef::Kafka(def) => def.fields(),
             SpoutDef::Guest { fields, .. } => fields.clone(),
         }
     }
@@ -562,6 +618,31 @@ pub enum SinkDef {
         /// How a tuple becomes a message's payload.
         payload: SinkPayloadDef,
     },
+    /// A Kafka topic: each tuple a record, spread over the topic's
+    /// partitions, carrying its batch's txid and place in headers.
+    Kafka {
+        /// The topic (it must exist).
+        topic: String,
+        /// How a tuple becomes a record's value.
+        payload: SinkPayloadDef,
+    },
+}
+
+impl SinkDef {
+    /// How a tuple becomes a message's payload or a record's value.
+    pub fn payload(&self) -> &SinkPayloadDef {
+        match self {
+            SinkDef::JetStream { payload, .. } | SinkDef::Kafka { payload, .. } => payload,
+        }
+    }
+
+    /// Where it publishes, in words: "subject S" or "topic T".
+    pub fn target(&self) -> String {
+        match self {
+            SinkDef::JetStream { subject, .. } => format!("NATS JetStream subject {subject}"),
+            SinkDef::Kafka { topic, .. } => format!("Kafka topic {topic}"),
+        }
+    }
 }
 
 /// How a sink's tuple becomes a message's payload.

@@ -6,6 +6,7 @@
 pub mod browser;
 pub mod etcd;
 pub mod hand_made;
+pub mod kafka;
 pub mod kill;
 pub mod nats;
 pub mod server;
@@ -113,6 +114,29 @@ impl Service {
                 panic!("{name} exited ({status}) before it was ready:\n{text}");
             }
             assert!(Instant::now() < deadline, "{name} was not ready within 30 s:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts `command` as [`Service::launch`] does, its output into `log`,
+    /// and waits up to 30 s until `ready` says it is.
+    pub fn launch_polling(&mut self, name: &str, command: &mut Command, log: &Path, ready: &dyn Fn() -> bool) {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        let server = command
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        self.watchdog = Some(watchdog(server.id()));
+        self.server = Some(server);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready() {
+            let text = || std::fs::read_to_string(log).unwrap_or_default();
+            if let Some(status) = self.server.as_mut().unwrap().try_wait().unwrap() {
+                panic!("{name} exited ({status}) before it was ready:\n{}", text());
+            }
+            assert!(Instant::now() < deadline, "{name} was not ready within 30 s:\n{}", text());
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -658,3 +658,13 @@ test("an unexpected error says where in the guest it was thrown", () => {
   assert.match(lines[1], new RegExp(`^    at lengths \\(.*weir\\.test\\.js:${line}:\\d+\\)$`));
   assert.ok(!result.val.val.includes("weir.js:"), result.val.val);
 });
+
+test("the Kafka spout and sink define what the host reads", () => {
+  const spout = weir.Kafka.transactional("clicks").partitions([1]).string("line").timestampField("at").headersField("h");
+  assert.equal(
+    JSON.stringify(spout.define()),
+    '{"kind":"kafka","promise":"transactional","topic":"clicks","partitions":[1],' +
+      '"value":{"as":"string","field":"line"},"timestamp_field":"at","headers_field":"h"}',
+  );
+  assert.deepEqual(weir.KafkaSink.topic("out").define(), { kind: "kafka", topic: "out", payload: { as: "json" } });
+});

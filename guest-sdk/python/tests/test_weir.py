@@ -702,3 +702,28 @@ class OperatorsOfAnotherComponentsTopology(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class KafkaBuilders(unittest.TestCase):
+    def test_the_kafka_spout_and_sink_define_what_the_host_reads(self):
+        spout = (
+            weir.Kafka.opaque("clicks")
+            .partitions([0, 2])
+            .json(["user", "page"])
+            .key_field("key")
+            .offset_field("offset")
+            .max_per_partition(500)
+        )
+        self.assertEqual(
+            json.dumps(spout._define(None)),
+            '{"kind": "kafka", "promise": "opaque", "topic": "clicks", "partitions": [0, 2], '
+            '"value": {"as": "json", "fields": ["user", "page"]}, "key_field": "key", '
+            '"offset_field": "offset", "max_per_partition": 500}',
+        )
+        self.assertEqual(
+            weir.topology._spout_fields(spout._define(None)), ["user", "page", "key", "offset"]
+        )
+        sink = weir.KafkaSink.topic("page-counts").raw("page")
+        self.assertEqual(
+            sink._define(), {"kind": "kafka", "topic": "page-counts", "payload": {"as": "raw", "field": "page"}}
+        )

@@ -35,6 +35,8 @@ __all__ = [
     "Generator",
     "JetStream",
     "JetStreamSink",
+    "Kafka",
+    "KafkaSink",
     "GuestSpout",
     "Reducer",
     "General",
@@ -356,6 +358,125 @@ class JetStreamSink:
         return {"kind": "jetstream", "subject": self._subject, "payload": self._payload}
 
 
+class Kafka:
+    """The host's built-in spout over a Kafka topic, each of its partitions a
+    partition of the spout, read by the host from the brokers ``weir run
+    --kafka`` names::
+
+        Kafka.transactional("clicks").json(["user", "url"]).key_field("key")
+
+    The value goes into one bytes field named ``value`` unless ``string``,
+    ``bytes`` or ``json`` says otherwise."""
+
+    _EXTRA = ("key_field", "partition_field", "offset_field", "timestamp_field", "headers_field")
+
+    def __init__(self, promise, topic):
+        self._promise = promise
+        self._topic = topic
+        self._partitions = None
+        self._value = {"as": "bytes", "field": "value"}
+        self._extra = dict.fromkeys(Kafka._EXTRA)
+        self._max_per_partition = None
+
+    @staticmethod
+    def transactional(topic):
+        """A replay reads exactly the offset range each partition had in the
+        batch."""
+        return Kafka("transactional", topic)
+
+    @staticmethod
+    def opaque(topic):
+        """A replay reads afresh from each partition's next offset as of the
+        last commit."""
+        return Kafka("opaque", topic)
+
+    def partitions(self, partitions):
+        """Reads only these partitions (all of them when not called)."""
+        self._partitions = [int(p) for p in partitions]
+        return self
+
+    def bytes(self, field):
+        """The value as bytes in ``field``."""
+        self._value = {"as": "bytes", "field": field}
+        return self
+
+    def string(self, field):
+        """The value as a UTF-8 string in ``field``."""
+        self._value = {"as": "string", "field": field}
+        return self
+
+    def json(self, fields):
+        """The value is a JSON object: each of ``fields`` takes its member."""
+        self._value = {"as": "json", "fields": _names(fields)}
+        return self
+
+    def key_field(self, field):
+        """Also emits the record's key (bytes, or null) in ``field``."""
+        self._extra["key_field"] = field
+        return self
+
+    def partition_field(self, field):
+        """Also emits the record's partition in ``field``."""
+        self._extra["partition_field"] = field
+        return self
+
+    def offset_field(self, field):
+        """Also emits the record's offset in ``field``."""
+        self._extra["offset_field"] = field
+        return self
+
+    def timestamp_field(self, field):
+        """Also emits the record's timestamp (ms since the Unix epoch)."""
+        self._extra["timestamp_field"] = field
+        return self
+
+    def headers_field(self, field):
+        """Also emits the record's headers, a JSON object of strings."""
+        self._extra["headers_field"] = field
+        return self
+
+    def max_per_partition(self, records):
+        """Takes at most ``records`` from each partition per batch."""
+        self._max_per_partition = records
+        return self
+
+    def _define(self, topology):
+        out = {"kind": "kafka", "promise": self._promise, "topic": self._topic}
+        if self._partitions is not None:
+            out["partitions"] = self._partitions
+        out["value"] = self._value
+        out.update((key, value) for key, value in self._extra.items() if value is not None)
+        if self._max_per_partition is not None:
+            out["max_per_partition"] = self._max_per_partition
+        return out
+
+
+class KafkaSink:
+    """A sink writing to a Kafka topic, for ``Stream.sink``: each tuple of
+    every committed batch becomes one record of ``topic``, exactly once::
+
+        KafkaSink.topic("page-counts")
+        KafkaSink.topic("pages").raw("page")
+    """
+
+    def __init__(self, topic):
+        self._topic = topic
+        self._payload = {"as": "json"}
+
+    @staticmethod
+    def topic(topic):
+        """Writes to ``topic``, each tuple as a JSON object of its fields."""
+        return KafkaSink(topic)
+
+    def raw(self, field):
+        """Writes the value of ``field`` as the record's value."""
+        self._payload = {"as": "raw", "field": field}
+        return self
+
+    def _define(self):
+        return {"kind": "kafka", "topic": self._topic, "payload": self._payload}
+
+
 def _spout_fields(spout):
     """The fields of a spout definition's tuples, as the host reads them."""
     kind = spout["kind"]
@@ -365,6 +486,11 @@ def _spout_fields(spout):
         payload = spout["payload"]
         fields = list(payload["fields"]) if payload["as"] == "json" else [payload["field"]]
         extra = (spout.get(key) for key in ("subject_field", "sequence_field", "timestamp_field"))
+        return fields + [field for field in extra if field is not None]
+    if kind == "kafka":
+        value = spout["value"]
+        fields = list(value["fields"]) if value["as"] == "json" else [value["field"]]
+        extra = (spout.get(key) for key in Kafka._EXTRA)
         return fields + [field for field in extra if field is not None]
     return [spout["field"]]
 

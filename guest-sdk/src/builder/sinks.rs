@@ -28,8 +28,56 @@ impl JetStreamSink {
 
     /// Publishes the value of `field` (a string or bytes) as the payload.
     pub fn raw(self, field: &str) -> JetStreamSink {
-        let SinkDef::JetStream { subject, .. } = self.0;
+        let SinkDef::JetStream { subject, .. } = self.0 else { unreachable!("made by JetStreamSink::subject") };
         JetStreamSink(SinkDef::JetStream { subject, payload: SinkPayloadDef::Raw { field: field.to_owned() } })
+    }
+}
+
+/// A sink publishing to a Kafka topic, for [`Stream::sink`]: each tuple of
+/// every committed batch becomes one record of `topic` (which must exist),
+/// spread over its partitions, with headers naming its batch's txid and
+/// place so that a restarted host skips what was already written.
+///
+/// ```
+/// use weir_sdk::prelude::*;
+///
+/// let per_page = KafkaSink::topic("page-counts");
+/// let raw = KafkaSink::topic("pages").raw("page");
+/// # let _ = (per_page, raw);
+/// ```
+#[derive(Clone, Debug)]
+pub struct KafkaSink(SinkDef);
+
+impl KafkaSink {
+    /// Writes to `topic`, each tuple as a JSON object of its fields.
+    pub fn topic(topic: &str) -> KafkaSink {
+        KafkaSink(SinkDef::Kafka { topic: topic.to_owned(), payload: SinkPayloadDef::Json })
+    }
+
+    /// Writes the value of `field` (a string or bytes) as the record's
+    /// value.
+    pub fn raw(self, field: &str) -> KafkaSink {
+        let SinkDef::Kafka { topic, .. } = self.0 else { unreachable!("made by KafkaSink::topic") };
+        KafkaSink(SinkDef::Kafka { topic, payload: SinkPayloadDef::Raw { field: field.to_owned() } })
+    }
+}
+
+/// Somewhere a stream's committed output goes: [`JetStreamSink`] or
+/// [`KafkaSink`].
+pub trait Sink {
+    /// The sink's definition.
+    fn define(self) -> SinkDef;
+}
+
+impl Sink for JetStreamSink {
+    fn define(self) -> SinkDef {
+        self.0
+    }
+}
+
+impl Sink for KafkaSink {
+    fn define(self) -> SinkDef {
+        self.0
     }
 }
 
@@ -57,7 +105,8 @@ impl Stream {
     /// commit. The stream must be of the commit phase: a state's
     /// [`TridentState::new_values_stream`](super::TridentState::new_values_stream),
     /// or after a `state_query`.
-    pub fn sink(&self, sink: JetStreamSink) -> SinkEnd {
-        SinkEnd { stream: self.then("sink", |_, _| OperationDef::Sink { sink: sink.0 }) }
+    pub fn sink(&self, sink: impl Sink) -> SinkEnd {
+        let sink = sink.define();
+        SinkEnd { stream: self.then("sink", |_, _| OperationDef::Sink { sink }) }
     }
 }

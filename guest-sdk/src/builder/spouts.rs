@@ -3,7 +3,9 @@
 
 use super::graph::{SpoutCode, Stream, Topology, TopologyBuilder, names};
 use crate::operator::{BatchSpout, PartitionedSpout};
-use crate::topology::{GuestSpoutKind, JetStreamDef, JetStreamKind, OperationDef, PayloadDef, SPOUT_ID, SpoutDef};
+use crate::topology::{
+    GuestSpoutKind, JetStreamDef, JetStreamKind, KafkaDef, OperationDef, PayloadDef, SPOUT_ID, SpoutDef,
+};
 
 /// Something a stream can start from.
 pub trait Spout {
@@ -166,6 +168,129 @@ impl JetStream {
 impl Spout for JetStream {
     fn define(self, _: &mut Topology) -> SpoutDef {
         SpoutDef::JetStream(self.0)
+    }
+}
+
+/// The host's built-in spout over a Kafka topic, each of its partitions a
+/// partition of the spout, read by the host from the brokers `weir run
+/// --kafka` names:
+///
+/// ```
+/// use weir_sdk::prelude::*;
+///
+/// let clicks = Kafka::transactional("clicks")
+///     .json(["user", "url"])
+///     .key_field("key")
+///     .timestamp_field("at")
+///     .max_per_partition(500);
+/// let some = Kafka::opaque("clicks").partitions([0, 2]).string("line");
+/// # let _ = (clicks, some);
+/// ```
+///
+/// The value goes into one bytes field named `value` unless
+/// [`Kafka::string`], [`Kafka::bytes`] or [`Kafka::json`] says otherwise.
+/// No consumer group is used: the offsets live in Weir's store.
+#[derive(Clone, Debug)]
+pub struct Kafka(KafkaDef);
+
+impl Kafka {
+    /// A transactional spout: a replay reads exactly the offset range each
+    /// partition had in the batch (the topology halts if the topic no
+    /// longer holds it).
+    pub fn transactional(topic: &str) -> Kafka {
+        Kafka::of_kind(JetStreamKind::Transactional, topic)
+    }
+
+    /// An opaque spout: a replay reads afresh from each partition's next
+    /// offset as of the last commit.
+    pub fn opaque(topic: &str) -> Kafka {
+        Kafka::of_kind(JetStreamKind::Opaque, topic)
+    }
+
+    fn of_kind(promise: JetStreamKind, topic: &str) -> Kafka {
+        Kafka(KafkaDef {
+            promise,
+            topic: topic.to_owned(),
+            partitions: None,
+            value: PayloadDef::Bytes { field: "value".to_owned() },
+            key_field: None,
+            partition_field: None,
+            offset_field: None,
+            timestamp_field: None,
+            headers_field: None,
+            max_per_partition: None,
+        })
+    }
+
+    /// Reads only these partitions of the topic (all of them, those added
+    /// later included, when not called).
+    pub fn partitions<const N: usize>(mut self, partitions: [u32; N]) -> Kafka {
+        self.0.partitions = Some(partitions.to_vec());
+        self
+    }
+
+    /// The value as bytes in `field`.
+    pub fn bytes(mut self, field: &str) -> Kafka {
+        self.0.value = PayloadDef::Bytes { field: field.to_owned() };
+        self
+    }
+
+    /// The value as a UTF-8 string in `field`.
+    pub fn string(mut self, field: &str) -> Kafka {
+        self.0.value = PayloadDef::String { field: field.to_owned() };
+        self
+    }
+
+    /// The value is a JSON object: each of `fields` takes its member of
+    /// that name.
+    pub fn json<const N: usize>(mut self, fields: [&str; N]) -> Kafka {
+        self.0.value = PayloadDef::Json { fields: names(fields) };
+        self
+    }
+
+    /// Also emits the record's key (bytes, null without one) in `field`.
+    pub fn key_field(mut self, field: &str) -> Kafka {
+        self.0.key_field = Some(field.to_owned());
+        self
+    }
+
+    /// Also emits the record's partition in `field`.
+    pub fn partition_field(mut self, field: &str) -> Kafka {
+        self.0.partition_field = Some(field.to_owned());
+        self
+    }
+
+    /// Also emits the record's offset in `field`.
+    pub fn offset_field(mut self, field: &str) -> Kafka {
+        self.0.offset_field = Some(field.to_owned());
+        self
+    }
+
+    /// Also emits the record's timestamp (milliseconds since the Unix
+    /// epoch) in `field`.
+    pub fn timestamp_field(mut self, field: &str) -> Kafka {
+        self.0.timestamp_field = Some(field.to_owned());
+        self
+    }
+
+    /// Also emits the record's headers, a JSON object of strings, in
+    /// `field`.
+    pub fn headers_field(mut self, field: &str) -> Kafka {
+        self.0.headers_field = Some(field.to_owned());
+        self
+    }
+
+    /// Takes at most `records` from each partition per batch (the run's
+    /// batch size when unset).
+    pub fn max_per_partition(mut self, records: u64) -> Kafka {
+        self.0.max_per_partition = Some(records);
+        self
+    }
+}
+
+impl Spout for Kafka {
+    fn define(self, _: &mut Topology) -> SpoutDef {
+        SpoutDef::Kafka(self.0)
     }
 }
 

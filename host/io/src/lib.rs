@@ -3,6 +3,7 @@
 //! outbox and publishing, and the NATS client they share. It may not
 //! depend on the engine that drives them.
 
+pub mod kafka;
 pub mod nats;
 pub mod sink;
 pub mod spout;

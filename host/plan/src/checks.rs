@@ -71,6 +71,24 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(NameOf, &'a str)> {
                     fields(&[std::slice::from_ref(field)]);
                 }
             }
+            SpoutDef::Kafka(topic) => {
+                match &topic.value {
+                    PayloadDef::Bytes { field } | PayloadDef::String { field } => {
+                        fields(&[std::slice::from_ref(field)])
+                    }
+                    PayloadDef::Json { fields: list } => fields(&[list]),
+                }
+                let extra = [
+                    &topic.key_field,
+                    &topic.partition_field,
+                    &topic.offset_field,
+                    &topic.timestamp_field,
+                    &topic.headers_field,
+                ];
+                for field in extra.into_iter().flatten() {
+                    fields(&[std::slice::from_ref(field)]);
+                }
+            }
         },
         OperationDef::Each { input, output }
         | OperationDef::Map { input, output }
@@ -103,9 +121,11 @@ fn names_of<'a>(op: &'a OperationDef) -> Vec<(NameOf, &'a str)> {
             }
             fields(&[output]);
         }
-        OperationDef::Sink { sink: SinkDef::JetStream { payload: SinkPayloadDef::Raw { field }, .. } } => {
-            fields(&[std::slice::from_ref(field)])
-        }
+        OperationDef::Sink {
+            sink:
+                SinkDef::JetStream { payload: SinkPayloadDef::Raw { field }, .. }
+                | SinkDef::Kafka { payload: SinkPayloadDef::Raw { field }, .. },
+        } => fields(&[std::slice::from_ref(field)]),
         OperationDef::QueryStream { .. }
         | OperationDef::Partition { .. }
         | OperationDef::Merge

@@ -195,8 +195,7 @@ pub(super) fn resolve_nodes(
                 (Op::Join { keys: keys_at, others, kinds: kinds.clone() }, output.clone())
             }
             OperationDef::Sink { sink } => {
-                let SinkDef::JetStream { payload, .. } = sink;
-                let read = match payload {
+                let read = match sink.payload() {
                     SinkPayloadDef::Json => input_fields.to_vec(),
                     SinkPayloadDef::Raw { field } => vec![field.clone()],
                 };
@@ -366,13 +365,13 @@ fn logical_fields(
             resolve_all(inputs[0], by)?;
             inputs[0].to_vec()
         }
-        OperationDef::Sink { sink: SinkDef::JetStream { subject, payload } } => {
-            subject::check_sink(subject).map_err(|error| PlanError::SinkSubject {
-                topology: topology(),
-                sink: operator(),
-                error,
-            })?;
-            if let SinkPayloadDef::Raw { field } = payload {
+        OperationDef::Sink { sink } => {
+            let checked = match sink {
+                SinkDef::JetStream { subject, .. } => subject::check_sink(subject),
+                SinkDef::Kafka { topic, .. } => subject::check_topic(topic),
+            };
+            checked.map_err(|error| PlanError::SinkSubject { topology: topology(), sink: operator(), error })?;
+            if let SinkPayloadDef::Raw { field } = sink.payload() {
                 resolve_all(inputs[0], std::slice::from_ref(field))?;
             }
             Vec::new()
@@ -423,7 +422,7 @@ fn reads(child: &NodeDef, parent_fields: &[String], needed: &HashSet<String>) ->
         // Merged streams must line up, and a join names every field of its
         // inputs: both see their inputs whole.
         OperationDef::Merge | OperationDef::Join { .. } => out.extend(parent_fields.iter().cloned()),
-        OperationDef::Sink { sink: SinkDef::JetStream { payload, .. } } => match payload {
+        OperationDef::Sink { sink } => match sink.payload() {
             SinkPayloadDef::Json => out.extend(parent_fields.iter().cloned()),
             SinkPayloadDef::Raw { field } => {
                 out.insert(field.clone());

@@ -1,6 +1,6 @@
 //! What a declared spout promises on replay: Trident's three kinds.
 
-use weir_sdk::topology::{GuestSpoutKind, JetStreamKind, SpoutDef};
+use weir_sdk::topology::{GuestSpoutKind, JetStreamDef, JetStreamKind, KafkaDef, SpoutDef};
 
 /// What a spout promises when a batch is replayed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,10 +27,12 @@ impl SpoutKind {
                 SpoutKind::Transactional
             }
             SpoutDef::Guest { promise: GuestSpoutKind::PartitionedOpaque, .. } => SpoutKind::Opaque,
-            SpoutDef::JetStream(def) => match def.promise {
-                JetStreamKind::Transactional => SpoutKind::Transactional,
-                JetStreamKind::Opaque => SpoutKind::Opaque,
-            },
+            SpoutDef::JetStream(JetStreamDef { promise, .. }) | SpoutDef::Kafka(KafkaDef { promise, .. }) => {
+                match promise {
+                    JetStreamKind::Transactional => SpoutKind::Transactional,
+                    JetStreamKind::Opaque => SpoutKind::Opaque,
+                }
+            }
         }
     }
 }

@@ -50,6 +50,12 @@ pub enum SubjectError {
         /// The stream name.
         stream: String,
     },
+    /// A Kafka topic name Kafka refuses.
+    #[error("Kafka topic name {topic:?} must have 1 to 249 of the characters a-z, A-Z, 0-9, '.', '_' and '-'")]
+    TopicName {
+        /// The topic name.
+        topic: String,
+    },
     /// A stream name holding what a stream's name may not.
     #[error("stream name {stream:?} may not hold whitespace, '.', '*', '>', '/' or '\\'")]
     StreamNameChars {
@@ -87,6 +93,15 @@ pub fn check_sink(name: &str) -> Result<(), SubjectError> {
     check(name)?;
     if is_wildcard(name) {
         return Err(SubjectError::Wildcard { subject: name.to_owned() });
+    }
+    Ok(())
+}
+
+/// Checks that `name` can name a Kafka topic (Kafka's own rule).
+pub fn check_topic(name: &str) -> Result<(), SubjectError> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 249 || name == "." || name == ".." || !name.chars().all(legal) {
+        return Err(SubjectError::TopicName { topic: name.to_owned() });
     }
     Ok(())
 }

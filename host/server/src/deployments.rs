@@ -245,10 +245,11 @@ impl Deployments {
             input,
             batch_size: self.host.run.batch_size,
             nats: self.host.nats.as_ref(),
+            kafka: self.host.kafka.as_ref(),
             follows: true,
         };
         spout::check_input(spout, &env).map_err(bad)?;
-        weir_io::sink::check_server(&loaded.plan, self.host.nats.as_ref()).map_err(bad)
+        weir_io::sink::check_server(&loaded.plan, self.host.nats.as_ref(), self.host.kafka.as_ref()).map_err(bad)
     }
 
     /// Removes bundle `file` unless a deployment still runs from it.
@@ -424,10 +425,11 @@ impl Deployments {
                     input: input.as_deref(),
                     batch_size: host.run.batch_size,
                     nats: host.nats.as_ref(),
+                    kafka: host.kafka.as_ref(),
                     follows: true,
                 };
                 let mut spout = spout::open(spout_def, &env, guest)?;
-                let mut sinks = weir_io::sink::Publisher::open(&loaded.plan, host.nats.as_ref())?;
+                let mut sinks = weir_io::sink::Publisher::open(&loaded.plan, host.nats.as_ref(), host.kafka.as_ref())?;
                 coordinator::run(
                     &*host.db,
                     Arc::clone(&loaded.plan),
@@ -674,6 +676,7 @@ impl Deployments {
             input: deployment.record.input.as_deref(),
             batch_size: self.host.run.batch_size,
             nats: None,
+            kafka: None,
             follows: false,
         };
         let mut spout = spout::open(def, &env, None).ok()?;
@@ -708,6 +711,7 @@ impl Deployments {
             match spout {
                 SpoutDef::FileLines { .. } | SpoutDef::DirectoryLines { .. } => Some("bytes"),
                 SpoutDef::JetStream(_) => Some("messages"),
+                SpoutDef::Kafka(_) => Some("records"),
                 SpoutDef::Generator { .. } => Some("integers"),
                 SpoutDef::Guest { .. } => None,
             }

@@ -29,6 +29,8 @@ pub struct Host {
     pub inputs: InputScope,
     /// The NATS server JetStream spouts read from.
     pub nats: Option<weir_io::nats::NatsConfig>,
+    /// The Kafka brokers Kafka spouts read from and Kafka sinks write to.
+    pub kafka: Option<weir_io::kafka::KafkaConfig>,
     /// Topologies deployed at once, at most.
     pub max_deployments: usize,
 }

@@ -205,6 +205,7 @@ mod tests {
             run: weir_config::RunConfig::default(),
             inputs: weir_io::spout::InputScope::default(),
             nats: None,
+            kafka: None,
             max_deployments: weir_config::DEFAULT_MAX_DEPLOYMENTS,
         }
     }

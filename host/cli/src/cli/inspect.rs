@@ -88,6 +88,13 @@ fn spout(def: &SpoutDef) -> String {
         SpoutDef::JetStream(stream) => {
             format!("NATS JetStream stream {}, subjects {} (built in)", stream.stream, stream.subjects.join(", "))
         }
+        SpoutDef::Kafka(topic) => match &topic.partitions {
+            Some(list) => {
+                let list: Vec<String> = list.iter().map(u32::to_string).collect();
+                format!("Kafka topic {}, partitions {} (built in)", topic.topic, list.join(", "))
+            }
+            None => format!("Kafka topic {}, every partition (built in)", topic.topic),
+        },
     };
     format!("{what}, {kind} -> {}", fields(&def.fields()))
 }
@@ -183,6 +190,10 @@ fn node_line(def: &TopologyDef, node: &NodeDef) -> String {
         OperationDef::Sink { sink: SinkDef::JetStream { subject, payload } } => match payload {
             SinkPayloadDef::Json => format!("to JetStream subject {subject}, each tuple as JSON"),
             SinkPayloadDef::Raw { field } => format!("to JetStream subject {subject}, field {field} as the payload"),
+        },
+        OperationDef::Sink { sink: SinkDef::Kafka { topic, payload } } => match payload {
+            SinkPayloadDef::Json => format!("to Kafka topic {topic}, each tuple as JSON"),
+            SinkPayloadDef::Raw { field } => format!("to Kafka topic {topic}, field {field} as the value"),
         },
     };
     format!("{} {}{from}{parallelism}: {what}", node.op.kind_name(), node.id)

@@ -7,12 +7,14 @@ mod compile;
 mod delete;
 mod deploy;
 mod inspect;
+mod kafka;
 mod limits;
 mod logs;
 mod nats;
 mod new;
 mod ps;
 mod publish;
+mod publish_kafka;
 mod query;
 mod resume;
 mod run;
@@ -149,7 +151,10 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<()> {
         Command::Delete(args) => delete::run(args),
         Command::Logs(args) => logs::run(args),
         Command::SkipBatch(args) => skip::run(args),
-        Command::Publish(args) => publish::run(args),
+        Command::Publish(args) => match args.topic.clone() {
+            Some(topic) => publish_kafka::run(&args, &topic),
+            None => publish::run(args),
+        },
         Command::CompileComponent(args) => compile::run(args),
     }
 }

@@ -1,6 +1,8 @@
 //! `weir publish`: publish the lines of a file into a NATS JetStream
 //! stream, one message a line, spread over the stream's partition subjects
-//! round-robin or by a key, each publish acknowledged by the server.
+//! round-robin or by a key, each publish acknowledged by the server. With
+//! `--kafka` and `--topic` the lines go into a Kafka topic instead
+//! (`publish_kafka`, which shares these arguments and the spread).
 
 use super::nats::NatsArgs;
 use anyhow::{Context, Result, bail};
@@ -18,38 +20,47 @@ use weir_io::nats::{Nats, subject};
 pub struct PublishArgs {
     /// The file whose lines to publish, one message each (without the line
     /// ending); - reads standard input.
-    file: PathBuf,
+    pub file: PathBuf,
     /// The stream to publish into.
-    #[arg(long)]
-    stream: String,
+    #[arg(long, required_unless_present = "topic")]
+    stream: Option<String>,
     /// The partition subjects to spread the lines over. Braces expand:
     /// 'clicks.{0..7}' is clicks.0 to clicks.7, 'ads.{eu,us}' is ads.eu and
     /// ads.us. Repeatable.
-    #[arg(long = "subjects", value_name = "SUBJECTS", required = true)]
+    #[arg(long = "subjects", value_name = "SUBJECTS", required_unless_present = "topic")]
     subjects: Vec<String>,
     /// Create the stream (file storage, taking these subjects) if it does
     /// not exist.
     #[arg(long)]
-    create: bool,
+    pub create: bool,
     /// Pick each line's subject by a hash of a key instead of round-robin:
     /// word:N (the line's N-th whitespace-separated word, from 1) or
     /// json:FIELD (the line is a JSON object; the member FIELD).
     #[arg(long, value_name = "SPEC")]
-    key: Option<String>,
+    pub key: Option<String>,
     #[command(flatten)]
     nats: NatsArgs,
+    /// The Kafka topic to publish into (with --kafka), instead of a stream:
+    /// the lines are spread over its partitions.
+    #[arg(long, conflicts_with_all = ["stream", "subjects"])]
+    pub topic: Option<String>,
+    /// With --topic and --create: the partitions of the topic made.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=100_000))]
+    pub partitions: i32,
+    #[command(flatten)]
+    pub kafka: super::kafka::KafkaArgs,
 }
 
 /// How a line's subject is chosen.
 #[derive(Debug, PartialEq)]
-enum Spread {
+pub(super) enum Spread {
     RoundRobin,
     Word(usize),
     Json(String),
 }
 
 impl Spread {
-    fn parse(spec: Option<&str>) -> Result<Spread> {
+    pub(super) fn parse(spec: Option<&str>) -> Result<Spread> {
         let Some(spec) = spec else { return Ok(Spread::RoundRobin) };
         match spec.split_once(':') {
             Some(("word", n)) => match n.parse::<usize>() {
@@ -63,7 +74,7 @@ impl Spread {
 
     /// The index of line `index` (`line`, numbered `number` in messages)
     /// among `partitions` subjects.
-    fn pick(&self, line: &[u8], index: u64, number: u64, partitions: usize) -> Result<usize> {
+    pub(super) fn pick(&self, line: &[u8], index: u64, number: u64, partitions: usize) -> Result<usize> {
         let key: Vec<u8> = match self {
             Spread::RoundRobin => return Ok((index % partitions as u64) as usize),
             Spread::Word(n) => match line.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()).nth(n - 1) {
@@ -140,20 +151,20 @@ fn partition_subjects(patterns: &[String]) -> Result<Vec<String>> {
 
 /// The stream, created first if asked and missing; its subjects must take
 /// every one of `subjects`.
-async fn stream(nats: &Nats, args: &PublishArgs, subjects: &[String]) -> Result<()> {
+async fn stream(nats: &Nats, args: &PublishArgs, name: &str, subjects: &[String]) -> Result<()> {
     use jetstream::context::GetStreamErrorKind;
-    let found = match nats.jetstream.get_stream(&args.stream).await {
+    let found = match nats.jetstream.get_stream(&name).await {
         Ok(mut stream) => Some(stream.info().await?.config.subjects.clone()),
         Err(e) => match e.kind() {
             GetStreamErrorKind::JetStream(api) if api.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND => None,
-            _ => return Err(e).with_context(|| format!("looking up stream {} at {}", args.stream, nats.server)),
+            _ => return Err(e).with_context(|| format!("looking up stream {} at {}", name, nats.server)),
         },
     };
     let taken = match found {
         Some(taken) => taken,
         None if args.create => {
             let config = jetstream::stream::Config {
-                name: args.stream.clone(),
+                name: name.to_owned(),
                 subjects: subjects.to_vec(),
                 storage: jetstream::stream::StorageType::File,
                 ..Default::default()
@@ -161,18 +172,16 @@ async fn stream(nats: &Nats, args: &PublishArgs, subjects: &[String]) -> Result<
             nats.jetstream
                 .create_stream(config)
                 .await
-                .with_context(|| format!("creating stream {} at {}", args.stream, nats.server))?;
-            eprintln!("created stream {} with subjects {}", args.stream, subjects.join(", "));
+                .with_context(|| format!("creating stream {} at {}", name, nats.server))?;
+            eprintln!("created stream {} with subjects {}", name, subjects.join(", "));
             return Ok(());
         }
-        None => bail!(
-            "stream {} does not exist on the NATS server at {}: add --create to create it",
-            args.stream,
-            nats.server
-        ),
+        None => {
+            bail!("stream {} does not exist on the NATS server at {}: add --create to create it", name, nats.server)
+        }
     };
     if let Some(missing) = subjects.iter().find(|s| !taken.iter().any(|t| subject::matches(t, s))) {
-        bail!("stream {} does not take subject {missing} (its subjects: {})", args.stream, taken.join(", "));
+        bail!("stream {} does not take subject {missing} (its subjects: {})", name, taken.join(", "));
     }
     Ok(())
 }
@@ -190,7 +199,8 @@ async fn acknowledged(in_flight: &mut VecDeque<(u64, PublishAckFuture)>, last: &
 
 pub fn run(args: PublishArgs) -> Result<()> {
     let config = args.nats.config()?.context("weir publish needs the server: --nats URL")?;
-    subject::check_stream_name(&args.stream)?;
+    let name = args.stream.clone().context("weir publish needs --stream (or --topic with --kafka)")?;
+    subject::check_stream_name(&name)?;
     let subjects = partition_subjects(&args.subjects)?;
     let spread = Spread::parse(args.key.as_deref())?;
     let input: Box<dyn Read> = if args.file.as_os_str() == "-" {
@@ -205,7 +215,7 @@ pub fn run(args: PublishArgs) -> Result<()> {
     bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
     bar.enable_steady_tick(Duration::from_millis(200));
     let (published, last) = nats.runtime.block_on(async {
-        stream(&nats, &args, &subjects).await?;
+        stream(&nats, &args, &name, &subjects).await?;
         let mut in_flight = VecDeque::with_capacity(PUBLISH_ACKS_IN_FLIGHT);
         let (mut index, mut last) = (0u64, 0u64);
         let mut line = Vec::new();
@@ -229,7 +239,7 @@ pub fn run(args: PublishArgs) -> Result<()> {
             }
             index += 1;
             if index % 1000 == 0 {
-                bar.set_message(format!("{index} lines published to stream {}", args.stream));
+                bar.set_message(format!("{index} lines published to stream {name}"));
             }
         }
         while !in_flight.is_empty() {
@@ -239,8 +249,7 @@ pub fn run(args: PublishArgs) -> Result<()> {
     })?;
     bar.finish_and_clear();
     println!(
-        "published {published} lines to stream {} over {} subjects in {:.2}s; last sequence {last}",
-        args.stream,
+        "published {published} lines to stream {name} over {} subjects in {:.2}s; last sequence {last}",
         subjects.len(),
         started.elapsed().as_secs_f64()
     );

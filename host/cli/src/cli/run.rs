@@ -88,6 +88,8 @@ pub struct RunArgs {
     #[command(flatten)]
     sinks: super::nats::SinkArgs,
     #[command(flatten)]
+    kafka: super::kafka::KafkaArgs,
+    #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
 }
 
@@ -151,14 +153,16 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
     }
     let nats = args.nats.config()?;
     // What every topology's spout shares; each takes its own name below.
-    let env = spout::SpoutEnv::local("", args.input.as_deref(), config.batch_size, nats.as_ref());
+    let kafka = args.kafka.config()?;
+    let env =
+        spout::SpoutEnv::local("", args.input.as_deref(), config.batch_size, nats.as_ref()).with_kafka(kafka.as_ref());
     for loaded in &topologies {
         let Some(spout) = loaded.definition.spout() else {
             bail!("topology {} has no spout: it only answers queries (see weir query)", loaded.plan.topology);
         };
         let name = &loaded.plan.topology;
         spout::check_input(spout, &spout::SpoutEnv { topology: name, stored_as: name, ..env })?;
-        weir_io::sink::check_server(&loaded.plan, nats.as_ref())?;
+        weir_io::sink::check_server(&loaded.plan, nats.as_ref(), kafka.as_ref())?;
     }
     // Spouts and sinks connect before the data dir is made: a start that
     // fails (a server out of reach) leaves nothing behind.
@@ -169,7 +173,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         let spout_def = loaded.definition.spout().expect("checked above");
         let env = spout::SpoutEnv { topology: &loaded.definition.name, stored_as: &loaded.definition.name, ..env };
         let spout = spout::open(spout_def, &env, guest)?;
-        let sinks = Publisher::open(&loaded.plan, nats.as_ref())?;
+        let sinks = Publisher::open(&loaded.plan, nats.as_ref(), kafka.as_ref())?;
         opened.push((loaded, spout, sinks));
     }
     // Opened once the topologies are known good: a refused one leaves no trace.

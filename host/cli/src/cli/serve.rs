@@ -88,6 +88,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     sinks: super::nats::SinkArgs,
     #[command(flatten)]
+    kafka: super::kafka::KafkaArgs,
+    #[command(flatten)]
     cluster: super::cluster::ClusterArgs,
     #[command(flatten)]
     topology_limits: super::limits::TopologyLimitArgs,
@@ -117,6 +119,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         },
         inputs: InputScope::Under(args.input_dir.clone()),
         nats: args.nats.config()?,
+        kafka: args.kafka.config()?,
         max_deployments: args.max_deployments,
     };
     serve(ServeConfig {

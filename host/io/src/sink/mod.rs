@@ -1,5 +1,5 @@
-//! Sinks: a committed batch's output, published to NATS JetStream exactly
-//! once, through an outbox (Trident's rule: output is part of the batch's
+//! Sinks: a committed batch's output, published to NATS JetStream or
+//! written to Kafka exactly once, through an outbox (Trident's rule: output is part of the batch's
 //! commit).
 //!
 //! - In the commit phase a sink's tuples become payloads (`payloads`), and
@@ -16,7 +16,13 @@
 //! - A publish the server refuses (no stream takes the subject, a limit)
 //!   halts the run naming the sink, subject and txid; the entries stay in
 //!   the outbox for the next start. Nothing committed is lost.
+//! - A Kafka sink writes the same outbox entries as records carrying their
+//!   txid and place in headers, and skips what the topic's partitions
+//!   already hold ([`kafka`]).
 
+pub mod kafka;
+
+use crate::kafka::{Failure, Kafka, KafkaConfig};
 use crate::nats::{Nats, NatsConfig};
 use anyhow::{Context as _, Result, bail};
 use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
@@ -56,7 +62,7 @@ fn parse_key(key: &[u8]) -> Result<(u64, u32)> {
 
 /// Sink `node`'s tuples as payloads: one bytes field per row.
 pub fn payloads(node: &Node, sink: &SinkDef, input: &Input, batch: &Batch<'_>) -> Result<Batch<'static>, BatchError> {
-    let SinkDef::JetStream { payload, .. } = sink;
+    let payload = sink.payload();
     if batch.len() > MAX_SINK_BATCH_MESSAGES {
         return Err(BatchError::fatal(
             &node.id,
@@ -121,8 +127,10 @@ pub fn outbox(node: &Node, txid: u64, payloads: &[Batch<'static>]) -> OtherRecor
 /// One sink of a plan.
 struct SinkTarget {
     id: String,
-    subject: String,
+    /// Where it publishes, in words.
+    target: String,
     table: String,
+    def: SinkDef,
 }
 
 /// The sinks of `plan`.
@@ -130,33 +138,49 @@ fn targets(plan: &Plan) -> Vec<SinkTarget> {
     plan.nodes
         .iter()
         .filter_map(|node| match &node.op {
-            Op::Sink { sink: SinkDef::JetStream { subject, .. }, .. } => {
-                Some(SinkTarget { id: node.id.clone(), subject: subject.clone(), table: table(&node.id) })
-            }
+            Op::Sink { sink, .. } => Some(SinkTarget {
+                id: node.id.clone(),
+                target: sink.target(),
+                table: table(&node.id),
+                def: sink.clone(),
+            }),
             _ => None,
         })
         .collect()
 }
 
 /// Checks that a server is given when `plan` has sinks, before anything runs.
-pub fn check_server(plan: &Plan, nats: Option<&NatsConfig>) -> Result<()> {
-    match targets(plan).first() {
-        Some(sink) if nats.is_none() => bail!(
-            "topology {}: sink {} publishes to NATS JetStream subject {}: give the server with --nats URL",
-            plan.stored_as,
-            sink.id,
-            sink.subject
-        ),
-        _ => Ok(()),
+pub fn check_server(plan: &Plan, nats: Option<&NatsConfig>, kafka: Option<&KafkaConfig>) -> Result<()> {
+    for sink in targets(plan) {
+        match sink.def {
+            SinkDef::JetStream { .. } if nats.is_none() => bail!(
+                "topology {}: sink {} publishes to {}: give the server with --nats URL",
+                plan.stored_as,
+                sink.id,
+                sink.target
+            ),
+            SinkDef::Kafka { .. } if kafka.is_none() => bail!(
+                "topology {}: sink {} writes to {}: give the brokers with --kafka HOST:PORT",
+                plan.stored_as,
+                sink.id,
+                sink.target
+            ),
+            _ => {}
+        }
     }
+    Ok(())
 }
 
 /// Publishes the outboxes of a topology's sinks.
 pub struct Publisher {
     topology: String,
     sinks: Vec<SinkTarget>,
-    nats: Nats,
-    retry_for: Duration,
+    /// The NATS server, where a sink publishes to JetStream.
+    nats: Option<(Nats, Duration)>,
+    /// The Kafka brokers, where a sink writes to Kafka.
+    kafka: Option<Kafka>,
+    /// Per Kafka sink, what it knows of its topic.
+    topics: std::collections::HashMap<String, kafka::TopicWriter>,
 }
 
 /// Why a publish failed.
@@ -178,37 +202,67 @@ const MIN_WAIT: Duration = Duration::from_millis(100);
 impl Publisher {
     /// The publisher of `plan`'s sinks, connected to the server of `nats`;
     /// `None` when the plan has no sink.
-    pub fn open(plan: &Plan, nats: Option<&NatsConfig>) -> Result<Option<Publisher>> {
+    pub fn open(plan: &Plan, nats: Option<&NatsConfig>, kafka: Option<&KafkaConfig>) -> Result<Option<Publisher>> {
         let sinks = targets(plan);
         if sinks.is_empty() {
             return Ok(None);
         }
-        check_server(plan, nats)?;
-        let (topology, config) = (&plan.stored_as, nats.expect("checked"));
-        let nats = Nats::connect(config, &format!("weir sinks of {topology}"))
-            .with_context(|| format!("topology {topology}: connecting its sinks"))?;
-        Ok(Some(Publisher { topology: topology.clone(), sinks, nats, retry_for: config.retry_for }))
+        check_server(plan, nats, kafka)?;
+        let topology = &plan.stored_as;
+        let nats = match nats {
+            Some(config) if sinks.iter().any(|s| matches!(s.def, SinkDef::JetStream { .. })) => {
+                let nats = Nats::connect(config, &format!("weir sinks of {topology}"))
+                    .with_context(|| format!("topology {topology}: connecting its sinks"))?;
+                Some((nats, config.retry_for))
+            }
+            _ => None,
+        };
+        let mut topics = std::collections::HashMap::new();
+        for sink in &sinks {
+            if let SinkDef::Kafka { topic, .. } = &sink.def {
+                topics.insert(sink.id.clone(), kafka::TopicWriter::new(topology, &sink.id, topic));
+            }
+        }
+        let kafka = match kafka {
+            Some(config) if !topics.is_empty() => Some(
+                Kafka::connect(config, &format!("weir sinks of {topology}"))
+                    .with_context(|| format!("topology {topology}: connecting its sinks"))?,
+            ),
+            _ => None,
+        };
+        Ok(Some(Publisher { topology: topology.clone(), sinks, nats, kafka, topics }))
     }
 
     /// Publishes everything in the outboxes, in txid order, and removes
     /// what the server acknowledged; returns once they are empty. A server
-    /// out of reach is retried with back-off for `--nats-retry-ms`; a
-    /// refused publish halts, the entries kept.
+    /// out of reach is retried with back-off for `--nats-retry-ms` (a Kafka
+    /// sink's brokers for `--kafka-retry-ms`); a refused publish halts, the
+    /// entries kept.
     pub fn publish(&mut self, store: &dyn Store) -> Result<()> {
-        for sink in &self.sinks {
+        for i in 0..self.sinks.len() {
+            let (retry_for, flag) = match &self.sinks[i].def {
+                SinkDef::JetStream { .. } => (self.nats.as_ref().map(|(_, r)| *r), "--nats-retry-ms"),
+                SinkDef::Kafka { .. } => (self.kafka.as_ref().map(|k| k.config().retry_for), "--kafka-retry-ms"),
+            };
+            let retry_for = retry_for.unwrap_or_default();
             // Since the first failure: the budget bounds every wait within
             // it, an acknowledgement's included.
             let mut started: Option<Instant> = None;
             let mut refusals = 0;
             let mut backoff = RECONNECT;
             loop {
-                let entries = store.snapshot()?.others(&self.topology, &sink.table)?;
+                let entries = store.snapshot()?.others(&self.topology, &self.sinks[i].table)?;
                 let Some((last, _)) = entries.last() else { break };
                 let (last_txid, _) = parse_key(last)?;
                 let begun = Instant::now();
-                let left = started.map_or(self.retry_for, |since| self.retry_for.saturating_sub(since.elapsed()));
+                let left = started.map_or(retry_for, |since| retry_for.saturating_sub(since.elapsed()));
                 let wait = left.clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2);
-                let error = match self.publish_all(sink, &entries, wait) {
+                let written = match &self.sinks[i].def {
+                    SinkDef::JetStream { .. } => self.publish_all(&self.sinks[i], &entries, wait),
+                    SinkDef::Kafka { .. } => self.write_kafka(i, &entries),
+                };
+                let sink = &self.sinks[i];
+                let error = match written {
                     Ok(()) => {
                         fault::at(Point::AfterPublish, last_txid);
                         let keys: Vec<Vec<u8>> = entries.into_iter().map(|(k, _)| k).collect();
@@ -226,22 +280,22 @@ impl Publisher {
                         refusals += 1;
                         (e, refusals >= REFUSALS)
                     }
-                    Failed::Unreachable(e) => (e, since.elapsed() >= self.retry_for),
+                    Failed::Unreachable(e) => (e, since.elapsed() >= retry_for),
                 };
                 let kept = "the batch is committed and its output stays in the outbox, published when the topology \
                             starts again";
                 if give_up {
                     let tried = match refusals {
                         0 => format!(
-                            " (tried for {} ms, --nats-retry-ms {})",
+                            " (tried for {} ms, {flag} {})",
                             since.elapsed().as_millis(),
-                            self.retry_for.as_millis()
+                            retry_for.as_millis()
                         ),
                         _ => String::new(),
                     };
                     bail!("topology {} halted: {error:#}{tried}; {kept}", self.topology);
                 }
-                let left = self.retry_for.saturating_sub(since.elapsed());
+                let left = retry_for.saturating_sub(since.elapsed());
                 let wait = backoff.next_wait().min(left.max(MIN_WAIT));
                 tracing::warn!("topology {}: {error:#}; retrying in {} ms", self.topology, wait.as_millis());
                 std::thread::sleep(wait);
@@ -263,18 +317,20 @@ impl Publisher {
     /// waiting for their acknowledgements at once, each send and each
     /// acknowledgement waited for at most `wait`.
     fn publish_all(&self, sink: &SinkTarget, entries: &[(Vec<u8>, Vec<u8>)], wait: Duration) -> Result<(), Failed> {
-        let jetstream = &self.nats.jetstream;
+        let SinkDef::JetStream { subject, .. } = &sink.def else { unreachable!("a JetStream sink") };
+        let (nats, _) = self.nats.as_ref().expect("connected for its JetStream sinks");
+        let jetstream = &nats.jetstream;
         let what = |key: &[u8]| {
             let (txid, n) = parse_key(key).unwrap_or_default();
-            format!("sink {} could not publish message {n} of txid {txid} to subject {}", sink.id, sink.subject)
+            format!("sink {} could not publish message {n} of txid {txid} to subject {subject}", sink.id)
         };
-        self.nats.runtime.block_on(async {
+        nats.runtime.block_on(async {
             let mut in_flight: VecDeque<(&[u8], PublishAckFuture)> = VecDeque::new();
             for (key, payload) in entries {
                 let (txid, n) = parse_key(key).map_err(Failed::Refused)?;
                 let id = format!("{}/{}/{txid}/{n}", self.topology, sink.id);
                 let message = PublishMessage::build().payload(bytes::Bytes::copy_from_slice(payload)).message_id(id);
-                let sent = tokio::time::timeout(wait, jetstream.send_publish(sink.subject.clone(), message)).await;
+                let sent = tokio::time::timeout(wait, jetstream.send_publish(subject.clone(), message)).await;
                 let ack = sent
                     .map_err(|_| {
                         Failed::Unreachable(anyhow::anyhow!("{}: the client could not send it in time", what(key)))
@@ -289,6 +345,32 @@ impl Publisher {
                 acknowledged(&mut in_flight, &what, wait).await?;
             }
             Ok(())
+        })
+    }
+}
+
+impl Publisher {
+    /// Writes `entries` of Kafka sink `i` that its topic does not hold yet.
+    fn write_kafka(&mut self, i: usize, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Failed> {
+        let sink = &self.sinks[i];
+        let keyed: Vec<(kafka::Key, &[u8])> = entries
+            .iter()
+            .map(|(key, value)| Ok((parse_key(key)?, value.as_slice())))
+            .collect::<Result<_>>()
+            .map_err(Failed::Refused)?;
+        let id = sink.id.clone();
+        let place = move |(txid, n): kafka::Key| format!("sink {id} could not write record {n} of txid {txid}");
+        let writer = self.topics.get_mut(&sink.id).expect("a writer per Kafka sink");
+        let kafka = self.kafka.as_mut().expect("connected for its Kafka sinks");
+        writer.write(kafka, &keyed, &place).map_err(|failure| {
+            writer.forget();
+            match failure {
+                Failure::Lost(e) => {
+                    kafka.forget();
+                    Failed::Unreachable(e)
+                }
+                Failure::Fatal(e) => Failed::Refused(e),
+            }
         })
     }
 }

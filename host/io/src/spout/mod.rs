@@ -8,6 +8,7 @@ mod generator;
 mod guest;
 mod input;
 pub mod jetstream;
+pub mod kafka;
 
 pub use contract::{Emitted, Spout, Unreadable};
 pub use directory::DirectoryLines;
@@ -16,7 +17,9 @@ pub use generator::Generator;
 pub use guest::GuestSpout;
 pub use input::{InputDir, InputScope};
 pub use jetstream::JetStreamSpout;
+pub use kafka::KafkaSpout;
 
+use crate::kafka::KafkaConfig;
 use crate::nats::NatsConfig;
 use std::sync::Arc;
 pub use weir_plan::SpoutKind;
@@ -52,6 +55,8 @@ pub struct SpoutEnv<'a> {
     pub batch_size: usize,
     /// The NATS server, for the JetStream spouts.
     pub nats: Option<&'a NatsConfig>,
+    /// The Kafka brokers, for the Kafka spouts.
+    pub kafka: Option<&'a KafkaConfig>,
     /// The topology follows its input as it grows (`weir serve`): a file's
     /// last line counts once its newline is written.
     pub follows: bool,
@@ -67,8 +72,14 @@ impl<'a> SpoutEnv<'a> {
             input,
             batch_size,
             nats,
+            kafka: None,
             follows: false,
         }
+    }
+
+    /// The same, with the Kafka brokers `kafka`.
+    pub fn with_kafka(self, kafka: Option<&'a KafkaConfig>) -> Self {
+        SpoutEnv { kafka, ..self }
     }
 }
 
@@ -95,6 +106,15 @@ pub fn open(def: &SpoutDef, env: &SpoutEnv<'_>, guest: GuestCode) -> Result<Box<
             Box::new(spout.logs_as(env.stored_as))
         }
         SpoutDef::JetStream(stream) => Box::new(JetStreamSpout::open(stream, topology, nats(def, env)?, batch_size)?),
+        SpoutDef::Kafka(spout) => Box::new(KafkaSpout::open(spout, topology, kafka(def, env)?, batch_size)?),
+    })
+}
+
+/// The Kafka brokers a Kafka spout reads from.
+fn kafka<'a>(def: &SpoutDef, env: &SpoutEnv<'a>) -> Result<&'a KafkaConfig> {
+    let SpoutDef::Kafka(spout) = def else { unreachable!("only Kafka spouts connect to Kafka") };
+    env.kafka.with_context(|| {
+        format!("topology {} reads Kafka topic {}: give the brokers with --kafka HOST:PORT", env.stored_as, spout.topic)
     })
 }
 
@@ -125,6 +145,13 @@ pub fn check_input(def: &SpoutDef, env: &SpoutEnv<'_>) -> Result<()> {
         (SpoutDef::JetStream(stream), None) => {
             nats(def, env)?;
             jetstream::check(stream, topology)
+        }
+        (SpoutDef::Kafka(spout), Some(path)) => {
+            bail!("topology {topology} reads Kafka topic {}: --input {} is not used", spout.topic, path.display())
+        }
+        (SpoutDef::Kafka(spout), None) => {
+            kafka(def, env)?;
+            kafka::check(spout, topology)
         }
         (SpoutDef::Generator { .. } | SpoutDef::Guest { .. }, None) => Ok(()),
         _ => open(def, &SpoutEnv { batch_size: 1, ..*env }, None).map(drop),

@@ -292,6 +292,116 @@ fn jetstream_topologies() -> Vec<Topology> {
     ]
 }
 
+/// Word count over the sentences of a Kafka topic.
+fn kafka_word_count(name: &str, spout: Kafka, split: Split, state: State) -> Topology {
+    Topology::new(name)
+        .new_stream(spout.string("sentence"))
+        .each(["sentence"], split, ["word"])
+        .name("split")
+        .group_by(["word"])
+        .persistent_aggregate(state, Count, ["count"])
+        .name("count")
+        .build()
+}
+
+/// Clicks (a page per record) counted per page; each batch's new counts
+/// go to `sink`.
+fn kafka_sink(name: &str, spout: Kafka, state: State, sink: KafkaSink) -> Topology {
+    Topology::new(name)
+        .new_stream(spout.string("page"))
+        .group_by(["page"])
+        .persistent_aggregate(state, Count, ["count"])
+        .name("count")
+        .new_values_stream()
+        .sink(sink)
+        .name("page-counts")
+        .build()
+}
+
+fn kafka_topologies() -> Vec<Topology> {
+    let events = Topology::new("kafka-events");
+    let stream = events.new_stream(
+        Kafka::transactional("events")
+            .json(["user", "n"])
+            .key_field("key")
+            .partition_field("partition")
+            .offset_field("offset")
+            .timestamp_field("at")
+            .headers_field("headers")
+            .max_per_partition(3),
+    );
+    stream.group_by(["user"]).persistent_aggregate_over(State::transactional("totals"), ["n"], Sum, ["total"]);
+    stream.group_by(["partition"]).persistent_aggregate(State::transactional("per-partition"), Count, ["count"]);
+    stream.persistent_aggregate_over(State::transactional("last-offset"), ["offset"], Max, ["offset"]);
+    stream.persistent_aggregate_over(State::transactional("latest"), ["at"], Max, ["at"]);
+    stream.group_by(["key", "headers"]).persistent_aggregate(State::transactional("keys"), Count, ["count"]);
+    vec![
+        kafka_word_count(
+            "kafka-word-count",
+            Kafka::transactional("corpus"),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        kafka_word_count(
+            "kafka-word-count-opaque",
+            Kafka::opaque("corpus").partitions([0, 1, 2, 3]),
+            Split::default(),
+            State::opaque("counts"),
+        ),
+        // Halts at txid 3 with txids 3 and later recorded: a restart replays them.
+        kafka_word_count(
+            "kafka-fatal-at-3",
+            Kafka::transactional("deletable"),
+            Split { fatal_txid: Some(3), ..Split::default() },
+            State::transactional("counts"),
+        ),
+        // Fails txid 3's first attempt: the opaque spout emits it afresh.
+        kafka_word_count(
+            "kafka-flaky-opaque",
+            Kafka::opaque("corpus"),
+            Split { retry_txid: Some(3), ..Split::default() },
+            State::opaque("counts"),
+        ),
+        kafka_word_count(
+            "kafka-follow",
+            Kafka::transactional("follow"),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        kafka_word_count(
+            "kafka-missing-topic",
+            Kafka::transactional("no-such-topic"),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        kafka_word_count(
+            "kafka-missing-partition",
+            Kafka::transactional("corpus").partitions([0, 9]),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        kafka_word_count(
+            "kafka-poison",
+            Kafka::transactional("poison"),
+            Split::default(),
+            State::transactional("counts"),
+        ),
+        events.build(),
+        kafka_sink(
+            "kafka-sink",
+            Kafka::transactional("clicks"),
+            State::transactional("counts"),
+            KafkaSink::topic("page-counts"),
+        ),
+        kafka_sink(
+            "kafka-sink-opaque",
+            Kafka::opaque("clicks"),
+            State::opaque("counts"),
+            KafkaSink::topic("page-counts"),
+        ),
+    ]
+}
+
 fn topologies() -> Vec<Topology> {
     let mut topologies = vec![
         word_count("word-count-opaque", Split::default(), State::opaque("counts"), Count),
@@ -377,6 +487,7 @@ fn topologies() -> Vec<Topology> {
             .build(),
     ];
     topologies.extend(jetstream_topologies());
+    topologies.extend(kafka_topologies());
     topologies
 }
 

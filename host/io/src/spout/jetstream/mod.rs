@@ -20,7 +20,7 @@
 mod meta;
 mod pull;
 mod reader;
-mod tuples;
+pub(crate) mod tuples;
 
 use super::contract::{Emitted, Spout};
 use crate::nats::{Nats, NatsConfig, subject};
