@@ -286,11 +286,9 @@ impl Publisher {
                             starts again";
                 if give_up {
                     let tried = match refusals {
-                        0 => format!(
-                            " (tried for {} ms, {flag} {})",
-                            since.elapsed().as_millis(),
-                            retry_for.as_millis()
-                        ),
+                        0 => {
+                            format!(" (tried for {} ms, {flag} {})", since.elapsed().as_millis(), retry_for.as_millis())
+                        }
                         _ => String::new(),
                     };
                     bail!("topology {} halted: {error:#}{tried}; {kept}", self.topology);
