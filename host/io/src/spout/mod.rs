@@ -1,6 +1,7 @@
 //! Spouts: where a topology's batches come from, and what each kind promises
 //! when a batch is replayed (Trident's spout kinds).
 
+mod backlog;
 mod contract;
 mod directory;
 mod file_lines;

@@ -22,11 +22,12 @@ mod pull;
 mod reader;
 pub(crate) mod tuples;
 
+use super::backlog::Backlog;
 use super::contract::{Emitted, Spout};
 use crate::nats::{Nats, NatsConfig, subject};
 use anyhow::{Context, Result, bail};
 use reader::{Failure, Read, Reader};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use weir_config::backoff::RECONNECT;
 use weir_config::{MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS};
@@ -247,13 +248,8 @@ pub struct JetStreamSpout {
     lost_since: Option<Instant>,
     /// After an emission that found nothing: what to wait for.
     caught_up: Option<CaughtUp>,
-    /// Per partition, messages left after the last emission.
-    pending: BTreeMap<String, u64>,
-    /// Emitted batches not yet known committed: metadata and messages per
-    /// partition.
-    uncommitted: VecDeque<(Vec<u8>, BTreeMap<String, u64>)>,
-    /// Per partition, messages not yet committed, as of the last `lag`.
-    lag: BTreeMap<String, u64>,
+    /// What is not yet committed, by subject.
+    backlog: Backlog<String>,
 }
 
 impl JetStreamSpout {
@@ -276,9 +272,7 @@ impl JetStreamSpout {
             retry_for: nats.retry_for,
             lost_since: None,
             caught_up: None,
-            pending: BTreeMap::new(),
-            uncommitted: VecDeque::new(),
-            lag: BTreeMap::new(),
+            backlog: Backlog::default(),
         };
         spout.retrying(None, |runtime, reader| runtime.block_on(reader.prepare())).with_context(doing)?;
         Ok(spout)
@@ -356,14 +350,6 @@ impl JetStreamSpout {
         });
         self.ahead = Some(Ahead { after, task });
     }
-
-    /// Notes an emitted batch for `lag`: the batches emitted after
-    /// `previous` before are abandoned (an opaque replay emits anew).
-    fn note_emitted(&mut self, previous: Option<&[u8]>, meta: &[u8], positions: &[meta::Position]) {
-        let keep = previous.and_then(|p| self.uncommitted.iter().position(|(m, _)| m == p)).map_or(0, |i| i + 1);
-        self.uncommitted.truncate(keep);
-        self.uncommitted.push_back((meta.to_vec(), per_partition(positions)));
-    }
 }
 
 /// The messages a batch took from each partition.
@@ -435,14 +421,13 @@ impl Spout for JetStreamSpout {
             Read::Empty { last } => {
                 self.caught_up =
                     Some(CaughtUp { from: last + 1, previous: previous.map(<[u8]>::to_vec), quiet: false });
-                self.pending.values_mut().for_each(|n| *n = 0);
+                self.backlog.caught_up();
                 Ok(None)
             }
             Read::Batch { positions, batch, pending } => {
                 self.caught_up = None;
-                self.pending = pending;
                 let meta = meta::encode(&positions);
-                self.note_emitted(previous, &meta, &positions);
+                self.backlog.emitted(previous, &meta, per_partition(&positions), pending);
                 self.read_ahead(meta.clone(), positions);
                 Ok(Some(Emitted { meta, batch }))
             }
@@ -458,31 +443,16 @@ impl Spout for JetStreamSpout {
                     self.topology
                 )
             })?;
-        if !self.uncommitted.iter().any(|(m, _)| m == meta) {
-            self.uncommitted.push_back((meta.to_vec(), per_partition(&positions)));
-        }
+        self.backlog.replayed(meta, per_partition(&positions));
         Ok(batch)
     }
 
     fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
-        if let Some(committed) = committed
-            && let Some(i) = self.uncommitted.iter().position(|(m, _)| m == committed)
-        {
-            self.uncommitted.drain(..=i);
-        }
-        let mut lag = self.pending.clone();
-        for (_, batch) in &self.uncommitted {
-            for (partition, n) in batch {
-                *lag.entry(partition.clone()).or_default() += n;
-            }
-        }
-        let total = lag.values().sum();
-        self.lag = lag;
-        Some(total)
+        Some(self.backlog.lag(committed))
     }
 
     fn partition_lag(&self) -> BTreeMap<String, u64> {
-        self.lag.clone()
+        self.backlog.by_partition().clone()
     }
 
     fn wait_for_input(&mut self, timeout: Duration) {

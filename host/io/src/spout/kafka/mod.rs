@@ -19,6 +19,7 @@
 mod meta;
 mod records;
 
+use super::backlog::Backlog;
 use super::contract::{Emitted, Spout, Unreadable};
 use crate::kafka::{Failure, Kafka, KafkaConfig, protocol_error};
 use anyhow::{Context, Result, anyhow, bail};
@@ -27,7 +28,7 @@ use records::RecordShape;
 use rskafka::client::error::{Error as ClientError, ProtocolError};
 use rskafka::client::partition::{OffsetAt, PartitionClient};
 use rskafka::record::RecordAndOffset;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_config::MAX_JETSTREAM_BATCH_MESSAGES;
@@ -126,13 +127,8 @@ pub struct KafkaSpout {
     /// Since when the brokers have been out of reach.
     lost_since: Option<Instant>,
     caught_up: Option<CaughtUp>,
-    /// Per partition, records left after the last emission.
-    pending: BTreeMap<i32, u64>,
-    /// Emitted batches not yet known committed: metadata and records per
-    /// partition.
-    uncommitted: VecDeque<(Vec<u8>, BTreeMap<i32, u64>)>,
-    /// Per partition, records not yet committed, as of the last `lag`.
-    lag: BTreeMap<String, u64>,
+    /// What is not yet committed, by partition.
+    backlog: Backlog<i32>,
 }
 
 impl KafkaSpout {
@@ -158,9 +154,7 @@ impl KafkaSpout {
             retry_for: config.retry_for,
             lost_since: None,
             caught_up: None,
-            pending: BTreeMap::new(),
-            uncommitted: VecDeque::new(),
-            lag: BTreeMap::new(),
+            backlog: Backlog::default(),
         };
         spout.retrying(|spout| spout.list_partitions(true)).with_context(doing)?;
         Ok(spout)
@@ -400,13 +394,6 @@ impl KafkaSpout {
         }
         Failure::of(error, format!("{doing} partition {partition} of Kafka topic {}", self.topic))
     }
-
-    /// Notes an emitted batch for `lag`.
-    fn note_emitted(&mut self, previous: Option<&[u8]>, meta: &[u8], positions: &[Position]) {
-        let keep = previous.and_then(|p| self.uncommitted.iter().position(|(m, _)| m == p)).map_or(0, |i| i + 1);
-        self.uncommitted.truncate(keep);
-        self.uncommitted.push_back((meta.to_vec(), per_partition(positions)));
-    }
 }
 
 /// How long one request to a broker may take before the connection is
@@ -494,14 +481,13 @@ impl Spout for KafkaSpout {
         match read {
             Read::Empty { next } => {
                 self.caught_up = Some(CaughtUp { next, previous: previous.map(<[u8]>::to_vec), quiet: false });
-                self.pending.values_mut().for_each(|n| *n = 0);
+                self.backlog.caught_up();
                 Ok(None)
             }
             Read::Batch { positions, batch, pending } => {
                 self.caught_up = None;
-                self.pending = pending;
                 let meta = meta::encode(&positions);
-                self.note_emitted(previous, &meta, &positions);
+                self.backlog.emitted(previous, &meta, per_partition(&positions), pending);
                 Ok(Some(Emitted { meta, batch }))
             }
         }
@@ -515,31 +501,16 @@ impl Spout for KafkaSpout {
                 self.topology
             )
         })?;
-        if !self.uncommitted.iter().any(|(m, _)| m == meta) {
-            self.uncommitted.push_back((meta.to_vec(), per_partition(&positions)));
-        }
+        self.backlog.replayed(meta, per_partition(&positions));
         Ok(batch)
     }
 
     fn lag(&mut self, committed: Option<&[u8]>) -> Option<u64> {
-        if let Some(committed) = committed
-            && let Some(i) = self.uncommitted.iter().position(|(m, _)| m == committed)
-        {
-            self.uncommitted.drain(..=i);
-        }
-        let mut lag = self.pending.clone();
-        for (_, batch) in &self.uncommitted {
-            for (partition, n) in batch {
-                *lag.entry(*partition).or_default() += n;
-            }
-        }
-        let total = lag.values().sum();
-        self.lag = lag.into_iter().map(|(p, n)| (format!("{}-{p}", self.topic), n)).collect();
-        Some(total)
+        Some(self.backlog.lag(committed))
     }
 
     fn partition_lag(&self) -> BTreeMap<String, u64> {
-        self.lag.clone()
+        self.backlog.by_partition().iter().map(|(p, n)| (format!("{}-{p}", self.topic), *n)).collect()
     }
 
     fn wait_for_input(&mut self, timeout: Duration) {
