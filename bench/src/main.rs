@@ -10,6 +10,7 @@
 mod batch_sizes;
 mod cluster;
 mod jetstream;
+mod kafka;
 mod latency;
 mod limit;
 mod references;
@@ -41,6 +42,8 @@ fn repo() -> PathBuf {
 struct Measured {
     wall: Duration,
     peak_rss_kib: u64,
+    /// CPU seconds the process used, user and system.
+    cpu_s: f64,
     report: Json,
 }
 
@@ -64,7 +67,9 @@ fn measure(mut command: Command, report: &Path) -> Result<Measured> {
     // weir's own figure: `ru_maxrss` also counts this process's memory at
     // the fork, which the counts checks grow.
     let peak_rss_kib = report[0]["process_peak_rss_kib"].as_u64().unwrap_or(usage.ru_maxrss as u64);
-    Ok(Measured { wall, peak_rss_kib, report: report[0].clone() })
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let cpu_s = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+    Ok(Measured { wall, peak_rss_kib, cpu_s, report: report[0].clone() })
 }
 
 struct Bench {
@@ -225,6 +230,7 @@ enum Only {
     Windows,
     Cluster,
     References,
+    Kafka,
 }
 
 /// `quota`: the CPUs each weir process of the cluster rows is held to.
@@ -266,7 +272,15 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only, quota: f64) -> R
             Ok(text) => serde_json::from_str(&text)?,
             Err(_) => json!({}),
         };
-        if only == Only::References {
+        if only == Only::Kafka {
+            let kafka_wasm = kafka::wasm(&root);
+            if !kafka_wasm.exists() {
+                bail!("{} is missing: run scripts/bench, which builds it", kafka_wasm.display());
+            }
+            let (rows, figures) = kafka::rows(&bench, &kafka_wasm, sentences, runs)?;
+            kafka::print(sentences, runs, &rows, &figures);
+            results["kafka"] = json!({ "sentences": sentences, "runs": runs, "figures": figures });
+        } else if only == Only::References {
             if !jetstream_wasm.exists() {
                 bail!("{} is missing: run scripts/bench, which builds it", jetstream_wasm.display());
             }
@@ -562,6 +576,7 @@ fn main() -> Result<()> {
         Some("latency") => return latency::command(&args[1..]),
         Some("memory") => return references::memory(&args[1..]),
         Some("drain") => return references::drain(&args[1..]),
+        Some("kafka-drain") => return kafka::drain(&args[1..]),
         _ => {}
     }
     let value = |name: &str, default: &str| -> String {
@@ -570,7 +585,9 @@ fn main() -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
             "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages] \
-             [--jetstream] [--windows] [--cluster [--quota CPUS (0.4)]] [--references]\n\
+             [--jetstream] [--windows] [--cluster [--quota CPUS (0.4)]] [--references] [--kafka]\n\
+             --kafka: only word count from a local Kafka topic (a tansu broker started here) beside a raw rskafka \
+             drain of it, 3 runs by default, into FILE's results\n\
              --references: only Weir beside its references (the limit program alone and with group commit, an \
              in-memory count on one and two threads, a raw JetStream drain) and the targets, into FILE's results\n\
              --languages: only word count per guest language (Rust, Python, JavaScript), into FILE's results\n\
@@ -587,7 +604,7 @@ fn main() -> Result<()> {
         bail!("--sentences must be more than {SMALL}: steady words/s subtracts a {SMALL}-sentence run");
     }
     // The cluster rows run four configurations a round: three rounds keep them to a few minutes.
-    let default_runs = if args.iter().any(|a| a == "--cluster") { "3" } else { "5" };
+    let default_runs = if args.iter().any(|a| a == "--cluster" || a == "--kafka") { "3" } else { "5" };
     let runs: usize = value("--runs", default_runs).parse().context("--runs")?;
     let out = PathBuf::from(value("--out", &repo().join("bench/results.json").display().to_string()));
     let only = if args.iter().any(|a| a == "--languages") {
@@ -600,6 +617,8 @@ fn main() -> Result<()> {
         Only::Cluster
     } else if args.iter().any(|a| a == "--references") {
         Only::References
+    } else if args.iter().any(|a| a == "--kafka") {
+        Only::Kafka
     } else {
         Only::Everything
     };
