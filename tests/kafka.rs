@@ -434,3 +434,51 @@ fn a_served_topology_follows_the_topic_as_it_grows_and_its_lag_returns_to_zero()
     assert!(metrics.contains(partition), "{metrics}");
     assert_counts_eq(&server.counts("kafka-follow"), &count_words(&lines));
 }
+
+#[test]
+fn the_benchmarks_kafka_word_count_example_is_exact() {
+    word_count_is_exact(WORD_COUNT_KAFKA, "word-count", "2500");
+}
+
+#[test]
+fn the_clickstream_kafka_example_counts_pages_and_users_and_writes_each_batch_once() {
+    let mut rng = Lcg(11);
+    let clicks: Vec<(String, String)> =
+        (0..400).map(|_| (format!("u{}", rng.below(25)), format!("/page/{}", rng.below(30)))).collect();
+    let lines: Vec<String> =
+        clicks.iter().map(|(user, page)| serde_json::json!({ "user": user, "page": page }).to_string()).collect();
+    let broker = KafkaBroker::start();
+    broker.create_topic("clicks", 3);
+    broker.produce_lines("clicks", 3, &lines);
+    broker.create_topic("page-counts", 4);
+    let (_dir, data) = data_dir();
+    let bootstrap = broker.bootstrap();
+    let args =
+        run_topology_args(CLICKSTREAM_KAFKA, "clickstream", &data, &["--kafka", &bootstrap, "--batch-size", "40"]);
+    weir_ok(&args);
+    let pages: Vec<String> = clicks.iter().map(|(_, page)| page.clone()).collect();
+    let users: Vec<String> = clicks.iter().map(|(user, _)| user.clone()).collect();
+    let state = |name| -> BTreeMap<String, i64> {
+        scan(&data, "clickstream", name)
+            .into_iter()
+            .map(|entry| (entry["key"][0].as_str().unwrap().to_owned(), entry["value"].as_i64().unwrap()))
+            .collect()
+    };
+    assert_counts_eq(&state("per-page"), &truth(&pages));
+    assert_counts_eq(&state("per-user"), &truth(&users));
+    // Each page's last count written to the sink is its final count, and
+    // no batch's record is written twice.
+    let written = written(&broker, "page-counts");
+    let mut ids = BTreeSet::new();
+    let mut last: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    for record in &written {
+        assert!(ids.insert((record.txid, record.n)), "txid {} record {} written twice", record.txid, record.n);
+        let json: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+        let page = json["page"].as_str().unwrap().to_owned();
+        let update = (record.txid, json["count"].as_i64().unwrap());
+        let entry = last.entry(page).or_insert(update);
+        *entry = (*entry).max(update);
+    }
+    let seen: BTreeMap<String, i64> = last.into_iter().map(|(page, (_, count))| (page, count)).collect();
+    assert_counts_eq(&seen, &truth(&pages));
+}
