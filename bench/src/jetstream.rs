@@ -30,14 +30,19 @@ impl Drop for NatsServer {
     }
 }
 
-/// The `nats-server` binary: `WEIR_NATS_SERVER`, the PATH, or Debian's.
+/// The `nats-server` binary: `WEIR_NATS_SERVER`, the release
+/// `scripts/ensure-services` installs (2.15.1, the one the tests run), the
+/// PATH, or Debian's.
 fn binary() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("WEIR_NATS_SERVER") {
         return Ok(PathBuf::from(path));
     }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let tools = std::env::var_os("WEIR_TOOLS_DIR").map_or_else(|| home.join(".local/share/weir-tools"), PathBuf::from);
     let paths = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&paths)
-        .map(|p| p.join("nats-server"))
+    [tools.join("nats-server-2.15.1/bin/nats-server")]
+        .into_iter()
+        .chain(std::env::split_paths(&paths).map(|p| p.join("nats-server")))
         .chain([PathBuf::from("/usr/sbin/nats-server")])
         .find(|p| p.is_file())
         .context("nats-server is not installed (scripts/ensure-services installs it), or set WEIR_NATS_SERVER")

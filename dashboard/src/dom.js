@@ -61,6 +61,17 @@ export function figure(value, digits = 1) {
   });
 }
 
+const COMPACT = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 });
+
+/**
+ * A figure short enough for a graph node's line: whole below 10,000, else
+ * compact (12.3K, 4.5M); the exact figure stays in the node's data.
+ */
+export function shortFigure(value) {
+  if (typeof value !== 'number' || Math.abs(value) < 10000) return figure(value, 0);
+  return COMPACT.format(value);
+}
+
 /** Printable text: no control characters but tabs and line ends. */
 const PRINTABLE = /^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]*$/;
 

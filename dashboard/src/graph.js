@@ -6,7 +6,7 @@
 // keyboard. The graph fits its panel, or shows at full size, panned by
 // scrolling its panel.
 
-import { el, figure, href, svg } from './dom.js';
+import { el, figure, href, shortFigure, svg } from './dom.js';
 
 const W = 190;
 const H = 102;
@@ -275,8 +275,8 @@ export class Graph {
         const open = status.open_windows?.[id];
         node.dataset.late = late;
         node.dataset.open = open ?? '';
-        const opened = open === undefined ? '' : ` · ${figure(open)} open`;
-        text.textContent = `in ${figure(rate?.in_per_s ?? 0, 0)}/s${opened} · late ${figure(late)}`;
+        const opened = open === undefined ? '' : ` · ${shortFigure(open)} open`;
+        text.textContent = `in ${shortFigure(rate?.in_per_s ?? 0)}/s${opened} · late ${shortFigure(late)}`;
         continue;
       }
       if (!totals) {
@@ -287,7 +287,7 @@ export class Graph {
       node.dataset.tuplesOut = totals.tuples_out;
       node.dataset.inPerS = rate?.in_per_s ?? '';
       node.dataset.outPerS = rate?.out_per_s ?? '';
-      const perS = (v) => (v === undefined || v === null ? '–' : figure(v, 0));
+      const perS = (v) => (v === undefined || v === null ? '–' : shortFigure(v));
       // Nodes of the commit phase write state: their output is not counted.
       const writesState = totals.tuples_out === 0 && totals.tuples_in > 0;
       // A spout takes in nothing: what it emits is its batches' tuples.
@@ -305,7 +305,7 @@ export class Graph {
     // Each edge out of an operator carries what it gives out.
     for (const { from, label } of this.edgeLabels) {
       const out = history?.operators?.[from]?.out_per_s;
-      label.textContent = out === undefined || out === null ? '' : `${figure(out, 0)}/s`;
+      label.textContent = out === undefined || out === null ? '' : `${shortFigure(out)}/s`;
     }
     const batches = status.batches || 0;
     for (const [id, text] of this.times) {

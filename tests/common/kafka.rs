@@ -30,10 +30,7 @@ pub fn tansu_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("WEIR_TANSU") {
         return PathBuf::from(path);
     }
-    let tools = std::env::var_os("WEIR_TOOLS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/weir-tools")
-    });
-    let installed = tools.join("bin/tansu");
+    let installed = super::tools_dir().join("bin/tansu");
     if installed.is_file() {
         return installed;
     }

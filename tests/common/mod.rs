@@ -62,6 +62,15 @@ pub struct Bounded {
     pub peak_rss_kib: u64,
 }
 
+/// `scripts/ensure-services`' tools dir, where it installs the services that
+/// do not come from Debian: `WEIR_TOOLS_DIR`, by default
+/// `~/.local/share/weir-tools`.
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("WEIR_TOOLS_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/weir-tools")
+    })
+}
+
 /// The binary of service `name`: where the environment variable `var`
 /// says, else on the PATH, else at `fallback` if it is there.
 pub fn service_binary(var: &str, name: &str, fallback: Option<&str>, package: &str) -> PathBuf {

@@ -50,8 +50,7 @@ impl NatsServer {
     fn launch(&mut self) {
         let port = if self.port == 0 { "-1".to_owned() } else { self.port.to_string() };
         let store = self.dir.path().join("store");
-        // On the PATH, or where Debian puts it.
-        let binary = service_binary("WEIR_NATS_SERVER", "nats-server", Some("/usr/sbin/nats-server"), "nats-server");
+        let binary = nats_server_binary();
         let mut command = Command::new(binary);
         command
             .args(["-js", "-sd"])
@@ -272,4 +271,15 @@ pub fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The nats-server the tests run: `WEIR_NATS_SERVER`, else the release
+/// `scripts/ensure-services` installs into its tools dir (2.15.1), else one on
+/// the PATH or where Debian puts it.
+pub fn nats_server_binary() -> PathBuf {
+    let installed = super::tools_dir().join("nats-server-2.15.1/bin/nats-server");
+    if std::env::var_os("WEIR_NATS_SERVER").is_none() && installed.is_file() {
+        return installed;
+    }
+    service_binary("WEIR_NATS_SERVER", "nats-server", Some("/usr/sbin/nats-server"), "nats-server")
 }
