@@ -1,7 +1,9 @@
 //! The topologies several examples share: each example names its spout
-//! (and sink), and builds the topology here over it. A component exports
-//! its own crate's topologies, so this crate exports none.
+//! (and sink), and builds the topology here over it; and how the examples'
+//! batch spouts number their batches. A component exports its own crate's
+//! topologies, so this crate exports none.
 
+use std::ops::Range;
 use weir_sdk::builder::{Sink, Spout};
 use weir_sdk::prelude::*;
 
@@ -54,4 +56,25 @@ pub fn clickstream(clicks: impl Spout, page_counts: impl Sink) -> Topology {
             .project(["count"]);
     }
     topology.build()
+}
+
+/// The items batch `txid` holds when batch n holds the n-th run of
+/// `per_batch` of `total` items (the last run may be shorter): fixed, since
+/// a replay must emit the same batch; `None` past the last.
+pub fn batch_range(txid: u64, per_batch: u64, total: u64) -> Option<Range<u64>> {
+    let start = txid.saturating_sub(1).saturating_mul(per_batch);
+    (start < total).then(|| start..start.saturating_add(per_batch).min(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_range;
+
+    #[test]
+    fn batches_cover_the_items_once_in_order_and_end_after_the_last() {
+        assert_eq!(batch_range(1, 100, 250), Some(0..100));
+        assert_eq!(batch_range(3, 100, 250), Some(200..250));
+        assert_eq!(batch_range(4, 100, 250), None);
+        assert_eq!(batch_range(u64::MAX, 100, 250), None);
+    }
 }
