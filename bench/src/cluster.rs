@@ -460,12 +460,7 @@ fn run_once(setup: &Setup, hosts: usize) -> Result<Run> {
             nats: nats_traffic(nats)?,
             etcd: etcd.as_ref().map(etcd_counts).transpose()?.unwrap_or_default(),
         };
-        Ok(Reading {
-            at: Instant::now(),
-            usage,
-            sentences,
-            txid,
-        })
+        Ok(Reading { at: Instant::now(), usage, sentences, txid })
     };
     let started = Instant::now();
     let mut answer = ureq::post(format!("{}/v1/topologies", servers[0].url))
