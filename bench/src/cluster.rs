@@ -15,13 +15,14 @@
 //! come from nats-server's `/varz` and etcd's `/metrics`.
 
 use super::jetstream::NatsServer;
+use super::owned::Owned;
 use super::{Bench, check_counts};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Messages of the stream in one batch, in every row.
@@ -149,15 +150,15 @@ fn throttling(group: &Path) -> (u64, u64) {
 /// A process of the benchmark's own, reached at `url`: an etcd, or a
 /// `weir serve` under the quota. Killed when dropped, its cgroup removed.
 struct Process {
-    child: Child,
+    child: Owned,
     url: String,
     cgroup: Option<PathBuf>,
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The cgroup can be removed once its process is gone.
+        self.child.stop();
         if let Some(group) = &self.cgroup {
             let _ = std::fs::remove_dir(group);
         }
@@ -182,7 +183,7 @@ impl Process {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("starting etcd (scripts/ensure-services installs it)")?;
-        let etcd = Process { child, url, cgroup: None };
+        let etcd = Process { child: Owned::new(child), url, cgroup: None };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !std::fs::read_to_string(&log).unwrap_or_default().contains("ready to serve client requests") {
             if Instant::now() > deadline {
@@ -217,7 +218,7 @@ impl Process {
             }
         };
         let stdout = child.stdout.take().context("stdout")?;
-        let mut host = Process { url: String::new(), child, cgroup };
+        let mut host = Process { url: String::new(), child: Owned::new(child), cgroup };
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line)?;
         let address = line.trim().strip_prefix("listening on ").context("weir serve did not say where it listens")?;
