@@ -15,13 +15,14 @@
 //! come from nats-server's `/varz` and etcd's `/metrics`.
 
 use super::jetstream::NatsServer;
+use super::owned::Owned;
 use super::{Bench, check_counts};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Messages of the stream in one batch, in every row.
@@ -149,15 +150,15 @@ fn throttling(group: &Path) -> (u64, u64) {
 /// A process of the benchmark's own, reached at `url`: an etcd, or a
 /// `weir serve` under the quota. Killed when dropped, its cgroup removed.
 struct Process {
-    child: Child,
+    child: Owned,
     url: String,
     cgroup: Option<PathBuf>,
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The cgroup can be removed once its process is gone.
+        self.child.stop();
         if let Some(group) = &self.cgroup {
             let _ = std::fs::remove_dir(group);
         }
@@ -182,7 +183,7 @@ impl Process {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("starting etcd (scripts/ensure-services installs it)")?;
-        let etcd = Process { child, url, cgroup: None };
+        let etcd = Process { child: Owned::new(child), url, cgroup: None };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !std::fs::read_to_string(&log).unwrap_or_default().contains("ready to serve client requests") {
             if Instant::now() > deadline {
@@ -217,7 +218,7 @@ impl Process {
             }
         };
         let stdout = child.stdout.take().context("stdout")?;
-        let mut host = Process { url: String::new(), child, cgroup };
+        let mut host = Process { url: String::new(), child: Owned::new(child), cgroup };
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line)?;
         let address = line.trim().strip_prefix("listening on ").context("weir serve did not say where it listens")?;
@@ -290,18 +291,43 @@ fn etcd_counts(etcd: &Process) -> Result<[f64; 2]> {
     Ok([metric("etcd_server_proposals_committed_total"), metric("etcd_mvcc_range_total")])
 }
 
-/// What a run's processes had used and sent at a moment.
-struct Reading {
-    at: Instant,
+/// What a run's processes had used and sent: since their start at a
+/// reading, over the steady part in a run's figures.
+#[derive(Debug, Clone)]
+struct Usage {
     /// Each weir process's CPU seconds.
     hosts: Vec<f64>,
-    /// Each weir process's seconds runnable and waiting for a core, then
-    /// nats-server's.
+    /// Each weir process's, then nats-server's, seconds waiting for a core
+    /// while runnable.
     waits: Vec<f64>,
     nats_cpu: f64,
     etcd_cpu: f64,
+    /// nats-server's messages in and out, bytes in and out.
     nats: [f64; 4],
+    /// etcd's committed proposals and range reads.
     etcd: [f64; 2],
+}
+
+impl Usage {
+    /// What was used from `earlier` to this reading.
+    fn since(&self, earlier: &Usage) -> Usage {
+        let minus = |now: &[f64], then: &[f64]| now.iter().zip(then).map(|(n, t)| n - t).collect::<Vec<_>>();
+        Usage {
+            hosts: minus(&self.hosts, &earlier.hosts),
+            waits: minus(&self.waits, &earlier.waits),
+            nats_cpu: self.nats_cpu - earlier.nats_cpu,
+            etcd_cpu: self.etcd_cpu - earlier.etcd_cpu,
+            nats: std::array::from_fn(|i| self.nats[i] - earlier.nats[i]),
+            etcd: std::array::from_fn(|i| self.etcd[i] - earlier.etcd[i]),
+        }
+    }
+}
+
+/// What a run's processes had used and sent, and how far it had got, at a
+/// moment.
+struct Reading {
+    at: Instant,
+    usage: Usage,
     sentences: u64,
     txid: u64,
 }
@@ -315,17 +341,8 @@ struct Run {
     steady_sentences: u64,
     /// Batches committed in the steady part.
     steady_batches: u64,
-    /// Each weir process's CPU seconds, steady.
-    hosts_cpu: Vec<f64>,
-    /// Each weir process's, then nats-server's, seconds waiting for a core
-    /// while runnable, steady.
-    waits: Vec<f64>,
-    nats_cpu: f64,
-    etcd_cpu: f64,
-    /// nats-server's messages in and out, bytes in and out, steady.
-    nats: [f64; 4],
-    /// etcd's committed proposals and range reads, steady.
-    etcd: [f64; 2],
+    /// What the processes used over the steady part.
+    steady: Usage,
     /// The changelog's messages and bytes over the whole run (a cluster's).
     changelog: (f64, f64),
     /// Periods the hosts' cgroups ran in, and were throttled in.
@@ -347,11 +364,11 @@ impl Run {
     }
 
     fn weir_cpu(&self) -> f64 {
-        self.hosts_cpu.iter().sum()
+        self.steady.hosts.iter().sum()
     }
 
     fn all_cpu(&self) -> f64 {
-        self.weir_cpu() + self.nats_cpu + self.etcd_cpu
+        self.weir_cpu() + self.steady.nats_cpu + self.steady.etcd_cpu
     }
 }
 
@@ -436,17 +453,15 @@ fn run_once(setup: &Setup, hosts: usize) -> Result<Run> {
                 (status["tuples"].as_u64().unwrap_or(0), status["batches"].as_u64().unwrap_or(0))
             }
         };
-        Ok(Reading {
-            at: Instant::now(),
+        let usage = Usage {
             hosts: servers.iter().map(|host| cpu_seconds(host.child.id())).collect::<Result<_>>()?,
             waits: servers.iter().map(|host| host.child.id()).chain([nats.pid()]).map(run_delay).collect(),
             nats_cpu: cpu_seconds(nats.pid())?,
             etcd_cpu: etcd_pid.map(cpu_seconds).transpose()?.unwrap_or(0.0),
             nats: nats_traffic(nats)?,
             etcd: etcd.as_ref().map(etcd_counts).transpose()?.unwrap_or_default(),
-            sentences,
-            txid,
-        })
+        };
+        Ok(Reading { at: Instant::now(), usage, sentences, txid })
     };
     let started = Instant::now();
     let mut answer = ureq::post(format!("{}/v1/topologies", servers[0].url))
@@ -459,12 +474,12 @@ fn run_once(setup: &Setup, hosts: usize) -> Result<Run> {
     // counts every sentence. A cluster's starts at its first commit, past
     // the hosts' start (fencing and restoring slots, the assignment).
     let deployed_at = read(&servers)?;
-    let started_reading = |now: &Reading| now.nats[1] - deployed_at.nats[1] > 100.0;
+    let started_reading = |now: &Reading| now.usage.nats[1] - deployed_at.usage.nats[1] > 100.0;
     let mut first: Option<Reading> = None;
     let last = loop {
         let now = read(&servers)?;
         if std::env::var_os("WEIR_BENCH_TRACE").is_some() {
-            eprintln!("  {:?}: {} sentences, {:?} CPU s", now.at - started, now.sentences, now.hosts);
+            eprintln!("  {:?}: {} sentences, {:?} CPU s", now.at - started, now.sentences, now.usage.hosts);
         }
         if now.sentences >= sentences {
             break now;
@@ -505,18 +520,12 @@ fn run_once(setup: &Setup, hosts: usize) -> Result<Run> {
         // sequence counts every message written, at the kept ones' mean size.
         .map(|(_, messages, bytes, last)| (last, if messages > 0.0 { bytes / messages * last } else { 0.0 }))
         .fold((0.0, 0.0), |(m, b), (messages, bytes)| (m + messages, b + bytes));
-    let difference = |a: [f64; 4], b: [f64; 4]| [0, 1, 2, 3].map(|i| a[i] - b[i]);
     Ok(Run {
         wall: last.at - started,
         steady_wall: last.at - first.at,
         steady_sentences: last.sentences - first.sentences,
         steady_batches: last.txid - first.txid,
-        hosts_cpu: last.hosts.iter().zip(&first.hosts).map(|(l, f)| l - f).collect(),
-        waits: last.waits.iter().zip(&first.waits).map(|(l, f)| l - f).collect(),
-        nats_cpu: last.nats_cpu - first.nats_cpu,
-        etcd_cpu: last.etcd_cpu - first.etcd_cpu,
-        nats: difference(last.nats, first.nats),
-        etcd: [last.etcd[0] - first.etcd[0], last.etcd[1] - first.etcd[1]],
+        steady: last.usage.since(&first.usage),
         changelog,
         throttled,
         replays,
@@ -593,17 +602,17 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize, cpu: f64) -
         let all_rates: Vec<f64> = runs.iter().map(Run::rate).collect();
         let run = median(runs).clone();
         let shares: Vec<String> =
-            run.hosts_cpu.iter().map(|c| format!("{:.2}", c / run.steady_wall.as_secs_f64())).collect();
+            run.steady.hosts.iter().map(|c| format!("{:.2}", c / run.steady_wall.as_secs_f64())).collect();
         let waiting: Vec<String> =
-            run.waits.iter().map(|w| format!("{:.2}", w / run.steady_wall.as_secs_f64())).collect();
+            run.steady.waits.iter().map(|w| format!("{:.2}", w / run.steady_wall.as_secs_f64())).collect();
         lines.push(format!(
             "| {name} | {:.2} | {:.2} M | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} |",
             run.wall.as_secs_f64(),
             run.rate() / 1e6,
             run.per_million(run.all_cpu()),
             run.per_million(run.weir_cpu()),
-            run.per_million(run.nats_cpu),
-            run.per_million(run.etcd_cpu),
+            run.per_million(run.steady.nats_cpu),
+            run.per_million(run.steady.etcd_cpu),
             shares.join(" / "),
             waiting.join(" / ")
         ));
@@ -618,18 +627,18 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize, cpu: f64) -
                 "steady_words_per_s_every_round": all_rates,
                 "cpu_s_per_million_words": run.per_million(run.all_cpu()),
                 "weir_cpu_s_per_million_words": run.per_million(run.weir_cpu()),
-                "each_weir_cpu_s_per_million_words": run.hosts_cpu.iter().map(|c| run.per_million(*c)).collect::<Vec<_>>(),
-                "each_weir_cpu_share_of_wall": run.hosts_cpu.iter().map(|c| c / run.steady_wall.as_secs_f64()).collect::<Vec<_>>(),
-                "each_weir_then_nats_thread_seconds_waiting_a_second": run.waits.iter().map(|w| w / run.steady_wall.as_secs_f64()).collect::<Vec<_>>(),
-                "nats_cpu_s_per_million_words": run.per_million(run.nats_cpu),
-                "etcd_cpu_s_per_million_words": run.per_million(run.etcd_cpu),
+                "each_weir_cpu_s_per_million_words": run.steady.hosts.iter().map(|c| run.per_million(*c)).collect::<Vec<_>>(),
+                "each_weir_cpu_share_of_wall": run.steady.hosts.iter().map(|c| c / run.steady_wall.as_secs_f64()).collect::<Vec<_>>(),
+                "each_weir_then_nats_thread_seconds_waiting_a_second": run.steady.waits.iter().map(|w| w / run.steady_wall.as_secs_f64()).collect::<Vec<_>>(),
+                "nats_cpu_s_per_million_words": run.per_million(run.steady.nats_cpu),
+                "etcd_cpu_s_per_million_words": run.per_million(run.steady.etcd_cpu),
                 "steady_batches": run.steady_batches,
-                "nats_msgs_in_per_batch": run.nats[0] / batches,
-                "nats_msgs_out_per_batch": run.nats[1] / batches,
-                "nats_kib_in_per_batch": run.nats[2] / batches / 1024.0,
-                "nats_kib_out_per_batch": run.nats[3] / batches / 1024.0,
-                "etcd_writes_per_batch": run.etcd[0] / batches,
-                "etcd_reads_per_batch": run.etcd[1] / batches,
+                "nats_msgs_in_per_batch": run.steady.nats[0] / batches,
+                "nats_msgs_out_per_batch": run.steady.nats[1] / batches,
+                "nats_kib_in_per_batch": run.steady.nats[2] / batches / 1024.0,
+                "nats_kib_out_per_batch": run.steady.nats[3] / batches / 1024.0,
+                "etcd_writes_per_batch": run.steady.etcd[0] / batches,
+                "etcd_reads_per_batch": run.steady.etcd[1] / batches,
                 "changelog_messages": run.changelog.0,
                 "changelog_bytes": run.changelog.1,
                 "quota_periods": run.throttled.0,
@@ -651,12 +660,12 @@ pub fn rows(bench: &Bench, wasm: &Path, sentences: u64, runs: usize, cpu: f64) -
         lines.push(format!(
             "| {name} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.1} / {:.1} | {:.0} / {:.0} | {} of {} | {} |",
             run.steady_batches,
-            run.nats[0] / batches,
-            run.nats[1] / batches,
-            run.nats[2] / batches / 1024.0,
-            run.nats[3] / batches / 1024.0,
-            run.etcd[0] / batches,
-            run.etcd[1] / batches,
+            run.steady.nats[0] / batches,
+            run.steady.nats[1] / batches,
+            run.steady.nats[2] / batches / 1024.0,
+            run.steady.nats[3] / batches / 1024.0,
+            run.steady.etcd[0] / batches,
+            run.steady.etcd[1] / batches,
             run.changelog.0,
             run.changelog.1 / 1024.0,
             run.throttled.1,

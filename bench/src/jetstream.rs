@@ -4,11 +4,12 @@
 //! corpus size holds its stream `corpus`, published once by `weir
 //! publish`; each run commits into a fresh data dir.
 
+use super::owned::Owned;
 use super::{Bench, Measured, SMALL, check_counts, figures, measure, median, ms, steady, weir_counts};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value as Json, json};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Sentences per partition per batch: 4 partitions make the file spout's
@@ -17,17 +18,10 @@ pub const PER_PARTITION: u64 = 2500;
 
 /// A `nats-server` of the benchmark's own, killed when dropped.
 pub struct NatsServer {
-    child: Child,
+    child: Owned,
     pub url: String,
     /// The server's monitoring endpoint (`/varz`, `/jsz`).
     pub monitor: String,
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The `nats-server` binary: `WEIR_NATS_SERVER`, the release
@@ -69,7 +63,7 @@ impl NatsServer {
             .spawn()
             .context("starting nats-server")?;
         let server = NatsServer {
-            child,
+            child: Owned::new(child),
             url: format!("nats://127.0.0.1:{port}"),
             monitor: format!("http://127.0.0.1:{monitor}"),
         };

@@ -13,6 +13,7 @@ mod jetstream;
 mod kafka;
 mod latency;
 mod limit;
+mod owned;
 mod references;
 mod targets;
 mod windows;

@@ -2,7 +2,7 @@
 // of the page on screen, whose refreshes stop when another replaces it.
 
 import { ApiError, Unauthorized, Unreachable, setToken } from './api.js';
-import { el, href, replace } from './dom.js';
+import { el, href, replace, submitForm } from './dom.js';
 import * as cluster from './cluster.js';
 import * as query from './query.js';
 import * as state from './state.js';
@@ -179,15 +179,11 @@ function askForToken(message) {
     required: true,
     spellcheck: 'false',
   });
-  const form = el(
-    'form',
-    {
-      class: 'token',
-      onsubmit: (event) => {
-        event.preventDefault();
-        setToken(input.value.trim());
-        show();
-      },
+  const form = submitForm(
+    'token',
+    () => {
+      setToken(input.value.trim());
+      show();
     },
     el('h1', {}, message ? 'That token was refused' : 'This server wants its token'),
     message ? el('p', { class: 'error', role: 'alert' }, message) : null,

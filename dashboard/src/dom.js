@@ -41,6 +41,18 @@ export function el(tag, props, ...children) {
   return build(document.createElement(tag), props, children);
 }
 
+/**
+ * A form of class `className` whose submission runs `onSubmit` in place of
+ * the browser's own (which would leave the page).
+ */
+export function submitForm(className, onSubmit, ...children) {
+  const submit = (event) => {
+    event.preventDefault();
+    return onSubmit();
+  };
+  return el('form', { class: className, onsubmit: submit }, ...children);
+}
+
 /** An SVG element. */
 export function svg(tag, props, ...children) {
   return build(document.createElementNS(SVG, tag), props, children);

@@ -2,7 +2,7 @@
 // see the result tuples (POST .../queries/QUERY, as `weir query` asks).
 
 import { call, get, path } from './api.js';
-import { el, href, replace, valueText } from './dom.js';
+import { el, href, replace, submitForm, valueText } from './dom.js';
 import { definitionOf, statesAndQueries } from './topology.js';
 
 /** The names of a query's result fields, or null where the server does not tell them. */
@@ -33,36 +33,32 @@ export async function render(view, { name, query }) {
   const args = el('input', { type: 'text', id: 'query-args', placeholder: 'its arguments, as text', autocomplete: 'off', 'aria-describedby': 'query-hint' });
   const run = el('button', { type: 'submit' }, 'Run');
   const answer = el('section', { class: 'answer', role: 'status', hidden: true });
-  const form = el(
-    'form',
-    {
-      class: 'console',
-      onsubmit: async (event) => {
-        event.preventDefault();
-        if (!pick.value) return;
-        run.disabled = true;
-        answer.hidden = false;
-        replace(answer, el('p', { class: 'quiet' }, 'Running…'));
-        try {
-          const started = performance.now();
-          const rows = await call('POST', path('topologies', name, 'queries', pick.value), args.value);
-          const took = performance.now() - started;
-          const fields = await fieldsOf(name, pick.value);
-          replace(
-            answer,
-            el('h2', {}, `${rows.length === 1 ? '1 tuple' : `${rows.length} tuples`}`),
-            el('p', { class: 'quiet took' }, `Answered in ${took < 10 ? took.toFixed(1) : Math.round(took)} ms.`),
-            el('div', { class: 'table-scroll' }, results(rows, fields)),
-            el('h3', { class: 'as-json' }, 'As JSON'),
-            el('pre', { class: 'json' }, JSON.stringify(rows)),
-          );
-        } catch (error) {
-          if (view.unauthorized(error)) return;
-          replace(answer, el('p', { class: 'error' }, error.message));
-        } finally {
-          run.disabled = false;
-        }
-      },
+  const form = submitForm(
+    'console',
+    async () => {
+      if (!pick.value) return;
+      run.disabled = true;
+      answer.hidden = false;
+      replace(answer, el('p', { class: 'quiet' }, 'Running…'));
+      try {
+        const started = performance.now();
+        const rows = await call('POST', path('topologies', name, 'queries', pick.value), args.value);
+        const took = performance.now() - started;
+        const fields = await fieldsOf(name, pick.value);
+        replace(
+          answer,
+          el('h2', {}, `${rows.length === 1 ? '1 tuple' : `${rows.length} tuples`}`),
+          el('p', { class: 'quiet took' }, `Answered in ${took < 10 ? took.toFixed(1) : Math.round(took)} ms.`),
+          el('div', { class: 'table-scroll' }, results(rows, fields)),
+          el('h3', { class: 'as-json' }, 'As JSON'),
+          el('pre', { class: 'json' }, JSON.stringify(rows)),
+        );
+      } catch (error) {
+        if (view.unauthorized(error)) return;
+        replace(answer, el('p', { class: 'error' }, error.message));
+      } finally {
+        run.disabled = false;
+      }
     },
     el('label', { for: 'query-name' }, 'Query'),
     pick,

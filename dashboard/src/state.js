@@ -8,7 +8,7 @@
 // those tuples, decoded by the server.
 
 import { ApiError, get, path, withQuery } from './api.js';
-import { el, keyText, replace, tuplesText, valueText } from './dom.js';
+import { el, keyText, replace, submitForm, tuplesText, valueText } from './dom.js';
 import { definitionOf, statesAndQueries } from './topology.js';
 
 const SIZES = [25, 100, 500];
@@ -56,27 +56,23 @@ export async function render(view, { name, state }) {
 
   const keyInput = el('input', { type: 'text', id: 'lookup-key', placeholder: 'w1, or a key as JSON: ["w1"]', required: true });
   const found = el('div', { class: 'found', role: 'status' });
-  const lookup = el(
-    'form',
-    {
-      class: 'lookup',
-      onsubmit: async (event) => {
-        event.preventDefault();
-        let key;
-        try {
-          key = parseKey(keyInput.value);
-        } catch (error) {
-          replace(found, el('p', { class: 'error' }, `Not a key: ${error.message}`));
-          return;
-        }
-        try {
-          const entry = await get(withQuery(url, { key: JSON.stringify(key), raw: 'true' }));
-          replace(found, el('div', { class: 'table-scroll' }, el('table', { class: 'entries one' }, head(), el('tbody', {}, entryRow(entry, opaque)))));
-        } catch (error) {
-          if (view.unauthorized(error)) return;
-          replace(found, el('p', { class: 'error' }, error.message));
-        }
-      },
+  const lookup = submitForm(
+    'lookup',
+    async () => {
+      let key;
+      try {
+        key = parseKey(keyInput.value);
+      } catch (error) {
+        replace(found, el('p', { class: 'error' }, `Not a key: ${error.message}`));
+        return;
+      }
+      try {
+        const entry = await get(withQuery(url, { key: JSON.stringify(key), raw: 'true' }));
+        replace(found, el('div', { class: 'table-scroll' }, el('table', { class: 'entries one' }, head(), el('tbody', {}, entryRow(entry, opaque)))));
+      } catch (error) {
+        if (view.unauthorized(error)) return;
+        replace(found, el('p', { class: 'error' }, error.message));
+      }
     },
     el('label', { for: 'lookup-key' }, 'Look up a key'),
     keyInput,

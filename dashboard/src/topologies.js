@@ -5,7 +5,7 @@
 
 import { call, get, path, withQuery } from './api.js';
 import { THROUGHPUT, TimeChart } from './chart.js';
-import { el, figure, href, replace } from './dom.js';
+import { el, figure, href, replace, submitForm } from './dom.js';
 import { errorText } from './failure.js';
 
 /** A badge for a run state (running, stopped, failed). */
@@ -98,31 +98,27 @@ function deployForm(view, onDeployed) {
   const input = el('input', { type: 'text', name: 'input', id: 'deploy-input', placeholder: 'a path under an --input-dir' });
   const button = el('button', { type: 'submit' }, 'Deploy');
   const message = el('p', { class: 'message', role: 'status' });
-  const form = el(
-    'form',
-    {
-      class: 'deploy',
-      onsubmit: async (event) => {
-        event.preventDefault();
-        const bundle = file.files[0];
-        if (!bundle) return;
-        button.disabled = true;
-        replace(message, `Deploying ${bundle.name}…`);
-        message.className = 'message';
-        try {
-          const url = withQuery(path('topologies'), { name: name.value, topology: topology.value, input: input.value });
-          const status = await call('POST', url, bundle);
-          replace(message, `Deployed ${status.name}.`);
-          form.reset();
-          onDeployed();
-        } catch (error) {
-          if (view.unauthorized(error)) return;
-          message.className = 'message error';
-          replace(message, error.message);
-        } finally {
-          button.disabled = false;
-        }
-      },
+  const form = submitForm(
+    'deploy',
+    async () => {
+      const bundle = file.files[0];
+      if (!bundle) return;
+      button.disabled = true;
+      replace(message, `Deploying ${bundle.name}…`);
+      message.className = 'message';
+      try {
+        const url = withQuery(path('topologies'), { name: name.value, topology: topology.value, input: input.value });
+        const status = await call('POST', url, bundle);
+        replace(message, `Deployed ${status.name}.`);
+        form.reset();
+        onDeployed();
+      } catch (error) {
+        if (view.unauthorized(error)) return;
+        message.className = 'message error';
+        replace(message, error.message);
+      } finally {
+        button.disabled = false;
+      }
     },
     el('h2', {}, 'Deploy a bundle'),
     el('div', { class: 'fields' },

@@ -778,20 +778,104 @@ export class Generator {
 }
 
 /**
+ * What the JetStream and Kafka spouts share: where a message's payload (a
+ * record's value) goes, the metadata fields also emitted (each class's
+ * `EXTRA`, each set by its method), and the bound on a partition's batch.
+ */
+class BrokerSpout {
+  constructor(promise, defaultField, extra) {
+    this.promise = promise;
+    this.payload = { as: "bytes", field: defaultField };
+    this.extra = Object.fromEntries(extra.map((key) => [key, null]));
+    this.perPartition = null;
+  }
+  /** The payload (a Kafka record's value) as bytes in `field`. */
+  bytes(field) {
+    this.payload = { as: "bytes", field };
+    return this;
+  }
+  /** The payload (a Kafka record's value) as a UTF-8 string in `field`. */
+  string(field) {
+    this.payload = { as: "string", field };
+    return this;
+  }
+  /** The payload (a Kafka record's value) is a JSON object: each of `fields` takes its member. */
+  json(fields) {
+    this.payload = { as: "json", fields: names(fields) };
+    return this;
+  }
+  /** Takes at most `count` messages (records) from each partition per batch. */
+  maxPerPartition(count) {
+    this.perPartition = count;
+    return this;
+  }
+  /** `out` with the payload under `payloadKey`, then the metadata fields set and the bound. */
+  defineInto(out, payloadKey) {
+    out[payloadKey] = this.payload;
+    for (const [key, value] of Object.entries(this.extra)) if (value !== null) out[key] = value;
+    if (this.perPartition !== null) out.max_per_partition = Number(this.perPartition);
+    return out;
+  }
+  /** The fields of a definition's tuples: the payload's, then the metadata fields set. */
+  static fieldsOf(spout, payloadKey, extra) {
+    const payload = spout[payloadKey];
+    const fields = payload.as === "json" ? [...payload.fields] : [payload.field];
+    for (const key of extra) if (key in spout) fields.push(spout[key]);
+    return fields;
+  }
+}
+
+/**
+ * Gives `spout` a method per metadata field, `subjectField(field)` for
+ * `subject_field`: each also emits that field, in the field it is given.
+ */
+function extraFieldMethods(spout) {
+  for (const key of spout.EXTRA) {
+    const method = key.replace(/_(\w)/g, (_, c) => c.toUpperCase());
+    spout.prototype[method] = function (field) {
+      this.extra[key] = field;
+      return this;
+    };
+  }
+}
+
+/**
+ * What the JetStream and Kafka sinks share: where each tuple goes (a
+ * subject, a topic), and what it is sent as: a JSON object of its fields
+ * unless `raw` names one field to send as it is.
+ */
+class BrokerSink {
+  constructor(kind, targetKey, target) {
+    this.kind = kind;
+    this.target = [targetKey, target];
+    this.payload = { as: "json" };
+  }
+  /** Sends the value of `field` as it is: the message's payload, the record's value. */
+  raw(field) {
+    this.payload = { as: "raw", field };
+    return this;
+  }
+  define() {
+    const [key, target] = this.target;
+    return { kind: this.kind, [key]: target, payload: this.payload };
+  }
+}
+
+/**
  * The host's built-in spout over a NATS JetStream stream, each subject a
  * partition, read by the host from the server `weir run --nats` names:
  * `JetStream.transactional("clicks", ["clicks.*"]).json(["user", "url"])`.
  * The payload goes into one bytes field named `payload` unless `string`,
- * `bytes` or `json` says otherwise.
+ * `bytes` or `json` says otherwise. `subjectField`, `sequenceField` and
+ * `timestampField` (the time the server stored the message, in ms since
+ * the Unix epoch) each also emit that of the message, in the field given.
  */
-export class JetStream {
+export class JetStream extends BrokerSpout {
+  static EXTRA = ["subject_field", "sequence_field", "timestamp_field"];
   constructor(promise, stream, subjects) {
-    this.promise = promise;
+    super(promise, "payload", JetStream.EXTRA);
     this.stream = stream;
     this.subjects = names(subjects);
-    this.payload = { as: "bytes", field: "payload" };
-    this.extra = { subject_field: null, sequence_field: null, timestamp_field: null };
-    this.perPartition = null;
   }
   /** A replay reads exactly the sequence range each partition had in the batch. */
   static transactional(stream, subjects) {
@@ -801,49 +885,12 @@ export class JetStream {
   static opaque(stream, subjects) {
     return new JetStream("opaque", stream, subjects);
   }
-  /** The payload as bytes in `field`. */
-  bytes(field) {
-    this.payload = { as: "bytes", field };
-    return this;
-  }
-  /** The payload as a UTF-8 string in `field`. */
-  string(field) {
-    this.payload = { as: "string", field };
-    return this;
-  }
-  /** The payload is a JSON object: each of `fields` takes its member. */
-  json(fields) {
-    this.payload = { as: "json", fields: names(fields) };
-    return this;
-  }
-  /** Also emits the message's subject in `field`. */
-  subjectField(field) {
-    this.extra.subject_field = field;
-    return this;
-  }
-  /** Also emits the message's stream sequence in `field`. */
-  sequenceField(field) {
-    this.extra.sequence_field = field;
-    return this;
-  }
-  /** Also emits the time the server stored the message (ms since the Unix epoch) in `field`. */
-  timestampField(field) {
-    this.extra.timestamp_field = field;
-    return this;
-  }
-  /** Takes at most `messages` from each partition per batch. */
-  maxPerPartition(messages) {
-    this.perPartition = messages;
-    return this;
-  }
   define() {
     const out = { kind: "jetstream", promise: this.promise, stream: this.stream, subjects: this.subjects };
-    out.payload = this.payload;
-    for (const [key, value] of Object.entries(this.extra)) if (value !== null) out[key] = value;
-    if (this.perPartition !== null) out.max_per_partition = Number(this.perPartition);
-    return out;
+    return this.defineInto(out, "payload");
   }
 }
+extraFieldMethods(JetStream);
 
 /**
  * A sink publishing to NATS JetStream, for `Stream.sink`: each tuple of
@@ -852,42 +899,32 @@ export class JetStream {
  * the tuple's fields unless `raw` names one field (a string or bytes) to
  * publish as it is.
  */
-export class JetStreamSink {
+export class JetStreamSink extends BrokerSink {
   constructor(subject) {
-    this.subjectName = subject;
-    this.payload = { as: "json" };
+    super("jetstream", "subject", subject);
   }
   /** Publishes to `subject`, each tuple as a JSON object of its fields. */
   static subject(subject) {
     return new JetStreamSink(subject);
   }
-  /** Publishes the value of `field` as the payload. */
-  raw(field) {
-    this.payload = { as: "raw", field };
-    return this;
-  }
-  define() {
-    return { kind: "jetstream", subject: this.subjectName, payload: this.payload };
-  }
 }
-
-const KAFKA_EXTRA = ["key_field", "partition_field", "offset_field", "timestamp_field", "headers_field"];
 
 /**
  * The host's built-in spout over a Kafka topic, each of its partitions a
  * partition of the spout, read by the host from the brokers `weir run
  * --kafka` names: `Kafka.transactional("clicks").json(["user", "url"])`.
  * The value goes into one bytes field named `value` unless `string`,
- * `bytes` or `json` says otherwise.
+ * `bytes` or `json` says otherwise. `keyField` (bytes, or null),
+ * `partitionField`, `offsetField`, `timestampField` (ms since the Unix
+ * epoch) and `headersField` (a JSON object of strings) each also emit that
+ * of the record, in the field given.
  */
-export class Kafka {
+export class Kafka extends BrokerSpout {
+  static EXTRA = ["key_field", "partition_field", "offset_field", "timestamp_field", "headers_field"];
   constructor(promise, topic) {
-    this.promise = promise;
+    super(promise, "value", Kafka.EXTRA);
     this.topic = topic;
     this.partitionList = null;
-    this.value = { as: "bytes", field: "value" };
-    this.extra = Object.fromEntries(KAFKA_EXTRA.map((key) => [key, null]));
-    this.perPartition = null;
   }
   /** A replay reads exactly the offset range each partition had in the batch. */
   static transactional(topic) {
@@ -902,97 +939,35 @@ export class Kafka {
     this.partitionList = list.map(Number);
     return this;
   }
-  /** The value as bytes in `field`. */
-  bytes(field) {
-    this.value = { as: "bytes", field };
-    return this;
-  }
-  /** The value as a UTF-8 string in `field`. */
-  string(field) {
-    this.value = { as: "string", field };
-    return this;
-  }
-  /** The value is a JSON object: each of `fields` takes its member. */
-  json(fields) {
-    this.value = { as: "json", fields: names(fields) };
-    return this;
-  }
-  /** Also emits the record's key (bytes, or null) in `field`. */
-  keyField(field) {
-    this.extra.key_field = field;
-    return this;
-  }
-  /** Also emits the record's partition in `field`. */
-  partitionField(field) {
-    this.extra.partition_field = field;
-    return this;
-  }
-  /** Also emits the record's offset in `field`. */
-  offsetField(field) {
-    this.extra.offset_field = field;
-    return this;
-  }
-  /** Also emits the record's timestamp (ms since the Unix epoch) in `field`. */
-  timestampField(field) {
-    this.extra.timestamp_field = field;
-    return this;
-  }
-  /** Also emits the record's headers, a JSON object of strings, in `field`. */
-  headersField(field) {
-    this.extra.headers_field = field;
-    return this;
-  }
-  /** Takes at most `records` from each partition per batch. */
-  maxPerPartition(records) {
-    this.perPartition = records;
-    return this;
-  }
   define() {
     const out = { kind: "kafka", promise: this.promise, topic: this.topic };
     if (this.partitionList !== null) out.partitions = this.partitionList;
-    out.value = this.value;
-    for (const [key, value] of Object.entries(this.extra)) if (value !== null) out[key] = value;
-    if (this.perPartition !== null) out.max_per_partition = Number(this.perPartition);
-    return out;
+    return this.defineInto(out, "value");
   }
 }
+extraFieldMethods(Kafka);
 
 /**
  * A sink writing to a Kafka topic, for `Stream.sink`: each tuple of every
  * committed batch becomes one record of the topic, exactly once:
  * `KafkaSink.topic("page-counts")`.
  */
-export class KafkaSink {
+export class KafkaSink extends BrokerSink {
   constructor(topic) {
-    this.topicName = topic;
-    this.payload = { as: "json" };
+    super("kafka", "topic", topic);
   }
   /** Writes to `topic`, each tuple as a JSON object of its fields. */
   static topic(topic) {
     return new KafkaSink(topic);
-  }
-  /** Writes the value of `field` as the record's value. */
-  raw(field) {
-    this.payload = { as: "raw", field };
-    return this;
-  }
-  define() {
-    return { kind: "kafka", topic: this.topicName, payload: this.payload };
   }
 }
 
 /** The fields of a spout definition's tuples, as the host reads them. */
 function spoutFieldsOf(spout) {
   if (spout.kind === "guest") return spout.fields;
-  if (spout.kind === "kafka") {
-    const fields = spout.value.as === "json" ? [...spout.value.fields] : [spout.value.field];
-    for (const key of KAFKA_EXTRA) if (key in spout) fields.push(spout[key]);
-    return fields;
-  }
-  if (spout.kind !== "jetstream") return [spout.field];
-  const fields = spout.payload.as === "json" ? [...spout.payload.fields] : [spout.payload.field];
-  for (const key of ["subject_field", "sequence_field", "timestamp_field"]) if (key in spout) fields.push(spout[key]);
-  return fields;
+  if (spout.kind === "kafka") return BrokerSpout.fieldsOf(spout, "value", Kafka.EXTRA);
+  if (spout.kind === "jetstream") return BrokerSpout.fieldsOf(spout, "payload", JetStream.EXTRA);
+  return [spout.field];
 }
 
 /** A spout of the guest's own, declared with the fields of its tuples. */

@@ -1,14 +1,14 @@
 //! What every operator call carries: the batch it belongs to, and the error
 //! it fails with. Tuples read both, so they sit below the operator traits.
 
-use std::fmt;
-
 /// Why an operator failed on a batch.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// The batch fails and is replayed with the same txid and the next attempt.
+    #[error("retry: {0}")]
     Retry(String),
     /// The topology halts with this message.
+    #[error("fatal: {0}")]
     Fatal(String),
 }
 
@@ -23,17 +23,6 @@ impl Error {
         Error::Fatal(message.into())
     }
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Retry(m) => write!(f, "retry: {m}"),
-            Error::Fatal(m) => write!(f, "fatal: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The batch an operator call belongs to.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

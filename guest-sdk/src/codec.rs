@@ -20,7 +20,6 @@
 //! whole buffer once; reading fields afterwards borrows from it in place.
 
 use std::borrow::Cow;
-use std::fmt;
 
 const HEADER_LEN: usize = 8;
 /// A bound no row's tag reaches.
@@ -187,21 +186,14 @@ impl<'a> From<&'a Value> for ValueRef<'a> {
 }
 
 /// Why a buffer is not a valid packed batch.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed batch at byte {offset}: {reason}")]
 pub struct DecodeError {
     /// Byte offset at which decoding failed.
     pub offset: usize,
     /// What was wrong there.
     pub reason: String,
 }
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "malformed batch at byte {}: {}", self.offset, self.reason)
-    }
-}
-
-impl std::error::Error for DecodeError {}
 
 /// What an encoding of values writes after a kind byte; the kind bytes
 /// ([`ValueKind`]) are shared by every encoding, so [`write_value_as`]
@@ -397,21 +389,14 @@ impl<'a> Cursor<'a> {
 }
 
 /// A row had a different number of values than its batch's arity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a row of {found} values where {expected} are declared")]
 pub struct ArityError {
     /// Values each row must hold.
     pub expected: usize,
     /// Values the row had.
     pub found: usize,
 }
-
-impl fmt::Display for ArityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "a row of {} values where {} are declared", self.found, self.expected)
-    }
-}
-
-impl std::error::Error for ArityError {}
 
 /// One value's encoded bytes, taken from a valid batch's row, to copy into
 /// another batch without decoding it.

@@ -244,12 +244,8 @@ impl JetStreamDef {
     /// The fields of the spout's tuples: the payload's, then the subject,
     /// sequence and timestamp fields that are set.
     pub fn fields(&self) -> Vec<String> {
-        let payload = match &self.payload {
-            PayloadDef::Bytes { field } | PayloadDef::String { field } => vec![field.clone()],
-            PayloadDef::Json { fields } => fields.clone(),
-        };
         let extra = [&self.subject_field, &self.sequence_field, &self.timestamp_field];
-        payload.into_iter().chain(extra.into_iter().flatten().cloned()).collect()
+        self.payload.fields().into_iter().chain(extra.into_iter().flatten().cloned()).collect()
     }
 }
 
@@ -286,6 +282,16 @@ pub enum PayloadDef {
         /// The fields, named as the members.
         fields: Vec<String>,
     },
+}
+
+impl PayloadDef {
+    /// The fields a payload becomes: its one field, or the JSON object's.
+    pub fn fields(&self) -> Vec<String> {
+        match self {
+            PayloadDef::Bytes { field } | PayloadDef::String { field } => vec![field.clone()],
+            PayloadDef::Json { fields } => fields.clone(),
+        }
+    }
 }
 
 /// A spout over a Kafka topic: which partitions it reads, how a record
@@ -329,13 +335,9 @@ impl KafkaDef {
     /// The fields of the spout's tuples: the value's, then the key,
     /// partition, offset, timestamp and headers fields that are set.
     pub fn fields(&self) -> Vec<String> {
-        let value = match &self.value {
-            PayloadDef::Bytes { field } | PayloadDef::String { field } => vec![field.clone()],
-            PayloadDef::Json { fields } => fields.clone(),
-        };
         let extra =
             [&self.key_field, &self.partition_field, &self.offset_field, &self.timestamp_field, &self.headers_field];
-        value.into_iter().chain(extra.into_iter().flatten().cloned()).collect()
+        self.value.fields().into_iter().chain(extra.into_iter().flatten().cloned()).collect()
     }
 }
 

@@ -1,7 +1,7 @@
-//! Builds every guest crate (each folder under `examples/` and
-//! `tests/guests/` with a `Cargo.toml`) for wasm32-wasip2, in a target
-//! directory of their own, and writes their paths as constants named for
-//! their packages, and the list of them all.
+//! Builds every guest crate (each `cdylib` in a folder under `examples/`
+//! and `tests/guests/`) for wasm32-wasip2, in a target directory of their
+//! own, and writes their paths as constants named for their packages, and
+//! the list of them all.
 
 use cargo_metadata::MetadataCommand;
 use std::path::{Path, PathBuf};
@@ -11,9 +11,10 @@ use std::process::Command;
 /// crate: the examples users copy and the guests only tests run.
 const GUEST_DIRS: &[&str] = &["examples", "tests/guests"];
 
-/// The guest crates' package names: the workspace's members whose manifest
-/// sits in a direct subfolder of one of [`GUEST_DIRS`], in that order and
-/// then by folder.
+/// The guest crates' package names: the workspace's members that build a
+/// component (a `cdylib`) and whose manifest sits in a direct subfolder of
+/// one of [`GUEST_DIRS`], in that order and then by folder. A library there
+/// (`examples/common`) is code the guests share, not a guest.
 fn discover(root: &Path) -> Vec<String> {
     let metadata = MetadataCommand::new()
         .manifest_path(root.join("Cargo.toml"))
@@ -26,6 +27,7 @@ fn discover(root: &Path) -> Vec<String> {
         let mut found: Vec<(PathBuf, String)> = metadata
             .workspace_packages()
             .into_iter()
+            .filter(|package| package.targets.iter().any(|target| target.is_cdylib()))
             .map(|package| (package.manifest_path.clone().into_std_path_buf(), package.name.to_string()))
             .filter(|(manifest, _)| manifest.parent().and_then(Path::parent) == Some(dir.as_path()))
             .collect();

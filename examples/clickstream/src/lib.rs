@@ -9,25 +9,10 @@ use weir_sdk::prelude::*;
 /// `page-counts`, and the queries `page` and `user` (arguments: a page or
 /// a user; result: `[[count]]`).
 pub fn topology() -> Topology {
-    let topology = Topology::new("clickstream");
-    let clicks = topology.new_stream(JetStream::transactional("clicks", ["clicks.*"]).json(["user", "page"]));
-    let per_page = clicks
-        .group_by(["page"])
-        .persistent_aggregate(State::transactional("per-page"), Count, ["count"])
-        .name("count-pages");
-    per_page.new_values_stream().sink(JetStreamSink::subject("page-counts")).name("page-counts");
-    let per_user = clicks
-        .group_by(["user"])
-        .persistent_aggregate(State::transactional("per-user"), Count, ["count"])
-        .name("count-users");
-    for (query, state) in [("page", &per_page), ("user", &per_user)] {
-        topology
-            .new_query_stream(query)
-            .state_query(state, ["args"], MapGet, ["count"])
-            .name(&format!("get-{query}"))
-            .project(["count"]);
-    }
-    topology.build()
+    example_common::clickstream(
+        JetStream::transactional("clicks", ["clicks.*"]).json(["user", "page"]),
+        JetStreamSink::subject("page-counts"),
+    )
 }
 
 weir_sdk::export!(topology);

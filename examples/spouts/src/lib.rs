@@ -18,13 +18,9 @@ struct Numbers;
 
 impl BatchSpout for Numbers {
     fn emit_batch(&self, info: &SpoutInfo, out: &mut SpoutEmitter<'_>) -> Result<bool, Error> {
-        let start = (info.txid - 1) * BATCH;
-        if start >= TOTAL {
-            return Ok(false);
-        }
-        let end = (start + BATCH).min(TOTAL);
-        println!("txid {} attempt {}: {start}..{end}", info.txid, info.attempt);
-        for n in start..end {
+        let Some(batch) = example_common::batch_range(info.txid, BATCH, TOTAL) else { return Ok(false) };
+        println!("txid {} attempt {}: {}..{}", info.txid, info.attempt, batch.start, batch.end);
+        for n in batch {
             out.emit([n as i64])?;
         }
         Ok(true)

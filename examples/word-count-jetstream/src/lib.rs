@@ -2,9 +2,6 @@
 //! `word-count` example's topology with the host's transactional JetStream
 //! spout (stream `corpus`, a partition per subject `corpus.*`) in place of
 //! the file spout, as `scripts/bench` measures it next to the file spout.
-//! A component exports one crate's topologies, so it is written out here;
-//! it splits with the SDK's [`SplitWords`], which splits as the example's
-//! `Split` does.
 
 use weir_sdk::prelude::*;
 
@@ -12,24 +9,7 @@ use weir_sdk::prelude::*;
 /// with the query `words`: the sum of the counts of the words in its
 /// arguments.
 pub fn topology() -> Topology {
-    let topology = Topology::new("word-count");
-    let counts = topology
-        .new_stream(JetStream::transactional("corpus", ["corpus.*"]).string("sentence"))
-        .each(["sentence"], SplitWords, ["word"])
-        .name("split")
-        .group_by(["word"])
-        .persistent_aggregate(State::transactional("counts"), Count, ["count"])
-        .name("count");
-    topology
-        .new_query_stream("words")
-        .each(["args"], SplitWords, ["word"])
-        .name("split-args")
-        .group_by(["word"])
-        .state_query(&counts, ["word"], MapGet, ["count"])
-        .name("get-count")
-        .aggregate(["count"], Sum, ["sum"])
-        .name("sum");
-    topology.build()
+    example_common::word_count(JetStream::transactional("corpus", ["corpus.*"]).string("sentence"))
 }
 
 weir_sdk::export!(topology);

@@ -251,7 +251,74 @@ class Generator:
         return {"kind": "generator", "field": self.field, "count": self.count}
 
 
-class JetStream:
+def _extra_field(key, doc):
+    """A spout builder method that also emits the metadata field ``key``
+    (a message's subject, a record's offset) in the field it is given."""
+
+    def setter(self, field):
+        self._extra[key] = field
+        return self
+
+    setter.__name__ = key
+    setter.__doc__ = doc
+    return setter
+
+
+class _BrokerSpout:
+    """What the JetStream and Kafka spouts share: where a message's payload
+    (a record's value) goes, the metadata fields also emitted (``_EXTRA``,
+    each set by its method), and the bound on a partition's batch."""
+
+    _EXTRA = ()
+
+    def __init__(self, promise, default_field):
+        self._promise = promise
+        self._payload = {"as": "bytes", "field": default_field}
+        self._extra = dict.fromkeys(self._EXTRA)
+        self._max_per_partition = None
+
+    def bytes(self, field):
+        """The payload (a Kafka record's value) as bytes in ``field``."""
+        self._payload = {"as": "bytes", "field": field}
+        return self
+
+    def string(self, field):
+        """The payload (a Kafka record's value) as a UTF-8 string in ``field``."""
+        self._payload = {"as": "string", "field": field}
+        return self
+
+    def json(self, fields):
+        """The payload (a Kafka record's value) is a JSON object: each of
+        ``fields`` takes its member."""
+        self._payload = {"as": "json", "fields": _names(fields)}
+        return self
+
+    def max_per_partition(self, count):
+        """Takes at most ``count`` messages (records) from each partition per
+        batch."""
+        self._max_per_partition = count
+        return self
+
+    def _define_into(self, out, payload_key):
+        """``out`` with the payload under ``payload_key``, then the metadata
+        fields set and the bound."""
+        out[payload_key] = self._payload
+        out.update((key, value) for key, value in self._extra.items() if value is not None)
+        if self._max_per_partition is not None:
+            out["max_per_partition"] = self._max_per_partition
+        return out
+
+    @classmethod
+    def _fields_of(cls, spout, payload_key):
+        """The fields of a definition's tuples: the payload's, then the
+        metadata fields set."""
+        payload = spout[payload_key]
+        fields = list(payload["fields"]) if payload["as"] == "json" else [payload["field"]]
+        extra = (spout.get(key) for key in cls._EXTRA)
+        return fields + [field for field in extra if field is not None]
+
+
+class JetStream(_BrokerSpout):
     """The host's built-in spout over a NATS JetStream stream, each subject a
     partition, read by the host from the server ``weir run --nats`` names::
 
@@ -260,13 +327,12 @@ class JetStream:
     The payload goes into one bytes field named ``payload`` unless
     ``string``, ``bytes`` or ``json`` says otherwise."""
 
+    _EXTRA = ("subject_field", "sequence_field", "timestamp_field")
+
     def __init__(self, promise, stream, subjects):
-        self._promise = promise
+        super().__init__(promise, "payload")
         self._stream = stream
         self._subjects = _names(subjects)
-        self._payload = {"as": "bytes", "field": "payload"}
-        self._extra = {"subject_field": None, "sequence_field": None, "timestamp_field": None}
-        self._max_per_partition = None
 
     @staticmethod
     def transactional(stream, subjects):
@@ -280,57 +346,40 @@ class JetStream:
         the last commit."""
         return JetStream("opaque", stream, subjects)
 
-    def bytes(self, field):
-        """The payload as bytes in ``field``."""
-        self._payload = {"as": "bytes", "field": field}
-        return self
-
-    def string(self, field):
-        """The payload as a UTF-8 string in ``field``."""
-        self._payload = {"as": "string", "field": field}
-        return self
-
-    def json(self, fields):
-        """The payload is a JSON object: each of ``fields`` takes its member."""
-        self._payload = {"as": "json", "fields": _names(fields)}
-        return self
-
-    def subject_field(self, field):
-        """Also emits the message's subject in ``field``."""
-        self._extra["subject_field"] = field
-        return self
-
-    def sequence_field(self, field):
-        """Also emits the message's stream sequence in ``field``."""
-        self._extra["sequence_field"] = field
-        return self
-
-    def timestamp_field(self, field):
-        """Also emits the time the server stored the message (milliseconds
-        since the Unix epoch) in ``field``."""
-        self._extra["timestamp_field"] = field
-        return self
-
-    def max_per_partition(self, messages):
-        """Takes at most ``messages`` from each partition per batch."""
-        self._max_per_partition = messages
-        return self
+    subject_field = _extra_field("subject_field", "Also emits the message's subject in ``field``.")
+    sequence_field = _extra_field("sequence_field", "Also emits the message's stream sequence in ``field``.")
+    timestamp_field = _extra_field(
+        "timestamp_field",
+        "Also emits the time the server stored the message (milliseconds since the Unix epoch) in ``field``.",
+    )
 
     def _define(self, topology):
-        out = {
-            "kind": "jetstream",
-            "promise": self._promise,
-            "stream": self._stream,
-            "subjects": self._subjects,
-            "payload": self._payload,
-        }
-        out.update((key, value) for key, value in self._extra.items() if value is not None)
-        if self._max_per_partition is not None:
-            out["max_per_partition"] = self._max_per_partition
-        return out
+        out = {"kind": "jetstream", "promise": self._promise, "stream": self._stream, "subjects": self._subjects}
+        return self._define_into(out, "payload")
 
 
-class JetStreamSink:
+class _BrokerSink:
+    """What the JetStream and Kafka sinks share: where each tuple goes (a
+    subject, a topic), and what it is sent as: a JSON object of its fields
+    unless ``raw`` names one field to send as it is."""
+
+    def __init__(self, kind, target_key, target):
+        self._kind = kind
+        self._target = (target_key, target)
+        self._payload = {"as": "json"}
+
+    def raw(self, field):
+        """Sends the value of ``field`` as it is: the message's payload, the
+        record's value."""
+        self._payload = {"as": "raw", "field": field}
+        return self
+
+    def _define(self):
+        key, target = self._target
+        return {"kind": self._kind, key: target, "payload": self._payload}
+
+
+class JetStreamSink(_BrokerSink):
     """A sink publishing to NATS JetStream, for ``Stream.sink``: each tuple
     of every committed batch is published once to ``subject``::
 
@@ -341,24 +390,15 @@ class JetStreamSink:
     one field (a string or bytes) to publish as it is."""
 
     def __init__(self, subject):
-        self._subject = subject
-        self._payload = {"as": "json"}
+        super().__init__("jetstream", "subject", subject)
 
     @staticmethod
     def subject(subject):
         """Publishes to ``subject``, each tuple as a JSON object of its fields."""
         return JetStreamSink(subject)
 
-    def raw(self, field):
-        """Publishes the value of ``field`` as the payload."""
-        self._payload = {"as": "raw", "field": field}
-        return self
 
-    def _define(self):
-        return {"kind": "jetstream", "subject": self._subject, "payload": self._payload}
-
-
-class Kafka:
+class Kafka(_BrokerSpout):
     """The host's built-in spout over a Kafka topic, each of its partitions a
     partition of the spout, read by the host from the brokers ``weir run
     --kafka`` names::
@@ -371,12 +411,9 @@ class Kafka:
     _EXTRA = ("key_field", "partition_field", "offset_field", "timestamp_field", "headers_field")
 
     def __init__(self, promise, topic):
-        self._promise = promise
+        super().__init__(promise, "value")
         self._topic = topic
         self._partitions = None
-        self._value = {"as": "bytes", "field": "value"}
-        self._extra = dict.fromkeys(Kafka._EXTRA)
-        self._max_per_partition = None
 
     @staticmethod
     def transactional(topic):
@@ -395,63 +432,20 @@ class Kafka:
         self._partitions = [int(p) for p in partitions]
         return self
 
-    def bytes(self, field):
-        """The value as bytes in ``field``."""
-        self._value = {"as": "bytes", "field": field}
-        return self
-
-    def string(self, field):
-        """The value as a UTF-8 string in ``field``."""
-        self._value = {"as": "string", "field": field}
-        return self
-
-    def json(self, fields):
-        """The value is a JSON object: each of ``fields`` takes its member."""
-        self._value = {"as": "json", "fields": _names(fields)}
-        return self
-
-    def key_field(self, field):
-        """Also emits the record's key (bytes, or null) in ``field``."""
-        self._extra["key_field"] = field
-        return self
-
-    def partition_field(self, field):
-        """Also emits the record's partition in ``field``."""
-        self._extra["partition_field"] = field
-        return self
-
-    def offset_field(self, field):
-        """Also emits the record's offset in ``field``."""
-        self._extra["offset_field"] = field
-        return self
-
-    def timestamp_field(self, field):
-        """Also emits the record's timestamp (ms since the Unix epoch)."""
-        self._extra["timestamp_field"] = field
-        return self
-
-    def headers_field(self, field):
-        """Also emits the record's headers, a JSON object of strings."""
-        self._extra["headers_field"] = field
-        return self
-
-    def max_per_partition(self, records):
-        """Takes at most ``records`` from each partition per batch."""
-        self._max_per_partition = records
-        return self
+    key_field = _extra_field("key_field", "Also emits the record's key (bytes, or null) in ``field``.")
+    partition_field = _extra_field("partition_field", "Also emits the record's partition in ``field``.")
+    offset_field = _extra_field("offset_field", "Also emits the record's offset in ``field``.")
+    timestamp_field = _extra_field("timestamp_field", "Also emits the record's timestamp (ms since the Unix epoch).")
+    headers_field = _extra_field("headers_field", "Also emits the record's headers, a JSON object of strings.")
 
     def _define(self, topology):
         out = {"kind": "kafka", "promise": self._promise, "topic": self._topic}
         if self._partitions is not None:
             out["partitions"] = self._partitions
-        out["value"] = self._value
-        out.update((key, value) for key, value in self._extra.items() if value is not None)
-        if self._max_per_partition is not None:
-            out["max_per_partition"] = self._max_per_partition
-        return out
+        return self._define_into(out, "value")
 
 
-class KafkaSink:
+class KafkaSink(_BrokerSink):
     """A sink writing to a Kafka topic, for ``Stream.sink``: each tuple of
     every committed batch becomes one record of ``topic``, exactly once::
 
@@ -460,21 +454,12 @@ class KafkaSink:
     """
 
     def __init__(self, topic):
-        self._topic = topic
-        self._payload = {"as": "json"}
+        super().__init__("kafka", "topic", topic)
 
     @staticmethod
     def topic(topic):
         """Writes to ``topic``, each tuple as a JSON object of its fields."""
         return KafkaSink(topic)
-
-    def raw(self, field):
-        """Writes the value of ``field`` as the record's value."""
-        self._payload = {"as": "raw", "field": field}
-        return self
-
-    def _define(self):
-        return {"kind": "kafka", "topic": self._topic, "payload": self._payload}
 
 
 def _spout_fields(spout):
@@ -483,15 +468,9 @@ def _spout_fields(spout):
     if kind == "guest":
         return list(spout["fields"])
     if kind == "jetstream":
-        payload = spout["payload"]
-        fields = list(payload["fields"]) if payload["as"] == "json" else [payload["field"]]
-        extra = (spout.get(key) for key in ("subject_field", "sequence_field", "timestamp_field"))
-        return fields + [field for field in extra if field is not None]
+        return JetStream._fields_of(spout, "payload")
     if kind == "kafka":
-        value = spout["value"]
-        fields = list(value["fields"]) if value["as"] == "json" else [value["field"]]
-        extra = (spout.get(key) for key in Kafka._EXTRA)
-        return fields + [field for field in extra if field is not None]
+        return Kafka._fields_of(spout, "value")
     return [spout["field"]]
 
 

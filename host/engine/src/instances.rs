@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_plan::Plan;
+pub use weir_runtime::Request;
 use weir_runtime::bindings::BatchContext;
 use weir_runtime::{BatchError, PartitionId};
 use weir_runtime::{CallError, Guest, LoadedComponent};
 use weir_sdk::codec::{Batch, Buffers};
 use weir_sdk::{BatchInfo, Topology, dispatch};
-use weir_state::handle::StateHandle;
 
 /// The components of a topology: one runs every operator but those mapped
 /// to another (a bundle may mix guest languages).
@@ -42,29 +42,6 @@ pub enum OperatorSource {
     /// The topologies compiled natively into this program (the SDK's native
     /// build): no sandbox, no boundary. For baselines and tests.
     Native(fn() -> Vec<Topology>),
-}
-
-/// One call into an operator, with its packed input.
-#[derive(Clone, Copy, Debug)]
-pub enum Request<'a> {
-    /// Run a function.
-    Function(&'a [u8]),
-    /// Run a filter.
-    Filter(&'a [u8]),
-    /// Fold grouped rows into one partial per group, for this many groups.
-    CombineGroups(u32, &'a [u8]),
-    /// Combine stored values with partials.
-    CombinePairs(&'a [u8]),
-    /// Fold grouped rows with a reducer, from start values or init().
-    ReduceGroups(u32, &'a [u8], &'a [u8]),
-    /// Run a general aggregator over grouped rows.
-    AggregateGroups(u32, &'a [u8]),
-    /// Run a state updater.
-    UpdateState(&'a StateHandle, &'a [u8]),
-    /// A query function's batch retrieval.
-    BatchRetrieve(&'a StateHandle, &'a [u8]),
-    /// A query function's per-tuple half: input rows, then their results.
-    ExecuteQuery(&'a [u8], &'a [u8]),
 }
 
 /// The most buffer room [`Instances::keep_buffers`] keeps between batches,
@@ -191,17 +168,7 @@ impl Instances {
             OperatorSource::Wasm(_) => {
                 self.instantiate(operator)?;
                 let guest = self.guests.get_mut(operator).expect("instantiated above");
-                match request {
-                    Request::Function(input) => guest.run_function(&ctx, input),
-                    Request::Filter(input) => guest.run_filter(&ctx, input),
-                    Request::CombineGroups(groups, input) => guest.combine_groups(&ctx, groups, input),
-                    Request::CombinePairs(input) => guest.combine_pairs(&ctx, input),
-                    Request::ReduceGroups(groups, start, input) => guest.reduce_groups(&ctx, groups, start, input),
-                    Request::AggregateGroups(groups, input) => guest.aggregate_groups(&ctx, groups, input),
-                    Request::UpdateState(state, input) => guest.update_state(&ctx, state, input),
-                    Request::BatchRetrieve(state, input) => guest.batch_retrieve(&ctx, state, input),
-                    Request::ExecuteQuery(input, results) => guest.execute_query(&ctx, input, results),
-                }
+                guest.call_operator(&ctx, request)
             }
             OperatorSource::Native(topologies) => {
                 let topologies = self.native.get_or_insert_with(topologies);

@@ -29,6 +29,30 @@ pub struct Guest {
     pub(super) sandbox: OperatorSandbox,
 }
 
+/// One call into an operator, with its packed input: which export, over
+/// which rows.
+#[derive(Clone, Copy, Debug)]
+pub enum Request<'a> {
+    /// Run a function.
+    Function(&'a [u8]),
+    /// Run a filter.
+    Filter(&'a [u8]),
+    /// Fold grouped rows into one partial per group, for this many groups.
+    CombineGroups(u32, &'a [u8]),
+    /// Combine stored values with partials.
+    CombinePairs(&'a [u8]),
+    /// Fold grouped rows with a reducer, from start values or init().
+    ReduceGroups(u32, &'a [u8], &'a [u8]),
+    /// Run a general aggregator over grouped rows.
+    AggregateGroups(u32, &'a [u8]),
+    /// Run a state updater.
+    UpdateState(&'a StateHandle, &'a [u8]),
+    /// A query function's batch retrieval.
+    BatchRetrieve(&'a StateHandle, &'a [u8]),
+    /// A query function's per-tuple half: input rows, then their results.
+    ExecuteQuery(&'a [u8], &'a [u8]),
+}
+
 /// What an export call returns: its result, or a trap.
 type Returned<T> = wasmtime::Result<Result<T, OperatorError>>;
 
@@ -208,64 +232,37 @@ impl Guest {
         Ok(json)
     }
 
-    /// Runs a function over `input`.
-    pub fn run_function(&mut self, ctx: &BatchContext, input: &[u8]) -> Result<Vec<u8>, CallError> {
-        self.batch_call(ctx, true, async |ops, store| ops.call_run_function(store, ctx, input).await)
-    }
-
-    /// Runs a filter over `input`.
-    pub fn run_filter(&mut self, ctx: &BatchContext, input: &[u8]) -> Result<Vec<u8>, CallError> {
-        self.batch_call(ctx, false, async |ops, store| ops.call_run_filter(store, ctx, input).await)
-    }
-
-    /// Folds grouped rows into one partial per group.
-    pub fn combine_groups(&mut self, ctx: &BatchContext, groups: u32, input: &[u8]) -> Result<Vec<u8>, CallError> {
-        self.batch_call(ctx, true, async |ops, store| ops.call_combine_groups(store, ctx, groups, input).await)
-    }
-
-    /// Folds grouped rows with a reducer, from `start` or init().
-    pub fn reduce_groups(
-        &mut self,
-        ctx: &BatchContext,
-        groups: u32,
-        start: &[u8],
-        input: &[u8],
-    ) -> Result<Vec<u8>, CallError> {
-        self.batch_call(ctx, true, async |ops, store| ops.call_reduce_groups(store, ctx, groups, start, input).await)
-    }
-
-    /// Runs a general aggregator over grouped rows.
-    pub fn aggregate_groups(&mut self, ctx: &BatchContext, groups: u32, input: &[u8]) -> Result<Vec<u8>, CallError> {
-        self.batch_call(ctx, true, async |ops, store| ops.call_aggregate_groups(store, ctx, groups, input).await)
-    }
-
-    /// Runs a state updater over `input`.
-    pub fn update_state(
-        &mut self,
-        ctx: &BatchContext,
-        state: &StateHandle,
-        input: &[u8],
-    ) -> Result<Vec<u8>, CallError> {
-        self.state_call(ctx, state, async |ops, store, handle| ops.call_update_state(store, ctx, handle, input).await)
-    }
-
-    /// A query function's batch retrieval.
-    pub fn batch_retrieve(
-        &mut self,
-        ctx: &BatchContext,
-        state: &StateHandle,
-        input: &[u8],
-    ) -> Result<Vec<u8>, CallError> {
-        self.state_call(ctx, state, async |ops, store, handle| ops.call_batch_retrieve(store, ctx, handle, input).await)
-    }
-
-    /// A query function's per-tuple half.
-    pub fn execute_query(&mut self, ctx: &BatchContext, input: &[u8], results: &[u8]) -> Result<Vec<u8>, CallError> {
-        self.batch_call(ctx, true, async |ops, store| ops.call_execute_query(store, ctx, input, results).await)
-    }
-
-    /// Combines stored values with partials.
-    pub fn combine_pairs(&mut self, ctx: &BatchContext, pairs: &[u8]) -> Result<Vec<u8>, CallError> {
-        self.batch_call(ctx, true, async |ops, store| ops.call_combine_pairs(store, ctx, pairs).await)
+    /// Makes `request` of the operator, for `ctx`'s batch: the export it
+    /// names, over its rows (and the state it lends), the output checked
+    /// against the sandbox's limits.
+    pub fn call_operator(&mut self, ctx: &BatchContext, request: Request<'_>) -> Result<Vec<u8>, CallError> {
+        match request {
+            Request::Function(input) => {
+                self.batch_call(ctx, true, async |ops, store| ops.call_run_function(store, ctx, input).await)
+            }
+            Request::Filter(input) => {
+                self.batch_call(ctx, false, async |ops, store| ops.call_run_filter(store, ctx, input).await)
+            }
+            Request::CombineGroups(groups, input) => {
+                self.batch_call(ctx, true, async |ops, store| ops.call_combine_groups(store, ctx, groups, input).await)
+            }
+            Request::CombinePairs(pairs) => {
+                self.batch_call(ctx, true, async |ops, store| ops.call_combine_pairs(store, ctx, pairs).await)
+            }
+            Request::ReduceGroups(groups, start, input) => self.batch_call(ctx, true, async |ops, store| {
+                ops.call_reduce_groups(store, ctx, groups, start, input).await
+            }),
+            Request::AggregateGroups(groups, input) => self
+                .batch_call(ctx, true, async |ops, store| ops.call_aggregate_groups(store, ctx, groups, input).await),
+            Request::UpdateState(state, input) => self.state_call(ctx, state, async |ops, store, handle| {
+                ops.call_update_state(store, ctx, handle, input).await
+            }),
+            Request::BatchRetrieve(state, input) => self.state_call(ctx, state, async |ops, store, handle| {
+                ops.call_batch_retrieve(store, ctx, handle, input).await
+            }),
+            Request::ExecuteQuery(input, results) => {
+                self.batch_call(ctx, true, async |ops, store| ops.call_execute_query(store, ctx, input, results).await)
+            }
+        }
     }
 }

@@ -31,5 +31,5 @@ pub use compile::{CompileBounds, CompileRefused};
 pub use component::LoadedComponent;
 pub use engine::engine;
 pub use guest_output::{GuestLine, recent_lines};
-pub use instance::Guest;
+pub use instance::{Guest, Request};
 pub use limits::{Limit, call_deadline};

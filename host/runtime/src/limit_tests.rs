@@ -4,7 +4,7 @@
 
 use crate::bindings::BatchContext;
 use crate::sandbox::OperatorSandbox;
-use crate::{CallError, ComponentCache, Limit, LoadedComponent};
+use crate::{CallError, ComponentCache, Limit, LoadedComponent, Request};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ fn batch(sentence: &str, attempt: u32) -> (BatchContext, Vec<u8>) {
 fn attack(topology: &str, call_ms: u64) -> Result<Vec<u8>, CallError> {
     let mut guest = hostile().instantiate(topology, "attacker", &sandbox(call_ms))?;
     let (ctx, input) = batch("attack", 0);
-    guest.run_function(&BatchContext { topology: topology.to_owned(), ..ctx }, &input)
+    guest.call_operator(&BatchContext { topology: topology.to_owned(), ..ctx }, Request::Function(&input))
 }
 
 fn limit_hit(topology: &str, call_ms: u64) -> Option<Limit> {
@@ -89,7 +89,7 @@ fn a_blocked_call_is_abandoned_at_its_deadline() {
     let mut guest = hostile().instantiate("sleep-in-wasi", "attacker", &sandbox(100)).unwrap();
     let (ctx, input) = batch("calm words", 1);
     let ctx = BatchContext { topology: "sleep-in-wasi".to_owned(), ..ctx };
-    assert!(guest.run_function(&ctx, &input).is_ok());
+    assert!(guest.call_operator(&ctx, Request::Function(&input)).is_ok());
 }
 
 #[test]

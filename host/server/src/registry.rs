@@ -74,11 +74,7 @@ impl Registry {
     /// Every deployment's name and record.
     pub fn list(&self) -> Result<Vec<(String, DeploymentRecord)>> {
         let txn = self.db.database().begin_read()?;
-        let table = match txn.open_table(DEPLOYMENTS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
+        let Some(table) = weir_state::table_if_written(&txn, DEPLOYMENTS)? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (name, record) = entry?;

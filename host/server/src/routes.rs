@@ -24,11 +24,25 @@ use weir_config::{
     DEFAULT_STATE_PAGE, MAX_STATE_ANSWER_BYTES, MAX_STATE_ANSWER_KEYS, MAX_STATE_PAGE, MAX_STATE_PAGE_BYTES,
 };
 
-/// Runs blocking work (compiling, joining threads) off the async runtime.
+/// Runs blocking work over the app (compiling, joining threads) off the
+/// async runtime.
 async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, DeployError> + Send + 'static,
+    app: &Shared,
+    work: impl FnOnce(&App) -> Result<T, DeployError> + Send + 'static,
 ) -> Result<T, DeployError> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| DeployError::Internal(anyhow::anyhow!("{e}")))?
+    let app = Arc::clone(app);
+    tokio::task::spawn_blocking(move || work(&app)).await.map_err(|e| DeployError::Internal(anyhow::anyhow!("{e}")))?
+}
+
+/// Runs [`blocking`] work and answers with `status` and what it returned,
+/// as JSON, or with its refusal.
+async fn answer_blocking<T: serde::Serialize + Send + 'static>(
+    app: Shared,
+    status: StatusCode,
+    work: impl FnOnce(&App) -> Result<T, DeployError> + Send + 'static,
+) -> Response {
+    let result = blocking(&app, work).await;
+    app.answer(status, result)
 }
 
 #[derive(Deserialize)]
@@ -46,19 +60,15 @@ fn status_json(name: &str, status: &Status) -> serde_json::Value {
 
 async fn deploy(State(app): State<Shared>, Query(query): Query<DeployQuery>, body: Bytes) -> Response {
     let request = DeployRequest { name: query.name, topology: query.topology, input: query.input };
-    let result = blocking({
-        let app = Arc::clone(&app);
-        move || {
-            if let Some(membership) = app.cluster.get() {
-                return clustered::deploy(&app, membership, request, &body);
-            }
-            let name = request.name.clone();
-            let status = app.deployments.deploy(request, &body)?;
-            Ok(status_json(name.as_deref().unwrap_or(&status.topology), &status))
+    answer_blocking(app, StatusCode::CREATED, move |app| {
+        if let Some(membership) = app.cluster.get() {
+            return clustered::deploy(app, membership, request, &body);
         }
+        let name = request.name.clone();
+        let status = app.deployments.deploy(request, &body)?;
+        Ok(status_json(name.as_deref().unwrap_or(&status.topology), &status))
     })
-    .await;
-    app.answer(StatusCode::CREATED, result)
+    .await
 }
 
 #[derive(Deserialize)]
@@ -116,12 +126,10 @@ async fn act(
     name: String,
     action: impl FnOnce(&Deployments, &str) -> Result<Status, DeployError> + Send + 'static,
 ) -> Response {
-    let result = blocking({
-        let app = Arc::clone(&app);
-        move || action(&app.deployments, &name).map(|status| status_json(&name, &status))
+    answer_blocking(app, StatusCode::OK, move |app| {
+        action(&app.deployments, &name).map(|status| status_json(&name, &status))
     })
-    .await;
-    app.answer(StatusCode::OK, result)
+    .await
 }
 
 /// Runs `action` on topology `name` of the cluster off the async runtime
@@ -131,15 +139,11 @@ async fn act_across_cluster(
     name: String,
     action: impl FnOnce(&App, &Membership, &str) -> Result<serde_json::Value, DeployError> + Send + 'static,
 ) -> Response {
-    let result = blocking({
-        let app = Arc::clone(&app);
-        move || {
-            let (membership, _) = clustered(&app, &name).ok_or_else(|| DeployError::NotFound(name.clone()))?;
-            action(&app, membership, &name)
-        }
+    answer_blocking(app, StatusCode::OK, move |app| {
+        let (membership, _) = clustered(app, &name).ok_or_else(|| DeployError::NotFound(name.clone()))?;
+        action(app, membership, &name)
     })
-    .await;
-    app.answer(StatusCode::OK, result)
+    .await
 }
 
 async fn stop(State(app): State<Shared>, Path(name): Path<String>) -> Response {
@@ -180,19 +184,15 @@ async fn logs(State(app): State<Shared>, Path(name): Path<String>) -> Response {
 
 /// Runs a query stream; the body is the request's arguments, as text.
 async fn query(State(app): State<Shared>, Path((name, query)): Path<(String, String)>, args: String) -> Response {
-    let result = blocking({
-        let app = Arc::clone(&app);
-        move || {
-            clustered::wait_until_loaded(&app, &name);
-            let rows = match clustered(&app, &name) {
-                Some((membership, _)) => clustered::query(&app, membership, &name, &query, &args)?,
-                None => app.deployments.query(&name, &query, &args)?,
-            };
-            Ok(rows.iter().map(|row| row.iter().map(weir_state::json::to_json).collect()).collect::<Vec<Vec<_>>>())
-        }
+    answer_blocking(app, StatusCode::OK, move |app| {
+        clustered::wait_until_loaded(app, &name);
+        let rows = match clustered(app, &name) {
+            Some((membership, _)) => clustered::query(app, membership, &name, &query, &args)?,
+            None => app.deployments.query(&name, &query, &args)?,
+        };
+        Ok(rows.iter().map(|row| row.iter().map(weir_state::json::to_json).collect()).collect::<Vec<Vec<_>>>())
     })
-    .await;
-    app.answer(StatusCode::OK, result)
+    .await
 }
 
 /// The names of a query's result fields, for the query console's columns
@@ -217,16 +217,13 @@ async fn delete(State(app): State<Shared>, Path(name): Path<String>, Query(query
         Some("drop") => true,
         _ => return error(StatusCode::BAD_REQUEST, "say what becomes of the state: ?state=keep or ?state=drop"),
     };
-    let result = blocking({
-        let app = Arc::clone(&app);
-        move || {
-            if let Some((membership, _)) = clustered(&app, &name) {
-                return clustered::delete(&app, membership, &name);
-            }
-            app.deployments.delete(&name, drop_state)?;
-            app.history.forget(&name);
-            Ok(())
+    let result = blocking(&app, move |app| {
+        if let Some((membership, _)) = clustered(app, &name) {
+            return clustered::delete(app, membership, &name);
         }
+        app.deployments.delete(&name, drop_state)?;
+        app.history.forget(&name);
+        Ok(())
     })
     .await;
     match result {
@@ -362,12 +359,7 @@ async fn state(
     Path((name, state)): Path<(String, String)>,
     Query(query): Query<StateQuery>,
 ) -> Response {
-    let result = blocking({
-        let app = Arc::clone(&app);
-        move || read_state(&app, &name, &state, &query)
-    })
-    .await;
-    app.answer(StatusCode::OK, result)
+    answer_blocking(app, StatusCode::OK, move |app| read_state(app, &name, &state, &query)).await
 }
 
 #[derive(Deserialize)]
@@ -388,30 +380,24 @@ async fn state_summary(
     Path((name, state)): Path<(String, String)>,
     Query(query): Query<SummaryQuery>,
 ) -> Response {
-    let result = blocking({
-        let app = Arc::clone(&app);
-        move || {
-            if clustered(&app, &name).is_some() {
-                return Err(DeployError::BadRequest(format!(
-                    "topology {name} runs across the cluster: read its state {state} in pages"
-                )));
-            }
-            let states = app.deployments.states(&name)?;
-            if !states.iter().any(|s| s == &state) {
-                return Err(DeployError::NotFound(format!(
-                    "topology {name} has no state {state:?} (states: {states:?})"
-                )));
-            }
-            let asked = state_summary::Asked {
-                top: query.top,
-                prefix: query.prefix.as_deref(),
-                limit: query.limit.unwrap_or(DEFAULT_STATE_PAGE),
-            };
-            state_summary::summary(&app.host.db, &name, &state, &asked)
+    answer_blocking(app, StatusCode::OK, move |app| {
+        if clustered(app, &name).is_some() {
+            return Err(DeployError::BadRequest(format!(
+                "topology {name} runs across the cluster: read its state {state} in pages"
+            )));
         }
+        let states = app.deployments.states(&name)?;
+        if !states.iter().any(|s| s == &state) {
+            return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
+        }
+        let asked = state_summary::Asked {
+            top: query.top,
+            prefix: query.prefix.as_deref(),
+            limit: query.limit.unwrap_or(DEFAULT_STATE_PAGE),
+        };
+        state_summary::summary(&app.host.db, &name, &state, &asked)
     })
-    .await;
-    app.answer(StatusCode::OK, result)
+    .await
 }
 
 /// The last 15 minutes of a topology's figures on this host, a sample a

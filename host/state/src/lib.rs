@@ -155,22 +155,17 @@ impl Db {
     pub fn progress(&self, topology: &str) -> Result<Progress, StoreError> {
         let txn = self.db.begin_read()?;
         let meta_name = meta_table(topology);
-        let last_committed = match txn.open_table(meta_def(&meta_name)) {
-            Ok(table) => table.get(LAST_COMMITTED)?.map_or(0, |v| v.value()),
-            Err(redb::TableError::TableDoesNotExist(_)) => 0,
-            Err(e) => return Err(e.into()),
+        let last_committed = match table_if_written(&txn, meta_def(&meta_name))? {
+            Some(table) => table.get(LAST_COMMITTED)?.map_or(0, |v| v.value()),
+            None => 0,
         };
         let batches_name = batches_table(topology);
         let mut batches = Vec::new();
-        match txn.open_table(batches_def(&batches_name)) {
-            Ok(table) => {
-                for entry in table.range(last_committed..)? {
-                    let (txid, record) = entry?;
-                    batches.push((txid.value(), BatchRecord::decode(record.value())?));
-                }
+        if let Some(table) = table_if_written(&txn, batches_def(&batches_name))? {
+            for entry in table.range(last_committed..)? {
+                let (txid, record) = entry?;
+                batches.push((txid.value(), BatchRecord::decode(record.value())?));
             }
-            Err(redb::TableError::TableDoesNotExist(_)) => {}
-            Err(e) => return Err(e.into()),
         }
         Ok(Progress { last_committed, batches })
     }
@@ -215,11 +210,7 @@ impl Db {
     pub fn check_state_kinds(&self, topology: &str, declared: &BTreeMap<String, StateDef>) -> Result<(), StoreError> {
         let txn = self.db.begin_read()?;
         let kinds_name = kinds_table(topology);
-        let kinds = match txn.open_table(kinds_def(&kinds_name)) {
-            Ok(table) => Some(table),
-            Err(redb::TableError::TableDoesNotExist(_)) => None,
-            Err(e) => return Err(e.into()),
-        };
+        let kinds = table_if_written(&txn, kinds_def(&kinds_name))?;
         for (state, def) in declared {
             let recorded = match &kinds {
                 Some(table) => {
@@ -483,6 +474,19 @@ impl StateReader for ReadTable {
     }
 }
 
+/// Table `def` as `txn` reads it; `None` when nothing has written it yet
+/// (redb makes a table at its first write).
+pub fn table_if_written<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
+    def: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, redb::TableError> {
+    match txn.open_table(def) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl Snapshot for redb::ReadTransaction {
     fn state(&self, topology: &str, state: &str) -> Result<Option<Box<dyn StateReader>>, StoreError> {
         let table = ReadTable::open(self, &state_table(topology, state))?;
@@ -491,11 +495,7 @@ impl Snapshot for redb::ReadTransaction {
 
     fn others(&self, topology: &str, table: &str) -> Result<OtherEntries, StoreError> {
         let name = format!("{}{table}", others_prefix(topology));
-        let table = match self.open_table(others_def(&name)) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
+        let Some(table) = table_if_written(self, others_def(&name))? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (key, value) = entry?;

@@ -193,7 +193,7 @@ pub trait Store: CommitLog + Sync {
 mod tests {
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::view::{Base, Views};
+    use crate::view::Base;
     use crate::writes::Combines;
     use crate::{Db, StateError};
     use std::collections::{BTreeMap, HashMap};
@@ -410,27 +410,24 @@ mod tests {
         each_store(|store| {
             let records = batch_records(3);
             let mut caches = HashMap::new();
-            let batch =
-                |txid, layers, caches: &mut _, run: &dyn Fn(&mut Views)| run_batch(store, txid, layers, caches, run);
-            let n = |v| Base::Value(Value::I64(v));
-            let first = batch(1, Vec::new(), &mut caches, &|views| {
+            let first = run_batch(store, 1, Vec::new(), &mut caches, &|views| {
                 for (word, v) in [("a", 1), ("b", 2), ("c", 3), ("x", 9)] {
                     views.put("counts", key(word), Value::I64(v)).unwrap();
                 }
             });
             commit(store, 1, &first, &[]).unwrap();
-            let second = Arc::new(batch(2, Vec::new(), &mut caches, &|views| {
+            let second = Arc::new(run_batch(store, 2, Vec::new(), &mut caches, &|views| {
                 views.remove("counts", &key("b")).unwrap();
                 views.put("counts", key("d"), Value::I64(4)).unwrap();
-                assert_eq!(range(views, "a", "x"), [(key("a"), n(1)), (key("c"), n(3)), (key("d"), n(4))]);
+                assert_eq!(range(views, "a", "x"), [(key("a"), count(1)), (key("c"), count(3)), (key("d"), count(4))]);
             }));
             // Batch 3 runs before batch 2 commits: it reads through it.
-            let third = batch(3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
-                assert_eq!(range(views, "a", "x"), [(key("a"), n(1)), (key("c"), n(3)), (key("d"), n(4))]);
+            let third = run_batch(store, 3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
+                assert_eq!(range(views, "a", "x"), [(key("a"), count(1)), (key("c"), count(3)), (key("d"), count(4))]);
                 assert_eq!(views.base("counts", &key("b")).unwrap(), Base::None, "removed by the batch before");
                 views.remove("counts", &key("c")).unwrap();
                 views.put("counts", key("b"), Value::I64(5)).unwrap();
-                assert_eq!(range(views, "b", "d"), [(key("b"), n(5))], "to is not included");
+                assert_eq!(range(views, "b", "d"), [(key("b"), count(5))], "to is not included");
             });
             let group = [batch_of(2, &records, &second), batch_of(3, &records, &third)];
             store.commit_group(&group).unwrap();
@@ -447,56 +444,49 @@ mod tests {
         each_store(|store| {
             let records = batch_records(3);
             let mut caches = HashMap::new();
-            let batch =
-                |txid, layers, caches: &mut _, run: &dyn Fn(&mut Views)| run_batch(store, txid, layers, caches, run);
             // Once committed, the written records are what the caches hold.
             let committed = |caches: &mut HashMap<_, _>, writes: Vec<StateWrites>| {
                 crate::view::refresh_caches(caches, writes);
             };
-            let partials = |pairs: &[(&str, i64)]| pairs.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
-            let n = |v| Base::Value(Value::I64(v));
-            let first = batch(1, Vec::new(), &mut caches, &|views| {
+            let first = run_batch(store, 1, Vec::new(), &mut caches, &|views| {
                 views.put("counts", key("a"), Value::I64(1)).unwrap();
-                assert_eq!(views.base("counts", &key("a")).unwrap(), n(1), "read into the cache");
+                assert_eq!(views.base("counts", &key("a")).unwrap(), count(1), "read into the cache");
             });
             commit(store, 1, &first, &[]).unwrap();
             committed(&mut caches, first);
             // Batch 2 leaves its partials to the commit, beside a record:
             // a, cached from batch 1, is read again through them.
-            let second = Arc::new(batch(2, Vec::new(), &mut caches, &|views| {
+            let second = Arc::new(run_batch(store, 2, Vec::new(), &mut caches, &|views| {
                 views.put("counts", key("w"), Value::I64(7)).unwrap();
-                views.combine_at_commit("counts", Builtin::Count, partials(&[("a", 2), ("b", 5)])).unwrap();
+                views.combine_at_commit("counts", Builtin::Count, counts_of(&[("a", 2), ("b", 5)])).unwrap();
                 let err = views.base("counts", &key("a")).unwrap_err();
                 assert!(format!("{err:#}").contains("left to the commit"), "{err:#}");
                 let err = views.range("counts", &key("a"), &key("c")).unwrap_err();
                 assert!(format!("{err:#}").contains("left to the commit"), "{err:#}");
-                let twice = views.combine_at_commit("counts", Builtin::Count, partials(&[("c", 1)]));
+                let twice = views.combine_at_commit("counts", Builtin::Count, counts_of(&[("c", 1)]));
                 assert!(twice.is_err(), "one set of partials a batch");
             }));
             // Batch 3 runs before batch 2 commits: it reads the combined values.
-            let third = batch(3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
-                assert_eq!(views.base("counts", &key("a")).unwrap(), n(3));
-                assert_eq!(views.base("counts", &key("b")).unwrap(), n(5));
+            let third = run_batch(store, 3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
+                assert_eq!(views.base("counts", &key("a")).unwrap(), count(3));
+                assert_eq!(views.base("counts", &key("b")).unwrap(), count(5));
                 let all = views.range("counts", &key("a"), &key("z")).unwrap();
-                assert_eq!(all, [(key("a"), n(3)), (key("b"), n(5)), (key("w"), n(7))]);
+                assert_eq!(all, [(key("a"), count(3)), (key("b"), count(5)), (key("w"), count(7))]);
                 let taken = views.take_range("counts", &key("a"), &key("c")).unwrap();
-                assert_eq!(taken, [(key("a"), n(3)), (key("b"), n(5))]);
-                assert_eq!(views.range("counts", &key("a"), &key("z")).unwrap(), [(key("w"), n(7))]);
-                views.combine_at_commit("counts", Builtin::Count, partials(&[("c", 1), ("w", 1)])).unwrap();
+                assert_eq!(taken, [(key("a"), count(3)), (key("b"), count(5))]);
+                assert_eq!(views.range("counts", &key("a"), &key("z")).unwrap(), [(key("w"), count(7))]);
+                views.combine_at_commit("counts", Builtin::Count, counts_of(&[("c", 1), ("w", 1)])).unwrap();
             });
             store.commit_group(&[batch_of(2, &records, &second), batch_of(3, &records, &third)]).unwrap();
             committed(&mut caches, Arc::try_unwrap(second).ok().unwrap());
             committed(&mut caches, third);
-            let opaque = |txid, curr, prev: Option<i64>| {
-                Some(Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) })
-            };
             assert_eq!(stored(store, "a"), None);
             assert_eq!(stored(store, "b"), None);
-            assert_eq!(stored(store, "c"), opaque(3, 1, None));
-            assert_eq!(stored(store, "w"), opaque(3, 8, Some(7)));
-            let fourth = batch(4, Vec::new(), &mut caches, &|views| {
+            assert_eq!(stored(store, "c"), Some(opaque(3, 1, None)));
+            assert_eq!(stored(store, "w"), Some(opaque(3, 8, Some(7))));
+            let fourth = run_batch(store, 4, Vec::new(), &mut caches, &|views| {
                 assert_eq!(views.base("counts", &key("a")).unwrap(), Base::None);
-                assert_eq!(views.base("counts", &key("w")).unwrap(), n(8));
+                assert_eq!(views.base("counts", &key("w")).unwrap(), count(8));
             });
             assert!(fourth.is_empty());
         });
@@ -507,85 +497,64 @@ mod tests {
         each_store(|store| {
             let records = batch_records(3);
             let mut caches = HashMap::new();
-            let batch =
-                |txid, layers, caches: &mut _, run: &dyn Fn(&mut Views)| run_batch(store, txid, layers, caches, run);
-            let partials = |pairs: &[(&str, i64)]| pairs.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
-            let n = |v| Base::Value(Value::I64(v));
-            let first = batch(1, Vec::new(), &mut caches, &|views| {
+            let first = run_batch(store, 1, Vec::new(), &mut caches, &|views| {
                 for (word, v) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
                     views.put("counts", key(word), Value::I64(v)).unwrap();
                 }
-                assert_eq!(views.base("counts", &key("b")).unwrap(), n(2));
+                assert_eq!(views.base("counts", &key("b")).unwrap(), count(2));
             });
             commit(store, 1, &first, &[]).unwrap();
             crate::view::refresh_caches(&mut caches, first);
             // Batch 2 takes b and c (b cached), then writes c and bb anew.
-            let second = Arc::new(batch(2, Vec::new(), &mut caches, &|views| {
+            let second = Arc::new(run_batch(store, 2, Vec::new(), &mut caches, &|views| {
                 assert_eq!(
                     views.take_range("counts", &key("b"), &key("d")).unwrap(),
-                    [(key("b"), n(2)), (key("c"), n(3))]
+                    [(key("b"), count(2)), (key("c"), count(3))]
                 );
                 assert_eq!(views.base("counts", &key("b")).unwrap(), Base::None, "taken, not read from the cache");
                 views.put("counts", key("c"), Value::I64(9)).unwrap();
                 views.put("counts", key("bb"), Value::I64(6)).unwrap();
                 assert_eq!(
                     range(views, "a", "z"),
-                    [(key("a"), n(1)), (key("bb"), n(6)), (key("c"), n(9)), (key("d"), n(4))]
+                    [(key("a"), count(1)), (key("bb"), count(6)), (key("c"), count(9)), (key("d"), count(4))]
                 );
-                let into_removed = views.combine_at_commit("counts", Builtin::Count, partials(&[("b", 1)]));
+                let into_removed = views.combine_at_commit("counts", Builtin::Count, counts_of(&[("b", 1)]));
                 assert!(into_removed.is_err(), "a partial for a removed key");
             }));
             assert_eq!(second[0].removed_ranges, [(key("b"), key("d"))]);
             // Batch 3 runs before batch 2 commits: it reads past the range.
-            let third = batch(3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
+            let third = run_batch(store, 3, vec![(2, Arc::clone(&second))], &mut caches, &|views| {
                 assert_eq!(views.base("counts", &key("b")).unwrap(), Base::None);
-                assert_eq!(views.base("counts", &key("c")).unwrap(), n(9));
+                assert_eq!(views.base("counts", &key("c")).unwrap(), count(9));
                 assert_eq!(
                     range(views, "a", "z"),
-                    [(key("a"), n(1)), (key("bb"), n(6)), (key("c"), n(9)), (key("d"), n(4))]
+                    [(key("a"), count(1)), (key("bb"), count(6)), (key("c"), count(9)), (key("d"), count(4))]
                 );
-                views.combine_at_commit("counts", Builtin::Count, partials(&[("a", 1), ("b", 1)])).unwrap();
+                views.combine_at_commit("counts", Builtin::Count, counts_of(&[("a", 1), ("b", 1)])).unwrap();
             });
             store.commit_group(&[batch_of(2, &records, &second), batch_of(3, &records, &third)]).unwrap();
-            let opaque = |txid, curr, prev: Option<i64>| {
-                Some(Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) })
-            };
-            assert_eq!(stored(store, "a"), opaque(3, 2, Some(1)));
-            assert_eq!(stored(store, "b"), opaque(3, 1, None), "removed by batch 2, counted afresh by batch 3");
-            assert_eq!(stored(store, "bb"), opaque(2, 6, None));
-            assert_eq!(stored(store, "c"), opaque(2, 9, None), "written after the range was removed");
-            assert_eq!(stored(store, "d"), opaque(1, 4, None));
+            assert_eq!(stored(store, "a"), Some(opaque(3, 2, Some(1))));
+            assert_eq!(stored(store, "b"), Some(opaque(3, 1, None)), "removed by batch 2, counted afresh by batch 3");
+            assert_eq!(stored(store, "bb"), Some(opaque(2, 6, None)));
+            assert_eq!(stored(store, "c"), Some(opaque(2, 9, None)), "written after the range was removed");
+            assert_eq!(stored(store, "d"), Some(opaque(1, 4, None)));
         });
     }
 
     #[test]
     fn a_group_combines_partials_once_a_key_and_keeps_them_in_order_with_its_records() {
-        let opaque =
-            |txid, curr, prev: Option<i64>| Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) };
-        let writes = |records: &[(&str, Stored)], removed: &[&str], partials: &[(&str, i64)]| {
-            let partials = partials.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
-            vec![StateWrites {
-                state: "counts".into(),
-                records: records.iter().map(|(w, s)| (key(w), s.clone())).collect(),
-                removed: removed.iter().map(|w| key(w)).collect(),
-                removed_ranges: Vec::new(),
-                combines: Some(Combines { kind: StateKind::Opaque, builtin: Builtin::Count, partials }),
-            }]
-        };
         each_store(|store| {
             let records = batch_records(6);
             // Batch 2 removes a key batch 1 combined; batch 3 combines
             // keys both combined; batch 5 combines a key batch 4 wrote;
             // batch 6 removes a range of keys batches 1 and 3 combined.
-            let mut removing_range = writes(&[], &[], &[("e", 1)]);
-            removing_range[0].removed_ranges.push((key("b"), key("bz")));
             let batches = [
-                writes(&[("w", opaque(1, 7, None))], &[], &[("a", 1), ("b", 1), ("bb", 1)]),
-                writes(&[], &["a"], &[("c", 1)]),
-                writes(&[("x", opaque(3, 1, None))], &[], &[("b", 1), ("c", 1)]),
-                writes(&[("d", opaque(4, 5, None))], &[], &[("e", 1)]),
-                writes(&[], &[], &[("d", 1), ("e", 1)]),
-                removing_range,
+                writes(&[("w", opaque(1, 7, None))], &[], &[], &[("a", 1), ("b", 1), ("bb", 1)]),
+                writes(&[], &["a"], &[], &[("c", 1)]),
+                writes(&[("x", opaque(3, 1, None))], &[], &[], &[("b", 1), ("c", 1)]),
+                writes(&[("d", opaque(4, 5, None))], &[], &[], &[("e", 1)]),
+                writes(&[], &[], &[], &[("d", 1), ("e", 1)]),
+                writes(&[], &[], &[("b", "bz")], &[("e", 1)]),
             ];
             let group: Vec<BatchCommit<'_>> =
                 (1..=6).map(|txid| batch_of(txid, &records, &batches[txid as usize - 1])).collect();
@@ -603,19 +572,6 @@ mod tests {
 
     #[test]
     fn a_group_s_pending_writes_are_read_one_key_at_a_time_as_the_whole_range_reads_them() {
-        let opaque =
-            |txid, curr, prev: Option<i64>| Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) };
-        let writes =
-            |records: &[(&str, Stored)], removed: &[&str], ranges: &[(&str, &str)], partials: &[(&str, i64)]| {
-                let partials = partials.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect();
-                Arc::new(vec![StateWrites {
-                    state: "counts".into(),
-                    records: records.iter().map(|(w, s)| (key(w), s.clone())).collect(),
-                    removed: removed.iter().map(|w| key(w)).collect(),
-                    removed_ranges: ranges.iter().map(|(from, to)| (key(from), key(to))).collect(),
-                    combines: Some(Combines { kind: StateKind::Opaque, builtin: Builtin::Count, partials }),
-                }])
-            };
         each_store(|store| {
             let committed: Vec<(&str, Stored)> =
                 ["a", "b", "bb", "c", "d", "f"].iter().map(|w| (*w, opaque(1, 1, None))).collect();
@@ -624,8 +580,16 @@ mod tests {
             // Batch 2 removes b to c, writes e, removes d and combines a,
             // c and g; batch 3 writes b again and combines a and h.
             let layers = vec![
-                (2, writes(&[("e", opaque(2, 5, None))], &["d"], &[("b", "c")], &[("a", 1), ("c", 2), ("g", 3)])),
-                (3, writes(&[("b", opaque(3, 7, None))], &[], &[], &[("a", 1), ("h", 1)])),
+                (
+                    2,
+                    Arc::new(writes(
+                        &[("e", opaque(2, 5, None))],
+                        &["d"],
+                        &[("b", "c")],
+                        &[("a", 1), ("c", 2), ("g", 3)],
+                    )),
+                ),
+                (3, Arc::new(writes(&[("b", opaque(3, 7, None))], &[], &[], &[("a", 1), ("h", 1)]))),
             ];
             let snapshot = store.snapshot().unwrap();
             let pending = crate::pending::Pending::new(&*snapshot, "t", layers);
@@ -643,6 +607,42 @@ mod tests {
             let all: Vec<Vec<u8>> = reader.range(&key("a"), &key("z")).unwrap().into_iter().map(|(k, _)| k).collect();
             assert_eq!(all, ["a", "b", "c", "e", "f", "g", "h"].map(key));
         });
+    }
+
+    /// A batch's writes to the opaque state `counts`: `records`, the keys
+    /// `removed`, the key `ranges` removed, and Count's `partials`.
+    fn writes(
+        records: &[(&str, Stored)],
+        removed: &[&str],
+        ranges: &[(&str, &str)],
+        partials: &[(&str, i64)],
+    ) -> Vec<StateWrites> {
+        vec![StateWrites {
+            state: "counts".into(),
+            records: records.iter().map(|(w, s)| (key(w), s.clone())).collect(),
+            removed: removed.iter().map(|w| key(w)).collect(),
+            removed_ranges: ranges.iter().map(|(from, to)| (key(from), key(to))).collect(),
+            combines: Some(Combines {
+                kind: StateKind::Opaque,
+                builtin: Builtin::Count,
+                partials: counts_of(partials),
+            }),
+        }]
+    }
+
+    /// Count's partials for words.
+    fn counts_of(pairs: &[(&str, i64)]) -> crate::keyed::KeyedValues {
+        pairs.iter().map(|(w, n)| (key(w), Value::I64(*n))).collect()
+    }
+
+    /// An opaque record of a count: `curr` written by `txid`, over `prev`.
+    fn opaque(txid: u64, curr: i64, prev: Option<i64>) -> Stored {
+        Stored::Opaque { txid, curr: Value::I64(curr), prev: prev.map(Value::I64) }
+    }
+
+    /// A count as a batch reads it.
+    fn count(n: i64) -> Base {
+        Base::Value(Value::I64(n))
     }
 
     /// The keys of state `counts` from `from` up to `to`, as the batch sees them.

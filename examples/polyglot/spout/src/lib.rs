@@ -27,11 +27,8 @@ struct Sentences;
 
 impl BatchSpout for Sentences {
     fn emit_batch(&self, info: &SpoutInfo, out: &mut SpoutEmitter<'_>) -> Result<bool, Error> {
-        let start = (info.txid - 1) * BATCH;
-        if start >= SENTENCES {
-            return Ok(false);
-        }
-        for n in start..(start + BATCH).min(SENTENCES) {
+        let Some(batch) = example_common::batch_range(info.txid, BATCH, SENTENCES) else { return Ok(false) };
+        for n in batch {
             out.emit([sentence(n).as_str()])?;
         }
         Ok(true)

@@ -6,6 +6,7 @@ mod cluster;
 mod compile;
 mod delete;
 mod deploy;
+mod engine;
 mod inspect;
 mod kafka;
 mod limits;

@@ -20,7 +20,7 @@ use weir_io::sink::Publisher;
 use weir_io::spout;
 use weir_sdk::topology::SPOUT_ID;
 
-use super::nats::NatsArgs;
+use super::engine::EngineArgs;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -74,23 +74,13 @@ pub struct RunArgs {
     /// coordinator: one failing does not stop the others.
     #[arg(long)]
     topology: Vec<String>,
-    #[command(flatten)]
-    sandbox: super::limits::SandboxArgs,
     /// Also write the run's figures (per topology: batches, tuples, wall
     /// time, time to the first processed batch, commit latency p50/p99; the
     /// process's peak resident memory) to this file, as JSON.
     #[arg(long)]
     report_json: Option<PathBuf>,
     #[command(flatten)]
-    compile: super::compile::CompileArgs,
-    #[command(flatten)]
-    nats: NatsArgs,
-    #[command(flatten)]
-    sinks: super::nats::SinkArgs,
-    #[command(flatten)]
-    kafka: super::kafka::KafkaArgs,
-    #[command(flatten)]
-    topology_limits: super::limits::TopologyLimitArgs,
+    engine: EngineArgs,
 }
 
 fn progress_bar() -> ProgressBar {
@@ -130,11 +120,10 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         group_max: args.group_max as usize,
         group_time: Duration::from_millis(args.group_time_ms),
         follow: None,
-        max_outbox_bytes: args.sinks.max_outbox_bytes(),
+        max_outbox_bytes: args.engine.sinks.max_outbox_bytes(),
         ..RunConfig::default()
     };
-    args.sandbox.limit_guest_memory();
-    let sandbox = args.sandbox.config(args.topology_limits.limits());
+    let sandbox = args.engine.sandbox();
     let max_parallelism = sandbox.topology.max_parallelism;
     if args.parallelism > u64::from(max_parallelism) {
         bail!(
@@ -142,7 +131,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
             args.parallelism
         );
     }
-    let (engine, cache) = args.compile.engine_and_cache(sandbox.max_call_ms > 0)?;
+    let (engine, cache) = args.engine.engine_and_cache(&sandbox)?;
     let mut topologies = load::topologies(&engine, &cache, &wasm, &args.topology, &sandbox)?;
     if args.parallelism > 1 {
         for loaded in &mut topologies {
@@ -151,9 +140,9 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
             loaded.plan = Arc::new(plan);
         }
     }
-    let nats = args.nats.config()?;
+    let nats = args.engine.nats.config()?;
     // What every topology's spout shares; each takes its own name below.
-    let kafka = args.kafka.config()?;
+    let kafka = args.engine.kafka.config()?;
     let env =
         spout::SpoutEnv::local("", args.input.as_deref(), config.batch_size, nats.as_ref()).with_kafka(kafka.as_ref());
     for loaded in &topologies {
@@ -177,7 +166,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<()> {
         opened.push((loaded, spout, sinks));
     }
     // Opened once the topologies are known good: a refused one leaves no trace.
-    let db = args.sandbox.open_db(&args.data, None)?;
+    let db = args.engine.sandbox.open_db(&args.data, None)?;
     for (loaded, _, _) in &opened {
         db.check_state_kinds(&loaded.plan.stored_as, &loaded.plan.states)?;
     }

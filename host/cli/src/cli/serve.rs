@@ -14,7 +14,7 @@ use weir_io::spout::InputScope;
 use weir_server::deployments::Host;
 use weir_server::{ServeConfig, serve};
 
-use super::nats::NatsArgs;
+use super::engine::EngineArgs;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -80,29 +80,18 @@ pub struct ServeArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_total_state_mib: Option<u64>,
     #[command(flatten)]
-    sandbox: super::limits::SandboxArgs,
-    #[command(flatten)]
-    compile: super::compile::CompileArgs,
-    #[command(flatten)]
-    nats: NatsArgs,
-    #[command(flatten)]
-    sinks: super::nats::SinkArgs,
-    #[command(flatten)]
-    kafka: super::kafka::KafkaArgs,
+    engine: EngineArgs,
     #[command(flatten)]
     cluster: super::cluster::ClusterArgs,
-    #[command(flatten)]
-    topology_limits: super::limits::TopologyLimitArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let token = super::token::read_token(args.token_file.as_deref())?;
-    args.sandbox.limit_guest_memory();
-    let db = Arc::new(args.sandbox.open_db(&args.data, args.max_total_state_mib)?);
+    let sandbox = args.engine.sandbox();
+    let db = Arc::new(args.engine.sandbox.open_db(&args.data, args.max_total_state_mib)?);
     // Absolute, so that errors sent to clients can name bundles relative to it.
     let data = args.data.canonicalize().with_context(|| format!("data dir {}", args.data.display()))?;
-    let sandbox = args.sandbox.config(args.topology_limits.limits());
-    let (engine, cache) = args.compile.engine_and_cache(sandbox.max_call_ms > 0)?;
+    let (engine, cache) = args.engine.engine_and_cache(&sandbox)?;
     let host = Host {
         db,
         bundles: data.join("bundles"),
@@ -114,12 +103,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
             max_pending: args.max_pending.unwrap_or(default_max_pending(args.batch_size)).max(1),
             follow: Some(Duration::from_millis(args.poll_ms.max(1))),
             batch_timeout: Duration::from_millis(args.batch_timeout_ms.max(1)),
-            max_outbox_bytes: args.sinks.max_outbox_bytes(),
+            max_outbox_bytes: args.engine.sinks.max_outbox_bytes(),
             ..RunConfig::default()
         },
         inputs: InputScope::Under(args.input_dir.clone()),
-        nats: args.nats.config()?,
-        kafka: args.kafka.config()?,
+        nats: args.engine.nats.config()?,
+        kafka: args.engine.kafka.config()?,
         max_deployments: args.max_deployments,
     };
     serve(ServeConfig {

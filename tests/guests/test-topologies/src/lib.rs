@@ -1,5 +1,6 @@
 //! Word-count variants for the host's tests.
 
+use weir_sdk::builder::{Sink, Spout};
 use weir_sdk::prelude::*;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,10 +46,7 @@ impl Function for Split {
             println!("split starts txid {}", batch.txid);
             eprintln!("split warns about txid {}", batch.txid);
         }
-        for word in tuple.str("sentence")?.split_whitespace() {
-            out.emit([word])?;
-        }
-        Ok(())
+        Function::execute(&SplitWords, tuple, out)
     }
 }
 
@@ -119,21 +117,11 @@ impl Function for FirstWord {
     }
 }
 
-/// A JSON message's `line`, which must be a string, split into words.
-struct LineWords;
-
-impl Function for LineWords {
-    fn execute(&self, tuple: &Tuple<'_>, out: &mut Emitter<'_>) -> Result<(), Error> {
-        for word in tuple.str("line")?.split_whitespace() {
-            out.emit([word])?;
-        }
-        Ok(())
-    }
-}
-
-fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggregator) -> Topology {
+/// Word count over the `sentence`s of `spout`, split by `split`, counted
+/// into `state` by `counter`.
+fn counted(name: &str, spout: impl Spout, split: Split, state: State, counter: impl CombinerAggregator) -> Topology {
     Topology::new(name)
-        .new_stream(FileLines::new("sentence"))
+        .new_stream(spout)
         .each(["sentence"], split, ["word"])
         .name("split")
         .group_by(["word"])
@@ -142,16 +130,14 @@ fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggr
         .build()
 }
 
+/// Word count over the sentences of a file.
+fn word_count(name: &str, split: Split, state: State, counter: impl CombinerAggregator) -> Topology {
+    counted(name, FileLines::new("sentence"), split, state, counter)
+}
+
 /// Word count over the sentences of a JetStream stream.
 fn jetstream_word_count(name: &str, spout: JetStream, split: Split, state: State) -> Topology {
-    Topology::new(name)
-        .new_stream(spout.string("sentence"))
-        .each(["sentence"], split, ["word"])
-        .name("split")
-        .group_by(["word"])
-        .persistent_aggregate(state, Count, ["count"])
-        .name("count")
-        .build()
+    counted(name, spout.string("sentence"), split, state, Count)
 }
 
 /// JSON events from a JetStream stream: totals per user, messages per
@@ -173,11 +159,11 @@ fn jetstream_events() -> Topology {
     t.build()
 }
 
-/// Clicks (a page per message) counted per page; each batch's new counts
-/// go to `sink`.
-fn jetstream_sink(name: &str, spout: JetStream, state: State, sink: JetStreamSink) -> Topology {
+/// Clicks (a page per message or record of `spout`) counted per page;
+/// each batch's new counts go to `sink`.
+fn page_counts(name: &str, spout: impl Spout, state: State, sink: impl Sink) -> Topology {
     Topology::new(name)
-        .new_stream(spout.string("page"))
+        .new_stream(spout)
         .group_by(["page"])
         .persistent_aggregate(state, Count, ["count"])
         .name("count")
@@ -185,6 +171,11 @@ fn jetstream_sink(name: &str, spout: JetStream, state: State, sink: JetStreamSin
         .sink(sink)
         .name("page-counts")
         .build()
+}
+
+/// [`page_counts`] over a JetStream stream, to a subject.
+fn jetstream_sink(name: &str, spout: JetStream, state: State, sink: JetStreamSink) -> Topology {
+    page_counts(name, spout.string("page"), state, sink)
 }
 
 fn jetstream_topologies() -> Vec<Topology> {
@@ -255,7 +246,7 @@ fn jetstream_topologies() -> Vec<Topology> {
         // stream-ops guest's topology of the same name takes any value).
         Topology::new("jetstream-lines")
             .new_stream(JetStream::transactional("lines", ["lines.*"]).json(["line"]))
-            .each(["line"], LineWords, ["word"])
+            .each(["line"], SplitWords, ["word"])
             .name("split")
             .group_by(["word"])
             .persistent_aggregate(State::transactional("counts"), Count, ["count"])
@@ -294,28 +285,12 @@ fn jetstream_topologies() -> Vec<Topology> {
 
 /// Word count over the sentences of a Kafka topic.
 fn kafka_word_count(name: &str, spout: Kafka, split: Split, state: State) -> Topology {
-    Topology::new(name)
-        .new_stream(spout.string("sentence"))
-        .each(["sentence"], split, ["word"])
-        .name("split")
-        .group_by(["word"])
-        .persistent_aggregate(state, Count, ["count"])
-        .name("count")
-        .build()
+    counted(name, spout.string("sentence"), split, state, Count)
 }
 
-/// Clicks (a page per record) counted per page; each batch's new counts
-/// go to `sink`.
+/// [`page_counts`] over a Kafka topic, to a topic.
 fn kafka_sink(name: &str, spout: Kafka, state: State, sink: KafkaSink) -> Topology {
-    Topology::new(name)
-        .new_stream(spout.string("page"))
-        .group_by(["page"])
-        .persistent_aggregate(state, Count, ["count"])
-        .name("count")
-        .new_values_stream()
-        .sink(sink)
-        .name("page-counts")
-        .build()
+    page_counts(name, spout.string("page"), state, sink)
 }
 
 fn kafka_topologies() -> Vec<Topology> {
