@@ -358,3 +358,36 @@ fn a_server_stopped_under_a_sink_halts_it_within_the_retry_budget_naming_it() {
     let committed = last_committed(&data, "file-sink") as usize;
     assert_counts_eq(&counts(&data, "file-sink"), &truth(&pages[..committed * 5]));
 }
+
+/// Batches with sink output commit in groups, their output sent after the
+/// group's commit and acknowledged in flight while later groups commit; a
+/// host killed after a batch's acknowledgements (later batches' output
+/// still in flight) or after a commit (its output not yet sent) leaves
+/// each committed batch's output in the stream once and only once.
+#[test]
+fn batches_with_sink_output_commit_in_groups_and_kills_mid_publish_leave_each_output_once() {
+    let nats = server_with(&[], &["page-counts"]);
+    let pages = clicks(20_000, 27);
+    let (dir, input, data) = input_and_data("pages.txt", &(pages.join("\n") + "\n"));
+    let report = dir.path().join("report.json");
+    let url = nats.url();
+    let extra = ["--input", input.to_str().unwrap(), "--nats", &url, "--batch-size", "10"];
+    let extra = [&extra[..], &["--report-json", report.to_str().unwrap()]].concat();
+    let args = run_topology_args(TEST_TOPOLOGIES, "file-sink", &data, &extra);
+    let mut restarts = Restarts::new(args, &data, "file-sink");
+    for _ in 0..2 {
+        let txid = restarts.last_committed() + 7;
+        restarts.kill_at(Point::AfterPublish, txid);
+        let txid = restarts.last_committed() + 5;
+        restarts.kill_at(Point::AfterCommit, txid);
+    }
+    let output = restarts.finish();
+    assert!(output.status.success(), "{}", text(&output));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let figures = &report[0];
+    let (batches, groups) = (figures["batches"].as_u64().unwrap(), figures["commit_groups"].as_u64().unwrap());
+    assert!(batches > 100, "{figures}");
+    assert!(groups < batches && figures["commit_group_max"].as_u64().unwrap() > 1, "{figures}");
+    assert_eq!(last_committed(&data, "file-sink"), 2000);
+    assert_exactly_once(&read_back(&nats), &data, "file-sink", &pages);
+}

@@ -223,10 +223,13 @@ pub const ACK_PATIENCE: Duration = Duration::from_secs(1);
 enum Collect {
     /// Those come already; only a late one (or too many) is waited for.
     Ready,
+    /// As [`Collect::Ready`], and until at most half of the most that may
+    /// be are in flight.
+    Room,
     /// Every one; a failure publishes the outbox again within the retry
     /// budget.
     All,
-    /// Every one, each at most [`MIN_WAIT`], the run halting: a failure
+    /// Every one, all within [`ACK_PATIENCE`], the run halting: a failure
     /// leaves the entries for the next start.
     Halting,
 }
@@ -306,24 +309,22 @@ impl Publisher {
         for i in 0..self.sinks.len() {
             match self.sinks[i].def {
                 SinkDef::Kafka { .. } => self.publish_sink(i, store, None)?,
-                SinkDef::JetStream { .. } => loop {
-                    match self.send_new(i, store)? {
-                        Ok(true) => break,
-                        // As many in flight as may be: the oldest first.
-                        Ok(false) => self.collect(store, Collect::Ready)?,
-                        Err((since, failed)) => return self.recover(store, since, failed),
+                SinkDef::JetStream { .. } => {
+                    if !self.send_new(i, store)? {
+                        // Published again from the first entry, every sink.
+                        return Ok(());
                     }
-                },
+                }
             }
         }
-        self.collect(store, Collect::Ready)
+        self.collect(store, Collect::Ready).map(drop)
     }
 
     /// Waits for every acknowledgement in flight and removes what they
     /// acknowledge: when the input is drained, so that nothing waits on a
     /// later commit.
     pub fn drain(&mut self, store: &dyn Store) -> Result<()> {
-        self.collect(store, Collect::All)
+        self.collect(store, Collect::All).map(drop)
     }
 
     /// Collects what acknowledgements come at once, the run halting for
@@ -337,27 +338,40 @@ impl Publisher {
     }
 
     /// Sends the entries of JetStream sink `i`'s outbox after those sent
-    /// in flight already, until [`PUBLISH_ACKS_IN_FLIGHT`] are in flight;
-    /// returns whether it sent them all. A send that fails returns when and
-    /// why, for [`Publisher::recover`].
-    fn send_new(&mut self, i: usize, store: &dyn Store) -> Result<Result<bool, (Instant, Failed)>> {
-        let sink = &self.sinks[i];
-        let entries = store.snapshot()?.others(&self.topology, &sink.table)?;
+    /// in flight already, at most [`PUBLISH_ACKS_IN_FLIGHT`] in flight:
+    /// when as many are, it collects acknowledgements until half are.
+    /// Returns `false` where a failure published the outboxes again
+    /// ([`Publisher::recover`]).
+    fn send_new(&mut self, i: usize, store: &dyn Store) -> Result<bool> {
+        let entries = store.snapshot()?.others(&self.topology, &self.sinks[i].table)?;
         let from = self.sent_up_to[i].as_deref();
-        let start = from.map_or(0, |from| entries.partition_point(|(key, _)| key.as_slice() <= from));
-        let room = PUBLISH_ACKS_IN_FLIGHT.saturating_sub(self.in_flight.len());
-        let end = entries.len().min(start + room);
-        let Some((last, _)) = entries[..end].last().filter(|_| start < end) else {
-            return Ok(Ok(end == entries.len()));
-        };
-        let last = last.clone();
+        let mut start = from.map_or(0, |from| entries.partition_point(|(key, _)| key.as_slice() <= from));
+        while start < entries.len() {
+            if self.in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT && self.collect(store, Collect::Room)? {
+                return Ok(false);
+            }
+            let end = entries.len().min(start + PUBLISH_ACKS_IN_FLIGHT - self.in_flight.len());
+            if let Err((since, failed)) = self.send(i, &entries[start..end]) {
+                self.recover(store, since, failed)?;
+                return Ok(false);
+            }
+            self.sent_up_to[i] = Some(entries[end - 1].0.clone());
+            start = end;
+        }
+        Ok(true)
+    }
+
+    /// Sends `entries` of JetStream sink `i`, their acknowledgements left
+    /// in flight; a send that fails returns when and why.
+    fn send(&mut self, i: usize, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), (Instant, Failed)> {
+        let sink = &self.sinks[i];
         let SinkDef::JetStream { subject, .. } = &sink.def else { unreachable!("a JetStream sink") };
         let (nats, retry_for) = self.nats.as_ref().expect("connected for its JetStream sinks");
         let wait = (*retry_for).clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2);
         let in_flight = &mut self.in_flight;
         let topology = &self.topology;
-        let sent = nats.runtime.block_on(async {
-            for (key, payload) in &entries[start..end] {
+        nats.runtime.block_on(async {
+            for (key, payload) in entries {
                 let (txid, n) = parse_key(key).map_err(|e| (Instant::now(), Failed::Refused(e)))?;
                 let what =
                     || format!("sink {} could not publish message {n} of txid {txid} to subject {subject}", sink.id);
@@ -376,30 +390,35 @@ impl Publisher {
                 in_flight.push_back(Sent { sink: i, key: key.clone(), at, ack: ack.into_future() });
             }
             Ok(())
-        });
-        self.sent_up_to[i] = Some(last);
-        Ok(sent.map(|()| end == entries.len()))
+        })
     }
 
     /// Collects acknowledgements in flight as `how` says, oldest first,
     /// and removes the entries they acknowledge from the outboxes (lazily);
     /// a failed or late one publishes the outboxes again
-    /// ([`Publisher::recover`]), unless the run is halting.
-    fn collect(&mut self, store: &dyn Store, how: Collect) -> Result<()> {
-        let Some((nats, retry_for)) = self.nats.as_ref() else { return Ok(()) };
+    /// ([`Publisher::recover`]), unless the run is halting. Returns whether
+    /// it did.
+    fn collect(&mut self, store: &dyn Store, how: Collect) -> Result<bool> {
+        let Some((nats, retry_for)) = self.nats.as_ref() else { return Ok(false) };
         if self.in_flight.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let in_flight = &mut self.in_flight;
         let sinks = &self.sinks;
         let mut acked: Vec<(usize, Vec<u8>)> = Vec::new();
+        let halting_until = Instant::now() + ACK_PATIENCE;
         let failed = nats.runtime.block_on(async {
             loop {
-                let crowded = in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT;
+                let crowded = match how {
+                    Collect::Room => in_flight.len() > PUBLISH_ACKS_IN_FLIGHT / 2,
+                    _ => in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT,
+                };
                 let Some(front) = in_flight.front_mut() else { break };
-                let must_wait = how != Collect::Ready || crowded || front.at.elapsed() >= ACK_PATIENCE.min(*retry_for);
+                let must_wait = !matches!(how, Collect::Ready | Collect::Room)
+                    || crowded
+                    || front.at.elapsed() >= ACK_PATIENCE.min(*retry_for);
                 let wait = match how {
-                    Collect::Halting => MIN_WAIT,
+                    Collect::Halting => halting_until.saturating_duration_since(Instant::now()),
                     _ if must_wait => {
                         retry_for.saturating_sub(front.at.elapsed()).clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2)
                     }
@@ -430,9 +449,9 @@ impl Publisher {
         });
         self.acknowledged(store, acked)?;
         match failed {
-            None => Ok(()),
+            None => Ok(false),
             Some((_, Failed::Refused(e) | Failed::Unreachable(e))) if how == Collect::Halting => Err(e),
-            Some((since, failed)) => self.recover(store, since, failed),
+            Some((since, failed)) => self.recover(store, since, failed).map(|()| true),
         }
     }
 
