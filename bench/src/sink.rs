@@ -57,6 +57,38 @@ fn run_once(bench: &Bench, wasm: &Path, topology: &str, batch: u64, nats: Option
     measure(command, &report)
 }
 
+/// The messages `file-sink` publishes at `batch`: each batch's pages, one
+/// message each, as JSON of the same shape.
+fn messages(bench: &Bench, batch: u64) -> Result<(PathBuf, u64)> {
+    let lines = std::fs::read_to_string(input(bench)?)?;
+    let lines: Vec<&str> = lines.lines().collect();
+    let mut text = String::new();
+    let mut count = 0;
+    for chunk in lines.chunks(batch as usize) {
+        let pages: std::collections::BTreeSet<&str> = chunk.iter().copied().collect();
+        for page in pages {
+            text.push_str(&format!("{{\"page\":\"{page}\",\"count\":{count}}}\n"));
+            count += 1;
+        }
+    }
+    let path = bench.work.join(format!("sink-messages-{batch}.txt"));
+    std::fs::write(&path, text)?;
+    Ok((path, count))
+}
+
+/// The raw client's floor: `weir publish` of the same messages into a
+/// fresh server's output stream, acknowledgements in flight (no outbox, no
+/// message ids).
+fn raw_publish(bench: &Bench, messages: &Path) -> Result<Measured> {
+    let server = NatsServer::start(&bench.work.join("nats-sink"))?;
+    let report = bench.work.join("report-raw-publish.json");
+    std::fs::write(&report, "{}")?;
+    let mut command = Command::new(&bench.weir);
+    command.args(["publish", "--nats", &server.url, "--stream", "out", "--subjects", "page-counts", "--create"]);
+    command.arg(messages).stdout(Stdio::null()).env("WEIR_LOG", "warn");
+    measure(command, &report)
+}
+
 /// A fresh server with an empty output stream `out` on the sink's subject.
 fn server(bench: &Bench) -> Result<NatsServer> {
     let server = NatsServer::start(&bench.work.join("nats-sink"))?;
@@ -83,33 +115,44 @@ pub fn rows(bench: &Bench, wasm: &Path, runs: usize) -> Result<(Vec<String>, Jso
     let mut lines = Vec::new();
     let mut figures = serde_json::Map::new();
     for batch in BATCH_SIZES {
-        let (mut plain, mut sink) = (Vec::new(), Vec::new());
+        let (messages, count) = messages(bench, batch)?;
+        let (mut plain, mut sink, mut raw) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..runs {
-            eprintln!("sink round {} of {runs} at batch {batch}: file-count, file-sink", round + 1);
+            eprintln!("sink round {} of {runs} at batch {batch}: file-count, file-sink, raw publish", round + 1);
             plain.push(run_once(bench, wasm, "file-count", batch, None)?);
             let nats = server(bench)?;
             sink.push(run_once(bench, wasm, "file-sink", batch, Some(&nats))?);
+            drop(nats);
+            raw.push(raw_publish(bench, &messages)?);
         }
-        let (plain, sink) = (median(plain), median(sink));
+        let (plain, sink, raw) = (median(plain), median(sink), median(raw));
         let ratio = sink.wall.as_secs_f64() / plain.wall.as_secs_f64();
-        for (name, m) in [("file-count (no sink)", &plain), ("file-sink (JetStream sink)", &sink)] {
+        let floor = sink.wall.as_secs_f64() / (plain.wall + raw.wall).as_secs_f64();
+        let raw_name = format!("raw publish of its {count} messages");
+        for (name, m) in
+            [("file-count (no sink)", &plain), ("file-sink (JetStream sink)", &sink), (raw_name.as_str(), &raw)]
+        {
             lines.push(format!(
                 "| {name} | {batch} | {:.2} | {:.2} | {} / {} | {} | {:.0} |",
                 m.wall.as_secs_f64(),
                 m.cpu_s,
                 ms(&m.report["commit_p50_ms"]),
                 ms(&m.report["commit_p99_ms"]),
-                m.report["commit_groups"],
+                m.report["commit_groups"].as_u64().map_or("-".into(), |g| g.to_string()),
                 m.peak_rss_kib as f64 / 1024.0,
             ));
         }
         lines.push(format!("| sink / no sink, wall | {batch} | {ratio:.2} | | | | |"));
+        lines.push(format!("| sink / (no sink + raw publish), wall | {batch} | {floor:.2} | | | | |"));
         figures.insert(
             format!("batch_{batch}"),
             json!({
                 "no_sink_wall_s": plain.wall.as_secs_f64(),
                 "sink_wall_s": sink.wall.as_secs_f64(),
                 "ratio": ratio,
+                "messages": count,
+                "raw_publish_wall_s": raw.wall.as_secs_f64(),
+                "ratio_to_no_sink_plus_raw_publish": floor,
                 "no_sink": plain.report,
                 "sink": sink.report,
             }),
