@@ -275,8 +275,8 @@ struct InFlight {
 /// following, until `stop` is set) and every batch in flight is committed.
 /// `sinks` publishes the plan's sinks' outboxes: first what an earlier run
 /// left, then each commit's output after it, acknowledgements awaited in
-/// flight while later batches commit. `on_report` sees the report after each commit, each failed
-/// attempt and a halt.
+/// flight while later batches commit. `on_report` sees the report after
+/// each commit, each failed attempt and a halt.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     store: &dyn Store,
