@@ -151,15 +151,19 @@ fn an_opaque_topology_killed_at_thirteen_moments_publishes_each_committed_batch_
 
 #[test]
 fn the_server_killed_and_restarted_twice_mid_run_leaves_each_committed_batch_published_once() {
-    let clicks = clicks(3000, 23);
+    // Enough batches that the run outlasts two crashes, its commits grouped.
+    let clicks = clicks(20_000, 23);
     let mut nats = server_with(&clicks, &["page-counts"]);
     let (_dir, data) = data_dir();
     let url = nats.url();
     let args = run_args("jetstream-sink", &data, &url, &["--batch-size", "10"]);
     let (mut child, mut log) = LogReader::start(&args, "weir=debug");
-    for at in [5, 30] {
-        log.until(&format!("committed txid {at} "));
+    // Commits group: each crash comes after a commit that follows the
+    // restart before it.
+    for _ in 0..2 {
+        log.until("committed txid ");
         nats.crash_under(&mut log);
+        log.until("connected to the NATS server");
     }
     let (status, log) = log.finish(&mut child);
     assert!(status.success(), "{log}");
@@ -186,7 +190,9 @@ fn a_publish_refused_halts_naming_sink_subject_and_txid_and_keeps_the_output_for
         ),
         "{log}"
     );
-    assert_eq!(last_committed(&data, "jetstream-sink-raw"), 1);
+    // Committed in a group, or ahead of the acknowledgements in flight:
+    // however many, their output waits in the outbox.
+    assert!(last_committed(&data, "jetstream-sink-raw") >= 1);
     nats.create_stream("out", &["pages-seen"]);
     weir_ok(&args);
     let published = read_back(&nats);
@@ -206,10 +212,12 @@ fn a_publish_refused_halts_naming_sink_subject_and_txid_and_keeps_the_output_for
 }
 
 /// What JetStream gives past its duplicate window, measured: the outbox's
-/// entries at the crash (one batch's output, since the next commit waits
-/// for the publisher) are published again, and nothing else.
+/// entries at the crash are published again, and nothing else. They are
+/// the output acknowledged since the last commit made its removal durable
+/// (with the output committed and not yet acknowledged): a run of txids
+/// that holds the one killed after its publish, all committed at the crash.
 #[test]
-fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batch_in_the_outbox_again() {
+fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batches_in_the_outbox_again() {
     let clicks = clicks(800, 25);
     let nats = server_with(&clicks, &[]);
     let window = Duration::from_secs(1);
@@ -227,6 +235,7 @@ fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batch_in_the_
     let args = run_args("jetstream-sink", &data, &url, &["--batch-size", "10"]);
     let mut restarts = Restarts::new(args, &data, "jetstream-sink");
     restarts.kill_at(Point::AfterPublish, 3);
+    let committed_at_crash = restarts.last_committed();
     std::thread::sleep(window * 3);
     restarts.finish();
     let published = read_back(&nats);
@@ -235,7 +244,10 @@ fn a_host_down_longer_than_the_duplicate_window_publishes_only_the_batch_in_the_
         *times.entry((message.txid, message.n)).or_default() += 1;
     }
     let twice: BTreeSet<u64> = times.iter().filter(|(_, k)| **k > 1).map(|((txid, _), _)| *txid).collect();
-    assert_eq!(twice, BTreeSet::from([3]), "only the batch in the outbox at the crash is published again");
+    let (first, last) = (*twice.first().unwrap_or(&0), *twice.last().unwrap_or(&0));
+    assert!(twice.contains(&3), "txid 3, killed after its publish, is published again: {twice:?}");
+    assert_eq!(twice, (first..=last).collect(), "one run of txids is published again");
+    assert!(last <= committed_at_crash, "{twice:?} published again, {committed_at_crash} committed at the crash");
     assert!(times.values().all(|&k| k <= 2));
     let last = last_committed(&data, "jetstream-sink");
     let txids: BTreeSet<u64> = times.keys().map(|(txid, _)| *txid).collect();
@@ -345,4 +357,37 @@ fn a_server_stopped_under_a_sink_halts_it_within_the_retry_budget_naming_it() {
     assert!(took < Duration::from_secs(8), "halted {took:?} after the server stopped:\n{log}");
     let committed = last_committed(&data, "file-sink") as usize;
     assert_counts_eq(&counts(&data, "file-sink"), &truth(&pages[..committed * 5]));
+}
+
+/// Batches with sink output commit in groups, their output sent after the
+/// group's commit and acknowledged in flight while later groups commit; a
+/// host killed after a batch's acknowledgements (later batches' output
+/// still in flight) or after a commit (its output not yet sent) leaves
+/// each committed batch's output in the stream once and only once.
+#[test]
+fn batches_with_sink_output_commit_in_groups_and_kills_mid_publish_leave_each_output_once() {
+    let nats = server_with(&[], &["page-counts"]);
+    let pages = clicks(20_000, 27);
+    let (dir, input, data) = input_and_data("pages.txt", &(pages.join("\n") + "\n"));
+    let report = dir.path().join("report.json");
+    let url = nats.url();
+    let extra = ["--input", input.to_str().unwrap(), "--nats", &url, "--batch-size", "10"];
+    let extra = [&extra[..], &["--report-json", report.to_str().unwrap()]].concat();
+    let args = run_topology_args(TEST_TOPOLOGIES, "file-sink", &data, &extra);
+    let mut restarts = Restarts::new(args, &data, "file-sink");
+    for _ in 0..2 {
+        let txid = restarts.last_committed() + 7;
+        restarts.kill_at(Point::AfterPublish, txid);
+        let txid = restarts.last_committed() + 5;
+        restarts.kill_at(Point::AfterCommit, txid);
+    }
+    let output = restarts.finish();
+    assert!(output.status.success(), "{}", text(&output));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let figures = &report[0];
+    let (batches, groups) = (figures["batches"].as_u64().unwrap(), figures["commit_groups"].as_u64().unwrap());
+    assert!(batches > 100, "{figures}");
+    assert!(groups < batches && figures["commit_group_max"].as_u64().unwrap() > 1, "{figures}");
+    assert_eq!(last_committed(&data, "file-sink"), 2000);
+    assert_exactly_once(&read_back(&nats), &data, "file-sink", &pages);
 }

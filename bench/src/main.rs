@@ -15,6 +15,7 @@ mod latency;
 mod limit;
 mod owned;
 mod references;
+mod sink;
 mod targets;
 mod windows;
 
@@ -232,6 +233,7 @@ enum Only {
     Cluster,
     References,
     Kafka,
+    Sink,
 }
 
 /// `quota`: the CPUs each weir process of the cluster rows is held to.
@@ -273,7 +275,11 @@ fn harness(sentences: u64, runs: usize, out: &Path, only: Only, quota: f64) -> R
             Ok(text) => serde_json::from_str(&text)?,
             Err(_) => json!({}),
         };
-        if only == Only::Kafka {
+        if only == Only::Sink {
+            let (lines, figures) = sink::rows(&bench, &sink::wasm(&root), runs)?;
+            sink::print(runs, &lines);
+            results["sink"] = json!({ "clicks": sink::CLICKS, "runs": runs, "figures": figures });
+        } else if only == Only::Kafka {
             let kafka_wasm = kafka::wasm(&root);
             if !kafka_wasm.exists() {
                 bail!("{} is missing: run scripts/bench, which builds it", kafka_wasm.display());
@@ -586,7 +592,9 @@ fn main() -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
             "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages] \
-             [--jetstream] [--windows] [--cluster [--quota CPUS (0.4)]] [--references] [--kafka]\n\
+             [--jetstream] [--windows] [--cluster [--quota CPUS (0.4)]] [--references] [--kafka] [--sink]\n\
+             --sink: only a topology with a JetStream sink against its twin without (test guests' file-sink and \
+             file-count), interleaved, into FILE's results\n\
              --kafka: only word count from a local Kafka topic (a tansu broker started here) beside a raw rskafka \
              drain of it, 3 runs by default, into FILE's results\n\
              --references: only Weir beside its references (the limit program alone and with group commit, an \
@@ -620,6 +628,8 @@ fn main() -> Result<()> {
         Only::References
     } else if args.iter().any(|a| a == "--kafka") {
         Only::Kafka
+    } else if args.iter().any(|a| a == "--sink") {
+        Only::Sink
     } else {
         Only::Everything
     };

@@ -274,9 +274,9 @@ struct InFlight {
 /// Runs `plan` over what `spout` emits until it has nothing left (or, when
 /// following, until `stop` is set) and every batch in flight is committed.
 /// `sinks` publishes the plan's sinks' outboxes: first what an earlier run
-/// left, then each batch's output after its commit, before the next batch
-/// commits. `on_report` sees the report after each commit, each failed
-/// attempt and a halt.
+/// left, then each commit's output after it, acknowledgements awaited in
+/// flight while later batches commit. `on_report` sees the report after
+/// each commit, each failed attempt and a halt.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     store: &dyn Store,
@@ -350,6 +350,11 @@ pub fn run(
         };
         let outcome = coordinator.run(on_report);
         if outcome.is_err() {
+            // What was sent in flight and is acknowledged at once leaves the
+            // outbox; the rest is published when the topology starts again.
+            if let Some(sinks) = coordinator.sinks.as_deref_mut() {
+                sinks.halting(store);
+            }
             coordinator.report.elapsed = coordinator.started.elapsed();
             on_report(&coordinator.report);
         }
@@ -441,7 +446,12 @@ impl Coordinator<'_> {
             let Some(front) = self.pending.front() else {
                 match self.config.follow {
                     Some(interval) if !stopping => {
-                        // Caught up: ask the spout again after a while.
+                        // Caught up: nothing is left waiting on a later
+                        // commit's acknowledgements.
+                        if let Some(sinks) = self.sinks.as_deref_mut() {
+                            sinks.drain(self.store)?;
+                        }
+                        // Ask the spout again after a while.
                         self.spout.wait_for_input(interval);
                         self.exhausted = false;
                         continue;
@@ -474,7 +484,7 @@ impl Coordinator<'_> {
                 on_report(&self.report);
             }
         }
-        if let Some(sinks) = self.sinks.as_deref() {
+        if let Some(sinks) = self.sinks.as_deref_mut() {
             sinks.settle(self.store)?;
         }
         self.report.elapsed = self.started.elapsed();
@@ -628,12 +638,15 @@ impl Coordinator<'_> {
         true
     }
 
-    /// Batches one commit group may hold: a sink's outbox holds what one
-    /// commit wrote until it is published, one batch, so that a host down
-    /// past JetStream's duplicate window publishes no more than one
-    /// batch's output twice.
+    /// Batches one commit group may hold: a Kafka sink writes each batch's
+    /// output before the next commits, one batch a group; JetStream sinks'
+    /// acknowledgements are awaited in flight, and their batches group as
+    /// others do.
     fn group_max(&self) -> usize {
-        if self.sinks.is_some() { 1 } else { self.config.group_max }
+        match self.sinks.as_deref() {
+            Some(sinks) if !sinks.commits_in_groups() => 1,
+            _ => self.config.group_max,
+        }
     }
 
     /// The newest batch the process phase has not started, unless it is
@@ -684,7 +697,17 @@ impl Coordinator<'_> {
         }
     }
 
-    /// Publishes the sinks' outboxes, if the plan has sinks.
+    /// Publishes what the last commit added to the sinks' outboxes, if the
+    /// plan has sinks, acknowledgements awaited in flight.
+    fn publish_committed(&mut self) -> Result<()> {
+        match self.sinks.as_deref_mut() {
+            Some(sinks) => sinks.publish_committed(self.store),
+            None => Ok(()),
+        }
+    }
+
+    /// Publishes the sinks' outboxes, if the plan has sinks, and waits for
+    /// every acknowledgement.
     fn publish(&mut self) -> Result<()> {
         match self.sinks.as_deref_mut() {
             Some(sinks) => sinks.publish(self.store),

@@ -5,8 +5,9 @@
 //! passed or its batches' results hold max pending bytes (the commit writes
 //! them in one transaction, which holds what it wrote until it ends). A
 //! batch whose commit phase fails ends the group: those before it commit,
-//! and it fails as a batch alone would. A topology with sinks commits each
-//! batch alone.
+//! and it fails as a batch alone would. A topology with a Kafka sink commits
+//! each batch alone; JetStream sinks' output is sent after its group's
+//! commit, its acknowledgements awaited in flight.
 
 use super::held::Holding;
 use super::{Coordinator, Ready, RunReport};
@@ -114,7 +115,7 @@ impl Coordinator<'_> {
         self.report.partition_lag = self.spout.partition_lag();
         self.report.elapsed = self.started.elapsed();
         on_report(&self.report);
-        self.publish()?;
+        self.publish_committed()?;
         Ok(failed)
     }
 }

@@ -36,6 +36,10 @@ pub struct Committer {
     late: BTreeMap<String, u64>,
     /// Bytes a sink's outbox may hold (`--max-outbox-kib`).
     max_outbox_bytes: u64,
+    /// Bytes each outbox held committed when the group's first batch was
+    /// prepared: nothing commits, and nothing is published, while a group
+    /// grows, so it is read once a group.
+    outbox_held: HashMap<String, u64>,
     /// Each time window's watermark after the last committed batch that
     /// moved it, since the last [`Committer::take_watermarks`].
     watermarks: BTreeMap<String, i64>,
@@ -90,6 +94,7 @@ impl Committer {
             watermarks: BTreeMap::new(),
             host_times: BTreeMap::new(),
             max_outbox_bytes,
+            outbox_held: HashMap::new(),
         }
     }
 
@@ -103,7 +108,7 @@ impl Committer {
     /// group's earlier batches' and this batch's. Nothing can cure it but a
     /// reachable server or a larger bound, so it halts the topology.
     fn check_outbox(
-        &self,
+        &mut self,
         committed: &dyn weir_state::store::Snapshot,
         records: &OtherRecords,
     ) -> Result<(), BatchError> {
@@ -120,10 +125,18 @@ impl Committer {
             .filter(|o| o.table == records.table)
             .map(|o| bytes(&o.entries))
             .sum();
-        let held = committed
-            .others(&self.plan.stored_as, &records.table)
-            .map_err(|e| state_failure("(outbox)", format!("{e:#}"), &e, Origin::State))?;
-        let total = bytes(&held) + grouped + new;
+        let held = match self.outbox_held.get(&records.table) {
+            Some(&held) => held,
+            None => {
+                let held = committed
+                    .others(&self.plan.stored_as, &records.table)
+                    .map_err(|e| state_failure("(outbox)", format!("{e:#}"), &e, Origin::State))?;
+                let held = bytes(&held);
+                self.outbox_held.insert(records.table.clone(), held);
+                held
+            }
+        };
+        let total = held + grouped + new;
         if total <= self.max_outbox_bytes {
             return Ok(());
         }
@@ -177,6 +190,10 @@ impl Committer {
         record: &BatchRecord,
         handover: Handover,
     ) -> Result<(), BatchError> {
+        if self.group.is_empty() {
+            // Commits and publishes since the last group changed the outboxes.
+            self.outbox_held.clear();
+        }
         let plan = Arc::clone(&self.plan);
         let storage = |e: StoreError| state_failure("(state)", format!("{e:#}"), &e, Origin::State);
         let committed = store.snapshot().map_err(storage)?;

@@ -6,13 +6,21 @@
 //!   the committer writes them into the sink's outbox table in the same
 //!   write transaction as the batch's state (`outbox`): keyed by txid and
 //!   place in the batch, so only committed batches ever reach it.
-//! - After each commit (and first thing when a run starts, for what a
-//!   crash left) the [`Publisher`] publishes every outbox entry in key
-//!   order, each with `Nats-Msg-Id: <topology>/<sink>/<txid>/<n>`, waits
-//!   for the server's acknowledgements, then removes the acknowledged
-//!   entries (durably with the next commit, or when the run ends). A crash
-//!   between the publish and the next commit publishes the same ids again,
+//! - First thing when a run starts, for what a crash left, the
+//!   [`Publisher`] publishes every outbox entry in key order, each with
+//!   `Nats-Msg-Id: <topology>/<sink>/<txid>/<n>`, and waits for the
+//!   server's acknowledgements.
+//! - After each commit (of a group of batches) it sends the entries the
+//!   commit added and goes on without waiting: their acknowledgements are
+//!   collected as they come, at later commits ([`Publisher::publish_committed`]),
+//!   and all of them when the input is drained or the run ends. Acknowledged
+//!   entries are removed from the outbox, durably with the next commit (or
+//!   when the run ends). A crash before that publishes the same ids again,
 //!   which the stream drops as duplicates within its duplicate window.
+//! - An acknowledgement that fails, or is late past [`ACK_PATIENCE`], turns
+//!   the publisher back to the start's way: every entry still in the outbox
+//!   is published again in key order (the same ids) and waited for, within
+//!   the retry budget.
 //! - A publish the server refuses (no stream takes the subject, a limit)
 //!   halts the run naming the sink, subject and txid; the entries stay in
 //!   the outbox for the next start. Nothing committed is lost.
@@ -25,9 +33,13 @@ pub mod kafka;
 use crate::kafka::{Failure, Kafka, KafkaConfig};
 use crate::nats::{Nats, NatsConfig};
 use anyhow::{Context as _, Result, bail};
+use async_nats::jetstream::context::PublishError;
 use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::publish::PublishAck;
 use std::collections::VecDeque;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 use weir_config::backoff::RECONNECT;
 use weir_config::fault::{self, Point};
@@ -181,6 +193,45 @@ pub struct Publisher {
     kafka: Option<Kafka>,
     /// Per Kafka sink, what it knows of its topic.
     topics: std::collections::HashMap<String, kafka::TopicWriter>,
+    /// JetStream publishes sent after commits and not yet acknowledged,
+    /// oldest first.
+    in_flight: VecDeque<Sent>,
+    /// Per sink, the last outbox key sent in flight: a later commit sends
+    /// what follows it.
+    sent_up_to: Vec<Option<Vec<u8>>>,
+}
+
+/// An acknowledgement awaited.
+type AckFuture = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>;
+
+/// A JetStream publish in flight.
+struct Sent {
+    sink: usize,
+    key: Vec<u8>,
+    at: Instant,
+    ack: AckFuture,
+}
+
+/// How long an acknowledgement may be awaited in flight before a commit
+/// waits for it: beyond it the server is slow or gone, and a commit that
+/// waits learns which (and halts within the retry budget) rather than let
+/// the outbox grow.
+pub const ACK_PATIENCE: Duration = Duration::from_secs(1);
+
+/// How [`Publisher::collect`] waits for the acknowledgements in flight.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Collect {
+    /// Those come already; only a late one (or too many) is waited for.
+    Ready,
+    /// As [`Collect::Ready`], and until at most half of the most that may
+    /// be are in flight.
+    Room,
+    /// Every one; a failure publishes the outbox again within the retry
+    /// budget.
+    All,
+    /// Every one, all within [`ACK_PATIENCE`], the run halting: a failure
+    /// leaves the entries for the next start.
+    Halting,
 }
 
 /// Why a publish failed.
@@ -230,7 +281,219 @@ impl Publisher {
             ),
             _ => None,
         };
-        Ok(Some(Publisher { topology: topology.clone(), sinks, nats, kafka, topics }))
+        let sent_up_to = vec![None; sinks.len()];
+        Ok(Some(Publisher {
+            topology: topology.clone(),
+            sinks,
+            nats,
+            kafka,
+            topics,
+            in_flight: VecDeque::new(),
+            sent_up_to,
+        }))
+    }
+
+    /// Whether batches with sink output may commit in groups: every sink
+    /// publishes to JetStream, whose acknowledgements are awaited in
+    /// flight. A Kafka sink writes each batch's output before the next
+    /// batch commits.
+    pub fn commits_in_groups(&self) -> bool {
+        self.sinks.iter().all(|s| matches!(s.def, SinkDef::JetStream { .. }))
+    }
+
+    /// Publishes what the last commit added to the outboxes: a JetStream
+    /// sink's entries are sent with their acknowledgements left in flight
+    /// (those already come are collected, the entries removed); a Kafka
+    /// sink's are written and waited for, as [`Publisher::publish`] does.
+    pub fn publish_committed(&mut self, store: &dyn Store) -> Result<()> {
+        for i in 0..self.sinks.len() {
+            match self.sinks[i].def {
+                SinkDef::Kafka { .. } => self.publish_sink(i, store, None)?,
+                SinkDef::JetStream { .. } => {
+                    if !self.send_new(i, store)? {
+                        // Published again from the first entry, every sink.
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.collect(store, Collect::Ready).map(drop)
+    }
+
+    /// Waits for every acknowledgement in flight and removes what they
+    /// acknowledge: when the input is drained, so that nothing waits on a
+    /// later commit.
+    pub fn drain(&mut self, store: &dyn Store) -> Result<()> {
+        self.collect(store, Collect::All).map(drop)
+    }
+
+    /// Collects what acknowledgements come at once, the run halting for
+    /// another reason; what is not acknowledged stays in the outbox for the
+    /// next start.
+    pub fn halting(&mut self, store: &dyn Store) {
+        if let Err(e) = self.collect(store, Collect::Halting) {
+            tracing::warn!("topology {}: {e:#}", self.topology);
+        }
+        self.in_flight.clear();
+    }
+
+    /// Sends the entries of JetStream sink `i`'s outbox after those sent
+    /// in flight already, at most [`PUBLISH_ACKS_IN_FLIGHT`] in flight:
+    /// when as many are, it collects acknowledgements until half are.
+    /// Returns `false` where a failure published the outboxes again
+    /// ([`Publisher::recover`]).
+    fn send_new(&mut self, i: usize, store: &dyn Store) -> Result<bool> {
+        let entries = store.snapshot()?.others(&self.topology, &self.sinks[i].table)?;
+        let from = self.sent_up_to[i].as_deref();
+        let mut start = from.map_or(0, |from| entries.partition_point(|(key, _)| key.as_slice() <= from));
+        while start < entries.len() {
+            if self.in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT && self.collect(store, Collect::Room)? {
+                return Ok(false);
+            }
+            let end = entries.len().min(start + PUBLISH_ACKS_IN_FLIGHT - self.in_flight.len());
+            if let Err((since, failed)) = self.send(i, &entries[start..end]) {
+                self.recover(store, since, failed)?;
+                return Ok(false);
+            }
+            self.sent_up_to[i] = Some(entries[end - 1].0.clone());
+            start = end;
+        }
+        Ok(true)
+    }
+
+    /// Sends `entries` of JetStream sink `i`, their acknowledgements left
+    /// in flight; a send that fails returns when and why.
+    fn send(&mut self, i: usize, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), (Instant, Failed)> {
+        let sink = &self.sinks[i];
+        let SinkDef::JetStream { subject, .. } = &sink.def else { unreachable!("a JetStream sink") };
+        let (nats, retry_for) = self.nats.as_ref().expect("connected for its JetStream sinks");
+        let wait = (*retry_for).clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2);
+        let in_flight = &mut self.in_flight;
+        let topology = &self.topology;
+        nats.runtime.block_on(async {
+            for (key, payload) in entries {
+                let (txid, n) = parse_key(key).map_err(|e| (Instant::now(), Failed::Refused(e)))?;
+                let what =
+                    || format!("sink {} could not publish message {n} of txid {txid} to subject {subject}", sink.id);
+                let id = format!("{topology}/{}/{txid}/{n}", sink.id);
+                let message = PublishMessage::build().payload(bytes::Bytes::copy_from_slice(payload)).message_id(id);
+                let at = Instant::now();
+                let ack = match tokio::time::timeout(wait, nats.jetstream.send_publish(subject.clone(), message)).await
+                {
+                    Err(_) => {
+                        let error = anyhow::anyhow!("{}: the client could not send it in time", what());
+                        return Err((at, Failed::Unreachable(error)));
+                    }
+                    Ok(Err(e)) => return Err((at, classify(e, what()))),
+                    Ok(Ok(ack)) => ack,
+                };
+                in_flight.push_back(Sent { sink: i, key: key.clone(), at, ack: ack.into_future() });
+            }
+            Ok(())
+        })
+    }
+
+    /// Collects acknowledgements in flight as `how` says, oldest first,
+    /// and removes the entries they acknowledge from the outboxes (lazily);
+    /// a failed or late one publishes the outboxes again
+    /// ([`Publisher::recover`]), unless the run is halting. Returns whether
+    /// it did.
+    fn collect(&mut self, store: &dyn Store, how: Collect) -> Result<bool> {
+        let Some((nats, retry_for)) = self.nats.as_ref() else { return Ok(false) };
+        if self.in_flight.is_empty() {
+            return Ok(false);
+        }
+        let in_flight = &mut self.in_flight;
+        let sinks = &self.sinks;
+        let mut acked: Vec<(usize, Vec<u8>)> = Vec::new();
+        let halting_until = Instant::now() + ACK_PATIENCE;
+        let failed = nats.runtime.block_on(async {
+            loop {
+                let crowded = match how {
+                    Collect::Room => in_flight.len() > PUBLISH_ACKS_IN_FLIGHT / 2,
+                    _ => in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT,
+                };
+                let Some(front) = in_flight.front_mut() else { break };
+                let must_wait = !matches!(how, Collect::Ready | Collect::Room)
+                    || crowded
+                    || front.at.elapsed() >= ACK_PATIENCE.min(*retry_for);
+                let wait = match how {
+                    Collect::Halting => halting_until.saturating_duration_since(Instant::now()),
+                    _ if must_wait => {
+                        retry_for.saturating_sub(front.at.elapsed()).clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2)
+                    }
+                    _ => Duration::ZERO,
+                };
+                let what = || {
+                    let (txid, n) = parse_key(&front.key).unwrap_or_default();
+                    let (sink, subject) = match &sinks[front.sink].def {
+                        SinkDef::JetStream { subject, .. } => (&sinks[front.sink].id, subject.as_str()),
+                        SinkDef::Kafka { .. } => unreachable!("a JetStream sink"),
+                    };
+                    format!("sink {sink} could not publish message {n} of txid {txid} to subject {subject}")
+                };
+                // A zero wait still polls the acknowledgement once.
+                let error = match tokio::time::timeout(wait, &mut front.ack).await {
+                    Err(_) if !must_wait => return None,
+                    Err(_) => Failed::Unreachable(anyhow::anyhow!("{}: not acknowledged in time", what())),
+                    Ok(Err(e)) => classify(e, what()),
+                    Ok(Ok(_)) => {
+                        let sent = in_flight.pop_front().expect("the front");
+                        acked.push((sent.sink, sent.key));
+                        continue;
+                    }
+                };
+                return Some((front.at, error));
+            }
+            None
+        });
+        self.acknowledged(store, acked)?;
+        match failed {
+            None => Ok(false),
+            Some((_, Failed::Refused(e) | Failed::Unreachable(e))) if how == Collect::Halting => Err(e),
+            Some((since, failed)) => self.recover(store, since, failed).map(|()| true),
+        }
+    }
+
+    /// Removes acknowledged entries from their outboxes, lazily; a batch
+    /// none of whose output is in flight any more has passed its
+    /// [`Point::AfterPublish`] first.
+    fn acknowledged(&mut self, store: &dyn Store, acked: Vec<(usize, Vec<u8>)>) -> Result<()> {
+        if acked.is_empty() {
+            return Ok(());
+        }
+        let oldest_in_flight = self.in_flight.iter().filter_map(|s| parse_key(&s.key).ok()).map(|(t, _)| t).min();
+        let mut txids: Vec<u64> = acked.iter().filter_map(|(_, key)| parse_key(key).ok()).map(|(t, _)| t).collect();
+        txids.dedup();
+        for txid in txids.into_iter().filter(|t| oldest_in_flight.is_none_or(|oldest| *t < oldest)) {
+            fault::at(Point::AfterPublish, txid);
+        }
+        for (i, sink) in self.sinks.iter().enumerate() {
+            let keys: Vec<Vec<u8>> = acked.iter().filter(|(s, _)| *s == i).map(|(_, key)| key.clone()).collect();
+            if !keys.is_empty() {
+                // Made durable by the next commit: a crash before it
+                // publishes the same ids again.
+                store.remove_others_lazily(&self.topology, &sink.table, &keys)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a publish in flight failed (`since` when it was sent): drops
+    /// what is in flight and publishes every JetStream outbox again from
+    /// its first entry, waiting for each acknowledgement, within the retry
+    /// budget counted from `since`.
+    fn recover(&mut self, store: &dyn Store, since: Instant, failed: Failed) -> Result<()> {
+        let (Failed::Refused(error) | Failed::Unreachable(error)) = &failed;
+        tracing::warn!("topology {}: {error:#}; publishing the outboxes again", self.topology);
+        self.in_flight.clear();
+        self.sent_up_to.fill(None);
+        for i in 0..self.sinks.len() {
+            if matches!(self.sinks[i].def, SinkDef::JetStream { .. }) {
+                self.publish_sink(i, store, Some(since))?;
+            }
+        }
+        Ok(())
     }
 
     /// Publishes everything in the outboxes, in txid order, and removes
@@ -239,72 +502,82 @@ impl Publisher {
     /// sink's brokers for `--kafka-retry-ms`); a refused publish halts, the
     /// entries kept.
     pub fn publish(&mut self, store: &dyn Store) -> Result<()> {
+        self.in_flight.clear();
+        self.sent_up_to.fill(None);
         for i in 0..self.sinks.len() {
-            let (retry_for, flag) = match &self.sinks[i].def {
-                SinkDef::JetStream { .. } => (self.nats.as_ref().map(|(_, r)| *r), "--nats-retry-ms"),
-                SinkDef::Kafka { .. } => (self.kafka.as_ref().map(|k| k.config().retry_for), "--kafka-retry-ms"),
-            };
-            let retry_for = retry_for.unwrap_or_default();
-            // Since the first failure: the budget bounds every wait within
-            // it, an acknowledgement's included.
-            let mut started: Option<Instant> = None;
-            let mut refusals = 0;
-            let mut backoff = RECONNECT;
-            loop {
-                let entries = store.snapshot()?.others(&self.topology, &self.sinks[i].table)?;
-                let Some((last, _)) = entries.last() else { break };
-                let (last_txid, _) = parse_key(last)?;
-                let begun = Instant::now();
-                let left = started.map_or(retry_for, |since| retry_for.saturating_sub(since.elapsed()));
-                let wait = left.clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2);
-                let written = match &self.sinks[i].def {
-                    SinkDef::JetStream { .. } => self.publish_all(&self.sinks[i], &entries, wait),
-                    SinkDef::Kafka { .. } => self.write_kafka(i, &entries),
-                };
-                let sink = &self.sinks[i];
-                let error = match written {
-                    Ok(()) => {
-                        fault::at(Point::AfterPublish, last_txid);
-                        let keys: Vec<Vec<u8>> = entries.into_iter().map(|(k, _)| k).collect();
-                        // Made durable by the next commit: a crash before it
-                        // publishes this batch's output again under the
-                        // same ids, as a crash before the removal did.
-                        store.remove_others_lazily(&self.topology, &sink.table, &keys)?;
-                        continue;
-                    }
-                    Err(error) => error,
-                };
-                let since = *started.get_or_insert(begun);
-                let (error, give_up) = match error {
-                    Failed::Refused(e) => {
-                        refusals += 1;
-                        (e, refusals >= REFUSALS)
-                    }
-                    Failed::Unreachable(e) => (e, since.elapsed() >= retry_for),
-                };
-                let kept = "the batch is committed and its output stays in the outbox, published when the topology \
-                            starts again";
-                if give_up {
-                    let tried = match refusals {
-                        0 => {
-                            format!(" (tried for {} ms, {flag} {})", since.elapsed().as_millis(), retry_for.as_millis())
-                        }
-                        _ => String::new(),
-                    };
-                    bail!("topology {} halted: {error:#}{tried}; {kept}", self.topology);
-                }
-                let left = retry_for.saturating_sub(since.elapsed());
-                let wait = backoff.next_wait().min(left.max(MIN_WAIT));
-                tracing::warn!("topology {}: {error:#}; retrying in {} ms", self.topology, wait.as_millis());
-                std::thread::sleep(wait);
-            }
+            self.publish_sink(i, store, None)?;
         }
         Ok(())
     }
 
-    /// Makes the last removals from the outboxes durable, when a run ends
-    /// with no commit after them.
-    pub fn settle(&self, store: &dyn Store) -> Result<()> {
+    /// [`Publisher::publish`] for sink `i`; `failing` is when it began to
+    /// fail, where a publish in flight failed already.
+    fn publish_sink(&mut self, i: usize, store: &dyn Store, failing: Option<Instant>) -> Result<()> {
+        let (retry_for, flag) = match &self.sinks[i].def {
+            SinkDef::JetStream { .. } => (self.nats.as_ref().map(|(_, r)| *r), "--nats-retry-ms"),
+            SinkDef::Kafka { .. } => (self.kafka.as_ref().map(|k| k.config().retry_for), "--kafka-retry-ms"),
+        };
+        let retry_for = retry_for.unwrap_or_default();
+        // Since the first failure: the budget bounds every wait within
+        // it, an acknowledgement's included.
+        let mut started: Option<Instant> = failing;
+        let mut refusals = 0;
+        let mut backoff = RECONNECT;
+        loop {
+            let entries = store.snapshot()?.others(&self.topology, &self.sinks[i].table)?;
+            let Some((last, _)) = entries.last() else { return Ok(()) };
+            let (last_txid, _) = parse_key(last)?;
+            let begun = Instant::now();
+            let left = started.map_or(retry_for, |since| retry_for.saturating_sub(since.elapsed()));
+            let wait = left.clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2);
+            let written = match &self.sinks[i].def {
+                SinkDef::JetStream { .. } => self.publish_all(&self.sinks[i], &entries, wait),
+                SinkDef::Kafka { .. } => self.write_kafka(i, &entries),
+            };
+            let sink = &self.sinks[i];
+            let error = match written {
+                Ok(()) => {
+                    fault::at(Point::AfterPublish, last_txid);
+                    let keys: Vec<Vec<u8>> = entries.into_iter().map(|(k, _)| k).collect();
+                    // Made durable by the next commit: a crash before it
+                    // publishes this batch's output again under the
+                    // same ids, as a crash before the removal did.
+                    store.remove_others_lazily(&self.topology, &sink.table, &keys)?;
+                    continue;
+                }
+                Err(error) => error,
+            };
+            let since = *started.get_or_insert(begun);
+            let (error, give_up) = match error {
+                Failed::Refused(e) => {
+                    refusals += 1;
+                    (e, refusals >= REFUSALS)
+                }
+                Failed::Unreachable(e) => (e, since.elapsed() >= retry_for),
+            };
+            let kept = "the batch is committed and its output stays in the outbox, published when the topology \
+                        starts again";
+            if give_up {
+                let tried = match refusals {
+                    0 => {
+                        format!(" (tried for {} ms, {flag} {})", since.elapsed().as_millis(), retry_for.as_millis())
+                    }
+                    _ => String::new(),
+                };
+                bail!("topology {} halted: {error:#}{tried}; {kept}", self.topology);
+            }
+            let left = retry_for.saturating_sub(since.elapsed());
+            let wait = backoff.next_wait().min(left.max(MIN_WAIT));
+            tracing::warn!("topology {}: {error:#}; retrying in {} ms", self.topology, wait.as_millis());
+            std::thread::sleep(wait);
+        }
+    }
+
+    /// Waits for the acknowledgements in flight, and makes the last
+    /// removals from the outboxes durable, when a run ends with no commit
+    /// after them.
+    pub fn settle(&mut self, store: &dyn Store) -> Result<()> {
+        self.drain(store)?;
         if let Some(sink) = self.sinks.first() {
             store.remove_others(&self.topology, &sink.table, &[])?;
         }

@@ -274,6 +274,13 @@ fn jetstream_topologies() -> Vec<Topology> {
             .sink(JetStreamSink::subject("page-counts"))
             .name("page-counts")
             .build(),
+        // file-sink without its sink: the twin its benchmark row compares
+        // it with.
+        Topology::new("file-count")
+            .new_stream(FileLines::new("page"))
+            .group_by(["page"])
+            .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+            .build(),
         jetstream_sink(
             "jetstream-sink-raw",
             JetStream::transactional("clicks", ["clicks.*"]),
