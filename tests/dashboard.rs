@@ -45,10 +45,15 @@ struct Dashboard {
     word_count: PathBuf,
 }
 
-/// Runs `step`, saying which it is.
-fn step(name: &str, step: impl FnOnce()) {
-    eprintln!("dashboard: {name}");
-    step();
+/// Runs the checks of `$dashboard` named, in order, each saying in the log
+/// which it is: each leaves the server and browser as the next expects.
+macro_rules! steps {
+    ($dashboard:ident: $($check:ident),* $(,)?) => {
+        $(
+            eprintln!("dashboard: {}", stringify!($check).replace('_', " "));
+            $dashboard.$check();
+        )*
+    };
 }
 
 impl Dashboard {
@@ -76,6 +81,14 @@ impl Dashboard {
         assert_eq!(status, 201, "{body}");
         dashboard.server.wait_for_topology("word-count", 10);
         dashboard
+    }
+
+    /// Deploys the `bundle`'s `topology` as `name` over `in/{input}`; the
+    /// server must accept it.
+    fn deploy(&self, bundle: &[u8], name: &str, topology: &str, input: &str) {
+        let path = format!("/v1/topologies?name={name}&topology={topology}&input=in/{input}");
+        let (status, body) = self.server.api("POST", &path, bundle);
+        assert_eq!(status, 201, "{body}");
     }
 
     /// Lets the word count's input hold the corpus's first `sentences`.
@@ -135,12 +148,8 @@ impl Dashboard {
     /// shown, the rest (a guest's backtrace) in a closed fold. The poison
     /// word count traps at txid 2, so its error ends in a wasm backtrace.
     fn the_failed_card_shows_at_most_8_lines_before_its_fold(&self) {
-        let (status, body) = self.server.api(
-            "POST",
-            "/v1/topologies?name=poison&topology=poison-word-count&input=in/markup.txt",
-            &std::fs::read(self.dir.path().join("variants.weir")).unwrap(),
-        );
-        assert_eq!(status, 201, "{body}");
+        let variants = std::fs::read(self.dir.path().join("variants.weir")).unwrap();
+        self.deploy(&variants, "poison", "poison-word-count", "markup.txt");
         let halted = self.server.wait_for_status("poison", |s| s["state"] == "failed");
         let error = halted["error"].as_str().unwrap();
         assert!(error.lines().count() > 8, "the trap's error has its backtrace: {error}");
@@ -286,12 +295,7 @@ impl Dashboard {
             .unwrap();
         assert!(generated.success());
         let windows = bundle(self.dir.path(), WINDOWS, "windows.weir");
-        let (status, body) = self.server.api(
-            "POST",
-            "/v1/topologies?name=windows&topology=time-tumbling&input=in/readings.txt",
-            &windows,
-        );
-        assert_eq!(status, 201, "{body}");
+        self.deploy(&windows, "windows", "time-tumbling", "readings.txt");
         let status = self.server.wait_for_topology("windows", 3);
         let (_, definition) = self.server.api("GET", "/v1/topologies/windows/definition", b"");
         let window = definition["nodes"].as_array().unwrap().iter().find(|n| n["op"]["op"] == "window").unwrap();
@@ -983,12 +987,7 @@ impl Dashboard {
 
     fn the_state_browser_shows_an_opaque_states_prev(&self) {
         let variants = bundle(self.dir.path(), TEST_TOPOLOGIES, "variants.weir");
-        let (status, body) = self.server.api(
-            "POST",
-            "/v1/topologies?name=opaque&topology=word-count-opaque&input=in/corpus.txt",
-            &variants,
-        );
-        assert_eq!(status, 201, "{body}");
+        self.deploy(&variants, "opaque", "word-count-opaque", "corpus.txt");
         self.server.wait_for_topology("opaque", 15);
         self.browser.goto(&self.url("#/t/opaque/state/counts"));
         self.browser.wait_for("the prev column", "return document.querySelector('table.entries td.prev')", &[]);
@@ -1031,9 +1030,7 @@ impl Dashboard {
             values.entry(fields[0].to_owned()).or_default().insert(fields[2].parse().unwrap());
         }
         let windows = bundle(self.dir.path(), WINDOWS, "windows.weir");
-        let (status, body) =
-            self.server.api("POST", "/v1/topologies?name=kept&topology=count-general&input=in/readings.txt", &windows);
-        assert_eq!(status, 201, "{body}");
+        self.deploy(&windows, "kept", "count-general", "readings.txt");
         self.server.wait_for_topology("kept", 3);
         let (status, entries) = self.server.api("GET", "/v1/topologies/kept/states/open?limit=100&raw=true", b"");
         assert_eq!(status, 200, "{entries}");
@@ -1090,26 +1087,24 @@ impl Dashboard {
 #[test]
 fn the_dashboard_in_a_real_browser_shows_and_drives_a_real_server() {
     let mut d = Dashboard::start();
-    step("token entry; a wrong token shows the 401 and nothing else", || {
-        d.a_wrong_token_shows_the_401_and_nothing_else()
-    });
-    step("the topologies page", || d.the_topologies_page_lists_the_word_count_whose_txid_rises_and_chart_has_points());
-    step("the topology page", || d.the_topology_page_draws_a_node_per_operator_named_as_weir_inspect_names_them());
-    step("the state browser", || d.the_state_browser_shows_exact_counts_and_pages_through_keys_in_order());
-    step("the query console", || d.the_query_console_answers_as_weir_query_does());
-    step("stop and resume", || d.stop_then_resume_from_the_page_and_counts_end_exact());
-    step("a damaged bundle", || d.a_damaged_bundle_deployed_from_the_page_shows_the_servers_400_reason());
-    step("markup from a guest", || d.guest_markup_is_shown_as_text_and_no_script_runs());
-    step("a window node", || d.a_window_node_shows_its_watermark_and_late_tuples_as_the_api_does());
-    step("one request a tick", || d.the_list_page_makes_one_request_a_tick());
-    step("every page at 1,400 and 400 px, and axe-core", || {
-        d.every_page_fits_its_viewport_and_axe_finds_no_serious_violation()
-    });
-    step("upgrade and delete", || d.upgrade_and_delete_from_the_page());
-    step("a 401 on a later page", || d.a_401_on_any_later_page_asks_again_and_shows_nothing_else());
-    step("an opaque state", || d.the_state_browser_shows_an_opaque_states_prev());
-    step("a window's kept tuples", || d.the_state_browser_decodes_a_windows_kept_tuples());
-    step("the server killed", || d.a_killed_server_is_said_within_10_s_and_nothing_says_running());
+    steps!(d:
+        a_wrong_token_shows_the_401_and_nothing_else,
+        the_topologies_page_lists_the_word_count_whose_txid_rises_and_chart_has_points,
+        the_topology_page_draws_a_node_per_operator_named_as_weir_inspect_names_them,
+        the_state_browser_shows_exact_counts_and_pages_through_keys_in_order,
+        the_query_console_answers_as_weir_query_does,
+        stop_then_resume_from_the_page_and_counts_end_exact,
+        a_damaged_bundle_deployed_from_the_page_shows_the_servers_400_reason,
+        guest_markup_is_shown_as_text_and_no_script_runs,
+        a_window_node_shows_its_watermark_and_late_tuples_as_the_api_does,
+        the_list_page_makes_one_request_a_tick,
+        every_page_fits_its_viewport_and_axe_finds_no_serious_violation,
+        upgrade_and_delete_from_the_page,
+        a_401_on_any_later_page_asks_again_and_shows_nothing_else,
+        the_state_browser_shows_an_opaque_states_prev,
+        the_state_browser_decodes_a_windows_kept_tuples,
+        a_killed_server_is_said_within_10_s_and_nothing_says_running,
+    );
     for page in PAGES {
         let png = std::fs::read(d.browser.screenshots.join(format!("{page}.png"))).unwrap();
         assert_eq!(png_size(&png), VIEWPORT, "{page}.png");

@@ -92,44 +92,22 @@ fn attack_bounded(topology: &str, extra: &[&str], cause: &str, max_mib: u64) {
     assert!(peak < max_mib, "{topology}: the host's memory peaked at {peak} MiB");
 }
 
+/// A state updater writing or reading without end hits the state limit per
+/// call, or per batch where that is set lower.
 #[test]
-fn a_state_updater_writing_without_end_hits_the_state_write_limit_per_call() {
-    attack_bounded(
-        "state-write-flood",
-        &[],
-        "operator attacker: trap: state write limit of 64 MiB per call exceeded: ",
-        512,
-    );
-}
-
-#[test]
-fn a_state_updater_writing_without_end_hits_the_state_write_limit_per_batch() {
-    attack_bounded(
-        "state-write-flood",
-        &["--max-batch-state-write-mib", "8"],
-        "state write limit of 8 MiB per batch exceeded",
-        512,
-    );
-}
-
-#[test]
-fn a_state_updater_reading_without_end_hits_the_state_read_limit_per_call() {
-    attack_bounded(
-        "state-read-flood",
-        &[],
-        "operator attacker: trap: state read limit of 64 MiB per call exceeded",
-        512,
-    );
-}
-
-#[test]
-fn a_state_updater_reading_without_end_hits_the_state_read_limit_per_batch() {
-    attack_bounded(
-        "state-read-flood",
-        &["--max-batch-state-reads", "20"],
-        "state read limit of 20 entries per batch exceeded: 21 read through state counts (see --max-batch-state-reads)",
-        512,
-    );
+fn a_state_updater_flooding_its_state_hits_the_state_limits_per_call_and_per_batch() {
+    for (topology, extra, cause) in [
+        ("state-write-flood", &[][..], "operator attacker: trap: state write limit of 64 MiB per call exceeded: "),
+        ("state-write-flood", &["--max-batch-state-write-mib", "8"], "state write limit of 8 MiB per batch exceeded"),
+        ("state-read-flood", &[], "operator attacker: trap: state read limit of 64 MiB per call exceeded"),
+        (
+            "state-read-flood",
+            &["--max-batch-state-reads", "20"],
+            "state read limit of 20 entries per batch exceeded: 21 read through state counts (see --max-batch-state-reads)",
+        ),
+    ] {
+        attack_bounded(topology, extra, cause, 512);
+    }
 }
 
 #[test]
@@ -310,44 +288,34 @@ fn a_panic_shows_its_message_and_a_wasm_backtrace() {
     assert!(stderr.contains("hostile::Hostile"), "the backtrace names no guest function:\n{stderr}");
 }
 
+/// What WASI offers a guest: no filesystem, no sockets, no environment.
 #[test]
-fn reading_etc_passwd_finds_no_filesystem() {
-    attack(HOSTILE, "read-passwd", &[], "reading /etc/passwd failed:");
+fn the_filesystem_sockets_environment_and_arguments_are_out_of_reach() {
+    for (topology, cause) in [
+        ("read-passwd", "reading /etc/passwd failed:"),
+        ("open-socket", "opening a socket failed:"),
+        ("read-env", "reading $HOME failed: environment variable not found; no variables, no arguments"),
+    ] {
+        attack(HOSTILE, topology, &[], cause);
+    }
 }
 
+/// A raw guest's output buffers the host must not trust.
 #[test]
-fn opening_a_socket_is_denied() {
-    attack(HOSTILE, "open-socket", &[], "opening a socket failed:");
-}
-
-#[test]
-fn the_environment_and_arguments_are_empty() {
-    attack(
-        HOSTILE,
-        "read-env",
-        &[],
-        "reading $HOME failed: environment variable not found; no variables, no arguments",
-    );
-}
-
-#[test]
-fn a_malformed_batch_buffer_fails_the_batch() {
-    attack(RAW_GUEST, "malformed-output", &[], "operator split: returned a malformed batch: malformed batch at byte 8");
-}
-
-#[test]
-fn emitting_more_fields_than_declared_fails_the_batch() {
-    attack(RAW_GUEST, "extra-fields", &[], "emitted rows of 2 values, but it declares 1 output fields");
-}
-
-#[test]
-fn a_row_extending_a_missing_input_row_fails_the_batch() {
-    attack(
-        RAW_GUEST,
-        "out-of-range-parent",
-        &[],
-        "operator split: returned a malformed batch: malformed batch at byte 8: a row extends input row 4000000 of 1",
-    );
+fn a_malformed_output_batch_fails_the_batch() {
+    for (topology, cause) in [
+        // A batch buffer cut short.
+        ("malformed-output", "operator split: returned a malformed batch: malformed batch at byte 8"),
+        // More fields than the operator declares.
+        ("extra-fields", "emitted rows of 2 values, but it declares 1 output fields"),
+        // A row extending an input row that is not there.
+        (
+            "out-of-range-parent",
+            "operator split: returned a malformed batch: malformed batch at byte 8: a row extends input row 4000000 of 1",
+        ),
+    ] {
+        attack(RAW_GUEST, topology, &[], cause);
+    }
 }
 
 fn load_refused(attack: &str, component: &str, extra: &[&str], cause: &str) {

@@ -29,28 +29,29 @@ export const WIT_PACKAGE = "weir:topology@0.1.0";
 // ---------------------------------------------------------------------------
 // Errors and tuples
 
-/** Why an operator failed on a batch: replayed with the next attempt. */
-export class Retry extends Error {
+/**
+ * What `Retry` and `Fatal` share: an error named for its class, whose
+ * `kind` (the class's `KIND`) tells the host what to do with the batch.
+ */
+class OperatorFailure extends Error {
   constructor(message) {
     super(message);
-    this.name = "Retry";
+    this.name = new.target.name;
   }
 
   get kind() {
-    return "retry";
+    return this.constructor.KIND;
   }
 }
 
-/** Why an operator failed on a batch: the topology halts. */
-export class Fatal extends Error {
-  constructor(message) {
-    super(message);
-    this.name = "Fatal";
-  }
+/** Why an operator failed on a batch: replayed with the next attempt. */
+export class Retry extends OperatorFailure {
+  static KIND = "retry";
+}
 
-  get kind() {
-    return "fatal";
-  }
+/** Why an operator failed on a batch: the topology halts. */
+export class Fatal extends OperatorFailure {
+  static KIND = "fatal";
 }
 
 /** The name of a value's type, as every SDK spells it in errors. */
@@ -789,6 +790,17 @@ class BrokerSpout {
     this.extra = Object.fromEntries(extra.map((key) => [key, null]));
     this.perPartition = null;
   }
+  /**
+   * A replay reads exactly the range (of stream sequences, of offsets) each
+   * partition had in the batch. `source`: the spout's own arguments.
+   */
+  static transactional(...source) {
+    return new this("transactional", ...source);
+  }
+  /** A replay reads afresh from each partition's next message as of the last commit. */
+  static opaque(...source) {
+    return new this("opaque", ...source);
+  }
   /** The payload (a Kafka record's value) as bytes in `field`. */
   bytes(field) {
     this.payload = { as: "bytes", field };
@@ -845,9 +857,8 @@ function extraFieldMethods(spout) {
  * unless `raw` names one field to send as it is.
  */
 class BrokerSink {
-  constructor(kind, targetKey, target) {
-    this.kind = kind;
-    this.target = [targetKey, target];
+  constructor(target) {
+    this.target = target;
     this.payload = { as: "json" };
   }
   /** Sends the value of `field` as it is: the message's payload, the record's value. */
@@ -856,9 +867,20 @@ class BrokerSink {
     return this;
   }
   define() {
-    const [key, target] = this.target;
-    return { kind: this.kind, [key]: target, payload: this.payload };
+    const sink = this.constructor;
+    return { kind: sink.KIND, [sink.TARGET_KEY]: this.target, payload: this.payload };
   }
+}
+
+/**
+ * Makes `sink` a sink of definition kind `kind`, sending to a `targetKey`
+ * (a subject, a topic), with its constructor named for it:
+ * `KafkaSink.topic(topic)`.
+ */
+function brokerSink(sink, kind, targetKey) {
+  sink.KIND = kind;
+  sink.TARGET_KEY = targetKey;
+  sink[targetKey] = (target) => new sink(target);
 }
 
 /**
@@ -877,14 +899,6 @@ export class JetStream extends BrokerSpout {
     this.stream = stream;
     this.subjects = names(subjects);
   }
-  /** A replay reads exactly the sequence range each partition had in the batch. */
-  static transactional(stream, subjects) {
-    return new JetStream("transactional", stream, subjects);
-  }
-  /** A replay reads afresh from each partition's next sequence as of the last commit. */
-  static opaque(stream, subjects) {
-    return new JetStream("opaque", stream, subjects);
-  }
   define() {
     const out = { kind: "jetstream", promise: this.promise, stream: this.stream, subjects: this.subjects };
     return this.defineInto(out, "payload");
@@ -899,15 +913,8 @@ extraFieldMethods(JetStream);
  * the tuple's fields unless `raw` names one field (a string or bytes) to
  * publish as it is.
  */
-export class JetStreamSink extends BrokerSink {
-  constructor(subject) {
-    super("jetstream", "subject", subject);
-  }
-  /** Publishes to `subject`, each tuple as a JSON object of its fields. */
-  static subject(subject) {
-    return new JetStreamSink(subject);
-  }
-}
+export class JetStreamSink extends BrokerSink {}
+brokerSink(JetStreamSink, "jetstream", "subject");
 
 /**
  * The host's built-in spout over a Kafka topic, each of its partitions a
@@ -925,14 +932,6 @@ export class Kafka extends BrokerSpout {
     super(promise, "value", Kafka.EXTRA);
     this.topic = topic;
     this.partitionList = null;
-  }
-  /** A replay reads exactly the offset range each partition had in the batch. */
-  static transactional(topic) {
-    return new Kafka("transactional", topic);
-  }
-  /** A replay reads afresh from each partition's next offset as of the last commit. */
-  static opaque(topic) {
-    return new Kafka("opaque", topic);
   }
   /** Reads only these partitions (all of them when not called). */
   partitions(list) {
@@ -952,15 +951,8 @@ extraFieldMethods(Kafka);
  * committed batch becomes one record of the topic, exactly once:
  * `KafkaSink.topic("page-counts")`.
  */
-export class KafkaSink extends BrokerSink {
-  constructor(topic) {
-    super("kafka", "topic", topic);
-  }
-  /** Writes to `topic`, each tuple as a JSON object of its fields. */
-  static topic(topic) {
-    return new KafkaSink(topic);
-  }
-}
+export class KafkaSink extends BrokerSink {}
+brokerSink(KafkaSink, "kafka", "topic");
 
 /** The fields of a spout definition's tuples, as the host reads them. */
 function spoutFieldsOf(spout) {

@@ -260,33 +260,43 @@ function assertRegistered(topology, kinds) {
   for (const [id, kind] of Object.entries(kinds)) assert.equal(topology.code.get(id)?.kind, kind, id);
 }
 
-test("operators are registered under their final ids", () => {
-  const t = kitchenSink()[0];
-  assertRegistered(t, {
-    split: "function",
-    "each-1": undefined,
-    "stats.1": "combiner",
-    "partition-aggregate-7": "reducer",
-    "aggregate-10": "general",
-    remember: "updater",
-    "state-query-36": "query",
-    count: undefined,
-  });
-  assert.equal(t.outputArity("peek-3"), 0);
-  assert.equal(t.aggregatorArity("stats.2"), 1);
-});
-
-test("window aggregators are registered under their final ids", () => {
-  const t = kitchenSink()[10];
-  assertRegistered(t, {
-    longest: "combiner",
-    "window-2": undefined,
-    "window-4": "reducer",
-    sessions: "reducer",
-    "window-9": "combiner",
-    "per-second": undefined,
-  });
-  assert.equal(t.aggregatorArity("sessions"), 1);
+test("operators and window aggregators are registered under their final ids", () => {
+  const cases = [
+    {
+      topology: 0,
+      kinds: {
+        split: "function",
+        "each-1": undefined,
+        "stats.1": "combiner",
+        "partition-aggregate-7": "reducer",
+        "aggregate-10": "general",
+        remember: "updater",
+        "state-query-36": "query",
+        count: undefined,
+      },
+      outputArities: { "peek-3": 0 },
+      aggregatorArities: { "stats.2": 1 },
+    },
+    {
+      topology: 10,
+      kinds: {
+        longest: "combiner",
+        "window-2": undefined,
+        "window-4": "reducer",
+        sessions: "reducer",
+        "window-9": "combiner",
+        "per-second": undefined,
+      },
+      outputArities: {},
+      aggregatorArities: { sessions: 1 },
+    },
+  ];
+  for (const { topology, kinds, outputArities, aggregatorArities } of cases) {
+    const t = kitchenSink()[topology];
+    assertRegistered(t, kinds);
+    for (const [id, arity] of Object.entries(outputArities)) assert.equal(t.outputArity(id), arity, id);
+    for (const [id, arity] of Object.entries(aggregatorArities)) assert.equal(t.aggregatorArity(id), arity, id);
+  }
 });
 
 test("a window size that is no whole number is refused, naming it", () => {

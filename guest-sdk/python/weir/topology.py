@@ -363,9 +363,12 @@ class _BrokerSink:
     subject, a topic), and what it is sent as: a JSON object of its fields
     unless ``raw`` names one field to send as it is."""
 
-    def __init__(self, kind, target_key, target):
-        self._kind = kind
-        self._target = (target_key, target)
+    # Each sink's definition kind, and the key naming where it sends.
+    _KIND = None
+    _TARGET_KEY = None
+
+    def __init__(self, target):
+        self._target = target
         self._payload = {"as": "json"}
 
     def raw(self, field):
@@ -375,8 +378,19 @@ class _BrokerSink:
         return self
 
     def _define(self):
-        key, target = self._target
-        return {"kind": self._kind, key: target, "payload": self._payload}
+        return {"kind": self._KIND, self._TARGET_KEY: self._target, "payload": self._payload}
+
+
+def _sink_constructor(target_key, doc):
+    """A sink's constructor named for where it sends (``subject``,
+    ``topic``): ``JetStreamSink.subject("page-counts")``."""
+
+    def make(cls, target):
+        return cls(target)
+
+    make.__name__ = target_key
+    make.__doc__ = doc
+    return classmethod(make)
 
 
 class JetStreamSink(_BrokerSink):
@@ -389,13 +403,8 @@ class JetStreamSink(_BrokerSink):
     The payload is a JSON object of the tuple's fields unless ``raw`` names
     one field (a string or bytes) to publish as it is."""
 
-    def __init__(self, subject):
-        super().__init__("jetstream", "subject", subject)
-
-    @staticmethod
-    def subject(subject):
-        """Publishes to ``subject``, each tuple as a JSON object of its fields."""
-        return JetStreamSink(subject)
+    _KIND, _TARGET_KEY = "jetstream", "subject"
+    subject = _sink_constructor("subject", "Publishes to ``subject``, each tuple as a JSON object of its fields.")
 
 
 class Kafka(_BrokerSpout):
@@ -453,13 +462,8 @@ class KafkaSink(_BrokerSink):
         KafkaSink.topic("pages").raw("page")
     """
 
-    def __init__(self, topic):
-        super().__init__("kafka", "topic", topic)
-
-    @staticmethod
-    def topic(topic):
-        """Writes to ``topic``, each tuple as a JSON object of its fields."""
-        return KafkaSink(topic)
+    _KIND, _TARGET_KEY = "kafka", "topic"
+    topic = _sink_constructor("topic", "Writes to ``topic``, each tuple as a JSON object of its fields.")
 
 
 def _spout_fields(spout):

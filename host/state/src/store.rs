@@ -271,9 +271,7 @@ mod tests {
     #[test]
     fn a_group_commits_its_batches_in_txid_order_all_at_once_or_none() {
         each_store(|store| {
-            let records: Vec<BatchRecord> = (0..=6u64)
-                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
-                .collect();
+            let records = batch_records(6);
             let transactional = |words: &[&str]| counts(StateKind::Transactional, words);
             let writes = [transactional(&["a", "b"]), transactional(&["a"]), transactional(&["a", "c"])];
             let others = [outbox(&[("1", "x")]), outbox(&[("2", "y")]), outbox(&[("3", "z")])];
@@ -312,9 +310,7 @@ mod tests {
     #[test]
     fn a_group_writing_a_state_both_ways_keeps_its_batches_order() {
         each_store(|store| {
-            let records: Vec<BatchRecord> = (0..=4u64)
-                .map(|txid| BatchRecord { attempt: 0, time_ms: 0, spout: txid.to_le_bytes().to_vec() })
-                .collect();
+            let records = batch_records(4);
             let tx = |txid, n| Stored::Transactional { txid, value: Value::I64(n) };
             let set = |pairs: &[(&str, Stored)]| {
                 let records = pairs.iter().map(|(w, stored)| (key(w), stored.clone())).collect();
@@ -409,13 +405,7 @@ mod tests {
     fn a_batch_reads_ranges_and_removes_keys_over_its_groups_earlier_batches() {
         each_store(|store| {
             let records = batch_records(3);
-            let mut caches = HashMap::new();
-            let first = run_batch(store, 1, Vec::new(), &mut caches, &|views| {
-                for (word, v) in [("a", 1), ("b", 2), ("c", 3), ("x", 9)] {
-                    views.put("counts", key(word), Value::I64(v)).unwrap();
-                }
-            });
-            commit(store, 1, &first, &[]).unwrap();
+            let (mut caches, _) = commit_first_batch(store, &[("a", 1), ("b", 2), ("c", 3), ("x", 9)], &|_| {});
             let second = Arc::new(run_batch(store, 2, Vec::new(), &mut caches, &|views| {
                 views.remove("counts", &key("b")).unwrap();
                 views.put("counts", key("d"), Value::I64(4)).unwrap();
@@ -443,16 +433,13 @@ mod tests {
     fn a_batch_reads_through_the_partials_its_groups_earlier_batches_left_to_the_commit() {
         each_store(|store| {
             let records = batch_records(3);
-            let mut caches = HashMap::new();
             // Once committed, the written records are what the caches hold.
             let committed = |caches: &mut HashMap<_, _>, writes: Vec<StateWrites>| {
                 crate::view::refresh_caches(caches, writes);
             };
-            let first = run_batch(store, 1, Vec::new(), &mut caches, &|views| {
-                views.put("counts", key("a"), Value::I64(1)).unwrap();
+            let (mut caches, first) = commit_first_batch(store, &[("a", 1)], &|views| {
                 assert_eq!(views.base("counts", &key("a")).unwrap(), count(1), "read into the cache");
             });
-            commit(store, 1, &first, &[]).unwrap();
             committed(&mut caches, first);
             // Batch 2 leaves its partials to the commit, beside a record:
             // a, cached from batch 1, is read again through them.
@@ -496,14 +483,9 @@ mod tests {
     fn a_taken_range_is_removed_whole_before_the_batchs_writes_and_later_batches_read_past_it() {
         each_store(|store| {
             let records = batch_records(3);
-            let mut caches = HashMap::new();
-            let first = run_batch(store, 1, Vec::new(), &mut caches, &|views| {
-                for (word, v) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
-                    views.put("counts", key(word), Value::I64(v)).unwrap();
-                }
+            let (mut caches, first) = commit_first_batch(store, &[("a", 1), ("b", 2), ("c", 3), ("d", 4)], &|views| {
                 assert_eq!(views.base("counts", &key("b")).unwrap(), count(2));
             });
-            commit(store, 1, &first, &[]).unwrap();
             crate::view::refresh_caches(&mut caches, first);
             // Batch 2 takes b and c (b cached), then writes c and bb anew.
             let second = Arc::new(run_batch(store, 2, Vec::new(), &mut caches, &|views| {
@@ -673,6 +655,24 @@ mod tests {
         let mut views = crate::view::Views::new(&read, "t", &states, caches, txid, true, &limits).unwrap();
         run(&mut views);
         views.finish(caches)
+    }
+
+    /// Batch 1 over fresh caches: puts `counts`, then runs `then`, and
+    /// commits; returns the caches and the batch's writes.
+    fn commit_first_batch(
+        store: &dyn Store,
+        counts: &[(&str, i64)],
+        then: &dyn Fn(&mut crate::view::Views),
+    ) -> (HashMap<String, crate::view::StateCache>, Vec<StateWrites>) {
+        let mut caches = HashMap::new();
+        let first = run_batch(store, 1, Vec::new(), &mut caches, &|views| {
+            for &(word, v) in counts {
+                views.put("counts", key(word), Value::I64(v)).unwrap();
+            }
+            then(views);
+        });
+        commit(store, 1, &first, &[]).unwrap();
+        (caches, first)
     }
 
     fn batch_of<'a>(txid: u64, records: &'a [BatchRecord], writes: &'a [StateWrites]) -> BatchCommit<'a> {

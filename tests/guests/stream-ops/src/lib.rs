@@ -10,8 +10,11 @@
 
 #[path = "../../shared/operators.rs"]
 mod shared;
+#[path = "../../shared/topologies.rs"]
+mod shared_topologies;
 
 use shared::{Greatest, JoinNumbers, fail_first_attempt};
+use shared_topologies::jetstream_lines;
 use weir_sdk::builder::TopologyBuilder;
 use weir_sdk::prelude::*;
 use weir_sdk::{Stream, ValueRef};
@@ -619,20 +622,9 @@ impl Function for AnyLineWords {
     }
 }
 
-fn jetstream_lines() -> Topology {
-    Topology::new("jetstream-lines")
-        .new_stream(JetStream::transactional("lines", ["lines.*"]).json(["line"]))
-        .each(["line"], AnyLineWords, ["word"])
-        .name("split")
-        .group_by(["word"])
-        .persistent_aggregate(State::transactional("counts"), Count, ["count"])
-        .name("count")
-        .build()
-}
-
 pub fn topologies() -> Vec<Topology> {
     vec![
-        jetstream_lines(),
+        jetstream_lines(AnyLineWords),
         each(),
         filter(),
         map(),

@@ -1,5 +1,9 @@
 //! Word-count variants for the host's tests.
 
+#[path = "../../shared/topologies.rs"]
+mod shared_topologies;
+
+use shared_topologies::jetstream_lines;
 use weir_sdk::builder::{Sink, Spout};
 use weir_sdk::prelude::*;
 
@@ -244,14 +248,7 @@ fn jetstream_topologies() -> Vec<Topology> {
         jetstream_events(),
         // Words of JSON lines; a line that is not a string halts it (the
         // stream-ops guest's topology of the same name takes any value).
-        Topology::new("jetstream-lines")
-            .new_stream(JetStream::transactional("lines", ["lines.*"]).json(["line"]))
-            .each(["line"], SplitWords, ["word"])
-            .name("split")
-            .group_by(["word"])
-            .persistent_aggregate(State::transactional("counts"), Count, ["count"])
-            .name("count")
-            .build(),
+        jetstream_lines(SplitWords),
         jetstream_sink(
             "jetstream-sink",
             JetStream::transactional("clicks", ["clicks.*"]),
