@@ -6,7 +6,7 @@
 mod common;
 
 use common::kill::Restarts;
-use common::nats::{LogReader, NatsServer, corpus_stream, shared_nats};
+use common::nats::{LogReader, NatsServer, corpus_stream, lag_adds_up, shared_nats};
 use common::server::{Server, bundle};
 use common::*;
 use std::path::Path;
@@ -368,12 +368,7 @@ fn a_served_topology_follows_the_stream_as_it_grows() {
     let (status, body) = server.api("POST", "/v1/topologies?topology=jetstream-follow", &bytes);
     assert_eq!(status, 201, "{body}");
     // Every status's lag is its partitions' lags added up.
-    let lag_adds_up = |s: &serde_json::Value| {
-        let partitions = s["spout_lag_partitions"].as_object().unwrap_or_else(|| panic!("{s}"));
-        let sum: u64 = partitions.values().map(|n| n.as_u64().unwrap()).sum();
-        assert!(s["spout_lag"].is_null() || s["spout_lag"] == sum, "{s}");
-        partitions.len() == 4
-    };
+    let lag_adds_up = |s: &serde_json::Value| lag_adds_up(s, 4);
     server.wait_for_status("jetstream-follow", |s| lag_adds_up(s) && s["tuples"] == 12_000 && s["spout_lag"] == 0);
     nats.publish("follow", "follow.{0..3}", &lines[12_000..]);
     let status =

@@ -7,7 +7,7 @@ mod common;
 
 use common::kafka::{KafkaBroker, corpus_topic, shared_kafka};
 use common::kill::{Lcg, Point, Restarts};
-use common::nats::LogReader;
+use common::nats::{LogReader, assert_output_once, lag_adds_up};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -68,8 +68,13 @@ fn a_failed_batch_of_the_opaque_spout_is_emitted_afresh_from_what_was_committed_
 /// Runs `topology` expecting it to fail; its log.
 fn run_error(topology: &str, kafka: &str, extra: &[&str]) -> String {
     let (_dir, data) = data_dir();
-    let output = weir_output(&run_args(topology, &data, kafka, extra));
-    assert!(!output.status.success(), "{topology} should fail:\n{}", text(&output));
+    fails(&run_args(topology, &data, kafka, extra))
+}
+
+/// Runs `weir` with `args` expecting it to fail; its log.
+fn fails(args: &[&str]) -> String {
+    let output = weir_output(args);
+    assert!(!output.status.success(), "{args:?} should fail:\n{}", text(&output));
     text(&output)
 }
 
@@ -147,9 +152,7 @@ fn a_record_that_is_not_utf8_halts_naming_topic_partition_and_offset_and_commits
     let (_dir, data) = data_dir();
     let bootstrap = broker.bootstrap();
     let args = run_args("kafka-poison", &data, &bootstrap, &["--batch-size", "10", "--max-pending", "1"]);
-    let output = weir_output(&args);
-    let log = text(&output);
-    assert!(!output.status.success(), "{log}");
+    let log = fails(&args);
     assert!(
         log.contains("the record at offset 17 of partition 0 of Kafka topic poison cannot become a tuple"),
         "{log}"
@@ -182,9 +185,7 @@ fn a_batch_recorded_but_not_committed_whose_records_were_deleted_halts_its_repla
     broker.delete_topic("deletable");
     broker.create_topic("deletable", 1);
     broker.produce("deletable", 0, &lines[..15], None);
-    let output = weir_output(&args);
-    let log = text(&output);
-    assert!(!output.status.success(), "{log}");
+    let log = fails(&args);
     assert!(
         log.contains(
             "Kafka topic deletable no longer holds the records recorded in partition 0: offsets 20..=29 held 10 \
@@ -234,33 +235,23 @@ fn written(broker: &KafkaBroker, topic: &str) -> Vec<Written> {
 /// and no other, each page's counts rising batch by batch to its exact
 /// final count, which is also what the state holds.
 fn assert_exactly_once(written: &[Written], data: &Path, topology: &str, clicks: &[String]) {
-    let truth = truth(clicks);
-    assert_counts_eq(&counts(data, topology), &truth);
-    let last = last_committed(data, topology);
-    let mut ids = BTreeSet::new();
-    let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    let mut per_page: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    assert_written_once(written, &counts(data, topology), last_committed(data, topology), topology, clicks);
+}
+
+/// [`assert_exactly_once`] given the state's counts and the last committed
+/// txid (of a served topology, through its API).
+fn assert_written_once(
+    written: &[Written],
+    counts: &BTreeMap<String, i64>,
+    last: u64,
+    topology: &str,
+    clicks: &[String],
+) {
+    assert_counts_eq(counts, &truth(clicks));
     for record in written {
-        assert!(ids.insert((record.txid, record.n)), "txid {} record {} is written twice", record.txid, record.n);
         assert_eq!(record.sink, format!("{topology}/page-counts"));
-        per_batch.entry(record.txid).or_default().push(record.n);
-        let json: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
-        let page = json["page"].as_str().unwrap().to_owned();
-        per_page.entry(page).or_default().push((record.txid, json["count"].as_i64().unwrap()));
     }
-    let txids: Vec<u64> = per_batch.keys().copied().collect();
-    assert_eq!(txids, (1..=last).collect::<Vec<_>>(), "the output holds other batches than the committed ones");
-    for (txid, mut ns) in per_batch {
-        ns.sort();
-        assert_eq!(ns, (0..ns.len() as u32).collect::<Vec<_>>(), "txid {txid}'s records");
-    }
-    let mut seen = BTreeMap::new();
-    for (page, mut updates) in per_page {
-        updates.sort();
-        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "page {page}: counts do not rise: {updates:?}");
-        seen.insert(page, updates.last().unwrap().1);
-    }
-    assert_counts_eq(&seen, &truth);
+    assert_output_once(written.iter().map(|w| (w.txid, w.n, w.value.as_slice())), last, &truth(clicks));
 }
 
 /// A broker of its own holding `clicks` in 3-partition topic `clicks`, and
@@ -302,9 +293,7 @@ fn a_sink_topic_that_does_not_exist_halts_the_run_naming_it_and_keeps_the_output
     let (_dir, data) = data_dir();
     let bootstrap = broker.bootstrap();
     let args = run_args("kafka-sink", &data, &bootstrap, &["--batch-size", "50", "--kafka-retry-ms", "1000"]);
-    let output = weir_output(&args);
-    let log = text(&output);
-    assert!(!output.status.success(), "{log}");
+    let log = fails(&args);
     assert!(log.contains("Kafka topic page-counts does not exist"), "{log}");
     assert!(log.contains("its output stays in the outbox"), "{log}");
     // Made now, the topic gets the kept output on the next start.
@@ -411,12 +400,7 @@ fn a_served_topology_follows_the_topic_as_it_grows_and_its_lag_returns_to_zero()
     let (status, body) = server.api("POST", "/v1/topologies?topology=kafka-follow", &bytes);
     assert_eq!(status, 201, "{body}");
     // Every status's lag is its partitions' lags added up.
-    let lag_adds_up = |s: &serde_json::Value| {
-        let partitions = s["spout_lag_partitions"].as_object().unwrap_or_else(|| panic!("{s}"));
-        let sum: u64 = partitions.values().map(|n| n.as_u64().unwrap()).sum();
-        assert!(s["spout_lag"].is_null() || s["spout_lag"] == sum, "{s}");
-        partitions.len() == 4
-    };
+    let lag_adds_up = |s: &serde_json::Value| lag_adds_up(s, 4);
     server.wait_for_status("kafka-follow", |s| lag_adds_up(s) && s["tuples"] == 12_000 && s["spout_lag"] == 0);
     // The publisher appends more, in steps: the served topology keeps up.
     for chunk in lines[12_000..].chunks(2_000) {
@@ -433,6 +417,97 @@ fn a_served_topology_follows_the_topic_as_it_grows_and_its_lag_returns_to_zero()
     let partition = "weir_spout_partition_lag{topology=\"kafka-follow\",partition=\"follow-3\"} 0\n";
     assert!(metrics.contains(partition), "{metrics}");
     assert_counts_eq(&server.counts("kafka-follow"), &count_words(&lines));
+}
+
+/// A partition added to the topic a served topology reads is found and
+/// read from its first record: records produced into it alone (the old
+/// partitions stay quiet) are counted and written to the sink once.
+fn a_partition_added_while_served_is_read(topology: &str, seed: u64) {
+    let clicks = clicks(500, seed);
+    let broker = KafkaBroker::start();
+    broker.create_topic("clicks", 2);
+    broker.produce_lines("clicks", 2, &clicks[..300]);
+    broker.create_topic("page-counts", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let bootstrap = broker.bootstrap();
+    let server = common::server::Server::start_with(dir.path(), &["--kafka", &bootstrap, "--batch-size", "40"]);
+    let bytes = common::server::bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
+    let (status, body) = server.api("POST", &format!("/v1/topologies?topology={topology}"), &bytes);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_status(topology, |s| s["tuples"] == 300 && s["spout_lag"] == 0 && lag_adds_up(s, 2));
+    assert_eq!(broker.add_partition("clicks"), 2);
+    let values: Vec<Vec<u8>> = clicks[300..].iter().map(|c| c.clone().into_bytes()).collect();
+    let offsets = broker.produce("clicks", 2, &values, None);
+    assert_eq!(offsets.first(), Some(&0));
+    let status = server.wait_for_status(topology, |s| s["tuples"] == 500 && s["spout_lag"] == 0 && lag_adds_up(s, 3));
+    assert_eq!(status["state"], "running", "{status}");
+    let zero: serde_json::Value = (0..3).map(|p| (format!("clicks-{p}"), serde_json::json!(0))).collect();
+    assert_eq!(status["spout_lag_partitions"], zero, "{status}");
+    let last = status["last_committed"].as_u64().unwrap();
+    // The sink writes a batch's output after its commit.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let written = loop {
+        let written = written(&broker, "page-counts");
+        if written.iter().any(|w| w.txid == last) || std::time::Instant::now() > deadline {
+            break written;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_written_once(&written, &server.counts(topology), last, topology, &clicks);
+}
+
+#[test]
+fn a_partition_added_to_the_topic_of_a_served_transactional_topology_is_read_once() {
+    a_partition_added_while_served_is_read("kafka-sink", 21);
+}
+
+#[test]
+fn a_partition_added_to_the_topic_of_a_served_opaque_topology_is_read_once() {
+    a_partition_added_while_served_is_read("kafka-sink-opaque", 22);
+}
+
+#[test]
+fn a_scram_login_reads_a_broker_that_asks_for_one_and_a_wrong_password_is_refused() {
+    // A broker of its own: made, filled and given a user before it asks
+    // every client to log in (the tests' own client does not).
+    let mut broker = KafkaBroker::start();
+    broker.create_topic("corpus", 2);
+    let lines = sentences(2_000);
+    broker.produce_lines("corpus", 2, &lines);
+    broker.create_scram_user("ann", "s3cret-pass");
+    broker.restart_with(&["--authentication"]);
+    let dir = tempfile::tempdir().unwrap();
+    let bootstrap = broker.bootstrap();
+    let login = |password: &str, data: &Path| {
+        let file = dir.path().join("password");
+        std::fs::write(&file, password).unwrap();
+        let args = run_args(
+            "kafka-word-count",
+            data,
+            &bootstrap,
+            // A login that takes longer than a connection may (a debug
+            // build's SCRAM on a busy machine) is tried again.
+            &["--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-username", "ann", "--kafka-retry-ms", "60000"],
+        );
+        let mut args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        args.extend(["--kafka-password-file".to_owned(), file.to_str().unwrap().to_owned()]);
+        weir_output(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (_wrong_dir, wrong) = data_dir();
+    let refused = login("not-the-password", &wrong);
+    let log = text(&refused);
+    assert!(!refused.status.success(), "{log}");
+    assert!(log.contains("refused the login"), "{log}");
+    assert!(!log.contains("not-the-password"), "the password is never shown: {log}");
+    assert_eq!(last_committed(&wrong, "kafka-word-count"), 0);
+    let (_data_dir, data) = data_dir();
+    let output = login("s3cret-pass", &data);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_counts_eq(&counts(&data, "kafka-word-count"), &count_words(&lines));
+    // No login at all: the broker answers nothing but a login.
+    let (_none_dir, none) = data_dir();
+    let e = fails(&run_args("kafka-word-count", &none, &bootstrap, &["--kafka-retry-ms", "2000"]));
+    assert!(e.contains(&format!("Kafka brokers at {bootstrap}")), "{e}");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 mod common;
 
 use common::kill::{Point, Restarts};
-use common::nats::{LogReader, NatsServer};
+use common::nats::{LogReader, NatsServer, assert_output_once};
 use common::server::{Server, bundle};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,38 +80,10 @@ fn assert_exactly_once(published: &[Published], data: &Path, topology: &str, cli
 /// The checks of [`assert_exactly_once`] on the output alone, `last` the
 /// last committed txid.
 fn assert_published_once(published: &[Published], last: u64, topology: &str, clicks: &[String]) {
-    let truth = truth(clicks);
-    let mut ids = BTreeSet::new();
-    let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    let mut per_page: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
-    for message in published {
-        assert!(
-            ids.insert((message.txid, message.n)),
-            "txid {} message {} is published twice",
-            message.txid,
-            message.n
-        );
-    }
     for message in published {
         assert_eq!((message.topology.as_str(), message.sink.as_str()), (topology, "page-counts"));
-        per_batch.entry(message.txid).or_default().push(message.n);
-        let json: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
-        let page = json["page"].as_str().unwrap().to_owned();
-        per_page.entry(page).or_default().push((message.txid, json["count"].as_i64().unwrap()));
     }
-    let txids: Vec<u64> = per_batch.keys().copied().collect();
-    assert_eq!(txids, (1..=last).collect::<Vec<_>>(), "the output holds other batches than the committed ones");
-    for (txid, mut ns) in per_batch {
-        ns.sort();
-        assert_eq!(ns, (0..ns.len() as u32).collect::<Vec<_>>(), "txid {txid}'s messages");
-    }
-    let mut seen = BTreeMap::new();
-    for (page, mut updates) in per_page {
-        updates.sort();
-        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "page {page}: counts do not rise: {updates:?}");
-        seen.insert(page, updates.last().unwrap().1);
-    }
-    assert_counts_eq(&seen, &truth);
+    assert_output_once(published.iter().map(|m| (m.txid, m.n, m.payload.as_slice())), last, &truth(clicks));
 }
 
 fn survives_kills(topology: &str, seed: u64) {

@@ -16,65 +16,105 @@ use std::time::{Duration, Instant};
 /// batch of 10,000 sentences.
 pub const PER_PARTITION: u64 = 2500;
 
+/// A server process of the benchmark's own (a log's broker), killed when
+/// dropped.
+pub struct Service {
+    pub child: Owned,
+}
+
+impl Service {
+    /// Starts `command` as `name`, and waits until it takes connections
+    /// on `port`.
+    pub fn start(name: &str, command: &mut Command, port: u16) -> Result<Service> {
+        let service = Service { child: Owned::new(command.spawn().with_context(|| format!("starting {name}"))?) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                bail!("{name} did not listen on port {port} within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(service)
+    }
+}
+
+/// `scripts/ensure-services`' tools dir: `$WEIR_TOOLS_DIR`, by default
+/// `~/.local/share/weir-tools`.
+pub fn tools_dir() -> Option<PathBuf> {
+    std::env::var_os("WEIR_TOOLS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share/weir-tools")))
+}
+
+/// A free loopback port.
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The binary `name`: the file `env` names, else the first of `first` and
+/// the PATH's that exists; `missing` says how to install it.
+pub fn binary(env: &str, name: &str, first: Option<PathBuf>, missing: &str) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os(env) {
+        return Ok(PathBuf::from(path));
+    }
+    let paths = std::env::var_os("PATH").unwrap_or_default();
+    first
+        .into_iter()
+        .chain(std::env::split_paths(&paths).map(|p| p.join(name)))
+        .chain([PathBuf::from("/usr/sbin").join(name)])
+        .find(|p| p.is_file())
+        .with_context(|| format!("{name} is not installed ({missing}), or set {env}"))
+}
+
+/// `weir run` of `wasm` into the fresh data dir `data`, reading its log
+/// with `log` (`--nats URL`, `--kafka BROKERS`), a partition's
+/// `PER_PARTITION` records a batch, reporting into `report`.
+pub fn weir_run(bench: &Bench, wasm: &Path, data: &Path, log: [&str; 2], report: &Path) -> Result<Measured> {
+    let _ = std::fs::remove_dir_all(data);
+    let mut command = Command::new(&bench.weir);
+    command.arg("run").arg(wasm).arg("--cache-dir").arg(bench.work.join("cache"));
+    command.arg("--data").arg(data).args(log);
+    command.args(["--batch-size", &PER_PARTITION.to_string(), "--max-pending", "4"]);
+    command.arg("--report-json").arg(report);
+    command.stdout(Stdio::null()).env("WEIR_LOG", "warn");
+    measure(command, report)
+}
+
 /// A `nats-server` of the benchmark's own, killed when dropped.
 pub struct NatsServer {
-    child: Owned,
+    service: Service,
     pub url: String,
     /// The server's monitoring endpoint (`/varz`, `/jsz`).
     pub monitor: String,
 }
 
-/// The `nats-server` binary: `WEIR_NATS_SERVER`, the release
-/// `scripts/ensure-services` installs (2.15.1, the one the tests run), the
-/// PATH, or Debian's.
-fn binary() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("WEIR_NATS_SERVER") {
-        return Ok(PathBuf::from(path));
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-    let tools = std::env::var_os("WEIR_TOOLS_DIR").map_or_else(|| home.join(".local/share/weir-tools"), PathBuf::from);
-    let paths = std::env::var_os("PATH").unwrap_or_default();
-    [tools.join("nats-server-2.15.1/bin/nats-server")]
-        .into_iter()
-        .chain(std::env::split_paths(&paths).map(|p| p.join("nats-server")))
-        .chain([PathBuf::from("/usr/sbin/nats-server")])
-        .find(|p| p.is_file())
-        .context("nats-server is not installed (scripts/ensure-services installs it), or set WEIR_NATS_SERVER")
-}
-
 impl NatsServer {
     /// The server's process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.service.child.id()
     }
 
     /// Starts a server storing its streams under `dir`, on a free port.
     pub fn start(dir: &Path) -> Result<NatsServer> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let monitor = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(binary()?)
+        let (port, monitor) = (free_port()?, free_port()?);
+        // The release `scripts/ensure-services` installs (the one the tests
+        // run) first, then the PATH's or Debian's.
+        let release = tools_dir().map(|t| t.join("nats-server-2.15.1/bin/nats-server"));
+        let missing = "scripts/ensure-services installs it";
+        let mut command = Command::new(binary("WEIR_NATS_SERVER", "nats-server", release, missing)?);
+        command
             .args(["-js", "-sd"])
             .arg(dir.join("store"))
             .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &monitor.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting nats-server")?;
-        let server = NatsServer {
-            child: Owned::new(child),
+            .stderr(Stdio::null());
+        Ok(NatsServer {
+            service: Service::start("nats-server", &mut command, port)?,
             url: format!("nats://127.0.0.1:{port}"),
             monitor: format!("http://127.0.0.1:{monitor}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                bail!("nats-server did not listen on port {port} within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
+        })
     }
 
     /// Publishes the lines of `corpus` into stream `corpus`, round-robin
@@ -86,17 +126,23 @@ impl NatsServer {
     /// Publishes the lines of `corpus` into stream `corpus`, round-robin
     /// over `subjects` (braces expand).
     pub fn publish_over(&self, weir: &Path, corpus: &Path, subjects: &str) -> Result<()> {
-        let status = Command::new(weir)
-            .args(["publish", "--nats", &self.url, "--stream", "corpus", "--subjects", subjects, "--create"])
-            .arg(corpus)
-            .stdout(Stdio::null())
-            .env("WEIR_LOG", "warn")
-            .status()?;
-        if !status.success() {
-            bail!("weir publish of {} failed", corpus.display());
-        }
-        Ok(())
+        weir_publish(weir, corpus, &["--nats", &self.url, "--stream", "corpus", "--subjects", subjects, "--create"])
     }
+}
+
+/// `weir publish` of the lines of `corpus` with `args` (where to).
+pub fn weir_publish(weir: &Path, corpus: &Path, args: &[&str]) -> Result<()> {
+    let status = Command::new(weir)
+        .arg("publish")
+        .args(args)
+        .arg(corpus)
+        .stdout(Stdio::null())
+        .env("WEIR_LOG", "warn")
+        .status()?;
+    if !status.success() {
+        bail!("weir publish {} of {} failed", args.join(" "), corpus.display());
+    }
+    Ok(())
 }
 
 /// The component of `examples/word-count-jetstream`.
@@ -107,15 +153,8 @@ pub fn wasm(root: &Path) -> PathBuf {
 /// One run over `server`'s stream into a fresh data dir.
 pub fn run_once(bench: &Bench, wasm: &Path, server: &NatsServer, round: usize) -> Result<(Measured, PathBuf)> {
     let data = bench.work.join(format!("data-jetstream-{round}"));
-    let _ = std::fs::remove_dir_all(&data);
     let report = bench.work.join("report-jetstream.json");
-    let mut command = Command::new(&bench.weir);
-    command.arg("run").arg(wasm).arg("--cache-dir").arg(bench.work.join("cache"));
-    command.arg("--data").arg(&data).args(["--nats", &server.url]);
-    command.args(["--batch-size", &PER_PARTITION.to_string(), "--max-pending", "4"]);
-    command.arg("--report-json").arg(&report);
-    command.stdout(Stdio::null()).env("WEIR_LOG", "warn");
-    Ok((measure(command, &report)?, data))
+    Ok((weir_run(bench, wasm, &data, ["--nats", &server.url], &report)?, data))
 }
 
 /// The JetStream row over `sentences` (and [`SMALL`]) sentences, median of

@@ -6,61 +6,22 @@
 //! both meet the same spells of the machine. The broker's CPU over each
 //! run is read from `/proc`, to say where the time goes.
 
+use super::jetstream::{self, PER_PARTITION, Service, binary, free_port};
 use super::{Bench, Measured, WORDS_PER_SENTENCE, check_counts, measure, median, weir_counts};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value as Json, json};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Sentences per partition per batch: 4 partitions make a batch of 10,000.
-pub const PER_PARTITION: u64 = 2500;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+use weir_io::spout::kafka::{RECORD_BYTES_GUESS, fetch_bytes, record_bytes};
 
 /// The topic's partitions.
 const PARTITIONS: u32 = 4;
 
-/// The most and fewest bytes one fetch asks for, and what a record is taken
-/// to cost until records are seen: the Kafka spout's own figures, so that
-/// the raw drain asks the broker for what the spout asks.
-const FETCH_BYTES: usize = 8 << 20;
-const FETCH_MIN_BYTES: usize = 16 << 10;
-const RECORD_BYTES_GUESS: usize = 256;
-
-/// The spout's fetch size for `records` records of about `each` bytes.
-fn fetch_bytes(records: usize, each: usize) -> i32 {
-    let want = records.saturating_mul(each).saturating_add(records.saturating_mul(each) / 4);
-    want.clamp(FETCH_MIN_BYTES, FETCH_BYTES) as i32
-}
-
 /// A tansu broker of the benchmark's own, killed when dropped.
 pub struct Tansu {
-    child: Child,
+    service: Service,
     pub bootstrap: String,
-}
-
-impl Drop for Tansu {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The tansu binary: `WEIR_TANSU`, `scripts/ensure-services`' tools dir
-/// (`$WEIR_TOOLS_DIR`, by default `~/.local/share/weir-tools`), or the PATH.
-fn binary() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("WEIR_TANSU") {
-        return Ok(PathBuf::from(path));
-    }
-    let tools = std::env::var_os("WEIR_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share/weir-tools")));
-    let paths = std::env::var_os("PATH").unwrap_or_default();
-    tools
-        .map(|t| t.join("bin/tansu"))
-        .into_iter()
-        .chain(std::env::split_paths(&paths).map(|p| p.join("tansu")))
-        .find(|p| p.is_file())
-        .context("tansu is not installed (scripts/ensure-services installs it with cargo install), or set WEIR_TANSU")
 }
 
 impl Tansu {
@@ -68,9 +29,13 @@ impl Tansu {
     pub fn start(dir: &Path) -> Result<Tansu> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = free_port()?;
         let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(binary()?)
+        // `scripts/ensure-services`' tools dir first.
+        let tools = jetstream::tools_dir();
+        let missing = "scripts/ensure-services installs it with cargo install";
+        let mut command = Command::new(binary("WEIR_TANSU", "tansu", tools.map(|t| t.join("bin/tansu")), missing)?);
+        command
             .current_dir(dir)
             .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "sqlite://tansu.db"])
@@ -78,24 +43,14 @@ impl Tansu {
             .env_remove("LISTENER_URL")
             .env_remove("ADVERTISED_LISTENER_URL")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("tansu.log"))?)
-            .spawn()
-            .context("starting tansu")?;
-        let broker = Tansu { child, bootstrap: format!("127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                bail!("tansu did not listen on port {port} within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(broker)
+            .stderr(std::fs::File::create(dir.join("tansu.log"))?);
+        Ok(Tansu { service: Service::start("tansu", &mut command, port)?, bootstrap: format!("127.0.0.1:{port}") })
     }
 
     /// The CPU seconds the broker has used so far (user and system), from
     /// `/proc/PID/stat`.
     fn cpu_s(&self) -> Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.service.child.id()))?;
         // Fields after the command's closing parenthesis; utime and stime
         // are the 14th and 15th of the whole line.
         let rest = stat.rsplit_once(')').context("a /proc stat line")?.1;
@@ -109,17 +64,9 @@ impl Tansu {
     /// Publishes the lines of `corpus` into a new topic `corpus` of 4
     /// partitions, round robin, each acknowledged.
     fn publish(&self, weir: &Path, corpus: &Path) -> Result<()> {
-        let status = Command::new(weir)
-            .args(["publish", "--kafka", &self.bootstrap, "--topic", "corpus", "--create"])
-            .args(["--partitions", &PARTITIONS.to_string()])
-            .arg(corpus)
-            .stdout(Stdio::null())
-            .env("WEIR_LOG", "warn")
-            .status()?;
-        if !status.success() {
-            bail!("weir publish --kafka of {} failed", corpus.display());
-        }
-        Ok(())
+        let partitions = PARTITIONS.to_string();
+        let args = ["--kafka", &self.bootstrap, "--topic", "corpus", "--create", "--partitions", &partitions];
+        jetstream::weir_publish(weir, corpus, &args)
     }
 }
 
@@ -129,9 +76,9 @@ pub fn wasm(root: &Path) -> PathBuf {
 }
 
 /// `weir-bench kafka-drain --kafka B --topic T --fetch N --report-json R`:
-/// every record of topic T, every partition at once, read as the spout
-/// reads a batch (at most N records a partition, in fetches of the spout's
-/// sizes, sized on the records seen); nothing else.
+/// every record of topic T, every partition at once, in fetches of the
+/// spout's size for a batch of N records a partition (sized on the records
+/// seen), keeping every record a fetch returns; nothing else.
 pub fn drain(args: &[String]) -> Result<()> {
     use rskafka::client::ClientBuilder;
     use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
@@ -157,25 +104,20 @@ pub fn drain(args: &[String]) -> Result<()> {
                 let high = client.get_offset(OffsetAt::Latest).await?;
                 let (mut got, mut each) = (0u64, RECORD_BYTES_GUESS);
                 while offset < high {
-                    let mut in_batch = 0;
-                    while in_batch < per_batch && offset < high {
-                        let bytes = fetch_bytes(per_batch - in_batch, each);
-                        let (records, _) = client.fetch_records(offset, 1..bytes, 0).await?;
-                        let (mut kept, mut size) = (0, 0);
-                        for record in records {
-                            if record.offset < offset || in_batch >= per_batch {
-                                continue;
-                            }
-                            offset = record.offset + 1;
-                            size += record.record.approximate_size();
-                            (in_batch, kept) = (in_batch + 1, kept + 1);
+                    let (records, _) = client.fetch_records(offset, 1..fetch_bytes(per_batch, each), 0).await?;
+                    let (mut kept, mut size) = (0, 0);
+                    for record in records {
+                        if record.offset < offset || record.offset >= high {
+                            continue;
                         }
-                        if kept == 0 {
-                            bail!("partition {partition} returned nothing at offset {offset} of {high}");
-                        }
-                        each = size / kept;
+                        offset = record.offset + 1;
+                        size += record_bytes(&record.record);
+                        kept += 1;
                     }
-                    got += in_batch as u64;
+                    if kept == 0 {
+                        bail!("partition {partition} returned nothing at offset {offset} of {high}");
+                    }
+                    (got, each) = (got + kept as u64, size / kept);
                 }
                 anyhow::Ok(got)
             }));
@@ -206,15 +148,8 @@ fn with_broker_cpu(broker: &Tansu, run: impl FnOnce() -> Result<Measured>) -> Re
 /// Weir's word count over the topic into a fresh data dir.
 fn weir_run(bench: &Bench, wasm: &Path, broker: &Tansu, round: usize) -> Result<(Measured, PathBuf)> {
     let data = bench.work.join(format!("data-kafka-{round}"));
-    let _ = std::fs::remove_dir_all(&data);
     let report = bench.work.join("report-kafka.json");
-    let mut command = Command::new(&bench.weir);
-    command.arg("run").arg(wasm).arg("--cache-dir").arg(bench.work.join("cache"));
-    command.arg("--data").arg(&data).args(["--kafka", &broker.bootstrap]);
-    command.args(["--batch-size", &PER_PARTITION.to_string(), "--max-pending", "4"]);
-    command.arg("--report-json").arg(&report);
-    command.stdout(Stdio::null()).env("WEIR_LOG", "warn");
-    Ok((measure(command, &report)?, data))
+    Ok((jetstream::weir_run(bench, wasm, &data, ["--kafka", &broker.bootstrap], &report)?, data))
 }
 
 /// The raw drain of the topic.

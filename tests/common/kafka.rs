@@ -23,6 +23,8 @@ pub struct KafkaBroker {
     /// The loopback port it listens on.
     pub port: u16,
     runtime: tokio::runtime::Runtime,
+    /// Arguments it is started with besides its listener and storage.
+    extra: Vec<String>,
 }
 
 /// Where the tansu binary is.
@@ -45,8 +47,13 @@ impl KafkaBroker {
     /// Starts a broker of its own.
     pub fn start() -> KafkaBroker {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let mut broker =
-            KafkaBroker { service: Service::default(), dir: tempfile::tempdir().unwrap(), port: free_port(), runtime };
+        let mut broker = KafkaBroker {
+            service: Service::default(),
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            runtime,
+            extra: Vec::new(),
+        };
         broker.launch();
         broker
     }
@@ -65,6 +72,7 @@ impl KafkaBroker {
             .current_dir(self.dir.path())
             .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "sqlite://tansu.db"])
+            .args(&self.extra)
             .env_remove("STORAGE_ENGINE")
             .env_remove("LISTENER_URL")
             .env_remove("ADVERTISED_LISTENER_URL");
@@ -82,6 +90,25 @@ impl KafkaBroker {
     pub fn restart(&mut self) {
         self.kill();
         self.launch();
+    }
+
+    /// Starts the broker again with `extra` arguments (`--authentication`:
+    /// every client must log in), on its port, over its store.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|a| a.to_string()).collect();
+        self.restart();
+    }
+
+    /// Makes a user who logs in with SCRAM-SHA-256, through tansu's own
+    /// `tansu user create` (an AlterUserScramCredentials request).
+    pub fn create_scram_user(&self, name: &str, password: &str) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let output = Command::new(tansu_binary())
+            .args(["user", "create", "--broker", &url, "--mechanism", "scram256", "--iterations", "4096"])
+            .args([name, password])
+            .output()
+            .expect("run tansu user create");
+        assert!(output.status.success(), "tansu user create: {}", String::from_utf8_lossy(&output.stderr));
     }
 
     fn client(&self) -> Client {
@@ -185,6 +212,33 @@ impl KafkaBroker {
         let client = self.client();
         let topics = self.runtime.block_on(client.list_topics()).unwrap();
         topics.into_iter().find(|t| t.name == topic).map_or(0, |t| t.partitions.len() as i32)
+    }
+
+    /// Adds a partition to `topic`, while the broker runs; its number.
+    /// tansu 0.6 answers no CreatePartitions request, so its sqlite store
+    /// is changed as its own CreateTopics writes a partition (the topic's
+    /// count, the partition's row and its watermark's): the broker lists
+    /// the new partition in its next metadata answer, and takes records
+    /// into it.
+    pub fn add_partition(&self, topic: &str) -> i32 {
+        const ADD: &str = "import sqlite3, sys\n\
+            db = sqlite3.connect(sys.argv[1], timeout=30)\n\
+            with db:\n\
+            \x20   (topic, n) = db.execute('select id, partitions from topic where name = ?', (sys.argv[2],)).fetchone()\n\
+            \x20   db.execute('update topic set partitions = ? where id = ?', (n + 1, topic))\n\
+            \x20   row = db.execute('insert into topition (topic, partition) values (?, ?)', (topic, n)).lastrowid\n\
+            \x20   db.execute('insert into watermark (topition) values (?)', (row,))\n\
+            print(n)\n";
+        let db = self.dir.path().join("tansu.db");
+        let output = Command::new("python3").args(["-c", ADD]).arg(&db).arg(topic).output().expect("run python3");
+        assert!(output.status.success(), "adding a partition: {}", String::from_utf8_lossy(&output.stderr));
+        let added: i32 = String::from_utf8(output.stdout).unwrap().trim().parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.partitions(topic) != added + 1 {
+            assert!(Instant::now() < deadline, "partition {added} of {topic} was added but is not listed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        added
     }
 
     /// Deletes `topic` (tansu 0.6's sqlite storage has no DeleteRecords:

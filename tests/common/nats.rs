@@ -283,3 +283,49 @@ pub fn nats_server_binary() -> PathBuf {
     }
     service_binary("WEIR_NATS_SERVER", "nats-server", Some("/usr/sbin/nats-server"), "nats-server")
 }
+
+/// Checks the output a log sink (JetStream, Kafka) wrote of page counts,
+/// each record its batch's txid, its place in the batch and a JSON
+/// `{"page", "count"}`: each committed batch's output is there once and
+/// only once (every txid from 1 to `last`, each with records 0..k and no
+/// other), and each page's counts rise batch by batch to its count in
+/// `truth`.
+pub fn assert_output_once<'a>(
+    written: impl IntoIterator<Item = (u64, u32, &'a [u8])>,
+    last: u64,
+    truth: &std::collections::BTreeMap<String, i64>,
+) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut ids = BTreeSet::new();
+    let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    let mut per_page: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    for (txid, n, payload) in written {
+        assert!(ids.insert((txid, n)), "txid {txid} record {n} is written twice");
+        per_batch.entry(txid).or_default().push(n);
+        let json: serde_json::Value = serde_json::from_slice(payload).unwrap();
+        let page = json["page"].as_str().unwrap().to_owned();
+        per_page.entry(page).or_default().push((txid, json["count"].as_i64().unwrap()));
+    }
+    let txids: Vec<u64> = per_batch.keys().copied().collect();
+    assert_eq!(txids, (1..=last).collect::<Vec<_>>(), "the output holds other batches than the committed ones");
+    for (txid, mut ns) in per_batch {
+        ns.sort();
+        assert_eq!(ns, (0..ns.len() as u32).collect::<Vec<_>>(), "txid {txid}'s records");
+    }
+    let mut seen = BTreeMap::new();
+    for (page, mut updates) in per_page {
+        updates.sort();
+        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "page {page}: counts do not rise: {updates:?}");
+        seen.insert(page, updates.last().unwrap().1);
+    }
+    assert_counts_eq(&seen, truth);
+}
+
+/// Whether a served topology's status names `partitions` partitions of
+/// its log spout; asserts its lag is theirs added up.
+pub fn lag_adds_up(status: &serde_json::Value, partitions: usize) -> bool {
+    let by_partition = status["spout_lag_partitions"].as_object().unwrap_or_else(|| panic!("{status}"));
+    let sum: u64 = by_partition.values().map(|n| n.as_u64().unwrap()).sum();
+    assert!(status["spout_lag"].is_null() || status["spout_lag"] == sum, "{status}");
+    by_partition.len() == partitions
+}

@@ -11,7 +11,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use weir_config::{MAX_JETSTREAM_PARTITIONS, NATS_REQUEST_TIMEOUT, PUBLISH_ACKS_IN_FLIGHT};
 use weir_io::nats::{Nats, subject};
@@ -197,18 +197,44 @@ async fn acknowledged(in_flight: &mut VecDeque<(u64, PublishAckFuture)>, last: &
     Ok(())
 }
 
+/// The lines of a file to publish (`-`: standard input), each without
+/// its line ending.
+pub(super) struct Lines {
+    reader: BufReader<Box<dyn Read>>,
+    line: Vec<u8>,
+    file: PathBuf,
+}
+
+impl Lines {
+    /// Opens `file`.
+    pub(super) fn open(file: &Path) -> Result<Lines> {
+        let input: Box<dyn Read> = if file.as_os_str() == "-" {
+            Box::new(std::io::stdin())
+        } else {
+            Box::new(std::fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?)
+        };
+        Ok(Lines { reader: BufReader::with_capacity(1 << 20, input), line: Vec::new(), file: file.to_owned() })
+    }
+
+    /// The next line; `None` at the end.
+    pub(super) fn next(&mut self) -> Result<Option<&[u8]>> {
+        self.line.clear();
+        let read = self.reader.read_until(b'\n', &mut self.line);
+        if read.with_context(|| format!("reading {}", self.file.display()))? == 0 {
+            return Ok(None);
+        }
+        let text = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+        Ok(Some(text.strip_suffix(b"\r").unwrap_or(text)))
+    }
+}
+
 pub fn run(args: PublishArgs) -> Result<()> {
     let config = args.nats.config()?.context("weir publish needs the server: --nats URL")?;
     let name = args.stream.clone().context("weir publish needs --stream (or --topic with --kafka)")?;
     subject::check_stream_name(&name)?;
     let subjects = partition_subjects(&args.subjects)?;
     let spread = Spread::parse(args.key.as_deref())?;
-    let input: Box<dyn Read> = if args.file.as_os_str() == "-" {
-        Box::new(std::io::stdin())
-    } else {
-        Box::new(std::fs::File::open(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?)
-    };
-    let mut lines = BufReader::with_capacity(1 << 20, input);
+    let mut lines = Lines::open(&args.file)?;
     let nats = Nats::connect(&config, "weir publish")?;
     let started = Instant::now();
     let bar = ProgressBar::new_spinner();
@@ -218,14 +244,7 @@ pub fn run(args: PublishArgs) -> Result<()> {
         stream(&nats, &args, &name, &subjects).await?;
         let mut in_flight = VecDeque::with_capacity(PUBLISH_ACKS_IN_FLIGHT);
         let (mut index, mut last) = (0u64, 0u64);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            if lines.read_until(b'\n', &mut line).with_context(|| format!("reading {}", args.file.display()))? == 0 {
-                break;
-            }
-            let text = line.strip_suffix(b"\n").unwrap_or(&line);
-            let text = text.strip_suffix(b"\r").unwrap_or(text);
+        while let Some(text) = lines.next()? {
             let number = index + 1;
             let subject = &subjects[spread.pick(text, index, number, subjects.len())?];
             let ack = nats

@@ -3,11 +3,10 @@
 //! or by a key (`--key`, as for a stream), each produce request
 //! acknowledged by the broker before the next of its partition.
 
-use super::publish::{PublishArgs, Spread};
+use super::publish::{Lines, PublishArgs, Spread};
 use anyhow::{Context, Result, anyhow, bail};
 use rskafka::client::partition::Compression;
 use rskafka::record::Record;
-use std::io::{BufRead, BufReader, Read};
 use std::time::Instant;
 use weir_io::kafka::{Failure, Kafka};
 
@@ -19,11 +18,7 @@ pub fn run(args: &PublishArgs, topic: &str) -> Result<()> {
     let config = args.kafka.config()?.context("weir publish --topic needs the brokers: --kafka HOST:PORT")?;
     weir_plan::subject::check_topic(topic)?;
     let spread = Spread::parse(args.key.as_deref())?;
-    let input: Box<dyn Read> = if args.file.as_os_str() == "-" {
-        Box::new(std::io::stdin())
-    } else {
-        Box::new(std::fs::File::open(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?)
-    };
+    let mut lines = Lines::open(&args.file)?;
     let mut kafka = Kafka::connect(&config, "weir publish")?;
     let started = Instant::now();
     let partitions = match kafka.partitions(topic) {
@@ -45,8 +40,6 @@ pub fn run(args: &PublishArgs, topic: &str) -> Result<()> {
         clients.push(kafka.partition(topic, partition).map_err(Failure::into_error)?);
     }
     let mut pending: Vec<Vec<Record>> = vec![Vec::new(); partitions.len()];
-    let mut lines = BufReader::with_capacity(1 << 20, input);
-    let mut line = Vec::new();
     let mut index = 0u64;
     let now = rskafka::chrono::DateTime::from_timestamp_millis(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as i64,
@@ -60,13 +53,7 @@ pub fn run(args: &PublishArgs, topic: &str) -> Result<()> {
         })?;
         Ok(())
     };
-    loop {
-        line.clear();
-        if lines.read_until(b'\n', &mut line).with_context(|| format!("reading {}", args.file.display()))? == 0 {
-            break;
-        }
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
-        let text = text.strip_suffix(b"\r").unwrap_or(text);
+    while let Some(text) = lines.next()? {
         let number = index + 1;
         let at = spread.pick(text, index, number, partitions.len())?;
         pending[at].push(Record { key: None, value: Some(text.to_vec()), headers: Default::default(), timestamp: now });

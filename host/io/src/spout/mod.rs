@@ -2,6 +2,7 @@
 //! when a batch is replayed (Trident's spout kinds).
 
 mod backlog;
+mod caught_up;
 mod contract;
 mod directory;
 mod file_lines;
@@ -10,6 +11,9 @@ mod guest;
 mod input;
 pub mod jetstream;
 pub mod kafka;
+mod outage;
+mod payload;
+mod stored;
 
 pub use contract::{Emitted, Spout, Unreadable};
 pub use directory::DirectoryLines;

@@ -23,13 +23,14 @@ mod reader;
 pub(crate) mod tuples;
 
 use super::backlog::Backlog;
+use super::caught_up::CaughtUp;
 use super::contract::{Emitted, Spout};
+use super::outage::Outage;
 use crate::nats::{Nats, NatsConfig, subject};
 use anyhow::{Context, Result, bail};
 use reader::{Failure, Read, Reader};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use weir_config::backoff::RECONNECT;
 use weir_config::{MAX_JETSTREAM_BATCH_MESSAGES, MAX_JETSTREAM_PARTITIONS};
 use weir_plan::SpoutKind;
 use weir_sdk::codec::Batch;
@@ -214,17 +215,6 @@ impl Failure {
     }
 }
 
-/// Where an emission that found nothing left the spout.
-struct CaughtUp {
-    /// The sequence the next message of the partitions will have, or pass.
-    from: u64,
-    /// The metadata that emission followed.
-    previous: Option<Vec<u8>>,
-    /// The last wait saw no message come: asking the server again would
-    /// find nothing either (the next wait sees what comes meanwhile).
-    quiet: bool,
-}
-
 /// The next batch, read on the client's runtime while the coordinator
 /// commits the last ones; the read holds the reader until it is taken.
 struct Ahead {
@@ -243,11 +233,10 @@ pub struct JetStreamSpout {
     reader: Option<Reader>,
     /// At most one batch read ahead: one batch a partition in memory.
     ahead: Option<Ahead>,
-    retry_for: Duration,
-    /// Since when the server has been out of reach.
-    lost_since: Option<Instant>,
-    /// After an emission that found nothing: what to wait for.
-    caught_up: Option<CaughtUp>,
+    outage: Outage,
+    /// After an emission that found nothing: the sequence the next message
+    /// of the partitions will have, or pass.
+    caught_up: Option<CaughtUp<u64>>,
     /// What is not yet committed, by subject.
     backlog: Backlog<String>,
 }
@@ -269,8 +258,7 @@ impl JetStreamSpout {
             nats: connection,
             reader: Some(reader),
             ahead: None,
-            retry_for: nats.retry_for,
-            lost_since: None,
+            outage: Outage::new(nats.retry_for),
             caught_up: None,
             backlog: Backlog::default(),
         };
@@ -290,7 +278,6 @@ impl JetStreamSpout {
             // Whatever it read is not what is asked for now.
             let _ = self.land(ahead);
         }
-        let mut backoff = RECONNECT;
         let mut lost = lost.map(Failure::Lost);
         loop {
             let reader = self.reader.as_mut().expect("no read ahead holds the reader");
@@ -300,7 +287,7 @@ impl JetStreamSpout {
             };
             match outcome {
                 Ok(value) => {
-                    if self.lost_since.take().is_some() {
+                    if self.outage.reached() {
                         tracing::info!("topology {}: reading stream {} again", self.topology, self.stream);
                     }
                     return Ok(value);
@@ -308,15 +295,13 @@ impl JetStreamSpout {
                 Err(Failure::Fatal(e)) => return Err(e),
                 Err(Failure::Lost(e)) => {
                     reader.forget_consumers();
-                    let since = *self.lost_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.retry_for {
+                    let Some(wait) = self.outage.lost() else {
                         return Err(e.context(format!(
                             "the NATS server at {} has been out of reach for {:.1} s",
                             self.nats.server,
-                            since.elapsed().as_secs_f64()
+                            self.outage.seconds()
                         )));
-                    }
-                    let wait = backoff.next_wait();
+                    };
                     tracing::warn!(
                         "topology {}: stream {}: {e:#}; retrying in {} ms",
                         self.topology,
@@ -386,10 +371,7 @@ impl Spout for JetStreamSpout {
     }
 
     fn emit(&mut self, txid: u64, attempt: u32, previous: Option<&[u8]>) -> Result<Option<Emitted>> {
-        if let Some(caught_up) = &mut self.caught_up
-            && caught_up.previous.as_deref() == previous
-            && std::mem::take(&mut caught_up.quiet)
-        {
+        if CaughtUp::nothing_new(&mut self.caught_up, previous) {
             return Ok(None);
         }
         let mut lost = None;
@@ -419,8 +401,7 @@ impl Spout for JetStreamSpout {
         };
         match read {
             Read::Empty { last } => {
-                self.caught_up =
-                    Some(CaughtUp { from: last + 1, previous: previous.map(<[u8]>::to_vec), quiet: false });
+                self.caught_up = Some(CaughtUp::after(last + 1, previous));
                 self.backlog.caught_up();
                 Ok(None)
             }
@@ -464,7 +445,7 @@ impl Spout for JetStreamSpout {
         }
         let (Some(caught_up), Some(reader)) = (&mut self.caught_up, self.reader.as_mut()) else { return };
         let started = Instant::now();
-        match self.nats.runtime.block_on(reader.watch(caught_up.from, timeout)) {
+        match self.nats.runtime.block_on(reader.watch(caught_up.watch, timeout)) {
             Ok(arrived) => {
                 caught_up.quiet = !arrived;
                 tracing::debug!("topology {}: stream {}: new messages: {arrived}", self.topology, self.stream);

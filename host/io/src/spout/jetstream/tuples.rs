@@ -2,7 +2,8 @@
 //! string field, or a JSON object's named members, then the subject,
 //! sequence and timestamp fields the topology asks for.
 
-use anyhow::{Result, bail};
+use super::super::payload;
+use anyhow::Result;
 use weir_sdk::codec::{BatchWriter, ValueRef};
 use weir_sdk::topology::{JetStreamDef, PayloadDef};
 
@@ -39,34 +40,18 @@ impl TupleShape {
 
     /// Fields per tuple.
     pub fn arity(&self) -> usize {
-        let payload = match &self.payload {
-            PayloadDef::Json { fields } => fields.len(),
-            PayloadDef::Bytes { .. } | PayloadDef::String { .. } => 1,
-        };
-        payload + usize::from(self.subject) + usize::from(self.sequence) + usize::from(self.timestamp)
+        payload::arity(&self.payload)
+            + usize::from(self.subject)
+            + usize::from(self.sequence)
+            + usize::from(self.timestamp)
     }
 
     /// Appends `message` as a row; an error says what is wrong with its
     /// payload (the caller names the message), and appends nothing.
     pub fn push(&self, writer: &mut BatchWriter, message: &Message<'_>) -> Result<()> {
-        let object: serde_json::Map<String, serde_json::Value>;
+        let mut object = serde_json::Map::new();
         let mut values = Vec::with_capacity(self.arity());
-        match &self.payload {
-            PayloadDef::Bytes { .. } => values.push(ValueRef::Bytes(message.payload)),
-            PayloadDef::String { field } => match weir_sdk::codec::utf8(message.payload) {
-                Ok(text) => values.push(ValueRef::Str(text)),
-                Err(e) => bail!("the payload is not UTF-8 text for field {field} ({e})"),
-            },
-            PayloadDef::Json { fields } => {
-                object = match serde_json::from_slice(message.payload) {
-                    Ok(object) => object,
-                    Err(e) => bail!("the payload is not a JSON object ({e})"),
-                };
-                for field in fields {
-                    values.push(member(&object, field)?);
-                }
-            }
-        }
+        payload::push(&self.payload, message.payload, "payload", &mut object, &mut values)?;
         if self.subject {
             values.push(ValueRef::Str(message.subject));
         }
@@ -79,24 +64,6 @@ impl TupleShape {
         writer.push_row(0, values).expect("a value per field");
         Ok(())
     }
-}
-
-/// The value of `object`'s member `field`: null when it is absent.
-fn member<'a>(object: &'a serde_json::Map<String, serde_json::Value>, field: &str) -> Result<ValueRef<'a>> {
-    use serde_json::Value;
-    Ok(match object.get(field) {
-        None | Some(Value::Null) => ValueRef::Null,
-        Some(Value::Bool(b)) => ValueRef::Bool(*b),
-        Some(Value::String(s)) => ValueRef::Str(s),
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(i) => ValueRef::I64(i),
-            None => ValueRef::F64(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Some(Value::Array(_)) => bail!("member {field:?} is an array; a field takes a string, number, boolean or null"),
-        Some(Value::Object(_)) => {
-            bail!("member {field:?} is an object; a field takes a string, number, boolean or null")
-        }
-    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! A Kafka batch's metadata: per partition, the offset range it read and
 //! the offset to read from next.
 
+use super::super::stored::Stored;
 use anyhow::{Result, bail};
 
 /// Where one partition stands after a batch.
@@ -44,26 +45,11 @@ pub fn encode(positions: &[Position]) -> Vec<u8> {
 
 /// Reads what [`encode`] wrote.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Position>> {
-    let mut rest = bytes;
-    let mut take = |n: usize| -> Result<&[u8]> {
-        if rest.len() < n {
-            bail!("stored Kafka offsets are truncated ({} bytes)", bytes.len());
-        }
-        let (head, tail) = rest.split_at(n);
-        rest = tail;
-        Ok(head)
-    };
-    let version = take(1)?[0];
-    if version != VERSION {
-        bail!("stored Kafka offsets have version {version}; this host reads version {VERSION}");
-    }
-    let count = u32::from_le_bytes(take(4)?.try_into()?) as usize;
+    let mut stored = Stored::open(bytes, "stored Kafka offsets", VERSION)?;
+    let count = stored.u32()? as usize;
     let mut positions = Vec::with_capacity(count.min(MAX_PARTITIONS));
     for _ in 0..count {
-        let partition = i32::from_le_bytes(take(4)?.try_into()?);
-        let next = i64::from_le_bytes(take(8)?.try_into()?);
-        let first = i64::from_le_bytes(take(8)?.try_into()?);
-        let count = u64::from_le_bytes(take(8)?.try_into()?);
+        let (partition, next, first, count) = (stored.i32()?, stored.i64()?, stored.i64()?, stored.u64()?);
         let span = next.checked_sub(first).and_then(|s| u64::try_from(s).ok());
         if partition < 0 || next < 0 || first < 0 || (count > 0 && span.is_none_or(|span| count > span)) {
             bail!(
@@ -72,9 +58,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Position>> {
         }
         positions.push(Position { partition, next, first, count });
     }
-    if !rest.is_empty() {
-        bail!("stored Kafka offsets have {} bytes too many", rest.len());
-    }
+    stored.finish()?;
     Ok(positions)
 }
 
@@ -88,12 +72,6 @@ mod tests {
             Position { partition: 0, next: 42, first: 7, count: 12 },
             Position { partition: 3, next: 0, first: 0, count: 0 },
         ];
-        let bytes = encode(&positions);
-        assert_eq!(decode(&bytes).unwrap(), positions);
-        assert!(decode(&bytes[..bytes.len() - 1]).unwrap_err().to_string().contains("truncated"));
-        assert!(decode(&[2, 0, 0, 0, 0]).unwrap_err().to_string().contains("version 2"));
-        let mut inconsistent = bytes.clone();
-        inconsistent[5 + 4 + 8 + 8..5 + 4 + 8 + 16].copy_from_slice(&100u64.to_le_bytes());
-        assert!(decode(&inconsistent).unwrap_err().to_string().contains("inconsistent"), "{inconsistent:?}");
+        super::super::super::stored::assert_round_trip(&encode(&positions), &positions, decode);
     }
 }

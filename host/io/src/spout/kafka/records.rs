@@ -3,17 +3,16 @@
 //! then the key, partition, offset, timestamp and headers fields the
 //! topology asks for.
 
+use super::super::payload;
 use anyhow::Result;
 use rskafka::record::Record;
 use weir_sdk::codec::{BatchWriter, ValueRef};
-use weir_sdk::topology::{JetStreamDef, JetStreamKind, KafkaDef};
-
-use super::super::jetstream::tuples::{Message, TupleShape};
+use weir_sdk::topology::{KafkaDef, PayloadDef};
 
 /// The shape of the spout's tuples.
 pub struct RecordShape {
     /// The value's fields, by the JetStream spout's payload rules.
-    value: TupleShape,
+    value: PayloadDef,
     key: bool,
     partition: bool,
     offset: bool,
@@ -24,19 +23,8 @@ pub struct RecordShape {
 impl RecordShape {
     /// The shape `def` declares.
     pub fn of(def: &KafkaDef) -> RecordShape {
-        // The value alone, as a JetStream payload without message fields.
-        let value = TupleShape::of(&JetStreamDef {
-            promise: JetStreamKind::Transactional,
-            stream: String::new(),
-            subjects: Vec::new(),
-            payload: def.value.clone(),
-            subject_field: None,
-            sequence_field: None,
-            timestamp_field: None,
-            max_per_partition: None,
-        });
         RecordShape {
-            value,
+            value: def.value.clone(),
             key: def.key_field.is_some(),
             partition: def.partition_field.is_some(),
             offset: def.offset_field.is_some(),
@@ -47,7 +35,7 @@ impl RecordShape {
 
     /// Fields per tuple.
     pub fn arity(&self) -> usize {
-        self.value.arity()
+        payload::arity(&self.value)
             + [self.key, self.partition, self.offset, self.timestamp, self.headers].iter().filter(|b| **b).count()
     }
 
@@ -56,16 +44,10 @@ impl RecordShape {
     /// appends nothing.
     pub fn push(&self, writer: &mut BatchWriter, partition: i32, offset: i64, record: &Record) -> Result<()> {
         let value = record.value.as_deref().unwrap_or_default();
-        let message = Message { subject: "", payload: value, sequence: 0, timestamp_ms: 0 };
-        // The value's own fields first, into a writer of their own.
-        let mut own = BatchWriter::new(self.value.arity());
-        self.value
-            .push(&mut own, &message)
-            .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("payload", "value")))?;
-        let own = own.finish_batch();
-        let row = own.row(0);
+        let mut object = serde_json::Map::new();
+        let mut values = Vec::with_capacity(self.arity());
+        payload::push(&self.value, value, "value", &mut object, &mut values)?;
         let headers = self.headers.then(|| headers_json(record));
-        let mut values: Vec<ValueRef<'_>> = row.values().collect();
         if self.key {
             values.push(record.key.as_deref().map_or(ValueRef::Null, ValueRef::Bytes));
         }
@@ -100,7 +82,7 @@ fn headers_json(record: &Record) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_sdk::topology::PayloadDef;
+    use weir_sdk::topology::JetStreamKind;
 
     fn def(value: PayloadDef) -> KafkaDef {
         KafkaDef {
