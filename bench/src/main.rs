@@ -616,23 +616,18 @@ fn main() -> Result<()> {
     let default_runs = if args.iter().any(|a| a == "--cluster" || a == "--kafka") { "3" } else { "5" };
     let runs: usize = value("--runs", default_runs).parse().context("--runs")?;
     let out = PathBuf::from(value("--out", &repo().join("bench/results.json").display().to_string()));
-    let only = if args.iter().any(|a| a == "--languages") {
-        Only::Languages
-    } else if args.iter().any(|a| a == "--jetstream") {
-        Only::JetStream
-    } else if args.iter().any(|a| a == "--windows") {
-        Only::Windows
-    } else if args.iter().any(|a| a == "--cluster") {
-        Only::Cluster
-    } else if args.iter().any(|a| a == "--references") {
-        Only::References
-    } else if args.iter().any(|a| a == "--kafka") {
-        Only::Kafka
-    } else if args.iter().any(|a| a == "--sink") {
-        Only::Sink
-    } else {
-        Only::Everything
-    };
+    // The first of these flags given picks what the run measures; none, everything.
+    let parts = [
+        ("--languages", Only::Languages),
+        ("--jetstream", Only::JetStream),
+        ("--windows", Only::Windows),
+        ("--cluster", Only::Cluster),
+        ("--references", Only::References),
+        ("--kafka", Only::Kafka),
+        ("--sink", Only::Sink),
+    ];
+    let only =
+        parts.iter().find(|(flag, _)| args.iter().any(|a| a == flag)).map_or(Only::Everything, |&(_, only)| only);
     let quota: f64 = value("--quota", "0.4").parse().context("--quota")?;
     harness(sentences, runs.max(1), &out, only, quota)
 }

@@ -187,6 +187,21 @@ impl Server {
         }
     }
 
+    /// Asserts that served `topology`, whose last status is `status`, is
+    /// running and caught up: each of `partitions` at lag 0 in its status,
+    /// and the topology's lag and its last partition's 0 in `/metrics`.
+    pub fn assert_caught_up(&self, topology: &str, status: &serde_json::Value, partitions: &[String]) {
+        assert_eq!(status["state"], "running", "{status}");
+        let zero: serde_json::Value = partitions.iter().map(|p| (p.clone(), serde_json::json!(0))).collect();
+        assert_eq!(status["spout_lag_partitions"], zero, "{status}");
+        let (code, metrics) = self.http("GET", "/metrics", None, b"");
+        assert_eq!(code, 200, "{metrics}");
+        assert!(metrics.contains(&format!("weir_spout_lag{{topology=\"{topology}\"}} 0\n")), "{metrics}");
+        let last = partitions.last().expect("a partition");
+        let partition = format!("weir_spout_partition_lag{{topology=\"{topology}\",partition=\"{last}\"}} 0\n");
+        assert!(metrics.contains(&partition), "{metrics}");
+    }
+
     /// Waits until `topology`'s status satisfies `done`, and returns it.
     pub fn wait_for_status(&self, topology: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(120);
