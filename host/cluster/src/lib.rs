@@ -16,8 +16,11 @@ mod leader;
 mod membership;
 pub mod plan;
 pub mod reads;
+pub mod replicated;
 pub mod slots;
 pub mod wire;
+pub mod whole;
+pub mod whole_log;
 pub mod worker;
 
 pub use membership::{ClusterConfig, ClusterView, Member, Membership, check_name};
