@@ -18,9 +18,9 @@ pub mod plan;
 pub mod reads;
 pub mod replicated;
 pub mod slots;
-pub mod wire;
 pub mod whole;
 pub mod whole_log;
+pub mod wire;
 pub mod worker;
 
 pub use membership::{ClusterConfig, ClusterView, Member, Membership, check_name};

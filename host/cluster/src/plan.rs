@@ -52,7 +52,15 @@ impl ClusterPlan {
             Ok((spout, aggregates)) => (Some(spout), aggregates, None),
             Err(why) => (None, Vec::new(), Some(format!("{why:#}"))),
         };
-        Ok(ClusterPlan { name: plan.stored_as.clone(), definition: definition.clone(), spout, plan, source, aggregates, whole })
+        Ok(ClusterPlan {
+            name: plan.stored_as.clone(),
+            definition: definition.clone(),
+            spout,
+            plan,
+            source,
+            aggregates,
+            whole,
+        })
     }
 
     /// The aggregate writing `state`.
@@ -72,30 +80,30 @@ impl ClusterPlan {
 /// What the partitioned mode runs of `plan`: its stream and aggregates;
 /// an error saying what it cannot run, naming the operator, otherwise.
 fn partitioned(definition: &TopologyDef, plan: &Plan) -> Result<(JetStreamDef, Vec<Aggregate>)> {
-        let topology = &definition.name;
-        let Some(SpoutDef::JetStream(spout)) = definition.spout() else {
-            bail!("topology {topology}: its spout is not a JetStream stream")
-        };
-        let mut aggregates = Vec::new();
-        for index in plan.data_nodes() {
-            let node = &plan.nodes[index];
-            if node.phase != Phase::Commit {
-                continue;
-            }
-            let refused = |what: &str| anyhow::anyhow!("topology {topology}: operator {} {what}", node.id);
-            let Op::PersistentAggregate { state, aggregator, .. } = &node.op else {
-                return Err(refused("reads or writes state in the commit phase"));
-            };
-            let AggregatorKind::Builtin(builtin) = aggregator.kind else {
-                return Err(refused("aggregates with a guest aggregator"));
-            };
-            if plan.nodes[node.inputs[0]].phase != Phase::Process || !node.children.is_empty() {
-                return Err(refused("has a stream read in the commit phase"));
-            }
-            let kind = plan.states[state].kind;
-            aggregates.push(Aggregate { node: index, state: state.clone(), builtin, kind });
+    let topology = &definition.name;
+    let Some(SpoutDef::JetStream(spout)) = definition.spout() else {
+        bail!("topology {topology}: its spout is not a JetStream stream")
+    };
+    let mut aggregates = Vec::new();
+    for index in plan.data_nodes() {
+        let node = &plan.nodes[index];
+        if node.phase != Phase::Commit {
+            continue;
         }
-        Ok((spout.clone(), aggregates))
+        let refused = |what: &str| anyhow::anyhow!("topology {topology}: operator {} {what}", node.id);
+        let Op::PersistentAggregate { state, aggregator, .. } = &node.op else {
+            return Err(refused("reads or writes state in the commit phase"));
+        };
+        let AggregatorKind::Builtin(builtin) = aggregator.kind else {
+            return Err(refused("aggregates with a guest aggregator"));
+        };
+        if plan.nodes[node.inputs[0]].phase != Phase::Process || !node.children.is_empty() {
+            return Err(refused("has a stream read in the commit phase"));
+        }
+        let kind = plan.states[state].kind;
+        aggregates.push(Aggregate { node: index, state: state.clone(), builtin, kind });
+    }
+    Ok((spout.clone(), aggregates))
 }
 
 /// Who owns what under one assignment.

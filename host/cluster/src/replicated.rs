@@ -66,7 +66,9 @@ impl ReplicatedStore {
 
     fn refuse_when_failed(&self) -> Result<(), StoreError> {
         match self.failure() {
-            Some(why) => Err(backend(format!("topology {}: the changelog fell behind this host: {why}", self.topology))),
+            Some(why) => {
+                Err(backend(format!("topology {}: the changelog fell behind this host: {why}", self.topology)))
+            }
             None => Ok(()),
         }
     }

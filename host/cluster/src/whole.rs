@@ -128,12 +128,8 @@ impl WholeRunner {
     fn own(&mut self, since: u64, stop: &AtomicBool) -> Result<()> {
         let name = self.plan.name.clone();
         let started = Instant::now();
-        let mut log = self.nats.runtime.block_on(WholeLog::open(
-            &self.nats.jetstream,
-            &self.cluster.name,
-            &name,
-            since,
-        ))?;
+        let mut log =
+            self.nats.runtime.block_on(WholeLog::open(&self.nats.jetstream, &self.cluster.name, &name, since))?;
         let image = self.nats.runtime.block_on(log.take_over())?;
         self.env.db.replace_topology(&name, &image)?;
         tracing::info!(
@@ -209,10 +205,9 @@ impl WholeRunner {
         let definition = &self.plan.definition;
         let spout_def = definition.spout().context("the topology has no spout")?;
         let guest = match &self.plan.source {
-            OperatorSource::Wasm(components) => Some((
-                Arc::clone(components.for_operator(SPOUT_ID)),
-                self.plan.plan.sandboxes.of(SPOUT_ID).clone(),
-            )),
+            OperatorSource::Wasm(components) => {
+                Some((Arc::clone(components.for_operator(SPOUT_ID)), self.plan.plan.sandboxes.of(SPOUT_ID).clone()))
+            }
             OperatorSource::Native(_) => None,
         };
         let env = SpoutEnv {
@@ -226,8 +221,7 @@ impl WholeRunner {
             follows: true,
         };
         let mut spout = weir_io::spout::open(spout_def, &env, guest)?;
-        let mut sinks =
-            weir_io::sink::Publisher::open(&self.plan.plan, Some(&self.env.nats), self.env.kafka.as_ref())?;
+        let mut sinks = weir_io::sink::Publisher::open(&self.plan.plan, Some(&self.env.nats), self.env.kafka.as_ref())?;
         {
             let mut figures = self.figures.locked();
             // Reads are answered from here on: every slot of every state.

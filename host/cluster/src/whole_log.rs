@@ -420,7 +420,8 @@ impl WholeLog {
         let mut first = 0;
         for (index, ops) in pieces.into_iter().enumerate() {
             let entry = Entry { kind, epoch: self.epoch, txid, index: index as u32, count, ops };
-            let message = PublishMessage::build().payload(entry.encode().into()).expected_last_subject_sequence(self.last);
+            let message =
+                PublishMessage::build().payload(entry.encode().into()).expected_last_subject_sequence(self.last);
             let ack = tokio::time::timeout(TIMEOUT, async {
                 self.js.send_publish(self.subject.clone(), message).await?.await.map_err(anyhow::Error::from)
             })

@@ -5,8 +5,8 @@
 
 use super::error::Context;
 use super::rules::Stored;
-use super::table::{Layout, ReadTable, WriteTable};
 use super::store::BatchRecord;
+use super::table::{Layout, ReadTable, WriteTable};
 use super::{
     Db, LAST_COMMITTED, StoreError, batches_def, batches_table, kinds_def, kinds_table, meta_def, meta_table,
     others_def, others_prefix, record_kind, state_table,
