@@ -1314,9 +1314,22 @@ fn a_topology_of_every_kind_of_operator_placed_whole_answers_on_every_host_as_on
     assert_eq!(status, 404, "{body}");
 }
 
+/// Waits until `server` sees [`EVERYTHING`]'s unit owned by a host other
+/// than `gone`; returns it.
+fn moved_off(server: &Server, gone: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match whole_owner(server) {
+            Some(owner) if owner != gone => return owner,
+            _ => assert!(Instant::now() < deadline, "the unit did not move off host {gone}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
-fn a_topology_placed_whole_stays_exact_when_its_host_is_killed_mid_run_and_restarted() {
-    let lines = readings(3000);
+fn a_topology_placed_whole_stays_exact_when_its_host_is_killed_mid_run_and_restarted_and_the_next_paused() {
+    let lines = readings(4000);
     let (truth, answer) = everything_on_one_host(&lines);
     let (etcd, nats, dir, mut hosts) = everything_deployed(&lines[..1000]);
     hosts[0].1.wait_for_status(EVERYTHING, |s| s["last_committed"].as_u64() >= Some(2));
@@ -1326,17 +1339,24 @@ fn a_topology_placed_whole_stays_exact_when_its_host_is_killed_mid_run_and_resta
     nats.publish("readings", READING_PARTITIONS, &lines[1000..2000]);
     std::thread::sleep(Duration::from_millis(300));
     drop(hosts.remove(at));
-    nats.publish("readings", READING_PARTITIONS, &lines[2000..]);
-    let survivors = all(&hosts);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while whole_owner(survivors[0]).is_none_or(|o| o == owner) {
-        assert!(Instant::now() < deadline, "the unit did not move off killed host {owner}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    everything_exact_on_every_host(&survivors, &truth, &answer, dir.path());
-    // Back: it reads the same through every host, its own copy put back.
+    nats.publish("readings", READING_PARTITIONS, &lines[2000..3000]);
+    let next = moved_off(&hosts[0].1, &owner);
+    // Back: its own copy is put back from the changelog when it owns again.
     hosts.push((owner.clone(), everything_host(&dir.path().join(&owner), &etcd, &nats, &owner)));
     agreed(&all(&hosts), &["h1", "h2", "h3"]);
+
+    // The next owner paused past its lease while input comes: another host
+    // takes over, and the paused one, woken, is fenced and publishes nothing.
+    let paused = hosts.iter().position(|(id, _)| *id == next).unwrap();
+    signal(&hosts[paused].1, "-STOP");
+    nats.publish("readings", READING_PARTITIONS, &lines[3000..]);
+    let others: Vec<&Server> = hosts.iter().filter(|(id, _)| *id != next).map(|(_, s)| s).collect();
+    let third = moved_off(others[0], &next);
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&hosts[paused].1, "-CONT");
     everything_exact_on_every_host(&all(&hosts), &truth, &answer, dir.path());
     assert_sink_holds_each_batch_once(&nats, &hosts[0].1, &sensor_counts(&lines));
+    let taken = log_lines(dir.path(), &["h1", "h2", "h3"], &["took it over at epoch"]);
+    assert!(taken.iter().any(|l| l.starts_with(&format!("{next}:"))), "{taken:#?}");
+    assert!(taken.iter().any(|l| l.starts_with(&format!("{third}:"))), "{taken:#?}");
 }
