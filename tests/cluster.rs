@@ -1312,6 +1312,35 @@ fn a_topology_of_every_kind_of_operator_placed_whole_answers_on_every_host_as_on
     // Reads of a state the topology lacks are refused as on one host.
     let (status, body) = hosts[0].1.api("GET", &format!("/v1/topologies/{EVERYTHING}/states/nothing"), b"");
     assert_eq!(status, 404, "{body}");
+
+    // Spouts that are not JetStream run on the owner: the generator, and a
+    // file's lines, the file under every host's input directory.
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "spouts.weir");
+    let text = sentences(2000).iter().map(|l| format!("{l}\n")).collect::<String>();
+    let mut words: BTreeMap<String, i64> = BTreeMap::new();
+    for word in text.split_whitespace() {
+        *words.entry(word.to_owned()).or_insert(0) += 1;
+    }
+    for (id, _) in &hosts {
+        std::fs::write(dir.path().join(id).join("in/sentences.txt"), &text).unwrap();
+    }
+    for query in ["topology=generated-total", "topology=word-count&input=in/sentences.txt"] {
+        let (status, deployed) = hosts[2].1.api("POST", &format!("/v1/topologies?{query}"), &bytes);
+        assert_eq!(status, 201, "{deployed}");
+        assert_eq!(deployed["cluster"]["placement"], "whole", "{deployed}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (_, server) in &hosts {
+        loop {
+            let (status, total) = server.api("GET", "/v1/topologies/generated-total/states/total", b"");
+            let counted = if status == 200 { server.counts("word-count") } else { BTreeMap::new() };
+            if total.as_array().and_then(|t| t.first()).is_some_and(|t| t["value"] == 12_497_500) && counted == words {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{status} {total} {}", server.url());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
 }
 
 /// Waits until `server` sees [`EVERYTHING`]'s unit owned by a host other
