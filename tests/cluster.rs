@@ -802,12 +802,23 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
     agreed(&hosts.iter().flatten().collect::<Vec<_>>(), &ids);
     eight_partitions(&nats);
     deploy_word_count(hosts[0].as_ref().unwrap(), dir.path());
+    // Beside it, a topology placed whole, its readings in slices too.
+    let everything = readings(3200);
+    let (everything_truth, everything_answer) = everything_on_one_host(&everything);
+    let mut slices_of_readings = everything.chunks(200);
+    nats.publish("readings", READING_PARTITIONS, slices_of_readings.next().unwrap());
+    nats.create_stream("out", &["sensor-counts"]);
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "everything.weir");
+    let (status, deployed) =
+        hosts[1].as_ref().unwrap().api("POST", &format!("/v1/topologies?topology={EVERYTHING}"), &bytes);
+    assert_eq!(status, 201, "{deployed}");
 
     // Sixteen events: the leader killed twice, a host paused past its lease
     // twice, etcd and nats-server restarted once each, and random hosts
     // killed, each restarted after a random delay; a slice of the corpus
     // is published between events.
     let mut events: Vec<&str> = vec!["kill leader", "kill leader", "pause", "pause", "restart etcd", "restart nats"];
+    events.extend(["kill whole owner", "pause whole owner"]);
     events.extend(std::iter::repeat_n("kill random", 10));
     for at in (1..events.len()).rev() {
         events.swap(at, rng.below(at as u64 + 1) as usize);
@@ -817,13 +828,40 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
         if let Some(part) = parts.next() {
             nats.publish_file("corpus", PARTITIONS, &part);
         }
+        if let Some(slice) = slices_of_readings.next() {
+            nats.publish("readings", READING_PARTITIONS, slice);
+        }
         std::thread::sleep(Duration::from_millis(500 + rng.below(1500)));
         let up = live(&hosts);
-        match *event {
+        let owner_of_whole = || {
+            let owner = hosts[up[0]].as_ref().and_then(whole_owner)?;
+            ids.iter().position(|id| *id == owner).filter(|at| hosts[*at].is_some())
+        };
+        let event = match (*event, owner_of_whole()) {
+            ("kill whole owner", Some(at)) => {
+                println!("event {n}: SIGKILL {}, the owner of {EVERYTHING}, restarted after 2 s", ids[at]);
+                drop(hosts[at].take());
+                std::thread::sleep(Duration::from_secs(2));
+                hosts[at] = Some(start(ids[at], &etcd, &nats));
+                continue;
+            }
+            ("pause whole owner", Some(at)) => {
+                println!("event {n}: SIGSTOP {}, the owner of {EVERYTHING}, for twice its lease", ids[at]);
+                let server = hosts[at].as_ref().unwrap();
+                signal(server, "-STOP");
+                std::thread::sleep(Duration::from_millis(2 * LEASE_TTL_MS.parse::<u64>().unwrap() + 500));
+                signal(server, "-CONT");
+                continue;
+            }
+            ("kill whole owner", None) => "kill random",
+            ("pause whole owner", None) => "pause",
+            (event, _) => event,
+        };
+        match event {
             "kill leader" | "kill random" => {
                 let leader = hosts[up[0]].as_ref().and_then(leader_of);
                 let at = match leader.and_then(|l| ids.iter().position(|id| *id == l)) {
-                    Some(at) if *event == "kill leader" => at,
+                    Some(at) if event == "kill leader" => at,
                     _ => up[rng.below(up.len() as u64) as usize],
                 };
                 let delay = Duration::from_millis(500 + rng.below(2500));
@@ -853,6 +891,9 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
     }
     for part in parts {
         nats.publish_file("corpus", PARTITIONS, &part);
+    }
+    for slice in slices_of_readings {
+        nats.publish("readings", READING_PARTITIONS, slice);
     }
     println!("every event done; waiting for the counts");
 
@@ -885,6 +926,11 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
         let since = units[&format!("slot/counts/{slot}")]["since"].as_u64();
         assert_eq!(fence, since, "slot {slot}'s fence is not its owner's epoch: {owners:?}");
     }
+
+    // The topology placed whole answers as on one host, through every
+    // host, and its sink's stream holds each committed batch once.
+    everything_exact_on_every_host(&servers, &everything_truth, &everything_answer, dir.path());
+    assert_sink_holds_each_batch_once(&nats, servers[0], &sensor_counts(&everything));
 }
 
 #[test]
