@@ -250,6 +250,12 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
         true => owner_said("last_committed").unwrap_or(0),
         false => leader["last_committed"].as_u64().unwrap_or(0),
     };
+    // The last error of the host furthest on, for a topology placed whole.
+    let owner_failure = figures
+        .iter()
+        .filter(|(host, _)| live.contains(*host))
+        .max_by_key(|(_, f)| f["host"]["last_committed"].as_u64().unwrap_or(0))
+        .map_or(Value::Null, |(_, f)| f["host"]["last_error"].clone());
     let batches = match whole {
         true => owner_said("batches_committed").unwrap_or(0),
         false => leader["batches"].as_u64().unwrap_or(0),
@@ -278,7 +284,7 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
             "epoch": topology.assignment.as_ref().map(|r| r.assignment.epoch),
             "reason": topology.assignment.as_ref().map(|r| r.reason.as_str()),
             "hosts": hosts,
-            "last_failure": leader["last_failure"],
+            "last_failure": if whole { owner_failure } else { leader["last_failure"].clone() },
             "bundle_on_this_host": loaded,
         },
     })
