@@ -69,7 +69,7 @@ pub struct ClusterTopology {
 /// `slot/<state>/<n>` for each of its states' slots.
 pub fn units(definition: &TopologyDef, partitions: Option<&[String]>, slots: u32, whole: bool) -> Vec<String> {
     if whole {
-        return vec![super::whole::unit(&definition.name)];
+        return vec![whole_unit(&definition.name)];
     }
     let mut units: Vec<String> = match (definition.spout(), partitions) {
         (Some(SpoutDef::JetStream(_)), Some(partitions)) => {
@@ -83,6 +83,11 @@ pub fn units(definition: &TopologyDef, partitions: Option<&[String]>, slots: u32
     }
     units.sort();
     units
+}
+
+/// The one unit of a topology placed whole on one host.
+pub fn whole_unit(topology: &str) -> String {
+    format!("whole/{topology}")
 }
 
 fn running() -> bool {

@@ -34,11 +34,6 @@ use weir_io::spout::{InputScope, SpoutEnv};
 use weir_sdk::topology::SPOUT_ID;
 use weir_state::Db;
 
-/// The one unit of a topology placed whole.
-pub fn unit(topology: &str) -> String {
-    format!("whole/{topology}")
-}
-
 /// How often the owner checks that the unit is still its own.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
@@ -83,7 +78,7 @@ impl WholeRunner {
     fn owned_since(&mut self) -> Result<Option<u64>> {
         let (cluster, name) = (self.cluster.name.clone(), self.plan.name.clone());
         let record = self.nats.runtime.block_on(catalog::assignment(&mut self.etcd, &cluster, &name))?;
-        let unit = unit(&name);
+        let unit = catalog::whole_unit(&name);
         Ok(record
             .and_then(|r| r.assignment.units.get(&unit).cloned())
             .filter(|owner| owner.host == self.cluster.host)
@@ -157,7 +152,7 @@ impl WholeRunner {
             let finished = Arc::clone(&done);
             let cluster = self.cluster.clone();
             let nats = self.nats.runtime.handle().clone();
-            let unit = unit(&name);
+            let unit = catalog::whole_unit(&name);
             let watched = name.clone();
             scope.spawn(move || {
                 let mut etcd = None;
