@@ -207,5 +207,22 @@ mod tests {
         assert_eq!(owners.owner("counts", 1).map(|o| o.host.as_str()), Some("h3"));
         assert_eq!(owners.owner("counts", 9), None, "a slot past the state's slots is no slot");
         assert_eq!(owners.owned_by("h3"), BTreeMap::from([(("counts".to_owned(), 1), 2)]));
+        // Without a whole unit, naming states changes nothing.
+        assert_eq!(owners.clone().with_states(&["counts".to_owned()], 2).slots, owners.slots);
+    }
+
+    #[test]
+    fn a_topology_placed_whole_has_its_owner_answer_for_every_slot_of_every_state() {
+        let owner = Owner { host: "h2".into(), since: 3 };
+        let units = [("whole/t".to_owned(), owner.clone())];
+        let assignment = Assignment { epoch: 3, units: units.into_iter().collect() };
+        let states = ["counts".to_owned(), "open".to_owned()];
+        let owners = Owners::of(&assignment, 4).with_states(&states, 4);
+        assert_eq!(owners.whole, Some(owner.clone()));
+        assert!(owners.senders().is_empty(), "a whole unit is no partition");
+        for state in &states {
+            assert!((0..4).all(|slot| owners.owner(state, slot) == Some(&owner)), "{state}");
+        }
+        assert_eq!(owners.owned_by("h2").len(), 8);
     }
 }
