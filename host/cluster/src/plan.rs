@@ -2,8 +2,9 @@
 //! assignment.
 //!
 //! A topology whose spout is a JetStream stream and whose commit phase is
-//! persistent aggregates of built-in aggregators (count, sum, min, max)
-//! fed by the process phase is partitioned: every host combines its
+//! persistent aggregates of built-in aggregators (count, sum, min, max;
+//! not first, whose result depends on the order partials meet in) fed by
+//! the process phase is partitioned: every host combines its
 //! partitions' partials, the owners of the keys' slots combine what every
 //! host sent and commit them. Every other topology (state updaters,
 //! windows, combiner and reducer guests, streams read after a state, sinks,
@@ -97,6 +98,11 @@ fn partitioned(definition: &TopologyDef, plan: &Plan) -> Result<(JetStreamDef, V
         let AggregatorKind::Builtin(builtin) = aggregator.kind else {
             return Err(refused("aggregates with a guest aggregator"));
         };
+        // Which value is first depends on the order the hosts' partials
+        // meet in, which is not one host's partition order.
+        if builtin == Builtin::First {
+            return Err(refused("aggregates with first"));
+        }
         if plan.nodes[node.inputs[0]].phase != Phase::Process || !node.children.is_empty() {
             return Err(refused("has a stream read in the commit phase"));
         }
