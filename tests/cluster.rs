@@ -10,7 +10,11 @@
 //! every host, and stays exact through a host added mid-run and through a
 //! seeded run of host kills and pauses and etcd and nats-server restarts;
 //! the dashboard's cluster page, in a real browser, shows every host, the
-//! leader and each host's share.
+//! leader and each host's share; a topology the partitioned mode cannot run
+//! (every kind of commit-phase operator, sinks, spouts other than
+//! JetStream) is placed whole on one host and answers through every host as
+//! it does on one, through its owner killed, restarted and paused, and in
+//! the seeded chaos run.
 
 mod common;
 
@@ -19,7 +23,7 @@ use common::nats::NatsServer;
 use common::server::{Server, bundle};
 use common::*;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use weir_cluster::changelog::{Changelog, Rebuilt, SlotWrites};
@@ -802,12 +806,24 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
     agreed(&hosts.iter().flatten().collect::<Vec<_>>(), &ids);
     eight_partitions(&nats);
     deploy_word_count(hosts[0].as_ref().unwrap(), dir.path());
+    // Beside it, a topology placed whole, its readings in slices too.
+    let everything = readings(3200);
+    let (everything_truth, everything_answer) = everything_on_one_host(&everything);
+    let mut slices_of_readings = everything.chunks(200);
+    nats.publish("readings", READING_PARTITIONS, slices_of_readings.next().unwrap());
+    nats.create_stream("out", &["sensor-counts"]);
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "everything.weir");
+    let (status, deployed) =
+        hosts[1].as_ref().unwrap().api("POST", &format!("/v1/topologies?topology={EVERYTHING}"), &bytes);
+    assert_eq!(status, 201, "{deployed}");
 
-    // Sixteen events: the leader killed twice, a host paused past its lease
-    // twice, etcd and nats-server restarted once each, and random hosts
+    // Eighteen events: the leader killed twice, a host paused past its lease
+    // twice, etcd and nats-server restarted once each, the owner of the
+    // topology placed whole killed once and paused once, and random hosts
     // killed, each restarted after a random delay; a slice of the corpus
-    // is published between events.
+    // and of the readings is published between events.
     let mut events: Vec<&str> = vec!["kill leader", "kill leader", "pause", "pause", "restart etcd", "restart nats"];
+    events.extend(["kill whole owner", "pause whole owner"]);
     events.extend(std::iter::repeat_n("kill random", 10));
     for at in (1..events.len()).rev() {
         events.swap(at, rng.below(at as u64 + 1) as usize);
@@ -817,13 +833,40 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
         if let Some(part) = parts.next() {
             nats.publish_file("corpus", PARTITIONS, &part);
         }
+        if let Some(slice) = slices_of_readings.next() {
+            nats.publish("readings", READING_PARTITIONS, slice);
+        }
         std::thread::sleep(Duration::from_millis(500 + rng.below(1500)));
         let up = live(&hosts);
-        match *event {
+        let owner_of_whole = || {
+            let owner = hosts[up[0]].as_ref().and_then(whole_owner)?;
+            ids.iter().position(|id| *id == owner).filter(|at| hosts[*at].is_some())
+        };
+        let event = match (*event, owner_of_whole()) {
+            ("kill whole owner", Some(at)) => {
+                println!("event {n}: SIGKILL {}, the owner of {EVERYTHING}, restarted after 2 s", ids[at]);
+                drop(hosts[at].take());
+                std::thread::sleep(Duration::from_secs(2));
+                hosts[at] = Some(start(ids[at], &etcd, &nats));
+                continue;
+            }
+            ("pause whole owner", Some(at)) => {
+                println!("event {n}: SIGSTOP {}, the owner of {EVERYTHING}, for twice its lease", ids[at]);
+                let server = hosts[at].as_ref().unwrap();
+                signal(server, "-STOP");
+                std::thread::sleep(Duration::from_millis(2 * LEASE_TTL_MS.parse::<u64>().unwrap() + 500));
+                signal(server, "-CONT");
+                continue;
+            }
+            ("kill whole owner", None) => "kill random",
+            ("pause whole owner", None) => "pause",
+            (event, _) => event,
+        };
+        match event {
             "kill leader" | "kill random" => {
                 let leader = hosts[up[0]].as_ref().and_then(leader_of);
                 let at = match leader.and_then(|l| ids.iter().position(|id| *id == l)) {
-                    Some(at) if *event == "kill leader" => at,
+                    Some(at) if event == "kill leader" => at,
                     _ => up[rng.below(up.len() as u64) as usize],
                 };
                 let delay = Duration::from_millis(500 + rng.below(2500));
@@ -853,6 +896,9 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
     }
     for part in parts {
         nats.publish_file("corpus", PARTITIONS, &part);
+    }
+    for slice in slices_of_readings {
+        nats.publish("readings", READING_PARTITIONS, slice);
     }
     println!("every event done; waiting for the counts");
 
@@ -885,6 +931,11 @@ fn a_cluster_word_count_stays_exact_through_kills_pauses_and_service_restarts() 
         let since = units[&format!("slot/counts/{slot}")]["since"].as_u64();
         assert_eq!(fence, since, "slot {slot}'s fence is not its owner's epoch: {owners:?}");
     }
+
+    // The topology placed whole answers as on one host, through every
+    // host, and its sink's stream holds each committed batch once.
+    everything_exact_on_every_host(&servers, &everything_truth, &everything_answer, dir.path());
+    assert_sink_holds_each_batch_once(&nats, servers[0], &sensor_counts(&everything));
 }
 
 #[test]
@@ -1132,4 +1183,260 @@ fn show_logs(dir: &Path, ids: &[&str]) {
         let lines: Vec<&str> = text.lines().filter(|l| !l.contains("connected to the NATS")).collect();
         println!("--- {id}:\n{}", lines[lines.len().saturating_sub(60)..].join("\n"));
     }
+}
+
+/// The topology with one of each kind of commit-phase operator.
+const EVERYTHING: &str = "jetstream-everything";
+
+/// Its states, and the window's open state.
+const EVERYTHING_STATES: [&str; 7] = ["totals", "windows", "squares", "counts", "highest", "total", "open"];
+
+/// `n` sensor readings as JSON, the `i`th at `50 i` ms: published round
+/// the six partitions, each partition's timestamps rise.
+fn readings(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!(r#"{{"sensor":"s{}","ts":{},"value":{}}}"#, i % 7, i * 50, (i * 31) % 13)).collect()
+}
+
+const READING_PARTITIONS: &str = "readings.{0..5}";
+
+/// A host of cluster `c1` for [`EVERYTHING`]: small batches, so that a run
+/// holds many, and a snapshot in the changelog every third txid.
+fn everything_host(dir: &Path, etcd: &EtcdServer, nats: &NatsServer, id: &str) -> Server {
+    let flags = ["--batch-size", "40", "--batch-timeout-ms", "10000", "--snapshot-every", "3"];
+    host_with_nats_and(dir, etcd, nats, id, &flags)
+}
+
+/// Each state of [`EVERYTHING`] as `weir state scan` prints it with
+/// `source` (`--data DIR` or `--server URL`): one JSON line a key.
+fn everything_scanned(source: &[&str]) -> BTreeMap<&'static str, String> {
+    EVERYTHING_STATES
+        .iter()
+        .map(|state| {
+            let args = [&["state", "scan", "--topology", EVERYTHING, "--state", state], source].concat();
+            let output = weir().env("WEIR_TOKEN", common::server::TOKEN).args(&args).output().unwrap();
+            assert!(output.status.success(), "weir {args:?}: {}", text(&output));
+            (*state, String::from_utf8(output.stdout).unwrap())
+        })
+        .collect()
+}
+
+/// What [`EVERYTHING`] run by `weir run` on one host over `lines` holds:
+/// each state as scanned, and its query's answer.
+fn everything_on_one_host(lines: &[String]) -> (BTreeMap<&'static str, String>, String) {
+    let nats = NatsServer::start();
+    nats.publish("readings", READING_PARTITIONS, lines);
+    nats.create_stream("out", &["sensor-counts"]);
+    let data = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let args = run_topology_args(TEST_TOPOLOGIES, EVERYTHING, data.path(), &["--nats", &url, "--batch-size", "100"]);
+    weir_ok(&args);
+    let data_arg = data.path().to_str().unwrap();
+    let states = everything_scanned(&["--data", data_arg]);
+    assert!(states["counts"].lines().count() == 7 && states["windows"].lines().count() > 10, "{states:?}");
+    let query =
+        ["query", "--component", TEST_TOPOLOGIES, "--topology", EVERYTHING, "--data", data_arg, "--query", "total"];
+    let printed = String::from_utf8(weir_ok(&query).stdout).unwrap();
+    let answer = printed.lines().last().unwrap_or_default().to_owned();
+    assert_eq!(answer, format!("[[{}]]", lines.len()), "{printed}");
+    (states, answer)
+}
+
+/// Each sensor's count, from `lines`.
+fn sensor_counts(lines: &[String]) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for line in lines {
+        let reading: Value = serde_json::from_str(line).unwrap();
+        *counts.entry(reading["sensor"].as_str().unwrap().to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Waits until every host answers every state of [`EVERYTHING`] as `truth`
+/// holds it, and its query as `answer`.
+fn everything_exact_on_every_host(hosts: &[&Server], truth: &BTreeMap<&'static str, String>, answer: &str, dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for server in hosts {
+        loop {
+            let url = server.url();
+            let got = std::panic::catch_unwind(|| everything_scanned(&["--server", &url]));
+            if got.as_ref().is_ok_and(|got| got == truth) {
+                break;
+            }
+            if Instant::now() > deadline {
+                show_logs(dir, &["h1", "h2", "h3"]);
+                let got = got.unwrap_or_else(|_| panic!("host {url} does not answer its states"));
+                for (state, lines) in truth {
+                    let on_host: BTreeSet<&str> = got[state].lines().collect();
+                    let on_one: BTreeSet<&str> = lines.lines().collect();
+                    let only_host: Vec<&&str> = on_host.difference(&on_one).take(20).collect();
+                    let only_one: Vec<&&str> = on_one.difference(&on_host).take(20).collect();
+                    println!("state {state}: only on host {url}: {only_host:?}; only on one host: {only_one:?}");
+                }
+                panic!("host {url} does not answer as one host does");
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let query = weir_against(server, &["query", "--topology", EVERYTHING, "--query", "total"]);
+        assert_eq!(query.lines().last().unwrap_or_default(), answer, "{}", server.url());
+    }
+}
+
+/// The owner of [`EVERYTHING`]'s one unit as `server` sees it.
+fn whole_owner(server: &Server) -> Option<String> {
+    let (_, _, hosts) = assignment(server, EVERYTHING)?;
+    hosts.into_iter().find(|(_, units)| units == &[format!("whole/{EVERYTHING}")]).map(|(host, _)| host)
+}
+
+/// Checks that stream `out` holds each committed batch of [`EVERYTHING`]
+/// once: txids 1 to the last committed, each with messages 0..k, each
+/// sensor's counts rising batch by batch to its exact final count.
+fn assert_sink_holds_each_batch_once(nats: &NatsServer, server: &Server, truth: &BTreeMap<String, i64>) {
+    let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    let mut per_sensor: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    for (id, payload) in nats.messages("out") {
+        let parts: Vec<&str> = id.split('/').collect();
+        assert_eq!(parts[..2], [EVERYTHING, "sensor-counts"], "message id {id:?}");
+        let (txid, n): (u64, u32) = (parts[2].parse().unwrap(), parts[3].parse().unwrap());
+        per_batch.entry(txid).or_default().push(n);
+        let json: Value = serde_json::from_slice(&payload).unwrap();
+        per_sensor
+            .entry(json["sensor"].as_str().unwrap().to_owned())
+            .or_default()
+            .push((txid, json["count"].as_i64().unwrap()));
+    }
+    let last = *per_batch.keys().last().expect("the sink published");
+    // The status is shared every two seconds: it catches up.
+    server.wait_for_status(EVERYTHING, |s| s["last_committed"].as_u64() == Some(last));
+    let txids: Vec<u64> = per_batch.keys().copied().collect();
+    assert_eq!(txids, (1..=last).collect::<Vec<_>>(), "the output holds other batches than the committed ones");
+    for (txid, mut ns) in per_batch {
+        ns.sort();
+        assert_eq!(ns, (0..ns.len() as u32).collect::<Vec<_>>(), "txid {txid}'s messages");
+    }
+    let mut last_counts = BTreeMap::new();
+    for (sensor, mut updates) in per_sensor {
+        updates.sort();
+        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "sensor {sensor}: counts do not rise: {updates:?}");
+        last_counts.insert(sensor, updates.last().unwrap().1);
+    }
+    assert_eq!(&last_counts, truth);
+}
+
+/// Three hosts, etcd and a nats-server holding `first` readings in six
+/// partitions and an empty stream `out` for the sink, [`EVERYTHING`]
+/// deployed through the second host and placed whole.
+fn everything_deployed(first: &[String]) -> (EtcdServer, NatsServer, tempfile::TempDir, Vec<(String, Server)>) {
+    let (etcd, nats, dir) = (EtcdServer::start(), NatsServer::start(), tempfile::tempdir().unwrap());
+    let ids = ["h1", "h2", "h3"];
+    let hosts: Vec<(String, Server)> =
+        ids.iter().map(|id| (id.to_string(), everything_host(&dir.path().join(id), &etcd, &nats, id))).collect();
+    agreed(&all(&hosts), &ids);
+    nats.publish("readings", READING_PARTITIONS, first);
+    nats.create_stream("out", &["sensor-counts"]);
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "everything.weir");
+    let (status, deployed) = hosts[1].1.api("POST", &format!("/v1/topologies?topology={EVERYTHING}"), &bytes);
+    assert_eq!(status, 201, "{deployed}");
+    assert_eq!(deployed["cluster"]["placement"], "whole", "{deployed}");
+    assert_eq!(deployed["cluster"]["units"], 1, "{deployed}");
+    // One unit, owned by one host, seen alike on every host.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let owners: Vec<Option<String>> = hosts.iter().map(|(_, s)| whole_owner(s)).collect();
+        if owners[0].is_some() && owners.iter().all(|o| *o == owners[0]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no common owner of {EVERYTHING} within 30 s: {owners:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (etcd, nats, dir, hosts)
+}
+
+#[test]
+fn a_topology_of_every_kind_of_operator_placed_whole_answers_on_every_host_as_on_one() {
+    let lines = readings(3000);
+    let (truth, answer) = everything_on_one_host(&lines);
+    let (_etcd, nats, dir, hosts) = everything_deployed(&lines[..1500]);
+    hosts[0].1.wait_for_status(EVERYTHING, |s| s["last_committed"].as_u64() >= Some(2));
+    nats.publish("readings", READING_PARTITIONS, &lines[1500..]);
+    everything_exact_on_every_host(&all(&hosts), &truth, &answer, dir.path());
+    assert_sink_holds_each_batch_once(&nats, &hosts[2].1, &sensor_counts(&lines));
+    // Reads of a state the topology lacks are refused as on one host.
+    let (status, body) = hosts[0].1.api("GET", &format!("/v1/topologies/{EVERYTHING}/states/nothing"), b"");
+    assert_eq!(status, 404, "{body}");
+
+    // Spouts that are not JetStream run on the owner: the generator, and a
+    // file's lines, the file under every host's input directory.
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "spouts.weir");
+    let text = sentences(2000).iter().map(|l| format!("{l}\n")).collect::<String>();
+    let mut words: BTreeMap<String, i64> = BTreeMap::new();
+    for word in text.split_whitespace() {
+        *words.entry(word.to_owned()).or_insert(0) += 1;
+    }
+    for (id, _) in &hosts {
+        std::fs::write(dir.path().join(id).join("in/sentences.txt"), &text).unwrap();
+    }
+    for query in ["topology=generated-total", "topology=word-count&input=in/sentences.txt"] {
+        let (status, deployed) = hosts[2].1.api("POST", &format!("/v1/topologies?{query}"), &bytes);
+        assert_eq!(status, 201, "{deployed}");
+        assert_eq!(deployed["cluster"]["placement"], "whole", "{deployed}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (_, server) in &hosts {
+        loop {
+            let (status, total) = server.api("GET", "/v1/topologies/generated-total/states/total", b"");
+            let counted = if status == 200 { server.counts("word-count") } else { BTreeMap::new() };
+            if total.as_array().and_then(|t| t.first()).is_some_and(|t| t["value"] == 12_497_500) && counted == words {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{status} {total} {}", server.url());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+/// Waits until `server` sees [`EVERYTHING`]'s unit owned by a host other
+/// than `gone`; returns it.
+fn moved_off(server: &Server, gone: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match whole_owner(server) {
+            Some(owner) if owner != gone => return owner,
+            _ => assert!(Instant::now() < deadline, "the unit did not move off host {gone}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_topology_placed_whole_stays_exact_when_its_host_is_killed_mid_run_and_restarted_and_the_next_paused() {
+    let lines = readings(4000);
+    let (truth, answer) = everything_on_one_host(&lines);
+    let (etcd, nats, dir, mut hosts) = everything_deployed(&lines[..1000]);
+    hosts[0].1.wait_for_status(EVERYTHING, |s| s["last_committed"].as_u64() >= Some(2));
+    let owner = whole_owner(&hosts[0].1).expect("an owner");
+    let at = hosts.iter().position(|(id, _)| *id == owner).unwrap();
+    // More input, and the owner killed while it reads it.
+    nats.publish("readings", READING_PARTITIONS, &lines[1000..2000]);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(hosts.remove(at));
+    nats.publish("readings", READING_PARTITIONS, &lines[2000..3000]);
+    let next = moved_off(&hosts[0].1, &owner);
+    // Back: its own copy is put back from the changelog when it owns again.
+    hosts.push((owner.clone(), everything_host(&dir.path().join(&owner), &etcd, &nats, &owner)));
+    agreed(&all(&hosts), &["h1", "h2", "h3"]);
+
+    // The next owner paused past its lease while input comes: another host
+    // takes over, and the paused one, woken, is fenced and publishes nothing.
+    let paused = hosts.iter().position(|(id, _)| *id == next).unwrap();
+    signal(&hosts[paused].1, "-STOP");
+    nats.publish("readings", READING_PARTITIONS, &lines[3000..]);
+    let others: Vec<&Server> = hosts.iter().filter(|(id, _)| *id != next).map(|(_, s)| s).collect();
+    let third = moved_off(others[0], &next);
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&hosts[paused].1, "-CONT");
+    everything_exact_on_every_host(&all(&hosts), &truth, &answer, dir.path());
+    assert_sink_holds_each_batch_once(&nats, &hosts[0].1, &sensor_counts(&lines));
+    let taken = log_lines(dir.path(), &["h1", "h2", "h3"], &["took it over at epoch"]);
+    assert!(taken.iter().any(|l| l.starts_with(&format!("{next}:"))), "{taken:#?}");
+    assert!(taken.iter().any(|l| l.starts_with(&format!("{third}:"))), "{taken:#?}");
 }

@@ -477,3 +477,23 @@ fn a_skipped_batch_commits_nothing_is_recorded_and_the_topology_goes_on() {
     let never_ran = text(&skip("7"));
     assert!(never_ran.contains("txid 7 is not recorded"), "{never_ran}");
 }
+
+#[test]
+fn a_served_topology_caught_up_follows_the_stream_across_a_server_restart() {
+    let mut nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--nats", &nats.url()]);
+    let lines = sentences(2000);
+    nats.publish("follow", "follow.{0..3}", &lines[..1000]);
+    let bytes = bundle(dir.path(), TEST_TOPOLOGIES, "t.weir");
+    let (status, body) = server.api("POST", "/v1/topologies?topology=jetstream-follow", &bytes);
+    assert_eq!(status, 201, "{body}");
+    server.wait_for_status("jetstream-follow", |s| s["tuples"] == 1000 && s["spout_lag"] == 0);
+    // Caught up, it waits on the server: the server restarts, forgetting
+    // the consumer it waits through, and what comes next is still read.
+    std::thread::sleep(Duration::from_secs(1));
+    nats.restart();
+    nats.publish("follow", "follow.{0..3}", &lines[1000..]);
+    server.wait_for_status("jetstream-follow", |s| s["tuples"] == 2000);
+    assert_counts_eq(&server.counts("jetstream-follow"), &count_words(&lines));
+}

@@ -62,11 +62,15 @@ pub struct ClusterTopology {
     pub assignment_revision: i64,
 }
 
-/// The units of `definition`'s work: `partition/<subject>` for each of a
-/// JetStream spout's `partitions` (its subject patterns where none are
-/// given; `partition/0` for a spout of one partition), and
+/// The units of `definition`'s work: one, `whole/<topology>`, for a
+/// topology placed `whole` on one host; else `partition/<subject>` for
+/// each of a JetStream spout's `partitions` (its subject patterns where
+/// none are given; `partition/0` for a spout of one partition), and
 /// `slot/<state>/<n>` for each of its states' slots.
-pub fn units(definition: &TopologyDef, partitions: Option<&[String]>, slots: u32) -> Vec<String> {
+pub fn units(definition: &TopologyDef, partitions: Option<&[String]>, slots: u32, whole: bool) -> Vec<String> {
+    if whole {
+        return vec![whole_unit(&definition.name)];
+    }
     let mut units: Vec<String> = match (definition.spout(), partitions) {
         (Some(SpoutDef::JetStream(_)), Some(partitions)) => {
             partitions.iter().map(|s| format!("partition/{s}")).collect()
@@ -79,6 +83,11 @@ pub fn units(definition: &TopologyDef, partitions: Option<&[String]>, slots: u32
     }
     units.sort();
     units
+}
+
+/// The one unit of a topology placed whole on one host.
+pub fn whole_unit(topology: &str) -> String {
+    format!("whole/{topology}")
 }
 
 fn running() -> bool {
@@ -209,7 +218,7 @@ mod tests {
         stream.group_by(["page"]).persistent_aggregate(State::transactional("pages"), Count, ["count"]);
         stream.group_by(["page"]).persistent_aggregate(State::opaque("views"), Count, ["count"]);
         let definition = topology.build().definition().clone();
-        let units = units(&definition, None, 3);
+        let units = units(&definition, None, 3, false);
         assert_eq!(
             units,
             [
@@ -226,15 +235,17 @@ mod tests {
 
         let file = Topology::new("f");
         file.new_stream(FileLines::new("line")).each(["line"], Identity, ["copy"]);
-        let units = super::units(file.build().definition(), None, DEFAULT_SLOTS);
+        let units = super::units(file.build().definition(), None, DEFAULT_SLOTS, false);
         assert_eq!(units, ["partition/0"], "a file spout is one partition, and no state has slots");
 
         let expanded = ["clicks.0".to_owned(), "clicks.1".to_owned(), "clicks.2".to_owned()];
-        let units = super::units(&definition, Some(&expanded), 1);
+        let units = super::units(&definition, Some(&expanded), 1, false);
         assert_eq!(
             units,
             ["partition/clicks.0", "partition/clicks.1", "partition/clicks.2", "slot/pages/0", "slot/views/0"]
         );
+        // Placed whole, a topology is one unit, whatever its spout and states.
+        assert_eq!(super::units(&definition, Some(&expanded), 3, true), ["whole/t"]);
     }
 
     struct Identity;

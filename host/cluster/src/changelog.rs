@@ -267,6 +267,12 @@ impl Changelog {
         &self.stream
     }
 
+    /// The subject of the log of a topology placed whole on one host
+    /// (`whole_log`).
+    pub fn whole_subject(&self) -> String {
+        format!("{}.whole", self.prefix)
+    }
+
     fn slot_subject(&self, state: &str, slot: u32) -> String {
         format!("{}.{}.{slot}", self.prefix, token(state.as_bytes()))
     }

@@ -79,7 +79,7 @@ impl Coordinator {
     ) -> Result<Coordinator> {
         let name = plan.name.clone();
         let connection = Nats::connect(nats, &format!("weir {} leads {name}", cluster.host))?;
-        let reader = SpanReader::open(&plan.spout, &plan.plan.topology, nats)?;
+        let reader = SpanReader::open(plan.stream()?, &plan.plan.topology, nats)?;
         let subjects = Subjects::new(&cluster.name, &name);
         let (etcd, done) = connection.runtime.block_on(async {
             // Every call bounded by the lease's time: a call lost with a restarted

@@ -4,6 +4,10 @@
 //! cluster's topologies and their bundles, the assignment of each one's
 //! work to live hosts, and the records that outlive a host: the commit log
 //! in etcd and the state changelog in JetStream (`docs/cluster.md`).
+//! A topology is partitioned across the hosts (`coordinator`, `worker`:
+//! persistent aggregates of built-in aggregators over a JetStream stream)
+//! or placed whole on one host (`whole`, `replicated`, `whole_log`: every
+//! other topology, run by the single-host engine).
 
 pub mod assignment;
 pub mod bundles;
@@ -16,7 +20,10 @@ mod leader;
 mod membership;
 pub mod plan;
 pub mod reads;
+pub mod replicated;
 pub mod slots;
+pub mod whole;
+pub mod whole_log;
 pub mod wire;
 pub mod worker;
 

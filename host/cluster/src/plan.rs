@@ -1,13 +1,15 @@
 //! A topology as a cluster runs it, and who owns what of it under one
 //! assignment.
 //!
-//! A cluster runs a topology whose spout is a JetStream stream and whose
-//! commit phase is persistent aggregates of built-in aggregators (count,
-//! sum, min, max) fed by the process phase: every host combines its
+//! A topology whose spout is a JetStream stream and whose commit phase is
+//! persistent aggregates of built-in aggregators (count, sum, min, max;
+//! not first, whose result depends on the order partials meet in) fed by
+//! the process phase is partitioned: every host combines its
 //! partitions' partials, the owners of the keys' slots combine what every
-//! host sent and commit them. Other commit phases (state updaters, windows,
-//! combiner and reducer guests, streams read after a state) are refused at
-//! deploy, saying so.
+//! host sent and commit them. Every other topology (state updaters,
+//! windows, combiner and reducer guests, streams read after a state, sinks,
+//! spouts other than JetStream) is placed whole on one host, which runs it
+//! with the single-host engine (`whole`).
 
 use super::assignment::{Assignment, Owner};
 use anyhow::{Result, bail};
@@ -34,50 +36,31 @@ pub struct ClusterPlan {
     pub definition: TopologyDef,
     pub plan: Arc<Plan>,
     pub source: OperatorSource,
-    pub spout: JetStreamDef,
+    /// The stream a partitioned topology reads; `None` for one placed whole.
+    pub spout: Option<JetStreamDef>,
+    /// A partitioned topology's aggregates; none for one placed whole.
     pub aggregates: Vec<Aggregate>,
+    /// Why the topology is placed whole on one host, when it is: what the
+    /// partitioned mode cannot run of it.
+    pub whole: Option<String>,
 }
 
 impl ClusterPlan {
-    /// `plan` of `definition` as a cluster runs it; refused, naming the
-    /// operator, where a cluster cannot run it yet.
+    /// `plan` of `definition` as a cluster runs it: partitioned where it
+    /// can be, placed whole on one host otherwise (saying why).
     pub fn new(definition: &TopologyDef, plan: Arc<Plan>, source: OperatorSource) -> Result<ClusterPlan> {
-        let topology = &definition.name;
-        let Some(SpoutDef::JetStream(spout)) = definition.spout() else {
-            bail!("topology {topology}: a cluster reads its input from a JetStream stream, and this spout is not one")
+        let (spout, aggregates, whole) = match partitioned(definition, &plan) {
+            Ok((spout, aggregates)) => (Some(spout), aggregates, None),
+            Err(why) => (None, Vec::new(), Some(format!("{why:#}"))),
         };
-        let mut aggregates = Vec::new();
-        for index in plan.data_nodes() {
-            let node = &plan.nodes[index];
-            if node.phase != Phase::Commit {
-                continue;
-            }
-            let refused = |what: &str| {
-                anyhow::anyhow!(
-                    "topology {topology}: operator {} {what}; a cluster runs persistent aggregates of built-in \
-                     aggregators fed by the process phase (see docs/cluster.md)",
-                    node.id
-                )
-            };
-            let Op::PersistentAggregate { state, aggregator, .. } = &node.op else {
-                return Err(refused("reads or writes state in the commit phase"));
-            };
-            let AggregatorKind::Builtin(builtin) = aggregator.kind else {
-                return Err(refused("aggregates with a guest aggregator"));
-            };
-            if plan.nodes[node.inputs[0]].phase != Phase::Process || !node.children.is_empty() {
-                return Err(refused("has a stream read in the commit phase"));
-            }
-            let kind = plan.states[state].kind;
-            aggregates.push(Aggregate { node: index, state: state.clone(), builtin, kind });
-        }
         Ok(ClusterPlan {
             name: plan.stored_as.clone(),
             definition: definition.clone(),
-            spout: spout.clone(),
+            spout,
             plan,
             source,
             aggregates,
+            whole,
         })
     }
 
@@ -85,6 +68,48 @@ impl ClusterPlan {
     pub fn aggregate(&self, state: &str) -> Option<&Aggregate> {
         self.aggregates.iter().find(|a| a.state == state)
     }
+
+    /// The stream a partitioned topology reads.
+    pub fn stream(&self) -> Result<&JetStreamDef> {
+        match &self.spout {
+            Some(spout) => Ok(spout),
+            None => bail!("topology {} is placed whole on one host, not partitioned", self.name),
+        }
+    }
+}
+
+/// What the partitioned mode runs of `plan`: its stream and aggregates;
+/// an error saying what it cannot run, naming the operator, otherwise.
+fn partitioned(definition: &TopologyDef, plan: &Plan) -> Result<(JetStreamDef, Vec<Aggregate>)> {
+    let topology = &definition.name;
+    let Some(SpoutDef::JetStream(spout)) = definition.spout() else {
+        bail!("topology {topology}: its spout is not a JetStream stream")
+    };
+    let mut aggregates = Vec::new();
+    for index in plan.data_nodes() {
+        let node = &plan.nodes[index];
+        if node.phase != Phase::Commit {
+            continue;
+        }
+        let refused = |what: &str| anyhow::anyhow!("topology {topology}: operator {} {what}", node.id);
+        let Op::PersistentAggregate { state, aggregator, .. } = &node.op else {
+            return Err(refused("reads or writes state in the commit phase"));
+        };
+        let AggregatorKind::Builtin(builtin) = aggregator.kind else {
+            return Err(refused("aggregates with a guest aggregator"));
+        };
+        // Which value is first depends on the order the hosts' partials
+        // meet in, which is not one host's partition order.
+        if builtin == Builtin::First {
+            return Err(refused("aggregates with first"));
+        }
+        if plan.nodes[node.inputs[0]].phase != Phase::Process || !node.children.is_empty() {
+            return Err(refused("has a stream read in the commit phase"));
+        }
+        let kind = plan.states[state].kind;
+        aggregates.push(Aggregate { node: index, state: state.clone(), builtin, kind });
+    }
+    Ok((spout.clone(), aggregates))
 }
 
 /// Who owns what under one assignment.
@@ -95,6 +120,8 @@ pub struct Owners {
     pub partitions: BTreeMap<String, Vec<String>>,
     /// Each state's slots' owners, by slot.
     pub slots: BTreeMap<String, Vec<Option<Owner>>>,
+    /// The owner of a topology placed whole.
+    pub whole: Option<Owner>,
 }
 
 impl Owners {
@@ -103,7 +130,9 @@ impl Owners {
     pub fn of(assignment: &Assignment, slots: u32) -> Owners {
         let mut owners = Owners { epoch: assignment.epoch, ..Owners::default() };
         for (unit, owner) in &assignment.units {
-            if let Some(partition) = unit.strip_prefix("partition/") {
+            if unit.starts_with("whole/") {
+                owners.whole = Some(owner.clone());
+            } else if let Some(partition) = unit.strip_prefix("partition/") {
                 owners.partitions.entry(owner.host.clone()).or_default().push(partition.to_owned());
             } else if let Some((state, slot)) = unit.strip_prefix("slot/").and_then(|u| u.rsplit_once('/'))
                 && let Ok(slot) = slot.parse::<u32>()
@@ -114,6 +143,17 @@ impl Owners {
             }
         }
         owners
+    }
+
+    /// For a topology placed whole, its owner as the owner of every slot
+    /// of each of `states`, so that reads go to it as to slots' owners.
+    pub fn with_states<'a>(mut self, states: impl IntoIterator<Item = &'a String>, slots: u32) -> Owners {
+        if let Some(owner) = &self.whole {
+            for state in states {
+                self.slots.insert(state.clone(), vec![Some(owner.clone()); slots as usize]);
+            }
+        }
+        self
     }
 
     /// The hosts that read partitions.
@@ -173,5 +213,22 @@ mod tests {
         assert_eq!(owners.owner("counts", 1).map(|o| o.host.as_str()), Some("h3"));
         assert_eq!(owners.owner("counts", 9), None, "a slot past the state's slots is no slot");
         assert_eq!(owners.owned_by("h3"), BTreeMap::from([(("counts".to_owned(), 1), 2)]));
+        // Without a whole unit, naming states changes nothing.
+        assert_eq!(owners.clone().with_states(&["counts".to_owned()], 2).slots, owners.slots);
+    }
+
+    #[test]
+    fn a_topology_placed_whole_has_its_owner_answer_for_every_slot_of_every_state() {
+        let owner = Owner { host: "h2".into(), since: 3 };
+        let units = [("whole/t".to_owned(), owner.clone())];
+        let assignment = Assignment { epoch: 3, units: units.into_iter().collect() };
+        let states = ["counts".to_owned(), "open".to_owned()];
+        let owners = Owners::of(&assignment, 4).with_states(&states, 4);
+        assert_eq!(owners.whole, Some(owner.clone()));
+        assert!(owners.senders().is_empty(), "a whole unit is no partition");
+        for state in &states {
+            assert!((0..4).all(|slot| owners.owner(state, slot) == Some(&owner)), "{state}");
+        }
+        assert_eq!(owners.owned_by("h2").len(), 8);
     }
 }

@@ -17,6 +17,7 @@ use weir_cluster::changelog::Changelog;
 use weir_cluster::coordinator::Coordinator;
 use weir_cluster::plan::{ClusterPlan, Owners};
 use weir_cluster::reads::{self, ClusterSnapshot, ClusterState};
+use weir_cluster::whole::{WholeEnv, WholeRunner};
 use weir_cluster::wire::{self, ReadAnswer, ReadRequest};
 use weir_cluster::worker::Worker;
 use weir_cluster::{Membership, bundles};
@@ -88,7 +89,7 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
         slots: DEFAULT_SLOTS,
         states: weir_engine::load::state_kinds(definition),
         running: true,
-        units: catalog::units(definition, partitions.as_deref(), DEFAULT_SLOTS),
+        units: catalog::units(definition, partitions.as_deref(), DEFAULT_SLOTS, plan.whole.is_some()),
         deployed_by: config.host.clone(),
         deployed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
     };
@@ -96,7 +97,14 @@ pub fn deploy(app: &App, membership: &Membership, request: DeployRequest, bytes:
     if !created {
         return Err(taken());
     }
-    tracing::info!("topology {name} deployed to cluster {} from host {}", config.name, config.host);
+    match &plan.whole {
+        Some(why) => tracing::info!(
+            "topology {name} deployed to cluster {} from host {}, placed whole on one host: {why}",
+            config.name,
+            config.host
+        ),
+        None => tracing::info!("topology {name} deployed to cluster {} from host {}", config.name, config.host),
+    }
     let topology = ClusterTopology { deployment, assignment: None, assignment_revision: 0 };
     Ok(status(app, &name, &topology))
 }
@@ -136,7 +144,17 @@ pub fn upgrade(app: &App, membership: &Membership, name: &str, bytes: &[u8]) -> 
     }
     let nats = nats(app)?;
     let digest = nats.runtime.block_on(bundles::put(&nats.jetstream, bytes))?;
-    let units = catalog::units(definition, partitions(app, definition).as_deref(), old.slots);
+    let was_whole = old.units.iter().any(|u| u.starts_with("whole/"));
+    if was_whole != plan.whole.is_some() {
+        let placed = |whole: bool| if whole { "whole on one host" } else { "partitioned" };
+        return Err(DeployError::BadRequest(format!(
+            "the upgrade moves topology {name} from {} to {}: its state is kept in another changelog there; deploy \
+             it under a new name instead",
+            placed(was_whole),
+            placed(plan.whole.is_some())
+        )));
+    }
+    let units = catalog::units(definition, partitions(app, definition).as_deref(), old.slots, was_whole);
     let written = in_etcd(membership, async |client| {
         catalog::update(client, &config.name, name, |d| {
             d.bundle = digest.clone();
@@ -222,6 +240,26 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
     let leading = figures.iter().filter(|(host, _)| live.contains(*host)).map(|(_, f)| &f["leader"]);
     let leader = leading.max_by_key(|f| f["last_committed"].as_u64().unwrap_or(0)).cloned().unwrap_or(json!({}));
     let tuples_per_s: f64 = hosts.values().filter_map(|h| h["tuples_per_s"].as_f64()).sum();
+    // A topology placed whole has no leader's coordinator: its owner's
+    // figures say where it stands.
+    let whole = deployment.units.iter().any(|u| u.starts_with("whole/"));
+    let owner_said = |field: &str| {
+        figures.iter().filter(|(host, _)| live.contains(*host)).filter_map(|(_, f)| f["host"][field].as_u64()).max()
+    };
+    let last_committed = match whole {
+        true => owner_said("last_committed").unwrap_or(0),
+        false => leader["last_committed"].as_u64().unwrap_or(0),
+    };
+    // The last error of the host furthest on, for a topology placed whole.
+    let owner_failure = figures
+        .iter()
+        .filter(|(host, _)| live.contains(*host))
+        .max_by_key(|(_, f)| f["host"]["last_committed"].as_u64().unwrap_or(0))
+        .map_or(Value::Null, |(_, f)| f["host"]["last_error"].clone());
+    let batches = match whole {
+        true => owner_said("batches_committed").unwrap_or(0),
+        false => leader["batches"].as_u64().unwrap_or(0),
+    };
     let loaded = app.cluster_bundles.locked().get(&deployment.bundle).cloned();
     let loaded = match loaded {
         Some(Ok(())) => json!("loaded"),
@@ -233,11 +271,12 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
         "topology": deployment.topology,
         "state": if deployment.running { "running" } else { "stopped" },
         "error": Value::Null,
-        "last_committed": leader["last_committed"].as_u64().unwrap_or(0),
-        "batches": leader["batches"].as_u64().unwrap_or(0),
+        "last_committed": last_committed,
+        "batches": batches,
         "tuples_per_s": tuples_per_s,
         "replays": leader["replays"].as_u64().unwrap_or(0),
         "cluster": {
+            "placement": if whole { "whole" } else { "partitioned" },
             "bundle": deployment.bundle,
             "bundle_bytes": deployment.bundle_bytes,
             "slots": deployment.slots,
@@ -245,7 +284,7 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
             "epoch": topology.assignment.as_ref().map(|r| r.assignment.epoch),
             "reason": topology.assignment.as_ref().map(|r| r.reason.as_str()),
             "hosts": hosts,
-            "last_failure": leader["last_failure"],
+            "last_failure": if whole { owner_failure } else { leader["last_failure"].clone() },
             "bundle_on_this_host": loaded,
         },
     })
@@ -368,6 +407,8 @@ pub async fn run_topologies(app: Shared) {
                 Some((name.clone(), (digest.clone(), Arc::clone(plan), t.deployment.slots)))
             })
             .collect();
+        let inputs: BTreeMap<String, Option<std::path::PathBuf>> =
+            view.topologies.iter().map(|(name, t)| (name.clone(), t.deployment.input.clone())).collect();
         let leading = view.leader_key.clone().filter(|_| view.member);
         for (running, lead) in [(&mut workers, false), (&mut coordinators, true)] {
             let gone: Vec<String> = running
@@ -395,17 +436,36 @@ pub async fn run_topologies(app: Shared) {
                 let (config, db, nats, plan) =
                     (membership.config().clone(), Arc::clone(&app.host.db), nats.clone(), Arc::clone(&plan));
                 let (timeout, host_figures) = (app.host.run.batch_timeout, Arc::clone(&figures.0));
-                let started = Running::start(&digest, format!("weir-cluster-{name}"), move |stop| {
-                    match Worker::open(config, plan, slots, db, &nats, timeout, host_figures) {
-                        Ok(worker) => worker.run(stop),
-                        Err(e) => tracing::warn!("this host's worker cannot start: {e:#}"),
-                    }
-                });
+                let started = if plan.whole.is_some() {
+                    let env = WholeEnv {
+                        db,
+                        nats,
+                        kafka: app.host.kafka.clone(),
+                        run: app.host.run.clone(),
+                        inputs: app.host.inputs.clone(),
+                        input: inputs.get(&name).cloned().flatten(),
+                    };
+                    Running::start(&digest, format!("weir-whole-{name}"), move |stop| {
+                        match WholeRunner::open(config, plan, slots, env, host_figures) {
+                            Ok(runner) => runner.run(stop),
+                            Err(e) => tracing::warn!("this host cannot run a topology placed whole: {e:#}"),
+                        }
+                    })
+                } else {
+                    Running::start(&digest, format!("weir-cluster-{name}"), move |stop| {
+                        match Worker::open(config, plan, slots, db, &nats, timeout, host_figures) {
+                            Ok(worker) => worker.run(stop),
+                            Err(e) => tracing::warn!("this host's worker cannot start: {e:#}"),
+                        }
+                    })
+                };
                 if let Ok(started) = started {
                     workers.insert(name.clone(), started);
                 }
             }
+            // A topology placed whole has its batches cut by its owner.
             if let Some(leader) = &leading
+                && plan.whole.is_none()
                 && !coordinators.contains_key(&name)
                 && !still(true)
             {
@@ -538,7 +598,12 @@ pub async fn share_figures(app: Shared) {
 
 /// The cluster's committed state of topology `name`, read from its slots'
 /// owners; runs off the async runtime.
-fn cluster_state(app: &App, membership: &Membership, name: &str) -> Result<(ClusterState, Nats), DeployError> {
+fn cluster_state(
+    app: &App,
+    membership: &Membership,
+    name: &str,
+    plan: &ClusterPlan,
+) -> Result<(ClusterState, Nats), DeployError> {
     let topology = membership.topology(name).ok_or_else(|| not_in_cluster(membership, name))?;
     let record = topology.assignment.ok_or_else(|| {
         DeployError::Conflict(format!("topology {name} has no assignment yet: try again in a moment"))
@@ -549,7 +614,8 @@ fn cluster_state(app: &App, membership: &Membership, name: &str) -> Result<(Clus
         runtime: connection.runtime.handle().clone(),
         cluster: membership.config().name.clone(),
         topology: name.to_owned(),
-        owners: Owners::of(&record.assignment, topology.deployment.slots),
+        owners: Owners::of(&record.assignment, topology.deployment.slots)
+            .with_states(plan.plan.states.keys(), topology.deployment.slots),
         slots: topology.deployment.slots,
     };
     Ok((state, connection))
@@ -615,7 +681,7 @@ pub fn read_state(
         let states: Vec<&String> = plan.plan.states.keys().collect();
         return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
     }
-    let (cluster, _connection) = cluster_state(app, membership, name)?;
+    let (cluster, _connection) = cluster_state(app, membership, name, &plan)?;
     let unavailable = |e: anyhow::Error| DeployError::Unavailable(format!("{e:#}"));
     match (key, page) {
         (Some(key), _) => Ok(cluster.get(state, &key).map_err(unavailable)?.map(|s| (key, s)).into_iter().collect()),
@@ -639,7 +705,7 @@ pub fn query(
         let known: Vec<&String> = plan.plan.queries.keys().collect();
         return Err(DeployError::NotFound(format!("topology {name} has no query {query:?} (queries: {known:?})")));
     }
-    let (cluster, _connection) = cluster_state(app, membership, name)?;
+    let (cluster, _connection) = cluster_state(app, membership, name, &plan)?;
     let snapshot = ClusterSnapshot(Arc::new(cluster));
     weir_engine::exec::query_over(&snapshot, 0, &plan.plan, &plan.source, query, args)
         .map_err(|e| DeployError::Unavailable(format!("{e:#}")))

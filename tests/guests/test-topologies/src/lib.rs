@@ -4,6 +4,7 @@
 mod shared_topologies;
 
 use shared_topologies::jetstream_lines;
+use weir_sdk::Window;
 use weir_sdk::builder::{Sink, Spout};
 use weir_sdk::prelude::*;
 
@@ -180,6 +181,91 @@ fn page_counts(name: &str, spout: impl Spout, state: State, sink: impl Sink) -> 
 /// [`page_counts`] over a JetStream stream, to a subject.
 fn jetstream_sink(name: &str, spout: JetStream, state: State, sink: JetStreamSink) -> Topology {
     page_counts(name, spout.string("page"), state, sink)
+}
+
+/// A state updater: each sensor's total of its readings' values.
+struct SensorTotals;
+
+impl StateUpdater for SensorTotals {
+    fn update_state(&self, state: &dyn MapState, tuples: &[Tuple<'_>], _out: &mut Emitter<'_>) -> Result<(), Error> {
+        let mut totals: Vec<(Vec<Value>, i64)> = Vec::new();
+        for tuple in tuples {
+            let key = vec![Value::from(tuple.str("sensor")?)];
+            let value = tuple.i64("value")?;
+            match totals.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, total)) => *total += value,
+                None => totals.push((key, value)),
+            }
+        }
+        if totals.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<Vec<Value>> = totals.iter().map(|(k, _)| k.clone()).collect();
+        let stored = state.multi_get(&keys)?;
+        let entries: Vec<(Vec<Value>, Value)> = totals
+            .into_iter()
+            .zip(stored)
+            .map(|((key, total), stored)| {
+                let before = match stored {
+                    Some(Value::I64(before)) => before,
+                    _ => 0,
+                };
+                (key, Value::I64(before + total))
+            })
+            .collect();
+        state.multi_put(&entries)
+    }
+}
+
+/// A reducer: the sum of squares of the values, whatever their order.
+struct SquareSum;
+
+impl ReducerAggregator for SquareSum {
+    fn init(&self) -> Value {
+        Value::I64(0)
+    }
+    fn reduce(&self, acc: Value, tuple: &Tuple<'_>) -> Result<Value, Error> {
+        let Value::I64(acc) = acc else { return Err(Error::fatal(format!("a sum of squares of {acc:?}"))) };
+        let value = tuple.i64("value")?;
+        Ok(Value::I64(acc + value * value))
+    }
+}
+
+/// Sensor readings (JSON `sensor`, `ts`, `value`) from a JetStream stream,
+/// through one of each kind of commit-phase operator: a state updater,
+/// an event-time window, a guest reducer, a count whose new values feed a
+/// second aggregate and a sink, and a query. Every result is the same
+/// however the readings are cut into batches, as long as each partition's
+/// timestamps rise and no partition falls a minute behind the others.
+fn jetstream_everything() -> Topology {
+    let t = Topology::new("jetstream-everything");
+    let readings = t.new_stream(JetStream::transactional("readings", ["readings.*"]).json(["sensor", "ts", "value"]));
+    readings.partition_persist(State::transactional("totals"), ["sensor", "value"], SensorTotals, []).name("totals");
+    readings
+        .group_by(["sensor"])
+        // Held open a minute of event time past the greatest timestamp: a
+        // partition a batch brings less of than the others is not late.
+        .window(Window::tumbling("ts", 1_000).max_delay_ms(60_000), "open", ["value"], Sum, ["sum"])
+        .name("windows")
+        .group_by(["sensor", "window_start", "window_end"])
+        .persistent_aggregate_over(State::transactional("windows"), ["sum"], First, ["sum"])
+        .name("keep-windows");
+    readings
+        .group_by(["sensor"])
+        .persistent_aggregate_over(State::transactional("squares"), ["value"], Reducer(SquareSum), ["squares"])
+        .name("squares");
+    let counts = readings
+        .group_by(["sensor"])
+        .persistent_aggregate(State::transactional("counts"), Count, ["count"])
+        .name("count");
+    counts
+        .new_values_stream()
+        .persistent_aggregate_over(State::transactional("highest"), ["count"], Max, ["highest"])
+        .name("highest");
+    counts.new_values_stream().sink(JetStreamSink::subject("sensor-counts")).name("sensor-counts");
+    let total = readings.persistent_aggregate(State::transactional("total"), Count, ["count"]).name("total");
+    t.new_query_stream("total").state_query(&total, [], MapGet, ["total"]).name("get-total").project(["total"]);
+    t.build()
 }
 
 fn jetstream_topologies() -> Vec<Topology> {
@@ -466,6 +552,7 @@ fn topologies() -> Vec<Topology> {
             .build(),
     ];
     topologies.extend(jetstream_topologies());
+    topologies.push(jetstream_everything());
     topologies.extend(kafka_topologies());
     topologies
 }

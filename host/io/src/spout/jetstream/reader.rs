@@ -592,9 +592,18 @@ impl Reader {
                 Ok(true)
             }
             Ok(None) => {
-                // Nothing came: the consumer still stands at `from`.
-                self.watch = Some((from, consumer));
-                Ok(false)
+                // Nothing came: the consumer still stands at `from`, unless
+                // the server lost it (a restarted server keeps no consumer
+                // held in memory, and a pull from a lost one just times
+                // out). Then the next emission reads for itself.
+                let mut consumer = consumer;
+                match tokio::time::timeout(NATS_REQUEST_TIMEOUT, consumer.info()).await {
+                    Ok(Ok(_)) => {
+                        self.watch = Some((from, consumer));
+                        Ok(false)
+                    }
+                    _ => Ok(true),
+                }
             }
             Ok(Some(Err(e))) => Err(Failure::Lost(anyhow!("{doing} on the NATS server at {}: {e}", self.server))),
             Err(_) => Err(self.no_answer(&doing)),
