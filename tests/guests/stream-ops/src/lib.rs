@@ -10,10 +10,10 @@
 
 #[path = "../../shared/operators.rs"]
 mod shared;
-#[path = "../../shared/sums.rs"]
-mod sums;
 #[path = "../../shared/topologies.rs"]
 mod shared_topologies;
+#[path = "../../shared/sums.rs"]
+mod sums;
 
 use shared::{Greatest, JoinNumbers, fail_first_attempt};
 use shared_topologies::jetstream_lines;

@@ -1,9 +1,9 @@
 //! Word-count variants for the host's tests.
 
-#[path = "../../shared/sums.rs"]
-mod sums;
 #[path = "../../shared/topologies.rs"]
 mod shared_topologies;
+#[path = "../../shared/sums.rs"]
+mod sums;
 
 use shared_topologies::jetstream_lines;
 use sums::Sums;
