@@ -1291,35 +1291,20 @@ fn whole_owner(server: &Server) -> Option<String> {
 /// once: txids 1 to the last committed, each with messages 0..k, each
 /// sensor's counts rising batch by batch to its exact final count.
 fn assert_sink_holds_each_batch_once(nats: &NatsServer, server: &Server, truth: &BTreeMap<String, i64>) {
-    let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    let mut per_sensor: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
-    for (id, payload) in nats.messages("out") {
-        let parts: Vec<&str> = id.split('/').collect();
-        assert_eq!(parts[..2], [EVERYTHING, "sensor-counts"], "message id {id:?}");
-        let (txid, n): (u64, u32) = (parts[2].parse().unwrap(), parts[3].parse().unwrap());
-        per_batch.entry(txid).or_default().push(n);
-        let json: Value = serde_json::from_slice(&payload).unwrap();
-        per_sensor
-            .entry(json["sensor"].as_str().unwrap().to_owned())
-            .or_default()
-            .push((txid, json["count"].as_i64().unwrap()));
-    }
-    let last = *per_batch.keys().last().expect("the sink published");
+    let written: Vec<(u64, u32, Vec<u8>)> = nats
+        .messages("out")
+        .into_iter()
+        .map(|(id, payload)| {
+            let parts: Vec<&str> = id.split('/').collect();
+            assert_eq!(parts[..2], [EVERYTHING, "sensor-counts"], "message id {id:?}");
+            (parts[2].parse().unwrap(), parts[3].parse().unwrap(), payload)
+        })
+        .collect();
+    let last = written.iter().map(|(txid, _, _)| *txid).max().expect("the sink published");
     // The status is shared every two seconds: it catches up.
     server.wait_for_status(EVERYTHING, |s| s["last_committed"].as_u64() == Some(last));
-    let txids: Vec<u64> = per_batch.keys().copied().collect();
-    assert_eq!(txids, (1..=last).collect::<Vec<_>>(), "the output holds other batches than the committed ones");
-    for (txid, mut ns) in per_batch {
-        ns.sort();
-        assert_eq!(ns, (0..ns.len() as u32).collect::<Vec<_>>(), "txid {txid}'s messages");
-    }
-    let mut last_counts = BTreeMap::new();
-    for (sensor, mut updates) in per_sensor {
-        updates.sort();
-        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "sensor {sensor}: counts do not rise: {updates:?}");
-        last_counts.insert(sensor, updates.last().unwrap().1);
-    }
-    assert_eq!(&last_counts, truth);
+    let written = written.iter().map(|(txid, n, payload)| (*txid, *n, payload.as_slice()));
+    common::nats::assert_output_once_by("sensor", written, last, truth);
 }
 
 /// Three hosts, etcd and a nats-server holding `first` readings in six

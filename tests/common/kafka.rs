@@ -13,7 +13,6 @@ use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::{Record, RecordAndOffset};
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 /// A running tansu broker.
 pub struct KafkaBroker {
@@ -255,23 +254,20 @@ impl KafkaBroker {
     }
 }
 
+static KAFKA: SharedLog<KafkaBroker> = SharedLog::new(KafkaBroker::start);
+
 /// The broker this test binary's tests share, each with topics of its own.
 pub fn shared_kafka() -> &'static KafkaBroker {
-    static BROKER: OnceLock<KafkaBroker> = OnceLock::new();
-    BROKER.get_or_init(KafkaBroker::start)
+    KAFKA.log()
 }
 
 /// The canonical corpus of 50,000 sentences, produced once per test binary
 /// into the shared broker's 4-partition topic `corpus`, round robin.
 pub fn corpus_topic() -> &'static Corpus {
-    static CORPUS: OnceLock<Corpus> = OnceLock::new();
-    CORPUS.get_or_init(|| {
-        let corpus = super::generate(50_000);
+    KAFKA.corpus(|broker, corpus| {
         let lines: Vec<String> = std::fs::read_to_string(&corpus.path).unwrap().lines().map(str::to_owned).collect();
         assert_eq!(lines.len(), 50_000);
-        let broker = shared_kafka();
         broker.create_topic("corpus", 4);
         broker.produce_lines("corpus", 4, &lines);
-        corpus
     })
 }

@@ -254,6 +254,35 @@ pub fn corpus_20k() -> &'static Corpus {
     CORPUS.get_or_init(|| generate(20_000))
 }
 
+/// A log service (a nats-server, a Kafka broker) this test binary's tests
+/// share, each with streams or topics of its own, started on first use,
+/// and the canonical corpus of 50,000 sentences loaded into it once.
+pub struct SharedLog<L: 'static> {
+    start: fn() -> L,
+    log: OnceLock<L>,
+    corpus: OnceLock<Corpus>,
+}
+
+impl<L> SharedLog<L> {
+    pub const fn new(start: fn() -> L) -> SharedLog<L> {
+        SharedLog { start, log: OnceLock::new(), corpus: OnceLock::new() }
+    }
+
+    /// The service, started on first use.
+    pub fn log(&'static self) -> &'static L {
+        self.log.get_or_init(self.start)
+    }
+
+    /// The canonical corpus, which `load` puts into the service on first use.
+    pub fn corpus(&'static self, load: impl FnOnce(&L, &Corpus)) -> &'static Corpus {
+        self.corpus.get_or_init(|| {
+            let corpus = generate(50_000);
+            load(self.log(), &corpus);
+            corpus
+        })
+    }
+}
+
 /// The first `n` sentences of the 20,000-sentence corpus.
 pub fn sentences(n: usize) -> Vec<String> {
     std::fs::read_to_string(&corpus_20k().path).unwrap().lines().take(n).map(str::to_owned).collect()

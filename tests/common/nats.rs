@@ -7,7 +7,6 @@
 use super::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A running `nats-server`.
@@ -170,22 +169,20 @@ impl NatsServer {
     }
 }
 
+static NATS: SharedLog<NatsServer> = SharedLog::new(NatsServer::start);
+
 /// The server this test binary's tests share, each with streams of its own.
 pub fn shared_nats() -> &'static NatsServer {
-    static SERVER: OnceLock<NatsServer> = OnceLock::new();
-    SERVER.get_or_init(NatsServer::start)
+    NATS.log()
 }
 
 /// The canonical corpus of 50,000 sentences, published once per test
 /// binary into the shared server's stream `corpus`, over the subjects
 /// corpus.0 to corpus.3, round-robin.
 pub fn corpus_stream() -> &'static Corpus {
-    static CORPUS: OnceLock<Corpus> = OnceLock::new();
-    CORPUS.get_or_init(|| {
-        let corpus = super::generate(50_000);
-        let published = shared_nats().publish_file("corpus", "corpus.{0..3}", &corpus.path);
+    NATS.corpus(|nats, corpus| {
+        let published = nats.publish_file("corpus", "corpus.{0..3}", &corpus.path);
         assert!(published.contains("published 50000 lines to stream corpus over 4 subjects"), "{published}");
-        corpus
     })
 }
 
@@ -286,11 +283,22 @@ pub fn nats_server_binary() -> PathBuf {
 
 /// Checks the output a log sink (JetStream, Kafka) wrote of page counts,
 /// each record its batch's txid, its place in the batch and a JSON
-/// `{"page", "count"}`: each committed batch's output is there once and
-/// only once (every txid from 1 to `last`, each with records 0..k and no
-/// other), and each page's counts rise batch by batch to its count in
-/// `truth`.
+/// `{"page", "count"}`: see [`assert_output_once_by`].
 pub fn assert_output_once<'a>(
+    written: impl IntoIterator<Item = (u64, u32, &'a [u8])>,
+    last: u64,
+    truth: &std::collections::BTreeMap<String, i64>,
+) {
+    assert_output_once_by("page", written, last, truth);
+}
+
+/// Checks the output a log sink wrote of counts by `key`, each record its
+/// batch's txid, its place in the batch and a JSON `{key, "count"}`: each
+/// committed batch's output is there once and only once (every txid from 1
+/// to `last`, each with records 0..k and no other), and each key's counts
+/// rise batch by batch to its count in `truth`.
+pub fn assert_output_once_by<'a>(
+    key: &str,
     written: impl IntoIterator<Item = (u64, u32, &'a [u8])>,
     last: u64,
     truth: &std::collections::BTreeMap<String, i64>,
@@ -298,13 +306,13 @@ pub fn assert_output_once<'a>(
     use std::collections::{BTreeMap, BTreeSet};
     let mut ids = BTreeSet::new();
     let mut per_batch: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    let mut per_page: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    let mut per_key: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
     for (txid, n, payload) in written {
         assert!(ids.insert((txid, n)), "txid {txid} record {n} is written twice");
         per_batch.entry(txid).or_default().push(n);
         let json: serde_json::Value = serde_json::from_slice(payload).unwrap();
-        let page = json["page"].as_str().unwrap().to_owned();
-        per_page.entry(page).or_default().push((txid, json["count"].as_i64().unwrap()));
+        let value = json[key].as_str().unwrap().to_owned();
+        per_key.entry(value).or_default().push((txid, json["count"].as_i64().unwrap()));
     }
     let txids: Vec<u64> = per_batch.keys().copied().collect();
     assert_eq!(txids, (1..=last).collect::<Vec<_>>(), "the output holds other batches than the committed ones");
@@ -313,10 +321,10 @@ pub fn assert_output_once<'a>(
         assert_eq!(ns, (0..ns.len() as u32).collect::<Vec<_>>(), "txid {txid}'s records");
     }
     let mut seen = BTreeMap::new();
-    for (page, mut updates) in per_page {
+    for (value, mut updates) in per_key {
         updates.sort();
-        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "page {page}: counts do not rise: {updates:?}");
-        seen.insert(page, updates.last().unwrap().1);
+        assert!(updates.windows(2).all(|w| w[0].1 < w[1].1), "{key} {value}: counts do not rise: {updates:?}");
+        seen.insert(value, updates.last().unwrap().1);
     }
     assert_counts_eq(&seen, truth);
 }

@@ -22,7 +22,7 @@
 //! a fence written later comes after the snapshot, so the purge (bounded by
 //! the snapshot's sequence) cannot reach the new owner's messages.
 
-use super::wire::{self, token};
+use super::wire::{self, ChunkHead, Reader, token};
 use anyhow::{Context, Result, bail};
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
@@ -116,31 +116,23 @@ impl Message {
     /// A message read back from the changelog; anything else is an error.
     pub fn decode(bytes: &[u8]) -> Result<Message> {
         let malformed = || anyhow::anyhow!("a changelog message of {} bytes is malformed", bytes.len());
-        let mut reader = Reader(bytes);
-        let kind = match reader.take(1).ok_or_else(malformed)? {
-            [0] => Kind::Delta,
-            [1] => Kind::Snapshot,
-            _ => return Err(malformed()),
-        };
-        let epoch = reader.u64().ok_or_else(malformed)?;
-        let txid = reader.u64().ok_or_else(malformed)?;
-        let index = reader.u32().ok_or_else(malformed)?;
-        let count = reader.u32().ok_or_else(malformed)?;
-        if index >= count {
-            return Err(malformed());
-        }
-        let mut records = Vec::new();
-        while !reader.0.is_empty() {
-            let key = reader.bytes().ok_or_else(malformed)?.to_vec();
-            let value = match reader.take(1).ok_or_else(malformed)? {
-                [0] => None,
-                [1] => Some(reader.bytes().ok_or_else(malformed)?.to_vec()),
-                _ => return Err(malformed()),
-            };
-            records.push((key, value));
-        }
+        // The kind byte: 0 for a delta, 1 for a snapshot.
+        let kind = |byte: u8| [Kind::Delta, Kind::Snapshot].get(usize::from(byte)).copied();
+        let (kind, ChunkHead { epoch, txid, index, count }, records) =
+            wire::decode_chunk(bytes, kind, read_record).ok_or_else(malformed)?;
         Ok(Message { kind, epoch, txid, index, count, records })
     }
+}
+
+/// A record's key, then a 0 for a removal or a 1 and its value.
+fn read_record(reader: &mut Reader) -> Option<Write> {
+    let key = reader.bytes()?.to_vec();
+    let value = match reader.u8()? {
+        0 => None,
+        1 => Some(reader.bytes()?.to_vec()),
+        _ => return None,
+    };
+    Some((key, value))
 }
 
 fn record_len((key, value): &Write) -> usize {
@@ -152,10 +144,7 @@ fn record_len((key, value): &Write) -> usize {
 fn encode_message(kind: Kind, epoch: u64, txid: u64, (index, count): (u32, u32), records: &[Write]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(25 + records.iter().map(record_len).sum::<usize>());
     bytes.push(u8::from(kind == Kind::Snapshot));
-    bytes.extend_from_slice(&epoch.to_be_bytes());
-    bytes.extend_from_slice(&txid.to_be_bytes());
-    bytes.extend_from_slice(&index.to_be_bytes());
-    bytes.extend_from_slice(&count.to_be_bytes());
+    ChunkHead { epoch, txid, index, count }.encode_into(&mut bytes);
     for (key, value) in records {
         encode_record(&mut bytes, key, value.as_deref());
     }
@@ -172,33 +161,6 @@ fn encode_record(bytes: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
             bytes.extend_from_slice(value);
         }
         None => bytes.push(0),
-    }
-}
-
-/// Reads a message's fields front to back; `None` past its end.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn bytes(&mut self) -> Option<&'a [u8]> {
-        let n = self.u32()? as usize;
-        self.take(n)
     }
 }
 

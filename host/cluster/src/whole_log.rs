@@ -17,7 +17,7 @@
 //! after it.
 
 use super::changelog::Changelog;
-use super::wire;
+use super::wire::{self, ChunkHead, Reader};
 use anyhow::{Context, Result, anyhow, bail};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::message::PublishMessage;
@@ -115,57 +115,33 @@ impl Op {
     }
 }
 
-/// Reads a message's fields front to back; `None` past its end.
-struct Reader<'a>(&'a [u8]);
+/// A byte string after its length, owned.
+fn read_owned(reader: &mut Reader) -> Option<Vec<u8>> {
+    Some(reader.bytes()?.to_vec())
+}
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
+fn read_string(reader: &mut Reader) -> Option<String> {
+    String::from_utf8(read_owned(reader)?).ok()
+}
 
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
+/// A 0 for `None`, or a 1 and the bytes.
+fn read_option(reader: &mut Reader) -> Option<Option<Vec<u8>>> {
+    match reader.u8()? {
+        0 => Some(None),
+        1 => Some(Some(read_owned(reader)?)),
+        _ => None,
     }
+}
 
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn bytes(&mut self) -> Option<Vec<u8>> {
-        let n = self.u32()? as usize;
-        Some(self.take(n)?.to_vec())
-    }
-
-    fn string(&mut self) -> Option<String> {
-        String::from_utf8(self.bytes()?).ok()
-    }
-
-    fn option(&mut self) -> Option<Option<Vec<u8>>> {
-        match self.u8()? {
-            0 => Some(None),
-            1 => Some(Some(self.bytes()?)),
-            _ => None,
-        }
-    }
-
-    fn op(&mut self) -> Option<Op> {
-        Some(match self.u8()? {
-            0 => Op::Put { state: self.string()?, key: self.bytes()?, value: self.option()? },
-            1 => Op::Range { state: self.string()?, from: self.bytes()?, to: self.bytes()? },
-            2 => Op::Other { table: self.string()?, key: self.bytes()?, value: self.option()? },
-            3 => Op::Committed { txid: self.u64()?, record: self.bytes()? },
-            _ => return None,
-        })
-    }
+/// An op's tag and its fields (see [`Op::encode_into`]).
+fn read_op(r: &mut Reader) -> Option<Op> {
+    Some(match r.u8()? {
+        0 => Op::Put { state: read_string(r)?, key: read_owned(r)?, value: read_option(r)? },
+        1 => Op::Range { state: read_string(r)?, from: read_owned(r)?, to: read_owned(r)? },
+        2 => Op::Other { table: read_string(r)?, key: read_owned(r)?, value: read_option(r)? },
+        3 => Op::Committed { txid: r.u64()?, record: read_owned(r)? },
+        _ => return None,
+    })
 }
 
 impl Entry {
@@ -178,10 +154,7 @@ impl Entry {
             Kind::Snapshot => 1,
             Kind::Fence => 2,
         }];
-        out.extend_from_slice(&self.epoch.to_be_bytes());
-        out.extend_from_slice(&self.txid.to_be_bytes());
-        out.extend_from_slice(&self.index.to_be_bytes());
-        out.extend_from_slice(&self.count.to_be_bytes());
+        ChunkHead { epoch: self.epoch, txid: self.txid, index: self.index, count: self.count }.encode_into(&mut out);
         for op in &self.ops {
             op.encode_into(&mut out);
         }
@@ -191,24 +164,10 @@ impl Entry {
     /// A message read back from the log; anything else is an error.
     pub fn decode(bytes: &[u8]) -> Result<Entry> {
         let malformed = || anyhow!("a message of {} bytes of a whole topology's changelog is malformed", bytes.len());
-        let mut reader = Reader(bytes);
-        let kind = match reader.u8().ok_or_else(malformed)? {
-            0 => Kind::Delta,
-            1 => Kind::Snapshot,
-            2 => Kind::Fence,
-            _ => return Err(malformed()),
-        };
-        let epoch = reader.u64().ok_or_else(malformed)?;
-        let txid = reader.u64().ok_or_else(malformed)?;
-        let index = reader.u32().ok_or_else(malformed)?;
-        let count = reader.u32().ok_or_else(malformed)?;
-        if index >= count {
-            return Err(malformed());
-        }
-        let mut ops = Vec::new();
-        while !reader.0.is_empty() {
-            ops.push(reader.op().ok_or_else(malformed)?);
-        }
+        // The kind byte as `encode` writes it.
+        let kind = |byte: u8| [Kind::Delta, Kind::Snapshot, Kind::Fence].get(usize::from(byte)).copied();
+        let (kind, ChunkHead { epoch, txid, index, count }, ops) =
+            wire::decode_chunk(bytes, kind, read_op).ok_or_else(malformed)?;
         Ok(Entry { kind, epoch, txid, index, count, ops })
     }
 }

@@ -20,6 +20,84 @@ pub(crate) fn token(bytes: &[u8]) -> String {
     hex::encode(&Sha256::digest(bytes)[..16])
 }
 
+/// Where one message of a changelog stands: chunk `index` of `count` of
+/// what the owner at `epoch` wrote as of `txid`. Both changelogs (a slot's,
+/// a whole topology's) put it after the message's kind byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkHead {
+    pub epoch: u64,
+    pub txid: u64,
+    pub index: u32,
+    pub count: u32,
+}
+
+impl ChunkHead {
+    /// Epoch and txid (8 bytes each, big-endian), index and count (4 each).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.epoch.to_be_bytes());
+        out.extend_from_slice(&self.txid.to_be_bytes());
+        out.extend_from_slice(&self.index.to_be_bytes());
+        out.extend_from_slice(&self.count.to_be_bytes());
+    }
+}
+
+/// Reads a message's fields front to back; `None` past its end.
+pub(crate) struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    pub fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    pub fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    pub fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    /// A byte string after its length (4).
+    pub fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+
+    /// A changelog message's [`ChunkHead`]; `None` also for an index not
+    /// below its count.
+    fn chunk_head(&mut self) -> Option<ChunkHead> {
+        let head = ChunkHead { epoch: self.u64()?, txid: self.u64()?, index: self.u32()?, count: self.u32()? };
+        (head.index < head.count).then_some(head)
+    }
+}
+
+/// A changelog message read back: its kind byte (as `kind` reads it), its
+/// [`ChunkHead`], then items (as `item` reads each) to its end; `None`
+/// for anything malformed.
+pub(crate) fn decode_chunk<K, T>(
+    bytes: &[u8],
+    kind: impl Fn(u8) -> Option<K>,
+    mut item: impl FnMut(&mut Reader<'_>) -> Option<T>,
+) -> Option<(K, ChunkHead, Vec<T>)> {
+    let mut reader = Reader(bytes);
+    let kind = kind(reader.u8()?)?;
+    let head = reader.chunk_head()?;
+    let mut items = Vec::new();
+    while !reader.0.is_empty() {
+        items.push(item(&mut reader)?);
+    }
+    Some((kind, head, items))
+}
+
 /// Most bytes of a partials message's header.
 const MAX_HEADER: usize = 64 << 10;
 

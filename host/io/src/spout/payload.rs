@@ -68,3 +68,13 @@ fn member<'a>(object: &'a Map<String, Value>, field: &str) -> Result<ValueRef<'a
         }
     })
 }
+
+/// The first row `push` writes into a batch of `arity` fields, each value
+/// as `Debug` shows it, space-separated: what the shapes' tests compare.
+#[cfg(test)]
+pub fn first_row(arity: usize, push: impl FnOnce(&mut weir_sdk::codec::BatchWriter) -> Result<()>) -> Result<String> {
+    let mut writer = weir_sdk::codec::BatchWriter::new(arity);
+    push(&mut writer)?;
+    let batch = writer.finish_batch();
+    Ok(batch.row(0).values().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(" "))
+}

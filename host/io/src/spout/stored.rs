@@ -5,6 +5,36 @@
 
 use anyhow::{Result, bail};
 
+/// The stored form of `items`: `version`, their count (4 bytes), then
+/// each as `put` writes it.
+pub fn encode_list<T>(version: u8, items: &[T], mut put: impl FnMut(&mut Vec<u8>, &T)) -> Vec<u8> {
+    let mut out = vec![version];
+    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    for item in items {
+        put(&mut out, item);
+    }
+    out
+}
+
+/// Reads what [`encode_list`] wrote, each item with `item`, reserving
+/// room for at most `most` up front; no bytes may be left.
+pub fn decode_list<'a, T>(
+    bytes: &'a [u8],
+    what: &'static str,
+    version: u8,
+    most: usize,
+    mut item: impl FnMut(&mut Stored<'a>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut stored = Stored::open(bytes, what, version)?;
+    let count = stored.u32()? as usize;
+    let mut items = Vec::with_capacity(count.min(most));
+    for _ in 0..count {
+        items.push(item(&mut stored)?);
+    }
+    stored.finish()?;
+    Ok(items)
+}
+
 /// Stored metadata being read.
 pub struct Stored<'a> {
     whole: usize,
@@ -81,4 +111,24 @@ pub fn assert_round_trip<T: PartialEq + std::fmt::Debug>(
     let mut inconsistent = bytes.to_vec();
     inconsistent[25..33].copy_from_slice(&100u64.to_le_bytes());
     assert!(decode(&inconsistent).unwrap_err().to_string().contains("inconsistent"), "{inconsistent:?}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{jetstream::meta as js, kafka::meta as kafka};
+    use super::assert_round_trip;
+
+    #[test]
+    fn positions_round_trip_and_damage_is_refused() {
+        let positions = vec![
+            js::Position { subject: "clicks.0".into(), next: 42, first: 7, count: 12 },
+            js::Position { subject: "clicks.1".into(), next: 1, first: 1, count: 0 },
+        ];
+        assert_round_trip(&js::encode(&positions), &positions, js::decode);
+        let offsets = vec![
+            kafka::Position { partition: 0, next: 42, first: 7, count: 12 },
+            kafka::Position { partition: 3, next: 0, first: 0, count: 0 },
+        ];
+        assert_round_trip(&kafka::encode(&offsets), &offsets, kafka::decode);
+    }
 }

@@ -12,9 +12,12 @@
 mod shared;
 #[path = "../../shared/topologies.rs"]
 mod shared_topologies;
+#[path = "../../shared/sums.rs"]
+mod sums;
 
 use shared::{Greatest, JoinNumbers, fail_first_attempt};
 use shared_topologies::jetstream_lines;
+use sums::Sums;
 use weir_sdk::builder::TopologyBuilder;
 use weir_sdk::prelude::*;
 use weir_sdk::{Stream, ValueRef};
@@ -59,34 +62,15 @@ pub struct Record;
 
 impl StateUpdater for Record {
     fn update_state(&self, state: &dyn MapState, tuples: &[Tuple<'_>], _out: &mut Emitter<'_>) -> Result<(), Error> {
-        let mut seen: Vec<(Vec<Value>, i64)> = Vec::new();
+        let mut seen = Sums::default();
         for tuple in tuples {
             let mut key = vec![Value::I64(tuple.batch().txid as i64)];
             for field in 0..tuple.fields().len() {
                 key.push(tuple.value(field)?.to_owned());
             }
-            match seen.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, n)) => *n += 1,
-                None => seen.push((key, 1)),
-            }
+            seen.add(key, 1);
         }
-        if seen.is_empty() {
-            return Ok(());
-        }
-        let keys: Vec<Vec<Value>> = seen.iter().map(|(k, _)| k.clone()).collect();
-        let stored = state.multi_get(&keys)?;
-        let entries: Vec<(Vec<Value>, Value)> = seen
-            .into_iter()
-            .zip(stored)
-            .map(|((key, n), stored)| {
-                let before = match stored {
-                    Some(Value::I64(before)) => before,
-                    _ => 0,
-                };
-                (key, Value::I64(before + n))
-            })
-            .collect();
-        state.multi_put(&entries)
+        seen.add_into(state)
     }
 }
 

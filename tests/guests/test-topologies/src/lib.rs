@@ -2,8 +2,11 @@
 
 #[path = "../../shared/topologies.rs"]
 mod shared_topologies;
+#[path = "../../shared/sums.rs"]
+mod sums;
 
 use shared_topologies::jetstream_lines;
+use sums::Sums;
 use weir_sdk::Window;
 use weir_sdk::builder::{Sink, Spout};
 use weir_sdk::prelude::*;
@@ -188,32 +191,11 @@ struct SensorTotals;
 
 impl StateUpdater for SensorTotals {
     fn update_state(&self, state: &dyn MapState, tuples: &[Tuple<'_>], _out: &mut Emitter<'_>) -> Result<(), Error> {
-        let mut totals: Vec<(Vec<Value>, i64)> = Vec::new();
+        let mut totals = Sums::default();
         for tuple in tuples {
-            let key = vec![Value::from(tuple.str("sensor")?)];
-            let value = tuple.i64("value")?;
-            match totals.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, total)) => *total += value,
-                None => totals.push((key, value)),
-            }
+            totals.add(vec![Value::from(tuple.str("sensor")?)], tuple.i64("value")?);
         }
-        if totals.is_empty() {
-            return Ok(());
-        }
-        let keys: Vec<Vec<Value>> = totals.iter().map(|(k, _)| k.clone()).collect();
-        let stored = state.multi_get(&keys)?;
-        let entries: Vec<(Vec<Value>, Value)> = totals
-            .into_iter()
-            .zip(stored)
-            .map(|((key, total), stored)| {
-                let before = match stored {
-                    Some(Value::I64(before)) => before,
-                    _ => 0,
-                };
-                (key, Value::I64(before + total))
-            })
-            .collect();
-        state.multi_put(&entries)
+        totals.add_into(state)
     }
 }
 

@@ -1,7 +1,7 @@
 //! A JetStream batch's metadata: per partition, the sequence range it read
 //! and the sequence to read from next.
 
-use super::super::stored::Stored;
+use super::super::stored;
 use anyhow::{Result, bail};
 
 /// Where one partition (subject) stands after a batch.
@@ -29,46 +29,25 @@ const VERSION: u8 = 1;
 
 /// The stored form of a batch's positions.
 pub fn encode(positions: &[Position]) -> Vec<u8> {
-    let mut out = vec![VERSION];
-    out.extend_from_slice(&(positions.len() as u32).to_le_bytes());
-    for p in positions {
+    stored::encode_list(VERSION, positions, |out, p| {
         out.extend_from_slice(&(p.subject.len() as u32).to_le_bytes());
         out.extend_from_slice(p.subject.as_bytes());
         for n in [p.next, p.first, p.count] {
             out.extend_from_slice(&n.to_le_bytes());
         }
-    }
-    out
+    })
 }
 
 /// Reads what [`encode`] wrote.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Position>> {
-    let mut stored = Stored::open(bytes, "stored JetStream positions", VERSION)?;
-    let count = stored.u32()? as usize;
-    let mut positions = Vec::with_capacity(count.min(weir_config::MAX_JETSTREAM_PARTITIONS));
-    for _ in 0..count {
+    let most = weir_config::MAX_JETSTREAM_PARTITIONS;
+    stored::decode_list(bytes, "stored JetStream positions", VERSION, most, |stored| {
         let len = stored.u32()? as usize;
         let subject = String::from_utf8(stored.take(len)?.to_vec())?;
         let (next, first, count) = (stored.u64()?, stored.u64()?, stored.u64()?);
         if next == 0 || (count > 0 && (first == 0 || first > next - 1 || count > next - first)) {
             bail!("stored JetStream position of {subject} is inconsistent: next {next}, first {first}, count {count}");
         }
-        positions.push(Position { subject, next, first, count });
-    }
-    stored.finish()?;
-    Ok(positions)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn positions_round_trip_and_damage_is_refused() {
-        let positions = vec![
-            Position { subject: "clicks.0".into(), next: 42, first: 7, count: 12 },
-            Position { subject: "clicks.1".into(), next: 1, first: 1, count: 0 },
-        ];
-        super::super::super::stored::assert_round_trip(&encode(&positions), &positions, decode);
-    }
+        Ok(Position { subject, next, first, count })
+    })
 }

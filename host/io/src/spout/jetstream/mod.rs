@@ -17,7 +17,7 @@
 //! `--nats-retry-ms` before the topology halts; nothing is emitted from a
 //! read that did not finish, so nothing committed is lost.
 
-mod meta;
+pub(super) mod meta;
 mod pull;
 mod reader;
 pub(crate) mod tuples;

@@ -85,11 +85,8 @@ mod tests {
     }
 
     fn row(shape: &TupleShape, payload: &[u8]) -> Result<String> {
-        let mut writer = BatchWriter::new(shape.arity());
         let message = Message { subject: "s.1", payload, sequence: 9, timestamp_ms: 1234 };
-        shape.push(&mut writer, &message)?;
-        let batch = writer.finish_batch();
-        Ok(batch.row(0).values().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(" "))
+        payload::first_row(shape.arity(), |writer| shape.push(writer, &message))
     }
 
     #[test]

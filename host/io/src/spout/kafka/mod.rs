@@ -16,7 +16,7 @@
 //! retried with back-off for `--kafka-retry-ms` before the topology halts;
 //! nothing is emitted from a read that did not finish.
 
-mod meta;
+pub(super) mod meta;
 mod records;
 
 use super::backlog::Backlog;

@@ -100,16 +100,13 @@ mod tests {
     }
 
     fn row(shape: &RecordShape, value: &[u8]) -> Result<String> {
-        let mut writer = BatchWriter::new(shape.arity());
         let record = Record {
             key: Some(b"k1".to_vec()),
             value: Some(value.to_vec()),
             headers: [("h".to_owned(), b"v".to_vec())].into_iter().collect(),
             timestamp: chrono_millis(1234),
         };
-        shape.push(&mut writer, 2, 9, &record)?;
-        let batch = writer.finish_batch();
-        Ok(batch.row(0).values().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(" "))
+        payload::first_row(shape.arity(), |writer| shape.push(writer, 2, 9, &record))
     }
 
     fn chrono_millis(ms: i64) -> rskafka::chrono::DateTime<rskafka::chrono::Utc> {
