@@ -18,8 +18,15 @@ use weir_state::{Db, StoreError};
 /// Keys one answer holds at most.
 pub const PAGE: usize = 1000;
 
-/// What a host answers of a slot it owns and has not restored yet.
-const NOT_RESTORED: &str = "not restored yet";
+/// What a host answers of a slot it does not own, or owns and has not
+/// restored yet: the slot is changing hands.
+pub const NOT_RESTORED: &str = "not restored yet";
+
+/// Whether a read failed because a slot it asked for is changing hands:
+/// worth asking again under the assignment read afresh.
+pub fn is_moving(error: &anyhow::Error) -> bool {
+    format!("{error:#}").contains(NOT_RESTORED)
+}
 
 /// How long a host has to answer a read.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,7 +60,7 @@ impl ClusterState {
         let deadline = std::time::Instant::now() + READ_TIMEOUT;
         loop {
             match self.ask_once(host, request) {
-                Err(e) if format!("{e:#}").contains(NOT_RESTORED) && std::time::Instant::now() < deadline => {
+                Err(e) if is_moving(&e) && std::time::Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 answer => return answer,

@@ -681,13 +681,40 @@ pub fn read_state(
         let states: Vec<&String> = plan.plan.states.keys().collect();
         return Err(DeployError::NotFound(format!("topology {name} has no state {state:?} (states: {states:?})")));
     }
-    let (cluster, _connection) = cluster_state(app, membership, name, &plan)?;
-    let unavailable = |e: anyhow::Error| DeployError::Unavailable(format!("{e:#}"));
-    match (key, page) {
-        (Some(key), _) => Ok(cluster.get(state, &key).map_err(unavailable)?.map(|s| (key, s)).into_iter().collect()),
-        (None, Some((after, limit))) => cluster.page(state, after.as_deref(), limit).map_err(unavailable),
+    with_current_owners(app, membership, name, &plan, |cluster| match (&key, &page) {
+        (Some(key), _) => Ok(cluster.get(state, key)?.map(|s| (key.clone(), s)).into_iter().collect()),
+        (None, Some((after, limit))) => cluster.page(state, after.as_deref(), *limit),
         // A whole answer: one key past what it may hold tells it is more.
-        (None, None) => cluster.first(state, MAX_STATE_ANSWER_KEYS + 1).map_err(unavailable),
+        (None, None) => cluster.first(state, MAX_STATE_ANSWER_KEYS + 1),
+    })
+}
+
+/// Longest a read waits for slots that are changing hands (a host joining
+/// or leaving) to be owned and restored by the hosts the assignment names.
+const MOVING_WAIT: Duration = Duration::from_secs(15);
+
+/// `read` over the cluster's state of topology `name` as the current
+/// assignment places it. A host asked for a slot it no longer owns (the
+/// assignment moved on since it was read) or has not restored yet is
+/// asked again under the assignment read afresh, for at most
+/// [`MOVING_WAIT`]; runs off the async runtime.
+fn with_current_owners<T>(
+    app: &App,
+    membership: &Membership,
+    name: &str,
+    plan: &ClusterPlan,
+    read: impl Fn(ClusterState) -> anyhow::Result<T>,
+) -> Result<T, DeployError> {
+    let deadline = std::time::Instant::now() + MOVING_WAIT;
+    loop {
+        let (cluster, _connection) = cluster_state(app, membership, name, plan)?;
+        match read(cluster) {
+            Ok(answer) => return Ok(answer),
+            Err(e) if weir_cluster::reads::is_moving(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(DeployError::Unavailable(format!("{e:#}"))),
+        }
     }
 }
 
@@ -705,10 +732,10 @@ pub fn query(
         let known: Vec<&String> = plan.plan.queries.keys().collect();
         return Err(DeployError::NotFound(format!("topology {name} has no query {query:?} (queries: {known:?})")));
     }
-    let (cluster, _connection) = cluster_state(app, membership, name, &plan)?;
-    let snapshot = ClusterSnapshot(Arc::new(cluster));
-    weir_engine::exec::query_over(&snapshot, 0, &plan.plan, &plan.source, query, args)
-        .map_err(|e| DeployError::Unavailable(format!("{e:#}")))
+    with_current_owners(app, membership, name, &plan, |cluster| {
+        let snapshot = ClusterSnapshot(Arc::new(cluster));
+        weir_engine::exec::query_over(&snapshot, 0, &plan.plan, &plan.source, query, args)
+    })
 }
 
 /// A slot fence to publish: topology, state, slot, and the epoch at which
