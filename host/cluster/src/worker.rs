@@ -109,7 +109,7 @@ struct Processed {
     span: (u64, u64),
     partitions: Vec<String>,
     tuples: u64,
-    partials: BTreeMap<String, KeyedValues>,
+    partials: Arc<BTreeMap<String, KeyedValues>>,
 }
 
 /// One host's worker for one topology.
@@ -287,7 +287,7 @@ impl Worker {
             let started = Instant::now();
             let (tuples, partials) = self.process(&start, partitions)?;
             tracing::debug!("topology {}: txid {}: {tuples} tuples processed", self.plan.name, start.txid);
-            self.send(&start, &owners, tuples, partials)?;
+            self.send(&start, &owners, tuples, &partials)?;
             self.report(&start, Outcome::Processed { tuples });
             // The next batch's messages, read on the client's thread while
             // this one is gathered and committed.
@@ -317,21 +317,22 @@ impl Worker {
 
     /// Reads this host's partitions of the batch and runs the process
     /// phase: the tuples read, and each state's partials.
-    fn process(&mut self, start: &Start, partitions: &[String]) -> Result<(u64, BTreeMap<String, KeyedValues>)> {
+    fn process(&mut self, start: &Start, partitions: &[String]) -> Result<(u64, Arc<BTreeMap<String, KeyedValues>>)> {
         let same =
             |p: &&Processed| p.txid == start.txid && p.span == (start.after, start.until) && p.partitions == partitions;
         if let Some(done) = self.processed.as_ref().filter(same) {
             tracing::debug!("topology {}: txid {}: partials taken from the try before", self.plan.name, start.txid);
-            return Ok((done.tuples, done.partials.clone()));
+            return Ok((done.tuples, Arc::clone(&done.partials)));
         }
         self.processed = None;
         let (tuples, out) = self.read_and_process(start, partitions)?;
+        let out = Arc::new(out);
         self.processed = Some(Processed {
             txid: start.txid,
             span: (start.after, start.until),
             partitions: partitions.to_vec(),
             tuples,
-            partials: out.clone(),
+            partials: Arc::clone(&out),
         });
         Ok((tuples, out))
     }
@@ -366,16 +367,16 @@ impl Worker {
         start: &Start,
         owners: &Owners,
         read: u64,
-        partials: BTreeMap<String, KeyedValues>,
+        partials: &BTreeMap<String, KeyedValues>,
     ) -> Result<()> {
         let host = self.cluster.host.clone();
         let mut per_host: BTreeMap<&str, Vec<(String, Vec<u8>)>> =
             owners.receivers().into_iter().filter(|h| *h != host).map(|h| (h, Vec::new())).collect();
         let mut own = Vec::new();
         for (state, values) in partials {
-            let owned = owners.of_state(&state);
+            let owned = owners.of_state(state);
             if !owned.is_empty() && owned.iter().all(|owner| owner.as_ref().is_some_and(|o| o.host == host)) {
-                own.push((state, values));
+                own.push((state.clone(), values.clone()));
                 continue;
             }
             // Each owner's share, its keys in order as the partials hold them.
