@@ -1,11 +1,12 @@
 //! The leader's coordinator of one cluster topology, on a thread of its
 //! own, as Trident's master batch coordinator: it picks each txid's span of
-//! the stream and records it in etcd before any host processes it (a replay
+//! the stream and records it in etcd before the batch starts (a replay
 //! reads the same span), starts the batch under the assignment's epoch,
 //! waits for every slot owner's commit, and moves the commit record on.
 //! One batch is in flight at a time, so commits go strictly in txid order;
-//! the next batch's span is recorded as a batch starts, so that its
-//! partition owners read it while this one commits.
+//! the next batch's span is cut as a batch starts and given with its start,
+//! so that its partition owners read and process it while this one commits
+//! (what they made of a span is used only for a start with that span).
 //! A batch a host fails, or that is not done within the batch timeout, or
 //! whose assignment moves on, replays under the same txid, after a
 //! back-off.
@@ -170,13 +171,22 @@ impl Coordinator {
         if untried {
             self.recorded_ahead = None;
         }
-        let next = match recorded(txid + 1) {
-            Some(next) => Some(decode_span(&next.spout)?),
-            None => self.record_ahead(&name, txid + 1, until),
+        let (next, ahead) = match recorded(txid + 1) {
+            Some(next) => (Some(decode_span(&next.spout)?), None),
+            None => match self.cut_ahead(&name, txid + 1, until) {
+                Some(record) => (Some(decode_span(&record.spout)?), Some(record)),
+                None => (None, None),
+            },
         };
         let start =
             Start { txid, attempt: record.attempt, epoch: owners.epoch, after, until, time_ms: record.time_ms, next };
         self.announce(&start)?;
+        // Recorded once the hosts have the start: they only read and
+        // process the next span ahead, which a span cut otherwise later
+        // (this record lost) passes over.
+        if let Some(record) = ahead {
+            self.record_ahead(&name, txid + 1, &record);
+        }
         let tuples = self.wait(&start, &owners, stop)?;
         self.log.commit(&name, txid)?;
         let mut figures = self.figures.locked();
@@ -197,27 +207,26 @@ impl Coordinator {
         Some(BatchRecord { attempt: 0, time_ms, spout: encode_span(after, until) })
     }
 
-    /// Cuts and records batch `txid`, after sequence `after`, while the
-    /// batch before it is under way, so that its partition owners read it
-    /// while that one commits: its span, or `None` when the stream holds
-    /// nothing past `after` yet or the record failed (it is cut when it
-    /// comes, then).
-    fn record_ahead(&mut self, name: &str, txid: u64, after: u64) -> Option<(u64, u64)> {
-        let recorded = (|| {
-            let (_, last) = self.reader.sequences()?;
-            let Some(record) = self.cut(after, last) else { return Ok(None) };
-            self.log.record_batch(name, txid, &record)?;
-            anyhow::Ok(Some(decode_span(&record.spout)?))
-        })();
-        match recorded {
-            Ok(span) => {
-                self.recorded_ahead = span.map(|_| txid);
-                span
-            }
+    /// Cuts batch `txid`, after sequence `after`, while the batch before
+    /// it is under way, so that its partition owners read and process it
+    /// while that one commits: `None` when the stream holds nothing past
+    /// `after` yet or it could not be asked (it is cut when it comes, then).
+    fn cut_ahead(&mut self, name: &str, txid: u64, after: u64) -> Option<BatchRecord> {
+        match self.reader.sequences() {
+            Ok((_, last)) => self.cut(after, last),
             Err(e) => {
-                tracing::debug!("topology {name}: txid {txid} was not recorded ahead: {e:#}");
+                tracing::debug!("topology {name}: txid {txid} was not cut ahead: {e:#}");
                 None
             }
+        }
+    }
+
+    /// Records batch `txid`, cut ahead; one not recorded is cut again when
+    /// it comes.
+    fn record_ahead(&mut self, name: &str, txid: u64, record: &BatchRecord) {
+        match self.log.record_batch(name, txid, record) {
+            Ok(()) => self.recorded_ahead = Some(txid),
+            Err(e) => tracing::debug!("topology {name}: txid {txid} was not recorded ahead: {e:#}"),
         }
     }
 

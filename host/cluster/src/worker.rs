@@ -54,6 +54,9 @@ pub struct HostFigures {
     /// Of those, the batches whose messages were read ahead, while the
     /// batch before them committed.
     pub batches_read_ahead: u64,
+    /// Of those, the batches processed before their start came, while the
+    /// leader committed the batch before them.
+    pub batches_processed_ahead: u64,
     /// Batches whose slots this host committed, and the keys written.
     pub batches_committed: u64,
     pub keys_committed: u64,
@@ -103,13 +106,17 @@ fn publish_all(nats: &Nats, messages: Vec<Message>) -> Result<()> {
 /// txid reads the same span (the leader recorded it before the first try),
 /// so it takes them from here: a try that outlasts the batch timeout (a
 /// large span on a loaded host) is not redone from the stream on every
-/// replay, which would outlast the timeout again, try after try.
+/// replay, which would outlast the timeout again, try after try. The next
+/// batch's are made while the leader commits the one before, so that its
+/// start finds them.
 struct Processed {
     txid: u64,
     span: (u64, u64),
     partitions: Vec<String>,
     tuples: u64,
     partials: Arc<BTreeMap<String, KeyedValues>>,
+    /// Made before the batch's start came, and not taken yet.
+    ahead: bool,
 }
 
 /// One host's worker for one topology.
@@ -143,8 +150,13 @@ pub struct Worker {
     /// Slots restored here, with the epoch of the ownership they were
     /// restored for.
     ready: BTreeMap<(String, u32), u64>,
-    /// The last span this host processed, kept for its replays.
-    processed: Option<Processed>,
+    /// The spans this host processed last: the last batch's, kept for its
+    /// replays, and the next one's, processed ahead.
+    processed: Vec<Processed>,
+    /// The next batch's span, as the leader gave it with the last start,
+    /// and this host's partitions of it then: processed before its start
+    /// comes.
+    ahead: Option<(u64, (u64, u64), Vec<String>)>,
     timeout: Duration,
     figures: Arc<Mutex<HostFigures>>,
     last_idle_check: Option<Instant>,
@@ -193,7 +205,8 @@ impl Worker {
             early: Vec::new(),
             sent: None,
             ready: BTreeMap::new(),
-            processed: None,
+            processed: Vec::new(),
+            ahead: None,
             timeout,
             figures,
             last_idle_check: None,
@@ -213,19 +226,33 @@ impl Worker {
                 continue;
             }
             self.last_try = Some(start.id());
-            if let Err(e) = self.batch(start) {
-                let error = format!("{e:#}");
-                tracing::warn!(
-                    "topology {}: txid {} on host {}: {error}",
-                    self.plan.name,
-                    start.txid,
-                    self.cluster.host
-                );
-                self.report(&start, Outcome::Failed { error: error.clone() });
-                let mut figures = self.figures.locked();
-                figures.failures += 1;
-                figures.last_error = Some(error);
+            match self.batch(start) {
+                Ok(()) => self.process_ahead(),
+                Err(e) => self.failed(&start, e),
             }
+        }
+    }
+
+    /// Reports a failed try to the leader.
+    fn failed(&mut self, start: &Start, e: anyhow::Error) {
+        let error = format!("{e:#}");
+        tracing::warn!("topology {}: txid {} on host {}: {error}", self.plan.name, start.txid, self.cluster.host);
+        self.report(start, Outcome::Failed { error: error.clone() });
+        let mut figures = self.figures.locked();
+        figures.failures += 1;
+        figures.last_error = Some(error);
+    }
+
+    /// Processes the next batch's span, given with the last start, while
+    /// the leader commits the last batch and starts the next: its start
+    /// then finds the partials made. They depend only on the span's
+    /// messages, so a start with the same span and partitions under any
+    /// epoch or attempt takes them, and one with others does not.
+    fn process_ahead(&mut self) {
+        let Some((txid, span, partitions)) = self.ahead.take() else { return };
+        let id = BatchId { txid, attempt: 0 };
+        if let Err(e) = self.process(id, span, &partitions, true) {
+            tracing::debug!("topology {}: txid {txid} was not processed ahead: {e:#}", self.plan.name);
         }
     }
 
@@ -272,6 +299,7 @@ impl Worker {
 
     /// This host's part in one try at a batch.
     fn batch(&mut self, start: Start) -> Result<()> {
+        self.ahead = None;
         let Some(owners) = self.owners()?.filter(|o| o.epoch == start.epoch) else {
             tracing::debug!("topology {}: txid {} was started under another epoch", self.plan.name, start.txid);
             return Ok(());
@@ -285,7 +313,8 @@ impl Worker {
         );
         if let Some(partitions) = owners.partitions.get(&host) {
             let started = Instant::now();
-            let (tuples, partials) = self.process(&start, partitions)?;
+            let id = BatchId { txid: start.txid, attempt: start.attempt };
+            let (tuples, partials, made_ahead) = self.process(id, (start.after, start.until), partitions, false)?;
             tracing::debug!("topology {}: txid {}: {tuples} tuples processed", self.plan.name, start.txid);
             self.send(&start, &owners, tuples, &partials)?;
             self.report(&start, Outcome::Processed { tuples });
@@ -293,8 +322,10 @@ impl Worker {
             // this one is gathered and committed.
             if let Some((after, until)) = start.next {
                 self.reader.read_ahead(partitions, after, until);
+                self.ahead = Some((start.txid + 1, (after, until), partitions.clone()));
             }
             let mut figures = self.figures.locked();
+            figures.batches_processed_ahead += u64::from(made_ahead);
             figures.batches_processed += 1;
             figures.tuples_processed += tuples;
             figures.batches_read_ahead = self.reader.taken_ahead();
@@ -315,37 +346,50 @@ impl Worker {
         Ok(())
     }
 
-    /// Reads this host's partitions of the batch and runs the process
-    /// phase: the tuples read, and each state's partials.
-    fn process(&mut self, start: &Start, partitions: &[String]) -> Result<(u64, Arc<BTreeMap<String, KeyedValues>>)> {
-        let same =
-            |p: &&Processed| p.txid == start.txid && p.span == (start.after, start.until) && p.partitions == partitions;
-        if let Some(done) = self.processed.as_ref().filter(same) {
-            tracing::debug!("topology {}: txid {}: partials taken from the try before", self.plan.name, start.txid);
-            return Ok((done.tuples, Arc::clone(&done.partials)));
+    /// Reads this host's `partitions` of `span` and runs batch `id`'s
+    /// process phase (`ahead`: before its start came): the tuples read,
+    /// each state's partials, and whether they were made ahead. Partials
+    /// made before for the same txid, span and partitions (by the try
+    /// before, or ahead) are taken as they are.
+    fn process(
+        &mut self,
+        id: BatchId,
+        span: (u64, u64),
+        partitions: &[String],
+        ahead: bool,
+    ) -> Result<(u64, Arc<BTreeMap<String, KeyedValues>>, bool)> {
+        let same = |p: &&mut Processed| p.txid == id.txid && p.span == span && p.partitions == partitions;
+        if let Some(done) = self.processed.iter_mut().find(same) {
+            tracing::debug!("topology {}: txid {}: partials made before are taken", self.plan.name, id.txid);
+            // Counted as made ahead once, not again on a replay.
+            let made_ahead = !ahead && std::mem::take(&mut done.ahead);
+            return Ok((done.tuples, Arc::clone(&done.partials), made_ahead));
         }
-        self.processed = None;
-        let (tuples, out) = self.read_and_process(start, partitions)?;
+        // Kept: this txid's and the one before's, which may be replayed
+        // while this one is processed ahead.
+        self.processed.retain(|p| p.txid + 1 == id.txid);
+        let (tuples, out) = self.read_and_process(id, span, partitions)?;
         let out = Arc::new(out);
-        self.processed = Some(Processed {
-            txid: start.txid,
-            span: (start.after, start.until),
+        self.processed.push(Processed {
+            txid: id.txid,
+            span,
             partitions: partitions.to_vec(),
             tuples,
             partials: Arc::clone(&out),
+            ahead,
         });
-        Ok((tuples, out))
+        Ok((tuples, out, false))
     }
 
     /// [`Worker::process`], from the stream.
     fn read_and_process(
         &mut self,
-        start: &Start,
+        id: BatchId,
+        (after, until): (u64, u64),
         partitions: &[String],
     ) -> Result<(u64, BTreeMap<String, KeyedValues>)> {
-        let batch = self.reader.read(partitions, start.after, start.until)?;
+        let batch = self.reader.read(partitions, after, until)?;
         let tuples = batch.len() as u64;
-        let id = BatchId { txid: start.txid, attempt: start.attempt };
         let handover = self.processor.process(id, batch).map_err(|e| anyhow!("{e}"))?;
         let mut by_node = handover.into_partials().context("the commit phase takes more than partials")?;
         let mut out = BTreeMap::new();
