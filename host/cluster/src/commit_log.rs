@@ -8,7 +8,9 @@
 //! record nor commit anything.
 
 use anyhow::{Context, Result, bail};
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, LeaderKey, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, LeaderKey, Txn, TxnOp, TxnResponse};
+use std::sync::Mutex;
+use weir_config::sync::Locked;
 use weir_state::store::CommitLog;
 use weir_state::{BatchRecord, Progress, StateError, StoreError};
 
@@ -21,6 +23,10 @@ pub struct EtcdCommitLog {
     /// Runs the client's calls: the coordinator calls from threads of its
     /// own, outside any runtime.
     runtime: tokio::runtime::Handle,
+    /// The commit record this log wrote last: its topology, txid and
+    /// revision, so that the next commit's compare-and-swap needs no read
+    /// first (a record moved by anyone else fails the swap, which reads it).
+    last_commit: Mutex<Option<(String, u64, i64)>>,
 }
 
 /// Txids in keys: zero-padded, so that etcd's byte order is txid order.
@@ -30,7 +36,7 @@ fn padded(txid: u64) -> String {
 
 impl EtcdCommitLog {
     pub fn new(client: Client, cluster: &str, leader: LeaderKey, runtime: tokio::runtime::Handle) -> EtcdCommitLog {
-        EtcdCommitLog { client, cluster: cluster.to_owned(), leader, runtime }
+        EtcdCommitLog { client, cluster: cluster.to_owned(), leader, runtime, last_commit: Mutex::new(None) }
     }
 
     fn batches_prefix(&self, topology: &str) -> String {
@@ -47,13 +53,13 @@ impl EtcdCommitLog {
 
     /// Runs `txn`; fails, naming `what`, when etcd refuses it because this
     /// host no longer leads.
-    fn write(&self, txn: Txn, what: &str) -> Result<()> {
+    fn write(&self, txn: Txn, what: &str) -> Result<TxnResponse> {
         let mut client = self.client.clone();
         let done = self.runtime.block_on(client.txn(txn)).with_context(|| format!("{what} in etcd"))?;
         if !done.succeeded() {
             bail!("{what}: this host no longer leads its cluster, so it records nothing");
         }
-        Ok(())
+        Ok(done)
     }
 
     /// The last committed txid of `topology`, and the commit record's
@@ -66,7 +72,11 @@ impl EtcdCommitLog {
     /// Records `txid` as `topology`'s last committed batch, if it follows
     /// the commit record, and forgets the records of the batches before it.
     pub fn commit(&self, topology: &str, txid: u64) -> Result<()> {
-        let (last, revision) = self.last_committed(topology)?;
+        let written = self.last_commit.locked().take().filter(|(of, _, _)| of == topology);
+        let (last, revision) = match written {
+            Some((_, last, revision)) if last + 1 == txid => (last, revision),
+            _ => self.last_committed(topology)?,
+        };
         if txid != last + 1 {
             return Err(StateError::NotNext { txid, last }.into());
         }
@@ -79,13 +89,18 @@ impl EtcdCommitLog {
                 TxnOp::put(key.as_str(), txid.to_string(), None),
                 TxnOp::delete(prefix.as_str(), Some(DeleteOptions::new().with_range(before))),
             ]);
-        self.write(txn, &format!("committing txid {txid} of topology {topology}")).map_err(|e| {
+        let done = self.write(txn, &format!("committing txid {txid} of topology {topology}")).map_err(|e| {
             // Another commit came between the read and the write.
             match self.last_committed(topology) {
                 Ok((now, _)) if now != last => StateError::NotNext { txid, last: now }.into(),
                 _ => e,
             }
-        })
+        })?;
+        // The transaction's revision is the commit record's now.
+        if let Some(header) = done.header() {
+            *self.last_commit.locked() = Some((topology.to_owned(), txid, header.revision()));
+        }
+        Ok(())
     }
 }
 
@@ -135,6 +150,8 @@ impl CommitLog for EtcdCommitLog {
     fn record_batch(&self, topology: &str, txid: u64, record: &BatchRecord) -> Result<(), StoreError> {
         let key = format!("{}{}", self.batches_prefix(topology), padded(txid));
         let txn = Txn::new().when([self.leading()]).and_then([TxnOp::put(key, record.encode(), None)]);
-        self.write(txn, &format!("recording batch {txid} of topology {topology}")).map_err(StoreError::Backend)
+        self.write(txn, &format!("recording batch {txid} of topology {topology}"))
+            .map(drop)
+            .map_err(StoreError::Backend)
     }
 }

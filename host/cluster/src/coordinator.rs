@@ -29,8 +29,8 @@ use weir_config::backoff::Backoff;
 use weir_config::sync::Locked;
 use weir_io::nats::{Nats, NatsConfig};
 use weir_io::spout::jetstream::SpanReader;
-use weir_state::BatchRecord;
 use weir_state::store::CommitLog;
+use weir_state::{BatchRecord, Progress};
 
 /// What the leader's coordinator did, for the topology's status.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -61,6 +61,11 @@ pub struct Coordinator {
     /// A batch recorded while the one before it was under way, and not
     /// tried yet.
     recorded_ahead: Option<u64>,
+    /// The progress as this coordinator's last commit left it, so that the
+    /// next batch does not read it back from etcd; taken by each try, and
+    /// read from etcd after a failure (every write is fenced by the
+    /// election key, so a leader replaced meanwhile only fails).
+    known: Option<Progress>,
     timeout: Duration,
     figures: Arc<Mutex<LeaderFigures>>,
 }
@@ -102,6 +107,7 @@ impl Coordinator {
             done,
             span: span.max(1),
             recorded_ahead: None,
+            known: None,
             timeout,
             figures,
         })
@@ -132,7 +138,10 @@ impl Coordinator {
     /// One try at the next batch: false when the stream had nothing new.
     fn batch(&mut self, stop: &AtomicBool) -> Result<bool> {
         let name = self.plan.name.clone();
-        let progress = self.log.progress(&name)?;
+        let progress = match self.known.take() {
+            Some(known) => known,
+            None => self.log.progress(&name)?,
+        };
         let txid = progress.last_committed + 1;
         let recorded = |t: u64| progress.batches.iter().find(|(at, _)| *at == t).map(|(_, r)| r);
         // A batch recorded ahead and not tried yet is tried first as it is.
@@ -184,11 +193,15 @@ impl Coordinator {
         // Recorded once the hosts have the start: they only read and
         // process the next span ahead, which a span cut otherwise later
         // (this record lost) passes over.
-        if let Some(record) = ahead {
-            self.record_ahead(&name, txid + 1, &record);
-        }
+        let ahead = match ahead {
+            Some(record) => self.record_ahead(&name, txid + 1, record),
+            None => recorded(txid + 1).cloned(),
+        };
         let tuples = self.wait(&start, &owners, stop)?;
         self.log.commit(&name, txid)?;
+        let mut batches = vec![(txid, record)];
+        batches.extend(ahead.map(|next| (txid + 1, next)));
+        self.known = Some(Progress { last_committed: txid, batches });
         let mut figures = self.figures.locked();
         figures.last_committed = txid;
         figures.batches += 1;
@@ -222,11 +235,17 @@ impl Coordinator {
     }
 
     /// Records batch `txid`, cut ahead; one not recorded is cut again when
-    /// it comes.
-    fn record_ahead(&mut self, name: &str, txid: u64, record: &BatchRecord) {
-        match self.log.record_batch(name, txid, record) {
-            Ok(()) => self.recorded_ahead = Some(txid),
-            Err(e) => tracing::debug!("topology {name}: txid {txid} was not recorded ahead: {e:#}"),
+    /// it comes; returns it when recorded.
+    fn record_ahead(&mut self, name: &str, txid: u64, record: BatchRecord) -> Option<BatchRecord> {
+        match self.log.record_batch(name, txid, &record) {
+            Ok(()) => {
+                self.recorded_ahead = Some(txid);
+                Some(record)
+            }
+            Err(e) => {
+                tracing::debug!("topology {name}: txid {txid} was not recorded ahead: {e:#}");
+                None
+            }
         }
     }
 

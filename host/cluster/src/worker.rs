@@ -90,6 +90,9 @@ pub fn decode_span(bytes: &[u8]) -> Result<(u64, u64)> {
 /// A message to publish: its subject and payload.
 type Message = (String, Vec<u8>);
 
+/// Each state's partials from a span, by state name.
+type SpanPartials = Arc<BTreeMap<String, KeyedValues>>;
+
 /// Publishes `messages` and flushes.
 fn publish_all(nats: &Nats, messages: Vec<Message>) -> Result<()> {
     let client = nats.client.clone();
@@ -114,7 +117,7 @@ struct Processed {
     span: (u64, u64),
     partitions: Vec<String>,
     tuples: u64,
-    partials: Arc<BTreeMap<String, KeyedValues>>,
+    partials: SpanPartials,
     /// Made before the batch's start came, and not taken yet.
     ahead: bool,
 }
@@ -357,7 +360,7 @@ impl Worker {
         span: (u64, u64),
         partitions: &[String],
         ahead: bool,
-    ) -> Result<(u64, Arc<BTreeMap<String, KeyedValues>>, bool)> {
+    ) -> Result<(u64, SpanPartials, bool)> {
         let same = |p: &&mut Processed| p.txid == id.txid && p.span == span && p.partitions == partitions;
         if let Some(done) = self.processed.iter_mut().find(same) {
             tracing::debug!("topology {}: txid {}: partials made before are taken", self.plan.name, id.txid);
