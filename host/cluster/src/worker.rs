@@ -1,13 +1,15 @@
 //! A host's part in one cluster topology's batches, on a thread of its own.
 //!
-//! At the leader's word that batch t starts ([`Start`]), a host reads the
-//! assignment from etcd (a word given under another epoch is passed over),
-//! then:
+//! At the leader's word that batch t starts ([`Start`]), a host takes the
+//! assignment of the start's epoch (read from etcd unless it has read that
+//! epoch's already; a word given under an epoch etcd no longer holds is
+//! passed over), then:
 //! - for its partitions: reads their messages in the batch's span, runs
 //!   the process phase, cuts the partials (combined on this host first) by
 //!   slot and sends each slot owner its share, every owner a message even
 //!   when empty, so that it knows when it has heard from every host; then
-//!   starts reading the next batch's span, when the leader gave it;
+//!   starts reading the next batch's span, when the leader gave it, and
+//!   once this batch is committed, processes it ahead of its start;
 //! - for its slots: gathers every partition owner's partials, combines
 //!   them, commits them to its own redb by Trident's rules (a replay finds
 //!   the txid stored and skips the key), publishes the keys' records to the
@@ -160,6 +162,8 @@ pub struct Worker {
     /// and this host's partitions of it then: processed before its start
     /// comes.
     ahead: Option<(u64, (u64, u64), Vec<String>)>,
+    /// The assignment as this host read it last.
+    last_owners: Option<Owners>,
     timeout: Duration,
     figures: Arc<Mutex<HostFigures>>,
     last_idle_check: Option<Instant>,
@@ -210,6 +214,7 @@ impl Worker {
             ready: BTreeMap::new(),
             processed: Vec::new(),
             ahead: None,
+            last_owners: None,
             timeout,
             figures,
             last_idle_check: None,
@@ -297,13 +302,25 @@ impl Worker {
     fn owners(&mut self) -> Result<Option<Owners>> {
         let (cluster, name) = (self.cluster.name.clone(), self.plan.name.clone());
         let record = self.nats.runtime.block_on(catalog::assignment(&mut self.etcd, &cluster, &name))?;
-        Ok(record.map(|r| Owners::of(&r.assignment, self.slots)))
+        let owners = record.map(|r| Owners::of(&r.assignment, self.slots));
+        self.last_owners.clone_from(&owners);
+        Ok(owners)
+    }
+
+    /// The assignment of `epoch`: the one read last when it is of that
+    /// epoch (an epoch names one assignment: it goes up with any change),
+    /// else as etcd holds it now, if it is still of that epoch.
+    fn owners_at(&mut self, epoch: u64) -> Result<Option<Owners>> {
+        match self.last_owners.as_ref().filter(|o| o.epoch == epoch) {
+            Some(owners) => Ok(Some(owners.clone())),
+            None => Ok(self.owners()?.filter(|o| o.epoch == epoch)),
+        }
     }
 
     /// This host's part in one try at a batch.
     fn batch(&mut self, start: Start) -> Result<()> {
         self.ahead = None;
-        let Some(owners) = self.owners()?.filter(|o| o.epoch == start.epoch) else {
+        let Some(owners) = self.owners_at(start.epoch)? else {
             tracing::debug!("topology {}: txid {} was started under another epoch", self.plan.name, start.txid);
             return Ok(());
         };
