@@ -1286,8 +1286,13 @@ fn everything_exact_on_every_host(hosts: &[&Server], truth: &BTreeMap<&'static s
 
 /// The owner of [`EVERYTHING`]'s one unit as `server` sees it.
 fn whole_owner(server: &Server) -> Option<String> {
-    let (_, _, hosts) = assignment(server, EVERYTHING)?;
-    hosts.into_iter().find(|(_, units)| units == &[format!("whole/{EVERYTHING}")]).map(|(host, _)| host)
+    whole_owner_of(server, EVERYTHING)
+}
+
+/// The owner of topology placed whole `name`'s one unit as `server` sees it.
+fn whole_owner_of(server: &Server, name: &str) -> Option<String> {
+    let (_, _, hosts) = assignment(server, name)?;
+    hosts.into_iter().find(|(_, units)| units == &[format!("whole/{name}")]).map(|(host, _)| host)
 }
 
 /// Checks that stream `out` holds each committed batch of [`EVERYTHING`]
@@ -1380,6 +1385,13 @@ fn a_topology_of_every_kind_of_operator_placed_whole_answers_on_every_host_as_on
             std::thread::sleep(Duration::from_millis(300));
         }
     }
+    // Each topology placed whole went to the least busy host: three
+    // topologies on three hosts, one each.
+    let owners: BTreeSet<String> = [EVERYTHING, "generated-total", "word-count"]
+        .iter()
+        .map(|name| whole_owner_of(&hosts[1].1, name).unwrap_or_else(|| panic!("{name} has no owner")))
+        .collect();
+    assert_eq!(owners.len(), 3, "{owners:?}");
 }
 
 /// Waits until `server` sees [`EVERYTHING`]'s unit owned by a host other

@@ -59,6 +59,19 @@ impl Assignment {
 /// assignment, so a new leader recomputes what the last one wrote. The
 /// epoch goes up by one when any unit changes hands, appears or goes.
 pub fn assign(previous: &Assignment, hosts: &[String], units: &[String]) -> Assignment {
+    assign_among(previous, hosts, units, &BTreeMap::new())
+}
+
+/// [`assign`], where `busy` says how many topologies each host runs whole
+/// already: among hosts with equal claims to a unit, the least busy takes
+/// it, so that topologies placed whole (one unit each) spread across the
+/// hosts instead of all going to the first by name.
+pub fn assign_among(
+    previous: &Assignment,
+    hosts: &[String],
+    units: &[String],
+    busy: &BTreeMap<String, usize>,
+) -> Assignment {
     let hosts: BTreeSet<&str> = hosts.iter().map(String::as_str).collect();
     let mut kinds: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for unit in units {
@@ -67,7 +80,7 @@ pub fn assign(previous: &Assignment, hosts: &[String], units: &[String]) -> Assi
     let owners: BTreeMap<&str, &str> = if hosts.is_empty() {
         BTreeMap::new()
     } else {
-        kinds.values().flat_map(|units| place(previous, &hosts, units)).collect()
+        kinds.values().flat_map(|units| place(previous, &hosts, units, busy)).collect()
     };
     let changed = previous.units.len() != owners.len()
         || owners.iter().any(|(unit, host)| previous.units.get(*unit).is_none_or(|owner| owner.host != *host));
@@ -90,7 +103,9 @@ fn place<'a>(
     previous: &'a Assignment,
     hosts: &BTreeSet<&'a str>,
     units: &BTreeSet<&'a str>,
+    busy: &BTreeMap<String, usize>,
 ) -> Vec<(&'a str, &'a str)> {
+    let busy = |host: &str| busy.get(host).copied().unwrap_or(0);
     // What each live host keeps of what it had, in unit order.
     let mut kept: BTreeMap<&str, Vec<&str>> = hosts.iter().map(|h| (*h, Vec::new())).collect();
     let mut free: Vec<&str> = Vec::new();
@@ -102,10 +117,11 @@ fn place<'a>(
     }
 
     // Shares: `units / hosts` each, one more for `units % hosts` hosts,
-    // those that keep the most, so that the fewest units move.
+    // those that keep the most, so that the fewest units move, then the
+    // least busy.
     let (floor, extra) = (units.len() / hosts.len(), units.len() % hosts.len());
     let mut by_kept: Vec<&str> = hosts.iter().copied().collect();
-    by_kept.sort_by(|a, b| kept[b].len().cmp(&kept[a].len()).then(a.cmp(b)));
+    by_kept.sort_by(|a, b| kept[b].len().cmp(&kept[a].len()).then(busy(a).cmp(&busy(b))).then(a.cmp(b)));
     let mut room: BTreeMap<&str, usize> = BTreeMap::new();
     for (rank, host) in by_kept.iter().enumerate() {
         let share = floor + usize::from(rank < extra);
@@ -118,7 +134,11 @@ fn place<'a>(
 
     free.sort_unstable();
     for unit in free {
-        let host = *room.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).expect("hosts").0;
+        let host = *room
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(busy(b.0).cmp(&busy(a.0))).then(b.0.cmp(a.0)))
+            .expect("hosts")
+            .0;
         *room.get_mut(host).expect("a host with room") -= 1;
         kept.get_mut(host).expect("every host has a list").push(unit);
     }
@@ -216,6 +236,25 @@ mod tests {
         assert_eq!(assign(&Assignment::default(), &reversed, &shuffled_units), first);
         // Nothing changed: the epoch stays.
         assert_eq!(assign(&first, &reversed, &units), first);
+    }
+
+    #[test]
+    fn a_unit_goes_to_the_least_busy_of_hosts_with_equal_claims_and_stays_there() {
+        let hosts = names("h", 3);
+        let whole = |name: &str| vec![format!("whole/{name}")];
+        let mut busy: BTreeMap<String, usize> = BTreeMap::new();
+        let mut owners = Vec::new();
+        for name in ["a", "b", "c", "d", "e", "f"] {
+            let placed = assign_among(&Assignment::default(), &hosts, &whole(name), &busy);
+            let owner = placed.units[&format!("whole/{name}")].host.clone();
+            *busy.entry(owner.clone()).or_default() += 1;
+            owners.push(owner);
+        }
+        assert_eq!(owners, ["h000", "h001", "h002", "h000", "h001", "h002"]);
+        // A unit kept by a live owner stays, however busy the owner is.
+        let kept = assign_among(&Assignment::default(), &hosts, &whole("g"), &BTreeMap::new());
+        busy.insert("h000".into(), 9);
+        assert_eq!(assign_among(&kept, &hosts, &whole("g"), &busy), kept);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! etcd has) and nobody wrote the assignment since it was read, so that a
 //! deposed leader cannot overwrite its successor's work.
 
-use super::assignment::{Assignment, assign};
+use super::assignment::{Assignment, assign_among};
 use super::catalog::{AssignmentRecord, ClusterTopology, assignment_key};
 use anyhow::{Context, Result};
 use etcd_client::{Client, Compare, CompareOp, LeaderKey, Txn, TxnOp};
@@ -39,9 +39,26 @@ pub async fn reassign(
     topologies: &mut BTreeMap<String, ClusterTopology>,
 ) -> Result<()> {
     let leader_key = String::from_utf8_lossy(leader.key()).into_owned();
+    // The topologies each host runs whole, so that the next one placed
+    // whole goes to the least busy.
+    let mut busy: BTreeMap<String, usize> = BTreeMap::new();
+    let whole_owners = |assignment: &Assignment| -> Vec<String> {
+        assignment.units.iter().filter(|(unit, _)| unit.starts_with("whole/")).map(|(_, o)| o.host.clone()).collect()
+    };
+    for topology in topologies.values() {
+        for host in topology.assignment.iter().flat_map(|r| whole_owners(&r.assignment)) {
+            *busy.entry(host).or_default() += 1;
+        }
+    }
     for (name, topology) in topologies.iter_mut() {
         let previous = topology.assignment.as_ref().map(|r| r.assignment.clone()).unwrap_or_default();
-        let next = assign(&previous, hosts, &topology.deployment.units);
+        for host in whole_owners(&previous) {
+            busy.entry(host).and_modify(|n| *n -= 1);
+        }
+        let next = assign_among(&previous, hosts, &topology.deployment.units, &busy);
+        for host in whole_owners(&next) {
+            *busy.entry(host).or_default() += 1;
+        }
         if next == previous && topology.assignment.is_some() {
             continue;
         }
@@ -76,6 +93,7 @@ pub async fn reassign(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::assignment::assign;
 
     #[test]
     fn the_reason_names_the_hosts_that_came_and_went() {
