@@ -4,8 +4,9 @@
 //! cluster's topologies and their bundles, the assignment of each one's
 //! work to live hosts, and the records that outlive a host: the commit log
 //! in etcd and the state changelog in JetStream (`docs/cluster.md`).
-//! A topology is partitioned across the hosts (`coordinator`, `worker`:
-//! persistent aggregates of built-in aggregators over a JetStream stream)
+//! A topology is partitioned across the hosts (`coordinator`, `worker`,
+//! `process_phase`: persistent aggregates of built-in aggregators over a
+//! JetStream stream)
 //! or placed whole on one host (`whole`, `replicated`, `whole_log`: every
 //! other topology, run by the single-host engine).
 
@@ -19,6 +20,7 @@ pub mod coordinator;
 mod leader;
 mod membership;
 pub mod plan;
+mod process_phase;
 pub mod reads;
 pub mod replicated;
 pub mod slots;

@@ -8,8 +8,9 @@
 //!   the process phase, cuts the partials (combined on this host first) by
 //!   slot and sends each slot owner its share, every owner a message even
 //!   when empty, so that it knows when it has heard from every host; then
-//!   starts reading the next batch's span, when the leader gave it, and
-//!   once this batch is committed, processes it ahead of its start;
+//!   hands the next batch's span, when the leader gave it, to its process
+//!   phase ([`ProcessPhase`], a thread of its own), which reads and
+//!   processes it while this batch is gathered and committed;
 //! - for its slots: gathers every partition owner's partials, combines
 //!   them, commits them to its own redb by Trident's rules (a replay finds
 //!   the txid stored and skips the key), publishes the keys' records to the
@@ -25,6 +26,7 @@ use super::changelog::{Changelog, SlotWrites, Write};
 use super::commit_log;
 use super::membership::ClusterConfig;
 use super::plan::{ClusterPlan, Owners};
+use super::process_phase::{Made, ProcessPhase, Span};
 use super::wire::{self, Done, Outcome, PartialsHeader, Start, Subjects};
 use super::{catalog, slots};
 use anyhow::{Context, Result, anyhow, bail};
@@ -36,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir_config::sync::Locked;
-use weir_engine::exec::{BatchId, Committer, Handover, Partials, Processor};
+use weir_engine::exec::{BatchId, Committer, Handover, Partials};
 use weir_io::nats::{Nats, NatsConfig};
 use weir_io::spout::jetstream::SpanReader;
 use weir_state::keyed::KeyedValues;
@@ -53,12 +55,9 @@ pub struct HostFigures {
     /// Batches whose partitions this host processed, and their tuples.
     pub batches_processed: u64,
     pub tuples_processed: u64,
-    /// Of those, the batches whose messages were read ahead, while the
-    /// batch before them committed.
+    /// Of those, the batches read and processed before their start came,
+    /// while the batch before them committed.
     pub batches_read_ahead: u64,
-    /// Of those, the batches processed before their start came, while the
-    /// leader committed the batch before them.
-    pub batches_processed_ahead: u64,
     /// Batches whose slots this host committed, and the keys written.
     pub batches_committed: u64,
     pub keys_committed: u64,
@@ -92,9 +91,6 @@ pub fn decode_span(bytes: &[u8]) -> Result<(u64, u64)> {
 /// A message to publish: its subject and payload.
 type Message = (String, Vec<u8>);
 
-/// Each state's partials from a span, by state name.
-type SpanPartials = Arc<BTreeMap<String, KeyedValues>>;
-
 /// Publishes `messages` and flushes.
 fn publish_all(nats: &Nats, messages: Vec<Message>) -> Result<()> {
     let client = nats.client.clone();
@@ -107,23 +103,6 @@ fn publish_all(nats: &Nats, messages: Vec<Message>) -> Result<()> {
     })
 }
 
-/// A span's partials as this host's partitions gave them. A replay of the
-/// txid reads the same span (the leader recorded it before the first try),
-/// so it takes them from here: a try that outlasts the batch timeout (a
-/// large span on a loaded host) is not redone from the stream on every
-/// replay, which would outlast the timeout again, try after try. The next
-/// batch's are made while the leader commits the one before, so that its
-/// start finds them.
-struct Processed {
-    txid: u64,
-    span: (u64, u64),
-    partitions: Vec<String>,
-    tuples: u64,
-    partials: SpanPartials,
-    /// Made before the batch's start came, and not taken yet.
-    ahead: bool,
-}
-
 /// One host's worker for one topology.
 pub struct Worker {
     cluster: ClusterConfig,
@@ -133,8 +112,7 @@ pub struct Worker {
     nats: Nats,
     etcd: etcd_client::Client,
     subjects: Subjects,
-    reader: SpanReader,
-    processor: Processor,
+    phase: ProcessPhase,
     committer: Committer,
     changelog: Changelog,
     starts: Subscriber,
@@ -155,13 +133,6 @@ pub struct Worker {
     /// Slots restored here, with the epoch of the ownership they were
     /// restored for.
     ready: BTreeMap<(String, u32), u64>,
-    /// The spans this host processed last: the last batch's, kept for its
-    /// replays, and the next one's, processed ahead.
-    processed: Vec<Processed>,
-    /// The next batch's span, as the leader gave it with the last start,
-    /// and this host's partitions of it then: processed before its start
-    /// comes.
-    ahead: Option<(u64, (u64, u64), Vec<String>)>,
     /// The assignment as this host read it last.
     last_owners: Option<Owners>,
     timeout: Duration,
@@ -194,7 +165,7 @@ impl Worker {
             anyhow::Ok((etcd, changelog, starts, partials))
         })?;
         Ok(Worker {
-            processor: Processor::new(Arc::clone(&plan.plan), plan.source.clone()),
+            phase: ProcessPhase::start(Arc::clone(&plan), reader)?,
             committer: Committer::new(Arc::clone(&plan.plan), plan.source.clone()),
             cluster,
             plan,
@@ -203,7 +174,6 @@ impl Worker {
             nats: connection,
             etcd,
             subjects,
-            reader,
             changelog,
             starts,
             partials,
@@ -212,8 +182,6 @@ impl Worker {
             early: Vec::new(),
             sent: None,
             ready: BTreeMap::new(),
-            processed: Vec::new(),
-            ahead: None,
             last_owners: None,
             timeout,
             figures,
@@ -234,9 +202,8 @@ impl Worker {
                 continue;
             }
             self.last_try = Some(start.id());
-            match self.batch(start) {
-                Ok(()) => self.process_ahead(),
-                Err(e) => self.failed(&start, e),
+            if let Err(e) = self.batch(start) {
+                self.failed(&start, e);
             }
         }
     }
@@ -249,19 +216,6 @@ impl Worker {
         let mut figures = self.figures.locked();
         figures.failures += 1;
         figures.last_error = Some(error);
-    }
-
-    /// Processes the next batch's span, given with the last start, while
-    /// the leader commits the last batch and starts the next: its start
-    /// then finds the partials made. They depend only on the span's
-    /// messages, so a start with the same span and partitions under any
-    /// epoch or attempt takes them, and one with others does not.
-    fn process_ahead(&mut self) {
-        let Some((txid, span, partitions)) = self.ahead.take() else { return };
-        let id = BatchId { txid, attempt: 0 };
-        if let Err(e) = self.process(id, span, &partitions, true) {
-            tracing::debug!("topology {}: txid {txid} was not processed ahead: {e:#}", self.plan.name);
-        }
     }
 
     /// The newest start waiting, or the next within `wait`.
@@ -319,7 +273,6 @@ impl Worker {
 
     /// This host's part in one try at a batch.
     fn batch(&mut self, start: Start) -> Result<()> {
-        self.ahead = None;
         let Some(owners) = self.owners_at(start.epoch)? else {
             tracing::debug!("topology {}: txid {} was started under another epoch", self.plan.name, start.txid);
             return Ok(());
@@ -334,21 +287,21 @@ impl Worker {
         if let Some(partitions) = owners.partitions.get(&host) {
             let started = Instant::now();
             let id = BatchId { txid: start.txid, attempt: start.attempt };
-            let (tuples, partials, made_ahead) = self.process(id, (start.after, start.until), partitions, false)?;
+            let span = Span { id, after: start.after, until: start.until, partitions: partitions.clone() };
+            let Made { tuples, partials, ahead } = self.phase.now(span)?;
             tracing::debug!("topology {}: txid {}: {tuples} tuples processed", self.plan.name, start.txid);
             self.send(&start, &owners, tuples, &partials)?;
             self.report(&start, Outcome::Processed { tuples });
-            // The next batch's messages, read on the client's thread while
-            // this one is gathered and committed.
+            // The next batch's span, read and processed while this one is
+            // gathered and committed.
             if let Some((after, until)) = start.next {
-                self.reader.read_ahead(partitions, after, until);
-                self.ahead = Some((start.txid + 1, (after, until), partitions.clone()));
+                let id = BatchId { txid: start.txid + 1, attempt: 0 };
+                self.phase.ahead(Span { id, after, until, partitions: partitions.clone() });
             }
             let mut figures = self.figures.locked();
-            figures.batches_processed_ahead += u64::from(made_ahead);
+            figures.batches_read_ahead += u64::from(ahead);
             figures.batches_processed += 1;
             figures.tuples_processed += tuples;
-            figures.batches_read_ahead = self.reader.taken_ahead();
             let seconds = started.elapsed().as_secs_f64().max(1e-6);
             figures.tuples_per_s = 0.8 * figures.tuples_per_s + 0.2 * (tuples as f64 / seconds);
         }
@@ -364,64 +317,6 @@ impl Worker {
             figures.last_committed = figures.last_committed.max(start.txid);
         }
         Ok(())
-    }
-
-    /// Reads this host's `partitions` of `span` and runs batch `id`'s
-    /// process phase (`ahead`: before its start came): the tuples read,
-    /// each state's partials, and whether they were made ahead. Partials
-    /// made before for the same txid, span and partitions (by the try
-    /// before, or ahead) are taken as they are.
-    fn process(
-        &mut self,
-        id: BatchId,
-        span: (u64, u64),
-        partitions: &[String],
-        ahead: bool,
-    ) -> Result<(u64, SpanPartials, bool)> {
-        let same = |p: &&mut Processed| p.txid == id.txid && p.span == span && p.partitions == partitions;
-        if let Some(done) = self.processed.iter_mut().find(same) {
-            tracing::debug!("topology {}: txid {}: partials made before are taken", self.plan.name, id.txid);
-            // Counted as made ahead once, not again on a replay.
-            let made_ahead = !ahead && std::mem::take(&mut done.ahead);
-            return Ok((done.tuples, Arc::clone(&done.partials), made_ahead));
-        }
-        // Kept: this txid's and the one before's, which may be replayed
-        // while this one is processed ahead.
-        self.processed.retain(|p| p.txid + 1 == id.txid);
-        let (tuples, out) = self.read_and_process(id, span, partitions)?;
-        let out = Arc::new(out);
-        self.processed.push(Processed {
-            txid: id.txid,
-            span,
-            partitions: partitions.to_vec(),
-            tuples,
-            partials: Arc::clone(&out),
-            ahead,
-        });
-        Ok((tuples, out, false))
-    }
-
-    /// [`Worker::process`], from the stream.
-    fn read_and_process(
-        &mut self,
-        id: BatchId,
-        (after, until): (u64, u64),
-        partitions: &[String],
-    ) -> Result<(u64, BTreeMap<String, KeyedValues>)> {
-        let batch = self.reader.read(partitions, after, until)?;
-        let tuples = batch.len() as u64;
-        let handover = self.processor.process(id, batch).map_err(|e| anyhow!("{e}"))?;
-        let mut by_node = handover.into_partials().context("the commit phase takes more than partials")?;
-        let mut out = BTreeMap::new();
-        for aggregate in &self.plan.aggregates {
-            let values = match by_node.remove(&aggregate.node) {
-                Some(Partials::Values(values)) => values,
-                Some(Partials::Rows { .. }) => bail!("state {}: a reducer's rows cannot cross hosts", aggregate.state),
-                None => KeyedValues::default(),
-            };
-            out.insert(aggregate.state.clone(), values);
-        }
-        Ok((tuples, out))
     }
 
     /// Sends every slot owner its share of `partials`, in messages of at

@@ -231,7 +231,6 @@ pub fn status(app: &App, name: &str, topology: &ClusterTopology) -> Value {
                     "tuples_per_s": rate,
                     "tuples_processed": of(host, "tuples_processed"),
                     "batches_read_ahead": of(host, "batches_read_ahead"),
-                    "batches_processed_ahead": of(host, "batches_processed_ahead"),
                     "batches_committed": of(host, "batches_committed"),
                     "last_committed": of(host, "last_committed"),
                 }),

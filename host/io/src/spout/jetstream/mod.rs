@@ -86,27 +86,12 @@ pub fn fixed_partitions(def: &JetStreamDef, topology: &str, nats: &NatsConfig) -
 ///
 /// Reads run on the client's runtime, where the messages arrive, rather
 /// than handing each over to the caller's thread: on a busy core each
-/// handover is a wake-up and a switch of threads. One span may be read
-/// ahead there while the caller does other work; a read of exactly that
-/// span takes it.
+/// handover is a wake-up and a switch of threads.
 pub struct SpanReader {
     nats: Nats,
     /// The reader, but while a read holds it.
     reader: Option<Reader>,
-    /// A span being read ahead.
-    ahead: Option<SpanAhead>,
-    /// Reads that took a span read ahead.
-    taken_ahead: u64,
     stream: String,
-}
-
-/// A read of a span on the client's runtime, holding the reader.
-type SpanRead = tokio::task::JoinHandle<(Reader, Result<Batch<'static>, Failure>)>;
-
-/// A span read ahead: which one (partitions, after, until), and its read.
-struct SpanAhead {
-    span: (Vec<String>, u64, u64),
-    task: SpanRead,
 }
 
 impl SpanReader {
@@ -117,93 +102,31 @@ impl SpanReader {
         let connection = Nats::connect(nats, &format!("weir {topology}")).with_context(doing)?;
         let mut reader = Reader::new(&connection, def, 1);
         connection.runtime.block_on(reader.prepare()).map_err(Failure::into_error).with_context(doing)?;
-        Ok(SpanReader {
-            nats: connection,
-            reader: Some(reader),
-            ahead: None,
-            taken_ahead: 0,
-            stream: def.stream.clone(),
-        })
-    }
-
-    /// Gives up a read ahead, taking the reader back from it.
-    fn give_up_ahead(&mut self) {
-        if let Some(ahead) = self.ahead.take() {
-            let _ = self.land(ahead.task);
-        }
+        Ok(SpanReader { nats: connection, reader: Some(reader), stream: def.stream.clone() })
     }
 
     /// The stream's first and last sequences.
     pub fn sequences(&mut self) -> Result<(u64, u64)> {
-        self.give_up_ahead();
         let reader = self.reader.as_mut().expect("a read gives the reader back");
         let got = self.nats.runtime.block_on(reader.sequences());
         got.map_err(|e| self.lost(e)).with_context(|| format!("asking for stream {}'s sequences", self.stream))
     }
 
-    /// Starts reading the messages of `partitions` in the span
-    /// `after+1..=until` on the client's runtime, for a [`SpanReader::read`]
-    /// of that span to take.
-    pub fn read_ahead(&mut self, partitions: &[String], after: u64, until: u64) {
-        // A replay asks for the span its first try asked for: that read
-        // goes on, rather than waiting for it and starting it again.
-        if self.ahead.as_ref().is_some_and(|ahead| ahead.span == (partitions.to_vec(), after, until)) {
-            return;
-        }
-        let task = self.spawn_read(partitions.to_vec(), after, until);
-        self.ahead = Some(SpanAhead { span: (partitions.to_vec(), after, until), task });
-    }
-
-    /// How many reads took a span read ahead.
-    pub fn taken_ahead(&self) -> u64 {
-        self.taken_ahead
-    }
-
     /// The messages of `partitions` in the span `after+1..=until`.
     pub fn read(&mut self, partitions: &[String], after: u64, until: u64) -> Result<Batch<'static>> {
-        let span = (partitions.to_vec(), after, until);
-        let ahead = self.ahead.take_if(|ahead| ahead.span == span).map(|ahead| self.land(ahead.task));
-        let read = match ahead {
-            Some(Ok(batch)) => {
-                self.taken_ahead += 1;
-                Ok(batch)
-            }
-            // Not read ahead, or that read failed (its consumer stands
-            // nowhere known): read it now.
-            failed_or_none => {
-                if let Some(Err(Failure::Lost(e) | Failure::Fatal(e))) = &failed_or_none {
-                    tracing::warn!(
-                        "stream {}: reading sequences {}..={until} ahead failed, reading them again: {e:#}",
-                        self.stream,
-                        after + 1
-                    );
-                    self.reader.as_mut().expect("a read gives the reader back").forget_consumers();
-                }
-                let task = self.spawn_read(span.0, after, until);
-                self.land(task)
-            }
-        };
-        read.map_err(|e| self.lost(e))
-            .with_context(|| format!("reading sequences {}..={until} of stream {}", after + 1, self.stream))
-    }
-
-    fn spawn_read(&mut self, partitions: Vec<String>, after: u64, until: u64) -> SpanRead {
-        self.give_up_ahead();
         let mut reader = self.reader.take().expect("a read gives the reader back");
-        self.nats.runtime.spawn(async move {
+        let partitions = partitions.to_vec();
+        let task = self.nats.runtime.spawn(async move {
             let read = reader.read_span(&partitions, after, until).await;
             (reader, read)
-        })
-    }
-
-    /// Waits for a read to finish and takes the reader back.
-    fn land(&mut self, task: SpanRead) -> Result<Batch<'static>, Failure> {
+        });
         let (reader, read) = match self.nats.runtime.block_on(task) {
             Ok(done) => done,
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
         self.reader = Some(reader);
-        read
+        read.map_err(|e| self.lost(e))
+            .with_context(|| format!("reading sequences {}..={until} of stream {}", after + 1, self.stream))
     }
 
     fn lost(&mut self, failure: Failure) -> anyhow::Error {
