@@ -43,6 +43,7 @@ use async_nats::jetstream::publish::PublishAck;
 use std::collections::VecDeque;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use weir_config::backoff::RECONNECT;
 use weir_config::fault::{self, Point};
@@ -265,8 +266,9 @@ pub const ACK_PATIENCE: Duration = Duration::from_secs(1);
 enum Collect {
     /// Those come already; only a late one (or too many) is waited for.
     Ready,
-    /// As [`Collect::Ready`], and until at most half of the most that may
-    /// be are in flight.
+    /// As [`Collect::Ready`], and until at most [`ROOM`] are in flight:
+    /// the window slides rather than empties, so the server always has
+    /// publishes to take.
     Room,
     /// Every one; a failure publishes the outbox again within the retry
     /// budget.
@@ -283,6 +285,10 @@ enum Failed {
     /// The server did not answer in time, or the connection is lost.
     Unreachable(anyhow::Error),
 }
+
+/// Publishes left in flight when [`Collect::Room`] returns: an eighth of
+/// the most freed at a time, so that collecting is not done per message.
+const ROOM: usize = PUBLISH_ACKS_IN_FLIGHT - PUBLISH_ACKS_IN_FLIGHT / 8;
 
 /// Refused publishes are tried this many times (a restarted server's
 /// JetStream may answer before it knows its streams) before the run halts.
@@ -485,7 +491,7 @@ impl Publisher {
         let failed = nats.runtime.block_on(async {
             loop {
                 let crowded = match how {
-                    Collect::Room => in_flight.len() > PUBLISH_ACKS_IN_FLIGHT / 2,
+                    Collect::Room => in_flight.len() > ROOM,
                     _ => in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT,
                 };
                 let Some(front) = in_flight.front_mut() else { break };
@@ -507,8 +513,20 @@ impl Publisher {
                     };
                     format!("sink {sink} could not publish message {n} of txid {txid} to subject {subject}")
                 };
-                // A zero wait still polls the acknowledgement once.
-                let error = match tokio::time::timeout(wait, &mut front.ack).await {
+                // A zero wait still polls the acknowledgement once, with no
+                // timer to set.
+                let outcome = if wait.is_zero() {
+                    std::future::poll_fn(|cx| {
+                        Poll::Ready(match front.ack.as_mut().poll(cx) {
+                            Poll::Ready(acked) => Ok(acked),
+                            Poll::Pending => Err(()),
+                        })
+                    })
+                    .await
+                } else {
+                    tokio::time::timeout(wait, &mut front.ack).await.map_err(drop)
+                };
+                let error = match outcome {
                     Err(_) if !must_wait => return None,
                     Err(_) => Failed::Unreachable(anyhow::anyhow!("{}: not acknowledged in time", what())),
                     Ok(Err(e)) => classify(e, what()),
