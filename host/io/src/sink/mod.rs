@@ -449,13 +449,14 @@ impl Publisher {
         let txid = record.txid;
         let mut ids = MessageIds::new(&self.topology, &sink.id, txid);
         let subject = async_nats::Subject::from(subject.as_str());
+        // One time for the whole run of sends: they go out together.
+        let at = Instant::now();
         nats.runtime.block_on(async {
             for m in range {
                 let n = record.place(m);
                 let what =
                     || format!("sink {} could not publish message {n} of txid {txid} to subject {subject}", sink.id);
                 let message = PublishMessage::build().payload(record.messages[m].clone()).message_id(ids.of(n));
-                let at = Instant::now();
                 let ack = match tokio::time::timeout(wait, nats.jetstream.send_publish(subject.clone(), message)).await
                 {
                     Err(_) => {
