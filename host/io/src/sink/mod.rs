@@ -132,7 +132,10 @@ impl JsonFields {
             out.extend_from_slice(name);
             out.push(b':');
             let written = match row.get(*position).expect("position within arity") {
-                ValueRef::Null => Ok(out.extend_from_slice(b"null")),
+                ValueRef::Null => {
+                    out.extend_from_slice(b"null");
+                    Ok(())
+                }
                 ValueRef::Bool(b) => serde_json::to_writer(&mut *out, &b),
                 ValueRef::I64(n) => serde_json::to_writer(&mut *out, &n),
                 // Not finite: JSON has no such number (`null`, as to_json gives).
@@ -143,7 +146,8 @@ impl JsonFields {
                     for byte in b {
                         out.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
                     }
-                    Ok(out.extend_from_slice(b"\"}"))
+                    out.extend_from_slice(b"\"}");
+                    Ok(())
                 }
             };
             written.expect("JSON values serialize");
@@ -158,7 +162,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// The outbox record of batch `txid` for sink `node`, from its payloads:
 /// one record holding all of them ([`record`]), none where there are none.
 pub fn outbox(node: &Node, txid: u64, payloads: &[Batch<'static>]) -> OtherRecords {
-    if payloads.iter().all(|p| p.len() == 0) {
+    if payloads.iter().all(|p| p.is_empty()) {
         return OtherRecords { table: table(&node.id), entries: Vec::new() };
     }
     let messages = || {
