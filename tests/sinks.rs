@@ -113,6 +113,75 @@ fn a_transactional_topology_killed_at_thirteen_moments_publishes_each_committed_
     survives_kills("jetstream-sink", 21);
 }
 
+/// A data dir written when a sink's outbox kept one record per message
+/// (key: txid and place; value: the payload) still publishes what it
+/// holds, under the same ids, once: the outbox of a run killed after a
+/// commit is rewritten into that layout before the restart.
+#[test]
+fn an_outbox_of_the_older_layout_one_record_per_message_is_published_once_after_a_restart() {
+    let topology = "jetstream-sink";
+    let clicks = clicks(600, 23);
+    let nats = server_with(&clicks, &["page-counts"]);
+    let (_dir, data) = data_dir();
+    let url = nats.url();
+    let args = run_args(topology, &data, &url, &["--batch-size", "10"]);
+    let mut restarts = Restarts::new(args, &data, topology);
+    // Committed, its output in the outbox and not published.
+    restarts.kill_at(Point::AfterCommit, 6);
+    let messages = to_one_record_per_message(&data, topology);
+    assert!(messages > 0, "the outbox holds txid 6's output");
+    restarts.finish();
+    assert_exactly_once(&read_back(&nats), &data, topology, &clicks);
+}
+
+/// Rewrites every sink outbox of `topology` in `data` from one record per
+/// batch (key: txid; value: layout 1, a count, each message's length and
+/// bytes) into one record per message; returns how many messages it wrote.
+fn to_one_record_per_message(data: &Path, topology: &str) -> usize {
+    use redb::{ReadableDatabase as _, ReadableTable as _, TableDefinition, TableHandle as _};
+    let db = redb::Database::open(data.join("weir.redb")).unwrap();
+    let prefix = format!("records/{topology}/sink/");
+    let names: Vec<String> = db
+        .begin_read()
+        .unwrap()
+        .list_tables()
+        .unwrap()
+        .map(|t| t.name().to_owned())
+        .filter(|name| name.starts_with(&prefix))
+        .collect();
+    assert!(!names.is_empty(), "no outbox table under {prefix}");
+    let txn = db.begin_write().unwrap();
+    let mut written = 0;
+    for name in &names {
+        let mut table = txn.open_table(TableDefinition::<&[u8], &[u8]>::new(name)).unwrap();
+        let records: Vec<(Vec<u8>, Vec<u8>)> = table
+            .iter()
+            .unwrap()
+            .map(|entry| {
+                let (key, value) = entry.unwrap();
+                (key.value().to_vec(), value.value().to_vec())
+            })
+            .collect();
+        for (key, value) in records {
+            assert_eq!((key.len(), value[0]), (8, 1), "a record per batch, layout 1");
+            table.remove(key.as_slice()).unwrap();
+            let count = u32::from_le_bytes(value[1..5].try_into().unwrap());
+            let mut at = 5;
+            for place in 0..count {
+                let len = u32::from_le_bytes(value[at..at + 4].try_into().unwrap()) as usize;
+                at += 4;
+                let old = [key.as_slice(), &place.to_be_bytes()].concat();
+                table.insert(old.as_slice(), &value[at..at + len]).unwrap();
+                at += len;
+                written += 1;
+            }
+            assert_eq!(at, value.len());
+        }
+    }
+    txn.commit().unwrap();
+    written
+}
+
 /// An opaque spout's replay may emit another batch than the failed
 /// attempt, but only the attempt that commits reaches the outbox: the
 /// promise holds as for a transactional one.

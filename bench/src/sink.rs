@@ -3,7 +3,10 @@
 //! against its twin `file-count` (the same count, no sink), same input,
 //! in interleaved rounds; the target is the ratio of their walls. Each sink
 //! run gets a fresh `nats-server` and output stream, so that no run's
-//! messages are dropped as duplicates of the last run's.
+//! messages are dropped as duplicates of the last run's. With
+//! `WEIR_BENCH_BASE=<a weir binary>` each round also runs `file-sink` on
+//! that binary (an earlier build), so that a change is measured against
+//! what it changed in the same rounds.
 
 use super::jetstream::NatsServer;
 use super::{Bench, Measured, measure, median, ms};
@@ -41,11 +44,18 @@ fn input(bench: &Bench) -> Result<PathBuf> {
 
 /// One run of `topology` at `batch` into a fresh data dir, publishing to
 /// `nats` where it has a sink.
-fn run_once(bench: &Bench, wasm: &Path, topology: &str, batch: u64, nats: Option<&NatsServer>) -> Result<Measured> {
+fn run_once(
+    bench: &Bench,
+    weir: &Path,
+    wasm: &Path,
+    topology: &str,
+    batch: u64,
+    nats: Option<&NatsServer>,
+) -> Result<Measured> {
     let data = bench.work.join(format!("data-{topology}"));
     let _ = std::fs::remove_dir_all(&data);
     let report = bench.work.join(format!("report-{topology}.json"));
-    let mut command = Command::new(&bench.weir);
+    let mut command = Command::new(weir);
     command.arg("run").arg(wasm).args(["--topology", topology]).arg("--cache-dir").arg(bench.work.join("cache"));
     command.arg("--data").arg(&data).arg("--input").arg(input(bench)?);
     command.args(["--batch-size", &batch.to_string()]);
@@ -114,24 +124,33 @@ pub fn rows(bench: &Bench, wasm: &Path, runs: usize) -> Result<(Vec<String>, Jso
     }
     let mut lines = Vec::new();
     let mut figures = serde_json::Map::new();
+    let base_weir = std::env::var_os("WEIR_BENCH_BASE").map(PathBuf::from);
     for batch in BATCH_SIZES {
         let (messages, count) = messages(bench, batch)?;
-        let (mut plain, mut sink, mut raw) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut plain, mut sink, mut raw, mut base) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for round in 0..runs {
             eprintln!("sink round {} of {runs} at batch {batch}: file-count, file-sink, raw publish", round + 1);
-            plain.push(run_once(bench, wasm, "file-count", batch, None)?);
+            plain.push(run_once(bench, &bench.weir, wasm, "file-count", batch, None)?);
             let nats = server(bench)?;
-            sink.push(run_once(bench, wasm, "file-sink", batch, Some(&nats))?);
+            sink.push(run_once(bench, &bench.weir, wasm, "file-sink", batch, Some(&nats))?);
             drop(nats);
             raw.push(raw_publish(bench, &messages)?);
+            if let Some(weir) = &base_weir {
+                let nats = server(bench)?;
+                base.push(run_once(bench, weir, wasm, "file-sink", batch, Some(&nats))?);
+            }
         }
         let (plain, sink, raw) = (median(plain), median(sink), median(raw));
+        let base = (!base.is_empty()).then(|| median(base));
         let ratio = sink.wall.as_secs_f64() / plain.wall.as_secs_f64();
         let floor = sink.wall.as_secs_f64() / (plain.wall + raw.wall).as_secs_f64();
         let raw_name = format!("raw publish of its {count} messages");
-        for (name, m) in
-            [("file-count (no sink)", &plain), ("file-sink (JetStream sink)", &sink), (raw_name.as_str(), &raw)]
-        {
+        let mut rows =
+            vec![("file-count (no sink)", &plain), ("file-sink (JetStream sink)", &sink), (raw_name.as_str(), &raw)];
+        if let Some(base) = &base {
+            rows.push(("file-sink on WEIR_BENCH_BASE", base));
+        }
+        for (name, m) in rows {
             lines.push(format!(
                 "| {name} | {batch} | {:.2} | {:.2} | {} / {} | {} | {:.0} |",
                 m.wall.as_secs_f64(),
@@ -144,6 +163,10 @@ pub fn rows(bench: &Bench, wasm: &Path, runs: usize) -> Result<(Vec<String>, Jso
         }
         lines.push(format!("| sink / no sink, wall | {batch} | {ratio:.2} | | | | |"));
         lines.push(format!("| sink / (no sink + raw publish), wall | {batch} | {floor:.2} | | | | |"));
+        if let Some(base) = &base {
+            let before = base.wall.as_secs_f64() / plain.wall.as_secs_f64();
+            lines.push(format!("| WEIR_BENCH_BASE sink / no sink, wall | {batch} | {before:.2} | | | | |"));
+        }
         figures.insert(
             format!("batch_{batch}"),
             json!({
@@ -155,6 +178,8 @@ pub fn rows(bench: &Bench, wasm: &Path, runs: usize) -> Result<(Vec<String>, Jso
                 "ratio_to_no_sink_plus_raw_publish": floor,
                 "no_sink": plain.report,
                 "sink": sink.report,
+                "base_sink_wall_s": base.as_ref().map(|b| b.wall.as_secs_f64()),
+                "base_sink_cpu_s": base.as_ref().map(|b| b.cpu_s),
             }),
         );
     }

@@ -4,8 +4,9 @@
 //!
 //! - In the commit phase a sink's tuples become payloads (`payloads`), and
 //!   the committer writes them into the sink's outbox table in the same
-//!   write transaction as the batch's state (`outbox`): keyed by txid and
-//!   place in the batch, so only committed batches ever reach it.
+//!   write transaction as the batch's state (`outbox`): one record per
+//!   batch keyed by its txid, holding all its messages ([`record`]), so
+//!   only committed batches ever reach it.
 //! - First thing when a run starts, for what a crash left, the
 //!   [`Publisher`] publishes every outbox entry in key order, each with
 //!   `Nats-Msg-Id: <topology>/<sink>/<txid>/<n>`, and waits for the
@@ -13,8 +14,9 @@
 //! - After each commit (of a group of batches) it sends the entries the
 //!   commit added and goes on without waiting: their acknowledgements are
 //!   collected as they come, at later commits ([`Publisher::publish_committed`]),
-//!   and all of them when the input is drained or the run ends. Acknowledged
-//!   entries are removed from the outbox, durably with the next commit (or
+//!   and all of them when the input is drained or the run ends. A batch's
+//!   record whose last message is acknowledged is removed from the outbox
+//!   whole, durably with the next commit (or
 //!   when the run ends). A crash before that publishes the same ids again,
 //!   which the stream drops as duplicates within its duplicate window.
 //! - An acknowledgement that fails, or is late past [`ACK_PATIENCE`], turns
@@ -29,6 +31,7 @@
 //!   already hold ([`kafka`]).
 
 pub mod kafka;
+pub mod record;
 
 use crate::kafka::{Failure, Kafka, KafkaConfig};
 use crate::nats::{Nats, NatsConfig};
@@ -40,6 +43,7 @@ use async_nats::jetstream::publish::PublishAck;
 use std::collections::VecDeque;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use weir_config::backoff::RECONNECT;
 use weir_config::fault::{self, Point};
@@ -55,23 +59,6 @@ fn table(id: &str) -> String {
     format!("sink/{id}")
 }
 
-/// An outbox key: the txid, then the place in the batch, both big-endian,
-/// so that keys sort in publishing order.
-fn key(txid: u64, n: u32) -> Vec<u8> {
-    let mut key = txid.to_be_bytes().to_vec();
-    key.extend_from_slice(&n.to_be_bytes());
-    key
-}
-
-/// The txid and place of an outbox key.
-fn parse_key(key: &[u8]) -> Result<(u64, u32)> {
-    let Ok(key) = <[u8; 12]>::try_from(key) else {
-        bail!("an outbox key of {} bytes is not a txid and a place", key.len());
-    };
-    let (txid, n) = key.split_at(8);
-    Ok((u64::from_be_bytes(txid.try_into()?), u32::from_be_bytes(n.try_into()?)))
-}
-
 /// Sink `node`'s tuples as payloads: one bytes field per row.
 pub fn payloads(node: &Node, sink: &SinkDef, input: &Input, batch: &Batch<'_>) -> Result<Batch<'static>, BatchError> {
     let payload = sink.payload();
@@ -81,24 +68,17 @@ pub fn payloads(node: &Node, sink: &SinkDef, input: &Input, batch: &Batch<'_>) -
             format!("the batch gives the sink {} messages, more than {MAX_SINK_BATCH_MESSAGES}", batch.len()),
         ));
     }
+    let fields = JsonFields::of(input);
     let mut writer = BatchWriter::new(1);
+    // One buffer for every row's payload, written in place.
+    let mut bytes = Vec::new();
     for (index, row) in batch.rows().enumerate() {
-        let bytes = match payload {
-            SinkPayloadDef::Json => {
-                let object: serde_json::Map<String, serde_json::Value> = input
-                    .names
-                    .iter()
-                    .zip(&input.positions)
-                    .map(|(name, &p)| {
-                        let value = row.get(p).expect("position within arity").to_owned();
-                        (name.clone(), weir_state::json::to_json(&value))
-                    })
-                    .collect();
-                serde_json::to_vec(&object).expect("JSON values serialize")
-            }
+        bytes.clear();
+        match payload {
+            SinkPayloadDef::Json => fields.write(&row, &mut bytes),
             SinkPayloadDef::Raw { field } => match row.get(input.positions[0]).expect("position within arity") {
-                ValueRef::Str(s) => s.as_bytes().to_vec(),
-                ValueRef::Bytes(b) => b.to_vec(),
+                ValueRef::Str(s) => bytes.extend_from_slice(s.as_bytes()),
+                ValueRef::Bytes(b) => bytes.extend_from_slice(b),
                 other => {
                     return Err(BatchError::fatal(
                         &node.id,
@@ -109,7 +89,7 @@ pub fn payloads(node: &Node, sink: &SinkDef, input: &Input, batch: &Batch<'_>) -
                     ));
                 }
             },
-        };
+        }
         if bytes.len() > MAX_SINK_PAYLOAD {
             return Err(BatchError::fatal(
                 &node.id,
@@ -122,18 +102,79 @@ pub fn payloads(node: &Node, sink: &SinkDef, input: &Input, batch: &Batch<'_>) -
     Ok(writer.finish_batch())
 }
 
-/// The outbox records of batch `txid` for sink `node`, from its payloads.
+/// A JSON payload's fields: each name, quoted once, and the position of
+/// its value in a row; in name order, the last of a repeated name kept
+/// (as a JSON object of the fields would hold them).
+struct JsonFields(Vec<(Vec<u8>, usize)>);
+
+impl JsonFields {
+    fn of(input: &Input) -> JsonFields {
+        let mut fields: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+        for (name, &position) in input.names.iter().zip(&input.positions) {
+            fields.insert(name, position);
+        }
+        JsonFields(
+            fields
+                .into_iter()
+                .map(|(name, position)| (serde_json::to_vec(name).expect("a string serializes"), position))
+                .collect(),
+        )
+    }
+
+    /// Writes `row` as a JSON object into `out`: values as
+    /// [`weir_state::json::to_json`] gives them.
+    fn write(&self, row: &weir_sdk::codec::Row<'_>, out: &mut Vec<u8>) {
+        out.push(b'{');
+        for (i, (name, position)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(name);
+            out.push(b':');
+            let written = match row.get(*position).expect("position within arity") {
+                ValueRef::Null => {
+                    out.extend_from_slice(b"null");
+                    Ok(())
+                }
+                ValueRef::Bool(b) => serde_json::to_writer(&mut *out, &b),
+                ValueRef::I64(n) => serde_json::to_writer(&mut *out, &n),
+                // Not finite: JSON has no such number (`null`, as to_json gives).
+                ValueRef::F64(f) => serde_json::to_writer(&mut *out, &serde_json::Value::from(f)),
+                ValueRef::Str(s) => serde_json::to_writer(&mut *out, s),
+                ValueRef::Bytes(b) => {
+                    out.extend_from_slice(b"{\"bytes\":\"");
+                    for byte in b {
+                        out.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
+                    }
+                    out.extend_from_slice(b"\"}");
+                    Ok(())
+                }
+            };
+            written.expect("JSON values serialize");
+        }
+        out.push(b'}');
+    }
+}
+
+/// Lower-case hex digits, as `{"bytes": "<hex>"}` writes bytes.
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The outbox record of batch `txid` for sink `node`, from its payloads:
+/// one record holding all of them ([`record`]), none where there are none.
 pub fn outbox(node: &Node, txid: u64, payloads: &[Batch<'static>]) -> OtherRecords {
-    let entries = payloads
-        .iter()
-        .flat_map(Batch::rows)
-        .enumerate()
-        .map(|(n, row)| {
-            let Some(ValueRef::Bytes(bytes)) = row.get(0) else { unreachable!("payloads are one bytes field") };
-            (key(txid, n as u32), bytes.to_vec())
+    if payloads.iter().all(|p| p.is_empty()) {
+        return OtherRecords { table: table(&node.id), entries: Vec::new() };
+    }
+    let messages = || {
+        payloads.iter().flat_map(Batch::rows).map(|row| match row.get(0) {
+            Some(ValueRef::Bytes(bytes)) => bytes,
+            _ => unreachable!("payloads are one bytes field"),
         })
-        .collect();
-    OtherRecords { table: table(&node.id), entries }
+    };
+    let bytes: usize = messages().map(|m| 4 + m.len()).sum();
+    let mut writer = record::RecordWriter::with_capacity(bytes);
+    messages().for_each(|m| writer.push(m));
+    OtherRecords { table: table(&node.id), entries: vec![(record::key(txid), writer.finish())] }
 }
 
 /// One sink of a plan.
@@ -196,9 +237,9 @@ pub struct Publisher {
     /// JetStream publishes sent after commits and not yet acknowledged,
     /// oldest first.
     in_flight: VecDeque<Sent>,
-    /// Per sink, the last outbox key sent in flight: a later commit sends
-    /// what follows it.
-    sent_up_to: Vec<Option<Vec<u8>>>,
+    /// Per sink, the key of the last outbox record sent in flight and how
+    /// many of its messages were: a later commit sends what follows.
+    sent_up_to: Vec<Option<(Vec<u8>, usize)>>,
 }
 
 /// An acknowledgement awaited.
@@ -207,7 +248,13 @@ type AckFuture = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> +
 /// A JetStream publish in flight.
 struct Sent {
     sink: usize,
-    key: Vec<u8>,
+    txid: u64,
+    /// Its place in the batch's output.
+    n: u32,
+    /// The key of its outbox record, where it is the record's last
+    /// message: once it is acknowledged (and so every one before it), the
+    /// record goes.
+    last_of: Option<Vec<u8>>,
     at: Instant,
     ack: AckFuture,
 }
@@ -223,8 +270,9 @@ pub const ACK_PATIENCE: Duration = Duration::from_secs(1);
 enum Collect {
     /// Those come already; only a late one (or too many) is waited for.
     Ready,
-    /// As [`Collect::Ready`], and until at most half of the most that may
-    /// be are in flight.
+    /// As [`Collect::Ready`], and until at most [`ROOM`] are in flight:
+    /// the window slides rather than empties, so the server always has
+    /// publishes to take.
     Room,
     /// Every one; a failure publishes the outbox again within the retry
     /// budget.
@@ -241,6 +289,10 @@ enum Failed {
     /// The server did not answer in time, or the connection is lost.
     Unreachable(anyhow::Error),
 }
+
+/// Publishes left in flight when [`Collect::Room`] returns: an eighth of
+/// the most freed at a time, so that collecting is not done per message.
+const ROOM: usize = PUBLISH_ACKS_IN_FLIGHT - PUBLISH_ACKS_IN_FLIGHT / 8;
 
 /// Refused publishes are tried this many times (a restarted server's
 /// JetStream may answer before it knows its streams) before the run halts.
@@ -337,47 +389,78 @@ impl Publisher {
         self.in_flight.clear();
     }
 
-    /// Sends the entries of JetStream sink `i`'s outbox after those sent
+    /// Sends the messages of JetStream sink `i`'s outbox after those sent
     /// in flight already, at most [`PUBLISH_ACKS_IN_FLIGHT`] in flight:
     /// when as many are, it collects acknowledgements until half are.
     /// Returns `false` where a failure published the outboxes again
     /// ([`Publisher::recover`]).
     fn send_new(&mut self, i: usize, store: &dyn Store) -> Result<bool> {
         let entries = store.snapshot()?.others(&self.topology, &self.sinks[i].table)?;
-        let from = self.sent_up_to[i].as_deref();
-        let mut start = from.map_or(0, |from| entries.partition_point(|(key, _)| key.as_slice() <= from));
-        while start < entries.len() {
-            if self.in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT && self.collect(store, Collect::Room)? {
-                return Ok(false);
+        let (start, mut sent) = match &self.sent_up_to[i] {
+            None => (0, 0),
+            Some((key, sent)) => {
+                let start = entries.partition_point(|(k, _)| k < key);
+                match entries.get(start) {
+                    Some((k, _)) if k == key => (start, *sent),
+                    _ => (start, 0),
+                }
             }
-            let end = entries.len().min(start + PUBLISH_ACKS_IN_FLIGHT - self.in_flight.len());
-            if let Err((since, failed)) = self.send(i, &entries[start..end]) {
-                self.recover(store, since, failed)?;
-                return Ok(false);
+        };
+        for (key, value) in entries.into_iter().skip(start) {
+            let record = self.decode(i, key, value)?;
+            if record.messages.is_empty() {
+                // Nothing to acknowledge it: it goes at once.
+                store.remove_others_lazily(&self.topology, &self.sinks[i].table, std::slice::from_ref(&record.key))?;
             }
-            self.sent_up_to[i] = Some(entries[end - 1].0.clone());
-            start = end;
+            while sent < record.messages.len() {
+                if self.in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT && self.collect(store, Collect::Room)? {
+                    return Ok(false);
+                }
+                let end = record.messages.len().min(sent + PUBLISH_ACKS_IN_FLIGHT - self.in_flight.len());
+                if let Err((since, failed)) = self.send(i, &record, sent..end) {
+                    self.recover(store, since, failed)?;
+                    return Ok(false);
+                }
+                sent = end;
+                self.sent_up_to[i] = Some((record.key.clone(), sent));
+            }
+            self.sent_up_to[i] = Some((record.key, sent));
+            sent = 0;
         }
         Ok(true)
     }
 
-    /// Sends `entries` of JetStream sink `i`, their acknowledgements left
-    /// in flight; a send that fails returns when and why.
-    fn send(&mut self, i: usize, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), (Instant, Failed)> {
+    /// Reads a record of sink `i`'s outbox.
+    fn decode(&self, i: usize, key: Vec<u8>, value: Vec<u8>) -> Result<record::Record> {
+        let sink = &self.sinks[i];
+        record::decode(&format!("topology {}: sink {}'s outbox", self.topology, sink.id), key, value)
+    }
+
+    /// Sends messages `range` of `record` of JetStream sink `i`, their
+    /// acknowledgements left in flight; a send that fails returns when and
+    /// why.
+    fn send(
+        &mut self,
+        i: usize,
+        record: &record::Record,
+        range: std::ops::Range<usize>,
+    ) -> Result<(), (Instant, Failed)> {
         let sink = &self.sinks[i];
         let SinkDef::JetStream { subject, .. } = &sink.def else { unreachable!("a JetStream sink") };
         let (nats, retry_for) = self.nats.as_ref().expect("connected for its JetStream sinks");
         let wait = (*retry_for).clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2);
         let in_flight = &mut self.in_flight;
-        let topology = &self.topology;
+        let txid = record.txid;
+        let mut ids = MessageIds::new(&self.topology, &sink.id, txid);
+        let subject = async_nats::Subject::from(subject.as_str());
+        // One time for the whole run of sends: they go out together.
+        let at = Instant::now();
         nats.runtime.block_on(async {
-            for (key, payload) in entries {
-                let (txid, n) = parse_key(key).map_err(|e| (Instant::now(), Failed::Refused(e)))?;
+            for m in range {
+                let n = record.place(m);
                 let what =
                     || format!("sink {} could not publish message {n} of txid {txid} to subject {subject}", sink.id);
-                let id = format!("{topology}/{}/{txid}/{n}", sink.id);
-                let message = PublishMessage::build().payload(bytes::Bytes::copy_from_slice(payload)).message_id(id);
-                let at = Instant::now();
+                let message = PublishMessage::build().payload(record.messages[m].clone()).message_id(ids.of(n));
                 let ack = match tokio::time::timeout(wait, nats.jetstream.send_publish(subject.clone(), message)).await
                 {
                     Err(_) => {
@@ -387,7 +470,8 @@ impl Publisher {
                     Ok(Err(e)) => return Err((at, classify(e, what()))),
                     Ok(Ok(ack)) => ack,
                 };
-                in_flight.push_back(Sent { sink: i, key: key.clone(), at, ack: ack.into_future() });
+                let last_of = (m + 1 == record.messages.len()).then(|| record.key.clone());
+                in_flight.push_back(Sent { sink: i, txid, n, last_of, at, ack: ack.into_future() });
             }
             Ok(())
         })
@@ -405,12 +489,14 @@ impl Publisher {
         }
         let in_flight = &mut self.in_flight;
         let sinks = &self.sinks;
-        let mut acked: Vec<(usize, Vec<u8>)> = Vec::new();
+        // Per message acknowledged: its sink, txid and record's key where
+        // it was the record's last.
+        let mut acked: Vec<(usize, u64, Option<Vec<u8>>)> = Vec::new();
         let halting_until = Instant::now() + ACK_PATIENCE;
         let failed = nats.runtime.block_on(async {
             loop {
                 let crowded = match how {
-                    Collect::Room => in_flight.len() > PUBLISH_ACKS_IN_FLIGHT / 2,
+                    Collect::Room => in_flight.len() > ROOM,
                     _ => in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT,
                 };
                 let Some(front) = in_flight.front_mut() else { break };
@@ -425,21 +511,33 @@ impl Publisher {
                     _ => Duration::ZERO,
                 };
                 let what = || {
-                    let (txid, n) = parse_key(&front.key).unwrap_or_default();
+                    let (txid, n) = (front.txid, front.n);
                     let (sink, subject) = match &sinks[front.sink].def {
                         SinkDef::JetStream { subject, .. } => (&sinks[front.sink].id, subject.as_str()),
                         SinkDef::Kafka { .. } => unreachable!("a JetStream sink"),
                     };
                     format!("sink {sink} could not publish message {n} of txid {txid} to subject {subject}")
                 };
-                // A zero wait still polls the acknowledgement once.
-                let error = match tokio::time::timeout(wait, &mut front.ack).await {
+                // A zero wait still polls the acknowledgement once, with no
+                // timer to set.
+                let outcome = if wait.is_zero() {
+                    std::future::poll_fn(|cx| {
+                        Poll::Ready(match front.ack.as_mut().poll(cx) {
+                            Poll::Ready(acked) => Ok(acked),
+                            Poll::Pending => Err(()),
+                        })
+                    })
+                    .await
+                } else {
+                    tokio::time::timeout(wait, &mut front.ack).await.map_err(drop)
+                };
+                let error = match outcome {
                     Err(_) if !must_wait => return None,
                     Err(_) => Failed::Unreachable(anyhow::anyhow!("{}: not acknowledged in time", what())),
                     Ok(Err(e)) => classify(e, what()),
                     Ok(Ok(_)) => {
                         let sent = in_flight.pop_front().expect("the front");
-                        acked.push((sent.sink, sent.key));
+                        acked.push((sent.sink, sent.txid, sent.last_of));
                         continue;
                     }
                 };
@@ -455,21 +553,22 @@ impl Publisher {
         }
     }
 
-    /// Removes acknowledged entries from their outboxes, lazily; a batch
-    /// none of whose output is in flight any more has passed its
-    /// [`Point::AfterPublish`] first.
-    fn acknowledged(&mut self, store: &dyn Store, acked: Vec<(usize, Vec<u8>)>) -> Result<()> {
+    /// Removes the records whose last message is acknowledged from their
+    /// outboxes, lazily; a batch none of whose output is in flight any
+    /// more has passed its [`Point::AfterPublish`] first.
+    fn acknowledged(&mut self, store: &dyn Store, acked: Vec<(usize, u64, Option<Vec<u8>>)>) -> Result<()> {
         if acked.is_empty() {
             return Ok(());
         }
-        let oldest_in_flight = self.in_flight.iter().filter_map(|s| parse_key(&s.key).ok()).map(|(t, _)| t).min();
-        let mut txids: Vec<u64> = acked.iter().filter_map(|(_, key)| parse_key(key).ok()).map(|(t, _)| t).collect();
+        let oldest_in_flight = self.in_flight.iter().map(|s| s.txid).min();
+        let mut txids: Vec<u64> = acked.iter().map(|(_, t, _)| *t).collect();
         txids.dedup();
         for txid in txids.into_iter().filter(|t| oldest_in_flight.is_none_or(|oldest| *t < oldest)) {
             fault::at(Point::AfterPublish, txid);
         }
         for (i, sink) in self.sinks.iter().enumerate() {
-            let keys: Vec<Vec<u8>> = acked.iter().filter(|(s, _)| *s == i).map(|(_, key)| key.clone()).collect();
+            let keys: Vec<Vec<u8>> =
+                acked.iter().filter(|(s, _, _)| *s == i).filter_map(|(_, _, key)| key.clone()).collect();
             if !keys.is_empty() {
                 // Made durable by the next commit: a crash before it
                 // publishes the same ids again.
@@ -525,20 +624,21 @@ impl Publisher {
         let mut backoff = RECONNECT;
         loop {
             let entries = store.snapshot()?.others(&self.topology, &self.sinks[i].table)?;
-            let Some((last, _)) = entries.last() else { return Ok(()) };
-            let (last_txid, _) = parse_key(last)?;
+            let records: Vec<record::Record> =
+                entries.into_iter().map(|(key, value)| self.decode(i, key, value)).collect::<Result<_>>()?;
+            let Some(last_txid) = records.last().map(|r| r.txid) else { return Ok(()) };
             let begun = Instant::now();
             let left = started.map_or(retry_for, |since| retry_for.saturating_sub(since.elapsed()));
             let wait = left.clamp(MIN_WAIT, NATS_REQUEST_TIMEOUT * 2);
             let written = match &self.sinks[i].def {
-                SinkDef::JetStream { .. } => self.publish_all(&self.sinks[i], &entries, wait),
-                SinkDef::Kafka { .. } => self.write_kafka(i, &entries),
+                SinkDef::JetStream { .. } => self.publish_all(&self.sinks[i], &records, wait),
+                SinkDef::Kafka { .. } => self.write_kafka(i, &records),
             };
             let sink = &self.sinks[i];
             let error = match written {
                 Ok(()) => {
                     fault::at(Point::AfterPublish, last_txid);
-                    let keys: Vec<Vec<u8>> = entries.into_iter().map(|(k, _)| k).collect();
+                    let keys: Vec<Vec<u8>> = records.into_iter().map(|r| r.key).collect();
                     // Made durable by the next commit: a crash before it
                     // publishes this batch's output again under the
                     // same ids, as a crash before the removal did.
@@ -584,32 +684,37 @@ impl Publisher {
         Ok(())
     }
 
-    /// Publishes `entries` of `sink`, at most [`PUBLISH_ACKS_IN_FLIGHT`]
-    /// waiting for their acknowledgements at once, each send and each
-    /// acknowledgement waited for at most `wait`.
-    fn publish_all(&self, sink: &SinkTarget, entries: &[(Vec<u8>, Vec<u8>)], wait: Duration) -> Result<(), Failed> {
+    /// Publishes the messages of `records` of `sink`, at most
+    /// [`PUBLISH_ACKS_IN_FLIGHT`] waiting for their acknowledgements at
+    /// once, each send and each acknowledgement waited for at most `wait`.
+    fn publish_all(&self, sink: &SinkTarget, records: &[record::Record], wait: Duration) -> Result<(), Failed> {
         let SinkDef::JetStream { subject, .. } = &sink.def else { unreachable!("a JetStream sink") };
         let (nats, _) = self.nats.as_ref().expect("connected for its JetStream sinks");
         let jetstream = &nats.jetstream;
-        let what = |key: &[u8]| {
-            let (txid, n) = parse_key(key).unwrap_or_default();
+        let subject = async_nats::Subject::from(subject.as_str());
+        let what = |(txid, n): (u64, u32)| {
             format!("sink {} could not publish message {n} of txid {txid} to subject {subject}", sink.id)
         };
         nats.runtime.block_on(async {
-            let mut in_flight: VecDeque<(&[u8], PublishAckFuture)> = VecDeque::new();
-            for (key, payload) in entries {
-                let (txid, n) = parse_key(key).map_err(Failed::Refused)?;
-                let id = format!("{}/{}/{txid}/{n}", self.topology, sink.id);
-                let message = PublishMessage::build().payload(bytes::Bytes::copy_from_slice(payload)).message_id(id);
-                let sent = tokio::time::timeout(wait, jetstream.send_publish(subject.clone(), message)).await;
-                let ack = sent
-                    .map_err(|_| {
-                        Failed::Unreachable(anyhow::anyhow!("{}: the client could not send it in time", what(key)))
-                    })?
-                    .map_err(|e| classify(e, what(key)))?;
-                in_flight.push_back((key, ack));
-                if in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT {
-                    acknowledged(&mut in_flight, &what, wait).await?;
+            let mut in_flight: VecDeque<((u64, u32), PublishAckFuture)> = VecDeque::new();
+            for record in records {
+                let mut ids = MessageIds::new(&self.topology, &sink.id, record.txid);
+                for (m, payload) in record.messages.iter().enumerate() {
+                    let place = (record.txid, record.place(m));
+                    let message = PublishMessage::build().payload(payload.clone()).message_id(ids.of(place.1));
+                    let sent = tokio::time::timeout(wait, jetstream.send_publish(subject.clone(), message)).await;
+                    let ack = sent
+                        .map_err(|_| {
+                            Failed::Unreachable(anyhow::anyhow!(
+                                "{}: the client could not send it in time",
+                                what(place)
+                            ))
+                        })?
+                        .map_err(|e| classify(e, what(place)))?;
+                    in_flight.push_back((place, ack));
+                    if in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT {
+                        acknowledged(&mut in_flight, &what, wait).await?;
+                    }
                 }
             }
             while !in_flight.is_empty() {
@@ -621,14 +726,14 @@ impl Publisher {
 }
 
 impl Publisher {
-    /// Writes `entries` of Kafka sink `i` that its topic does not hold yet.
-    fn write_kafka(&mut self, i: usize, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Failed> {
+    /// Writes the messages of `records` of Kafka sink `i` that its topic
+    /// does not hold yet.
+    fn write_kafka(&mut self, i: usize, records: &[record::Record]) -> Result<(), Failed> {
         let sink = &self.sinks[i];
-        let keyed: Vec<(kafka::Key, &[u8])> = entries
+        let keyed: Vec<(kafka::Key, &[u8])> = records
             .iter()
-            .map(|(key, value)| Ok((parse_key(key)?, value.as_slice())))
-            .collect::<Result<_>>()
-            .map_err(Failed::Refused)?;
+            .flat_map(|r| r.messages.iter().enumerate().map(|(m, message)| ((r.txid, r.place(m)), &message[..])))
+            .collect();
         let id = sink.id.clone();
         let place = move |(txid, n): kafka::Key| format!("sink {id} could not write record {n} of txid {txid}");
         let writer = self.topics.get_mut(&sink.id).expect("a writer per Kafka sink");
@@ -646,10 +751,32 @@ impl Publisher {
     }
 }
 
+/// The `Nats-Msg-Id`s of one batch's messages, `<topology>/<sink>/<txid>/<n>`:
+/// the part before the place written once.
+struct MessageIds {
+    id: String,
+    prefix: usize,
+}
+
+impl MessageIds {
+    fn new(topology: &str, sink: &str, txid: u64) -> MessageIds {
+        let id = format!("{topology}/{sink}/{txid}/");
+        MessageIds { prefix: id.len(), id }
+    }
+
+    /// The id of message `n`.
+    fn of(&mut self, n: u32) -> &str {
+        use std::fmt::Write as _;
+        self.id.truncate(self.prefix);
+        write!(self.id, "{n}").expect("a String takes it");
+        &self.id
+    }
+}
+
 /// Waits for the oldest publish in flight to be acknowledged, at most `wait`.
 async fn acknowledged(
-    in_flight: &mut VecDeque<(&[u8], PublishAckFuture)>,
-    what: &impl Fn(&[u8]) -> String,
+    in_flight: &mut VecDeque<((u64, u32), PublishAckFuture)>,
+    what: &impl Fn((u64, u32)) -> String,
     wait: Duration,
 ) -> Result<(), Failed> {
     let Some((key, ack)) = in_flight.pop_front() else { return Ok(()) };
@@ -682,10 +809,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn outbox_keys_sort_in_txid_order_and_read_back() {
-        assert!(key(1, 70_000) < key(2, 0));
-        assert!(key(255, 0) < key(256, 0));
-        assert_eq!(parse_key(&key(7, 3)).unwrap(), (7, 3));
-        assert!(parse_key(b"short").is_err());
+    fn message_ids_name_topology_sink_txid_and_place() {
+        let mut ids = MessageIds::new("clicks", "page-counts", 42);
+        assert_eq!(ids.of(0), "clicks/page-counts/42/0");
+        assert_eq!(ids.of(1234), "clicks/page-counts/42/1234");
+        assert_eq!(ids.of(7), "clicks/page-counts/42/7");
+    }
+
+    #[test]
+    fn json_payloads_are_the_fields_as_a_json_object_gives_them() {
+        use weir_sdk::codec::Value;
+        let input = Input {
+            positions: vec![2, 0, 1, 3, 4, 5],
+            names: ["zeta", "alpha", "mid", "flag", "raw", "none"].map(String::from).to_vec(),
+            whole_tuple: false,
+        };
+        let rows = [
+            [
+                Value::Str("a \"quoted\" \u{e9}\n".into()),
+                Value::I64(-42),
+                Value::F64(1.5),
+                Value::Bool(true),
+                Value::Bytes(vec![0, 0xab, 0xff]),
+                Value::Null,
+            ],
+            [
+                Value::Str(String::new()),
+                Value::I64(i64::MAX),
+                Value::F64(f64::NAN),
+                Value::Bool(false),
+                Value::Bytes(vec![]),
+                Value::F64(1e300),
+            ],
+        ];
+        let mut writer = BatchWriter::new(6);
+        for row in &rows {
+            writer.begin_row(0);
+            row.iter().for_each(|v| writer.push(v.as_ref()));
+        }
+        let batch = writer.finish_batch();
+        let fields = JsonFields::of(&input);
+        for (row, values) in batch.rows().zip(&rows) {
+            let mut written = Vec::new();
+            fields.write(&row, &mut written);
+            let object: serde_json::Map<String, serde_json::Value> = input
+                .names
+                .iter()
+                .zip(&input.positions)
+                .map(|(name, &p)| (name.clone(), weir_state::json::to_json(&values[p])))
+                .collect();
+            assert_eq!(String::from_utf8(written).unwrap(), serde_json::to_string(&object).unwrap());
+        }
     }
 }
