@@ -1,8 +1,10 @@
 //! The cluster rows: the JetStream word count (6 partitions) served by one
 //! `weir serve` outside a cluster, and by clusters of 1, 2 and 3 hosts, each
-//! weir process held to the same CPU quota (0.4 CPU by default) so that the
+//! weir process held to the same CPU quota (0.25 CPU by default) so that the
 //! hosts scale as they would on cores of their own, etcd and nats-server
-//! outside the quotas. The configurations alternate within each round (one
+//! outside the quotas. The default leaves room on two cores: three hosts
+//! at 0.4 CPU, with the nats-server and etcd their words cost, would need
+//! more than two cores to run at 2.4 times one host. The configurations alternate within each round (one
 //! interleaved run), so all meet the same spells of a shared machine. Each
 //! run starts its hosts (and etcd) afresh over a stream published once,
 //! deploys, and is timed from the deploy to the last batch's commit, and

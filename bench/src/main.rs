@@ -592,7 +592,7 @@ fn main() -> Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(
             "weir-bench [--sentences N (1000000)] [--runs N (5)] [--out FILE (bench/results.json)] [--languages] \
-             [--jetstream] [--windows] [--cluster [--quota CPUS (0.4)]] [--references] [--kafka] [--sink]\n\
+             [--jetstream] [--windows] [--cluster [--quota CPUS (0.25)]] [--references] [--kafka] [--sink]\n\
              --sink: only a topology with a JetStream sink against its twin without (test guests' file-sink and \
              file-count), interleaved, into FILE's results\n\
              --kafka: only word count from a local Kafka topic (a tansu broker started here) beside a raw rskafka \
@@ -603,7 +603,7 @@ fn main() -> Result<()> {
              --jetstream: only word count from a file and from a local JetStream stream, into FILE's results\n\
              --windows: only the plain word count and the word count per minute of event time, into FILE's results\n\
              --cluster: only the JetStream word count (6 partitions) on weir serve and on clusters of 1, 2 and 3 \
-             hosts, each weir process held to --quota CPUs (0.4) by a cgroup or systemd-run, in interleaved rounds, \
+             hosts, each weir process held to --quota CPUs (0.25) by a cgroup or systemd-run, in interleaved rounds, \
              into FILE's results"
         );
         return Ok(());
@@ -628,6 +628,6 @@ fn main() -> Result<()> {
     ];
     let only =
         parts.iter().find(|(flag, _)| args.iter().any(|a| a == flag)).map_or(Only::Everything, |&(_, only)| only);
-    let quota: f64 = value("--quota", "0.4").parse().context("--quota")?;
+    let quota: f64 = value("--quota", "0.25").parse().context("--quota")?;
     harness(sentences, runs.max(1), &out, only, quota)
 }
