@@ -391,7 +391,8 @@ impl Publisher {
 
     /// Sends the messages of JetStream sink `i`'s outbox after those sent
     /// in flight already, at most [`PUBLISH_ACKS_IN_FLIGHT`] in flight:
-    /// when as many are, it collects acknowledgements until half are.
+    /// when as many are, it collects acknowledgements until at most
+    /// [`ROOM`] are.
     /// Returns `false` where a failure published the outboxes again
     /// ([`Publisher::recover`]).
     fn send_new(&mut self, i: usize, store: &dyn Store) -> Result<bool> {
@@ -458,18 +459,11 @@ impl Publisher {
         nats.runtime.block_on(async {
             for m in range {
                 let n = record.place(m);
-                let what =
-                    || format!("sink {} could not publish message {n} of txid {txid} to subject {subject}", sink.id);
-                let message = PublishMessage::build().payload(record.messages[m].clone()).message_id(ids.of(n));
-                let ack = match tokio::time::timeout(wait, nats.jetstream.send_publish(subject.clone(), message)).await
-                {
-                    Err(_) => {
-                        let error = anyhow::anyhow!("{}: the client could not send it in time", what());
-                        return Err((at, Failed::Unreachable(error)));
-                    }
-                    Ok(Err(e)) => return Err((at, classify(e, what()))),
-                    Ok(Ok(ack)) => ack,
-                };
+                let what = || unpublished(&sink.id, txid, n, &subject);
+                let payload = record.messages[m].clone();
+                let ack = send_one(&nats.jetstream, &subject, payload, ids.of(n), wait, what)
+                    .await
+                    .map_err(|failed| (at, failed))?;
                 let last_of = (m + 1 == record.messages.len()).then(|| record.key.clone());
                 in_flight.push_back(Sent { sink: i, txid, n, last_of, at, ack: ack.into_future() });
             }
@@ -516,7 +510,7 @@ impl Publisher {
                         SinkDef::JetStream { subject, .. } => (&sinks[front.sink].id, subject.as_str()),
                         SinkDef::Kafka { .. } => unreachable!("a JetStream sink"),
                     };
-                    format!("sink {sink} could not publish message {n} of txid {txid} to subject {subject}")
+                    unpublished(sink, txid, n, subject)
                 };
                 // A zero wait still polls the acknowledgement once, with no
                 // timer to set.
@@ -692,25 +686,15 @@ impl Publisher {
         let (nats, _) = self.nats.as_ref().expect("connected for its JetStream sinks");
         let jetstream = &nats.jetstream;
         let subject = async_nats::Subject::from(subject.as_str());
-        let what = |(txid, n): (u64, u32)| {
-            format!("sink {} could not publish message {n} of txid {txid} to subject {subject}", sink.id)
-        };
+        let what = |(txid, n): (u64, u32)| unpublished(&sink.id, txid, n, &subject);
         nats.runtime.block_on(async {
             let mut in_flight: VecDeque<((u64, u32), PublishAckFuture)> = VecDeque::new();
             for record in records {
                 let mut ids = MessageIds::new(&self.topology, &sink.id, record.txid);
                 for (m, payload) in record.messages.iter().enumerate() {
                     let place = (record.txid, record.place(m));
-                    let message = PublishMessage::build().payload(payload.clone()).message_id(ids.of(place.1));
-                    let sent = tokio::time::timeout(wait, jetstream.send_publish(subject.clone(), message)).await;
-                    let ack = sent
-                        .map_err(|_| {
-                            Failed::Unreachable(anyhow::anyhow!(
-                                "{}: the client could not send it in time",
-                                what(place)
-                            ))
-                        })?
-                        .map_err(|e| classify(e, what(place)))?;
+                    let id = ids.of(place.1);
+                    let ack = send_one(jetstream, &subject, payload.clone(), id, wait, || what(place)).await?;
                     in_flight.push_back((place, ack));
                     if in_flight.len() >= PUBLISH_ACKS_IN_FLIGHT {
                         acknowledged(&mut in_flight, &what, wait).await?;
@@ -770,6 +754,30 @@ impl MessageIds {
         self.id.truncate(self.prefix);
         write!(self.id, "{n}").expect("a String takes it");
         &self.id
+    }
+}
+
+/// What a publish that failed was: which message of which batch, where.
+fn unpublished(sink: &str, txid: u64, n: u32, subject: &str) -> String {
+    format!("sink {sink} could not publish message {n} of txid {txid} to subject {subject}")
+}
+
+/// Sends `payload` to `subject` with message id `id`, the send waited for
+/// at most `wait`; its acknowledgement is left to come. `what` names the
+/// message in an error.
+async fn send_one(
+    jetstream: &async_nats::jetstream::Context,
+    subject: &async_nats::Subject,
+    payload: bytes::Bytes,
+    id: &str,
+    wait: Duration,
+    what: impl Fn() -> String,
+) -> Result<PublishAckFuture, Failed> {
+    let message = PublishMessage::build().payload(payload).message_id(id);
+    match tokio::time::timeout(wait, jetstream.send_publish(subject.clone(), message)).await {
+        Err(_) => Err(Failed::Unreachable(anyhow::anyhow!("{}: the client could not send it in time", what()))),
+        Ok(Err(e)) => Err(classify(e, what())),
+        Ok(Ok(ack)) => Ok(ack),
     }
 }
 
