@@ -11,7 +11,9 @@
 //! While the coordinator commits, the batch after the last one emitted is
 //! read ahead on the client's runtime (one at most). It is emitted only as
 //! the first attempt at exactly that next batch; a replay, a retry or
-//! another `previous` discards it and reads afresh.
+//! another `previous` discards it and reads afresh. Within a read, each
+//! partition asks for its next part as soon as its part came whole, so
+//! that no partition waits for the slowest before asking for more.
 //!
 //! A server out of reach (at start or mid-run) is retried with back-off for
 //! `--nats-retry-ms` before the topology halts; nothing is emitted from a

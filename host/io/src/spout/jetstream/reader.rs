@@ -1,7 +1,9 @@
 //! Reading a stream's partitions, all at once, each through a pull consumer
 //! of its own (filtered to its subject, from a start sequence, nothing to
 //! acknowledge), kept between batches while the next batch starts where the
-//! last one ended.
+//! last one ended. An emission's part that came whole has the partition's
+//! next part read ahead at once; a part read ahead that the next read does
+//! not take goes, its consumer with it.
 
 use super::meta::Position;
 use super::pull::{self, Flow};
@@ -59,6 +61,29 @@ struct Cached {
     /// The messages at and past `next` that the consumer delivered past
     /// the span it was asked for, in order (it stands after them).
     carry: std::collections::VecDeque<pull::Delivered>,
+    /// The partition's next part, read from `next` on.
+    ahead: Option<PartAhead>,
+}
+
+/// A partition's next part of an emission, read as soon as its last part
+/// came whole, while the other partitions' parts still come: each
+/// partition goes at its own pace, as a reader of it alone would, rather
+/// than every batch waiting for its slowest partition before any asks for
+/// more.
+struct PartAhead {
+    /// The partition's consumer, which reads it.
+    consumer: String,
+    max: usize,
+    max_bytes: usize,
+    task: tokio::task::JoinHandle<anyhow::Result<pull::Pulled>>,
+}
+
+impl Drop for PartAhead {
+    /// A part not taken is not wanted: its consumer, which stands nowhere
+    /// known then, goes with it (see [`Reader::take_ahead`]).
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// One partition's part of a read: from which sequence, how many messages
@@ -71,6 +96,17 @@ struct Part {
     /// Bytes of messages past which the read ends (a replay reads all it
     /// recorded).
     max_bytes: usize,
+    /// Whether the partition's next part is read ahead once this one
+    /// comes whole (an emission's parts; a replay reads what it recorded).
+    read_on: bool,
+}
+
+/// Where a part's messages come from.
+enum Source {
+    /// A read of the partition's consumer of this name.
+    Consumer(String),
+    /// The part read ahead.
+    Ahead(PartAhead),
 }
 
 /// What one partition's read found.
@@ -103,6 +139,23 @@ fn push_delivered(
         let named = e.context(format!("stream {stream}, partition {partition}, sequence {sequence}"));
         anyhow::Error::new(Unreadable(format!("{named:#}")))
     })
+}
+
+/// Starts reading the part after `part` through its partition's consumer.
+fn part_ahead(client: &async_nats::Client, stream: &str, consumer: String, part: &Part) -> PartAhead {
+    let (client, stream, name) = (client.clone(), stream.to_owned(), consumer.clone());
+    let (max, max_bytes) = (part.max, part.max_bytes);
+    let task = tokio::spawn(async move { pull::read(&client, &stream, &name, max, None, max_bytes).await });
+    PartAhead { consumer, max, max_bytes, task }
+}
+
+/// What a part read ahead found; a panic in it is the reader's.
+fn landed(joined: Result<anyhow::Result<pull::Pulled>, tokio::task::JoinError>) -> anyhow::Result<pull::Pulled> {
+    match joined {
+        Ok(pulled) => pulled,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(anyhow!("the read ahead was stopped")),
+    }
 }
 
 /// Reads the stream a JetStream spout declares.
@@ -318,6 +371,7 @@ impl Reader {
         if let Some(cached) = self.consumers.get(subject)
             && cached.next == start
             && cached.used.elapsed() < CONSUMER_IDLE / 2
+            && cached.ahead.is_none()
         {
             return Ok(cached.consumer.clone());
         }
@@ -342,31 +396,63 @@ impl Reader {
             Ok(Err(e)) => return Err(self.failure(&doing, e)),
             Err(_) => return Err(self.no_answer(&doing)),
         };
-        let cached =
-            Cached { consumer: consumer.clone(), next: start, used: Instant::now(), carry: Default::default() };
+        let cached = Cached {
+            consumer: consumer.clone(),
+            next: start,
+            used: Instant::now(),
+            carry: Default::default(),
+            ahead: None,
+        };
         self.consumers.insert(subject.to_owned(), cached);
         Ok(consumer)
+    }
+
+    /// The part read ahead of `part`'s partition, if it is `part`; a part
+    /// read ahead that is not is dropped with its consumer.
+    fn take_ahead(&mut self, part: &Part) -> Option<PartAhead> {
+        let cached = self.consumers.get_mut(&part.subject)?;
+        let ahead = cached.ahead.take()?;
+        let same = cached.next == part.start && ahead.max == part.max && ahead.max_bytes == part.max_bytes;
+        if part.read_on && same && cached.used.elapsed() < CONSUMER_IDLE / 2 {
+            return Some(ahead);
+        }
+        self.consumers.remove(&part.subject);
+        None
     }
 
     /// Reads every part at once, each through its partition's consumer, then
     /// appends their messages to `writer` part after part, in stream order
     /// within each (a replay lays them out as the emission did).
     async fn read_all(&mut self, parts: &[Part], writer: &mut BatchWriter) -> Result<Vec<Got>, Failure> {
-        let mut consumers = Vec::with_capacity(parts.len());
+        let mut sources = Vec::with_capacity(parts.len());
         for part in parts {
-            consumers.push(self.consumer(&part.subject, part.start).await?.cached_info().name.clone());
+            sources.push(match self.take_ahead(part) {
+                Some(ahead) => Source::Ahead(ahead),
+                None => Source::Consumer(self.consumer(&part.subject, part.start).await?.cached_info().name.clone()),
+            });
         }
-        let reads = parts.iter().zip(&consumers).map(|(part, consumer)| {
-            pull::read(&self.client, &self.name, consumer, part.max, part.until, part.max_bytes)
+        let (client, stream) = (&self.client, &self.name);
+        let reads = parts.iter().zip(sources).map(|(part, source)| async move {
+            let (consumer, pulled) = match source {
+                Source::Consumer(consumer) => {
+                    let pulled = pull::read(client, stream, &consumer, part.max, part.until, part.max_bytes).await;
+                    (consumer, pulled)
+                }
+                Source::Ahead(mut ahead) => (ahead.consumer.clone(), landed((&mut ahead.task).await)),
+            };
+            let whole = matches!(&pulled, Ok(p) if p.messages.len() == part.max && !p.beyond && !p.cut);
+            let ahead = (part.read_on && whole).then(|| part_ahead(client, stream, consumer, part));
+            (pulled, ahead)
         });
         let pulled = futures_util::future::join_all(reads).await;
         let mut read = Vec::with_capacity(parts.len());
-        for (part, pulled) in parts.iter().zip(pulled) {
+        for (part, (pulled, ahead)) in parts.iter().zip(pulled) {
             match &pulled {
                 Ok(pulled) if !pulled.beyond && !pulled.cut => {
                     let cached = self.consumers.get_mut(&part.subject).expect("made by consumer()");
                     cached.next = pulled.messages.last().map_or(part.start, |m| m.sequence + 1);
                     cached.used = Instant::now();
+                    cached.ahead = ahead;
                 }
                 // A consumer that went past the range, whose read was cut
                 // short, or whose read failed, stands nowhere known.
@@ -400,10 +486,31 @@ impl Reader {
     /// Reads the next batch: up to the per-partition limit from each
     /// partition, each from where `before` left it (its start when absent).
     pub async fn emit(&mut self, before: &[Position]) -> Result<Read, Failure> {
-        let (subjects, _, last) = self.stream_state().await?;
+        // Fixed partitions are read without asking for the stream's state
+        // first (a round trip, and its info to parse, a batch): only when
+        // they have nothing, for where to wait from.
+        let mut last = None;
         if self.partitions.is_none() || self.dynamic {
+            let (subjects, _, at) = self.stream_state().await?;
             self.resolve(&subjects).await?;
+            last = Some(at);
         }
+        loop {
+            if let Some(read) = self.read_parts(before).await? {
+                return Ok(read);
+            }
+            match last {
+                Some(last) => return Ok(Read::Empty { last }),
+                // Asked before reading once more, so that a message stored
+                // between the read and the answer is not taken as read.
+                None => last = Some(self.stream_state().await?.2),
+            }
+        }
+    }
+
+    /// Reads the next part of each partition from where `before` left it;
+    /// `None` when none has a message.
+    async fn read_parts(&mut self, before: &[Position]) -> Result<Option<Read>, Failure> {
         let partitions = self.partitions.clone().unwrap_or_default();
         let max = self.per_partition.min((MAX_JETSTREAM_BATCH_MESSAGES / partitions.len().max(1)).max(1));
         let max_bytes = MAX_JETSTREAM_BATCH_BYTES / partitions.len().max(1);
@@ -411,11 +518,14 @@ impl Reader {
             .into_iter()
             .map(|subject| {
                 let start = before.iter().find(|p| p.subject == subject).map_or(1, |p| p.next);
-                Part { subject, start, max, until: None, max_bytes }
+                Part { subject, start, max, until: None, max_bytes, read_on: true }
             })
             .collect();
         let mut writer = BatchWriter::new(self.shape.arity());
         let gots = self.read_all(&parts, &mut writer).await?;
+        if writer.rows() == 0 {
+            return Ok(None);
+        }
         let mut positions = Vec::with_capacity(parts.len());
         let mut pending = BTreeMap::new();
         for (Part { subject, start, .. }, got) in parts.into_iter().zip(gots) {
@@ -423,10 +533,7 @@ impl Reader {
             pending.insert(subject.clone(), got.pending);
             positions.push(Position { subject, next, first: got.first.unwrap_or(start), count: got.count });
         }
-        if writer.rows() == 0 {
-            return Ok(Read::Empty { last });
-        }
-        Ok(Read::Batch { positions, batch: writer.finish_batch(), pending })
+        Ok(Some(Read::Batch { positions, batch: writer.finish_batch(), pending }))
     }
 
     /// The stream's first and last sequences now.
@@ -524,6 +631,7 @@ impl Reader {
                 max: usize::try_from(p.count).unwrap_or(usize::MAX),
                 until: Some(p.last()),
                 max_bytes: usize::MAX,
+                read_on: false,
             })
             .collect();
         let mut writer = BatchWriter::new(self.shape.arity());
