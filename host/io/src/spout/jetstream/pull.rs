@@ -179,11 +179,19 @@ fn ack_info(reply: &str) -> Option<(u64, i128, u64)> {
         n if n >= 9 => 2,
         _ => return None,
     };
-    Some((number(tokens[at + 3])?, number(tokens[at + 5])?, number(tokens[at + 6])?))
+    Some((number(tokens[at + 3])?, i128::from(number(tokens[at + 5])?), number(tokens[at + 6])?))
 }
 
-fn number<T: std::str::FromStr>(token: &[u8]) -> Option<T> {
-    std::str::from_utf8(token).ok()?.parse().ok()
+/// A token of decimal digits as a number: read per message, so digit by
+/// digit rather than through a string's parse.
+fn number(token: &[u8]) -> Option<u64> {
+    if token.is_empty() {
+        return None;
+    }
+    token.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 #[cfg(test)]
@@ -200,5 +208,10 @@ mod tests {
         assert_eq!(ack_info("$JS.ACK.corpus.c1.1.4021"), None);
         assert_eq!(ack_info("_INBOX.abc.1"), None);
         assert_eq!(ack_info(""), None);
+        // Signs, empty tokens and numbers past 64 bits are not numbers.
+        assert_eq!(ack_info("$JS.ACK.corpus.c1.1.+4021.1005.17.37"), None);
+        assert_eq!(ack_info("$JS.ACK.corpus.c1.1..1005.17.37"), None);
+        assert_eq!(ack_info("$JS.ACK.corpus.c1.1.4021.1005.18446744073709551616.37"), None);
+        assert_eq!(ack_info("$JS.ACK.corpus.c1.1.18446744073709551615.1.0.0"), Some((u64::MAX, 0, 0)));
     }
 }
