@@ -69,32 +69,40 @@ pub(super) fn count_rows_by_key(
     }
     let distinct = short.len() + long.len();
     LAST_DISTINCT.set(short.len());
-    let mut counted = KeyedValues::with_capacity(distinct, 16 * distinct);
-    let mut key = Vec::with_capacity(32);
+    // Each key encoded once, packed, with its count; then pushed in key
+    // order. The value is read back from the key itself: a row found
+    // again by its index was a cache miss per key at large batches.
+    let mut encoded = Vec::with_capacity(16 * distinct);
+    let mut ends: Vec<u32> = Vec::with_capacity(distinct);
+    let mut counts: Vec<i64> = Vec::with_capacity(distinct);
+    let mut end = |encoded: &Vec<u8>, count: i64| {
+        ends.push(u32::try_from(encoded.len()).expect("a batch's keys take at most 4 GiB"));
+        counts.push(count);
+    };
     for (short_key, count) in short {
-        // The value is read back from the key itself: a row found again
-        // by its index was a cache miss per key at large batches.
-        key.clear();
-        short_key.encode(&mut key);
-        counted.push(&key, Value::I64(i64::from(count)));
+        short_key.encode(&mut encoded);
+        end(&encoded, i64::from(count));
     }
     for (packed, count) in long {
-        counted.push(&store_key(&packed, group.len()), Value::I64(count));
+        encoded.extend_from_slice(&store_key(&packed, group.len()));
+        end(&encoded, count);
     }
+    let key = |i: u32| {
+        let start = i.checked_sub(1).map_or(0, |before| ends[before as usize] as usize);
+        &encoded[start..ends[i as usize] as usize]
+    };
     // Sorted by each key's first 8 bytes as an integer, then by the whole
     // key: what moves is the integer and an index, 16 bytes.
-    let mut order: Vec<(u64, u32)> =
-        counted.iter().enumerate().map(|(i, (k, _))| ((keys::prefix(k) >> 64) as u64, i as u32)).collect();
+    let mut order: Vec<(u64, u32)> = (0..distinct as u32).map(|i| ((keys::prefix(key(i)) >> 64) as u64, i)).collect();
     sort_by_prefix(&mut order);
     // Keys longer than 8 bytes may share their prefix: order those runs by
     // the whole key.
     for run in order.chunk_by_mut(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
-        run.sort_unstable_by(|a, b| counted.key(a.1 as usize).cmp(counted.key(b.1 as usize)));
+        run.sort_unstable_by(|a, b| key(a.1).cmp(key(b.1)));
     }
-    let mut sorted = KeyedValues::with_capacity(order.len(), 16 * order.len());
+    let mut sorted = KeyedValues::with_capacity(distinct, encoded.len());
     for (_, i) in order {
-        let (key, count) = counted.get(i as usize);
-        sorted.push(key, count.clone());
+        sorted.push(key(i), Value::I64(counts[i as usize]));
     }
     sorted
 }
