@@ -164,7 +164,7 @@ fn delivered(message: Message) -> Result<Delivered> {
 /// JetStream message's reply subject holds: `$JS.ACK.` then stream,
 /// consumer, delivered, stream sequence, consumer sequence, timestamp and
 /// pending, after a domain and an account hash in the newer form.
-fn ack_info(reply: &str) -> Option<(u64, i128, u64)> {
+fn ack_info(reply: &str) -> Option<(u64, u64, u64)> {
     let rest = reply.strip_prefix("$JS.ACK.")?.as_bytes();
     let mut tokens: [&[u8]; 9] = [b""; 9];
     let mut n = 0;
@@ -179,7 +179,7 @@ fn ack_info(reply: &str) -> Option<(u64, i128, u64)> {
         n if n >= 9 => 2,
         _ => return None,
     };
-    Some((number(tokens[at + 3])?, i128::from(number(tokens[at + 5])?), number(tokens[at + 6])?))
+    Some((number(tokens[at + 3])?, number(tokens[at + 5])?, number(tokens[at + 6])?))
 }
 
 /// A token of decimal digits as a number: read per message, so digit by
