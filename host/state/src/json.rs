@@ -5,7 +5,7 @@ use crate::keys;
 use crate::rules::Stored;
 use anyhow::{Result, bail};
 use serde_json::{Value as Json, json};
-use weir_sdk::codec::{Batch, Value};
+use weir_sdk::codec::{Batch, Value, ValueRef};
 
 /// A value as JSON: bytes become `{"bytes": "<hex>"}`.
 pub fn to_json(value: &Value) -> Json {
@@ -17,6 +17,32 @@ pub fn to_json(value: &Value) -> Json {
         Value::Str(s) => json!(s),
         Value::Bytes(b) => json!({ "bytes": hex::encode(b) }),
     }
+}
+
+/// Appends `value` to `out` as the JSON text of [`to_json`], written in
+/// place: what a sink's JSON payloads are made of, row after row.
+pub fn write_json(value: ValueRef<'_>, out: &mut Vec<u8>) {
+    let written = match value {
+        ValueRef::Null => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
+        ValueRef::Bool(b) => serde_json::to_writer(&mut *out, &b),
+        ValueRef::I64(n) => serde_json::to_writer(&mut *out, &n),
+        // Not finite: JSON has no such number (`null`, as `to_json` gives).
+        ValueRef::F64(f) => serde_json::to_writer(&mut *out, &Json::from(f)),
+        ValueRef::Str(s) => serde_json::to_writer(&mut *out, s),
+        ValueRef::Bytes(b) => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"{\"bytes\":\"");
+            for byte in b {
+                out.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
+            }
+            out.extend_from_slice(b"\"}");
+            Ok(())
+        }
+    };
+    written.expect("JSON values serialize");
 }
 
 /// A value from JSON, the inverse of [`to_json`].
@@ -117,6 +143,27 @@ mod tests {
         assert_eq!(to_json(&value), json!({"bytes": "00abff"}));
         assert_eq!(from_json(&to_json(&value)).unwrap(), value);
         assert_eq!(from_json(&json!({"bytes": "00ABFF"})).unwrap(), value);
+    }
+
+    #[test]
+    fn values_written_in_place_are_the_json_text_of_to_json() {
+        let values = [
+            Value::Null,
+            Value::Bool(true),
+            Value::I64(i64::MIN),
+            Value::F64(1.5),
+            Value::F64(1e300),
+            Value::F64(f64::NAN),
+            Value::F64(f64::INFINITY),
+            Value::Str("a \"quoted\" \u{e9}\n\u{1}".into()),
+            Value::Bytes(vec![0, 0xab, 0xff]),
+            Value::Bytes(vec![]),
+        ];
+        for value in values {
+            let mut written = Vec::new();
+            write_json(value.as_ref(), &mut written);
+            assert_eq!(String::from_utf8(written).unwrap(), to_json(&value).to_string(), "{value:?}");
+        }
     }
 
     #[test]

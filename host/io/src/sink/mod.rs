@@ -131,33 +131,11 @@ impl JsonFields {
             }
             out.extend_from_slice(name);
             out.push(b':');
-            let written = match row.get(*position).expect("position within arity") {
-                ValueRef::Null => {
-                    out.extend_from_slice(b"null");
-                    Ok(())
-                }
-                ValueRef::Bool(b) => serde_json::to_writer(&mut *out, &b),
-                ValueRef::I64(n) => serde_json::to_writer(&mut *out, &n),
-                // Not finite: JSON has no such number (`null`, as to_json gives).
-                ValueRef::F64(f) => serde_json::to_writer(&mut *out, &serde_json::Value::from(f)),
-                ValueRef::Str(s) => serde_json::to_writer(&mut *out, s),
-                ValueRef::Bytes(b) => {
-                    out.extend_from_slice(b"{\"bytes\":\"");
-                    for byte in b {
-                        out.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
-                    }
-                    out.extend_from_slice(b"\"}");
-                    Ok(())
-                }
-            };
-            written.expect("JSON values serialize");
+            weir_state::json::write_json(row.get(*position).expect("position within arity"), out);
         }
         out.push(b'}');
     }
 }
-
-/// Lower-case hex digits, as `{"bytes": "<hex>"}` writes bytes.
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The outbox record of batch `txid` for sink `node`, from its payloads:
 /// one record holding all of them ([`record`]), none where there are none.
