@@ -54,13 +54,6 @@ impl RecordWriter {
     }
 }
 
-/// Encodes `messages` as one record's value.
-pub fn encode<'a>(messages: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
-    let mut writer = RecordWriter::with_capacity(0);
-    messages.into_iter().for_each(|m| writer.push(m));
-    writer.finish()
-}
-
 /// One outbox record, read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -143,6 +136,13 @@ mod tests {
     use super::*;
 
     const OUTBOX: &str = "sink s's outbox";
+
+    /// `messages` as one record's value.
+    fn encode<'a>(messages: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+        let mut writer = RecordWriter::with_capacity(0);
+        messages.into_iter().for_each(|m| writer.push(m));
+        writer.finish()
+    }
 
     fn record(messages: &[&[u8]]) -> Vec<u8> {
         encode(messages.iter().copied())
