@@ -4,10 +4,10 @@
 //! hosts scale as they would on cores of their own, etcd and nats-server
 //! outside the quotas. The default leaves room on two cores: three hosts
 //! at 0.4 CPU, with the nats-server and etcd their words cost, would need
-//! more than two cores to run at 2.4 times one host. The configurations alternate within each round (one
-//! interleaved run), so all meet the same spells of a shared machine. Each
-//! run starts its hosts (and etcd) afresh over a stream published once,
-//! deploys, and is timed from the deploy to the last batch's commit, and
+//! more than two cores to run at 2.4 times one host. The configurations
+//! alternate within each round (one interleaved run), so all meet the same
+//! spells of a shared machine. Each run starts its hosts (and etcd) afresh
+//! over a stream published once, deploys, and is timed from the deploy to the last batch's commit, and
 //! steady, from the first commit to the last (the ratios are of the steady
 //! figures: the hosts' start is not throughput; `weir serve`'s steady part
 //! starts when the server begins delivering it the stream, as it commits
